@@ -1,0 +1,66 @@
+# sandbox_ext: PGXS build of the extension, plus the standalone jail and
+# the two commands of the README (`make demo`, `make test`).
+#
+# The install script is assembled from sql/src/*.sql (one file per
+# concern, applied in name order) into sql/sandbox_ext--$(EXTVERSION).sql.
+# Upgrade scripts sql/sandbox_ext--A--B.sql are written by hand and kept.
+
+EXTENSION = sandbox_ext
+EXTVERSION = 0.1.0
+MODULE_big = sandbox_ext
+OBJS = src/sandbox_ext.o
+
+DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
+DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*--*.sql))
+DOCS = docs/sandbox_ext.md
+
+# pg_regress inputs are every sql/*.sql that is not an install script;
+# test/run.sh drives them (and the other suites) against a throwaway cluster.
+REGRESS = $(sort $(filter-out $(EXTENSION)--%,$(basename $(notdir $(wildcard sql/*.sql)))))
+
+PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
+PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \
+	-Wno-missing-field-initializers
+SHLIB_LINK =
+
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(wildcard $(PGXS)),)
+include $(PGXS)
+bindir := $(shell $(PG_CONFIG) --bindir)
+endif
+
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+sql/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard sql/src/*.sql))
+	cat $^ > $@
+
+.PHONY: jail jail-install deps demo test build-all
+# The jail lives in src/jail with its own Makefile (it never sees postgres.h).
+jail:
+	@if [ -f src/jail/Makefile ]; then $(MAKE) -C src/jail; fi
+
+all: jail
+
+install: jail-install
+jail-install: jail
+	install -d '$(DESTDIR)$(bindir)'
+	@if [ -f src/jail/sandbox-jail ]; then \
+		install -m 0755 src/jail/sandbox-jail '$(DESTDIR)$(bindir)/sandbox-jail'; fi
+
+clean: jail-clean
+jail-clean:
+	@if [ -f src/jail/Makefile ]; then $(MAKE) -C src/jail clean; fi
+
+deps:
+	scripts/deps.sh
+
+# The build runs as the invoking user; only the install needs root.
+build-all: deps
+	$(MAKE) all
+	$(SUDO) $(MAKE) install
+
+demo: build-all
+	scripts/demo.sh
+
+test: build-all
+	test/run.sh

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL 15 cluster for the demo and the tests.
+#
+#   scripts/cluster.sh start   initdb (if needed) and start; create the test
+#                              database with pgtap, pg_cron and sandbox_ext
+#   scripts/cluster.sh stop    stop it and remove its directory
+#   scripts/cluster.sh env     print the environment to reach it (eval-able)
+#
+# The server runs as the postgres user (PostgreSQL refuses root), listens
+# only on a Unix socket inside its own directory, and never touches
+# Debian's default cluster or /var/run/postgresql.
+set -euo pipefail
+
+PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
+CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_cluster}
+PORT=${SANDBOX_PGPORT:-55432}
+DB=${SANDBOX_DB:-sandbox_test}
+PGUSER_OS=postgres
+
+as_pg() {
+	if [ "$(id -un)" = "$PGUSER_OS" ]; then
+		"$@"
+	elif [ "$(id -u)" -eq 0 ]; then
+		runuser -u "$PGUSER_OS" -- "$@"
+	else
+		sudo -u "$PGUSER_OS" -- "$@"
+	fi
+}
+
+psql_db() {
+	as_pg "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$CLUSTER_DIR" -p "$PORT" "$@"
+}
+
+start() {
+	if [ -f "$CLUSTER_DIR/data/postmaster.pid" ]; then
+		stop
+	fi
+	if [ "$(id -u)" -eq 0 ]; then
+		rm -rf "$CLUSTER_DIR"
+		install -d -o "$PGUSER_OS" -g "$PGUSER_OS" -m 0700 "$CLUSTER_DIR"
+	else
+		sudo rm -rf "$CLUSTER_DIR"
+		sudo install -d -o "$PGUSER_OS" -g "$PGUSER_OS" -m 0700 "$CLUSTER_DIR"
+	fi
+	as_pg "$PGBIN/initdb" -D "$CLUSTER_DIR/data" -U postgres -A trust \
+		--no-sync -E UTF8 --locale=C.UTF-8 >"$CLUSTER_DIR/initdb.log"
+	cat >>"$CLUSTER_DIR/data/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$CLUSTER_DIR'
+port = $PORT
+fsync = off
+max_connections = 100
+shared_preload_libraries = 'pg_cron,sandbox_ext'
+cron.database_name = '$DB'
+wal_level = logical
+max_replication_slots = 8
+max_wal_senders = 8
+sandbox.database = '$DB'
+log_min_messages = warning
+log_line_prefix = '%m [%p] %b '
+CONF
+	if [ -n "${SANDBOX_EXTRA_CONF:-}" ]; then
+		printf '%s\n' "$SANDBOX_EXTRA_CONF" >>"$CLUSTER_DIR/data/postgresql.conf"
+	fi
+	as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null
+	psql_db -d postgres -c "CREATE DATABASE $DB"
+	psql_db -d "$DB" -c "CREATE EXTENSION pg_cron" \
+		-c "CREATE EXTENSION pgtap" \
+		-c "CREATE EXTENSION sandbox_ext"
+	echo "cluster: running on socket $CLUSTER_DIR port $PORT, database $DB"
+}
+
+stop() {
+	if [ -f "$CLUSTER_DIR/data/postmaster.pid" ]; then
+		as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -m fast -w -t 60 stop >/dev/null || \
+			as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -m immediate -w stop >/dev/null || true
+	fi
+	if [ "${KEEP_CLUSTER:-}" != 1 ]; then
+		if [ "$(id -u)" -eq 0 ]; then rm -rf "$CLUSTER_DIR"; else sudo rm -rf "$CLUSTER_DIR"; fi
+	fi
+}
+
+case "${1:-}" in
+start) start ;;
+stop) stop ;;
+env)
+	echo "export PGHOST=$CLUSTER_DIR PGPORT=$PORT PGDATABASE=$DB PGUSER=postgres"
+	;;
+*)
+	echo "usage: $0 start|stop|env" >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs what `make demo` and `make test` need on a Debian 12 machine and
+# prepares the host (delegated cgroups for the jail).  Idempotent: packages
+# already present are not touched, and apt-get update runs only when
+# something is missing.  Runs as root, or through sudo otherwise.
+set -euo pipefail
+
+SUDO=
+if [ "$(id -u)" -ne 0 ]; then
+	SUDO=sudo
+fi
+
+PACKAGES=(
+	build-essential
+	postgresql-15
+	postgresql-server-dev-15
+	postgresql-15-cron
+	postgresql-15-pgtap
+	libtap-parser-sourcehandler-pgtap-perl
+	libseccomp-dev
+	libcap-dev
+	libcurl4-openssl-dev
+	bubblewrap
+	python3
+	python3-numpy
+	python3-pandas
+	python3-requests
+	bash
+	procps
+	util-linux
+	clickhouse-server
+	clickhouse-client
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+		missing+=("$p")
+	fi
+done
+# Node.js: any /usr/bin/node will do (Debian's nodejs or a vendor build).
+if [ ! -x /usr/bin/node ]; then
+	missing+=(nodejs)
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "deps: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	$SUDO apt-get update -q
+	$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Debian starts a default cluster on install; the project uses throwaway
+# clusters of its own and never needs it.
+if command -v pg_lsclusters >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q '^15 *main .* online'; then
+	$SUDO pg_ctlcluster 15 main stop || true
+fi
+
+# Delegated cgroups so the jail started by postgres gets real limits.
+here=$(cd "$(dirname "$0")" && pwd)
+if [ -x "$here/jail-host-setup.sh" ]; then
+	$SUDO "$here/jail-host-setup.sh" postgres
+fi

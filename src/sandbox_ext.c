@@ -1,0 +1,187 @@
+/*-------------------------------------------------------------------------
+ *
+ * sandbox_ext.c
+ *		Module entry point: GUCs and background worker registration.
+ *
+ * This file owns the `sandbox.*` configuration parameters and decides, at
+ * load time, which background workers the postmaster starts.  It runs no
+ * untrusted code and holds no state of its own: the supervisor (which
+ * launches the standalone `sandbox-jail` executable) and the exporter live
+ * in their own files.
+ *
+ * Tenant context.  The backend names the tenant it acts for with
+ * `SET LOCAL sandbox.org_id = '<uuid>'` and `sandbox.workspace_id` at the
+ * start of each transaction (or agent.set_tenant()).  The row-level
+ * security policies of schema agent read these settings; they are defined
+ * here only so that a malformed value is refused when it is set rather than
+ * when a policy casts it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/uuid.h"
+
+#include "sandbox_ext.h"
+
+PG_MODULE_MAGIC;
+
+/* GUC variables */
+char	   *sandbox_database = NULL;
+char	   *sandbox_jail_path = NULL;
+char	   *sandbox_work_dir = NULL;
+int			sandbox_max_concurrent_runs = 4;
+int			sandbox_default_wall_time_s = 30;
+int			sandbox_max_wall_time_s = 300;
+int			sandbox_default_memory_mb = 512;
+int			sandbox_max_memory_mb = 2048;
+int			sandbox_default_pids = 64;
+int			sandbox_output_limit_kb = 1024;
+int			sandbox_preview_bytes = 4096;
+static char *sandbox_org_id = NULL;
+static char *sandbox_workspace_id = NULL;
+
+/* True when loaded through shared_preload_libraries. */
+bool		sandbox_preloaded = false;
+
+void		_PG_init(void);
+
+/*
+ * Accept an empty string (no tenant) or a well-formed uuid.  Parsing here
+ * keeps a typo from surfacing later as a confusing cast error inside a
+ * policy.
+ */
+static bool
+sandbox_check_uuid(char **newval, void **extra, GucSource source)
+{
+	const char *s = *newval;
+	int			len;
+	int			i;
+	int			hex = 0;
+
+	if (s == NULL || s[0] == '\0')
+		return true;
+	len = strlen(s);
+	if (len != 36)
+		goto bad;
+	for (i = 0; i < len; i++)
+	{
+		if (i == 8 || i == 13 || i == 18 || i == 23)
+		{
+			if (s[i] != '-')
+				goto bad;
+		}
+		else if (isxdigit((unsigned char) s[i]))
+			hex++;
+		else
+			goto bad;
+	}
+	if (hex == 32)
+		return true;
+bad:
+	GUC_check_errcode(ERRCODE_INVALID_TEXT_REPRESENTATION);
+	GUC_check_errmsg("invalid tenant id \"%s\"", s);
+	GUC_check_errhint("Tenant ids are uuids, for example \"6f1c2a0e-3c4b-4d5e-8f90-123456789abc\".");
+	return false;
+}
+
+static void
+sandbox_define_gucs(void)
+{
+	DefineCustomStringVariable("sandbox.org_id",
+							   "Organisation the current transaction acts for.",
+							   "Row-level security of schema agent shows only this organisation's rows.",
+							   &sandbox_org_id, "",
+							   PGC_USERSET, 0,
+							   sandbox_check_uuid, NULL, NULL);
+	DefineCustomStringVariable("sandbox.workspace_id",
+							   "Workspace the current transaction acts for.",
+							   NULL,
+							   &sandbox_workspace_id, "",
+							   PGC_USERSET, 0,
+							   sandbox_check_uuid, NULL, NULL);
+
+	DefineCustomStringVariable("sandbox.database",
+							   "Database the sandbox supervisor connects to.",
+							   NULL,
+							   &sandbox_database, "postgres",
+							   PGC_POSTMASTER, 0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("sandbox.jail_path",
+							   "Path of the sandbox-jail executable.",
+							   NULL,
+							   &sandbox_jail_path, SANDBOX_DEFAULT_JAIL_PATH,
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("sandbox.work_dir",
+							   "Directory under which per-run workspaces are created.",
+							   "Relative paths are relative to the data directory.",
+							   &sandbox_work_dir, "sandbox_work",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.max_concurrent_runs",
+							"Maximum number of jails running at once.",
+							NULL,
+							&sandbox_max_concurrent_runs, 4, 1, SANDBOX_MAX_SLOTS,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.default_wall_time",
+							"Wall-clock limit of a run when the request gives none.",
+							NULL,
+							&sandbox_default_wall_time_s, 30, 1, 86400,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.max_wall_time",
+							"Largest wall-clock limit a request may ask for.",
+							NULL,
+							&sandbox_max_wall_time_s, 300, 1, 86400,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.default_memory",
+							"Memory limit of a run when the request gives none.",
+							NULL,
+							&sandbox_default_memory_mb, 512, 16, 1024 * 1024,
+							PGC_SIGHUP, GUC_UNIT_MB,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.max_memory",
+							"Largest memory limit a request may ask for.",
+							NULL,
+							&sandbox_max_memory_mb, 2048, 16, 1024 * 1024,
+							PGC_SIGHUP, GUC_UNIT_MB,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.default_pids",
+							"Process limit of a run.",
+							NULL,
+							&sandbox_default_pids, 64, 4, 4096,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.output_limit",
+							"Output kept per stream and run.",
+							"Output beyond it is discarded and the run is flagged output_truncated.",
+							&sandbox_output_limit_kb, 1024, 1, 1024 * 1024,
+							PGC_SIGHUP, GUC_UNIT_KB,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.preview_size",
+							"Bytes of output kept as the tool call's preview.",
+							NULL,
+							&sandbox_preview_bytes, 4096, 0, 1024 * 1024,
+							PGC_SIGHUP, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("sandbox");
+}
+
+void
+_PG_init(void)
+{
+	sandbox_define_gucs();
+
+	/* Workers exist only when the postmaster itself loaded us. */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	sandbox_preloaded = true;
+}

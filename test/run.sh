@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Runs every test suite of the project and ends with one line
+# "N passed, N failed" summing them; exits non-zero on any failure.
+#
+# Suites, in order:
+#   jail        test/jail/run.sh (standalone jail, no PostgreSQL)
+#   regress     pg_regress over sql/*.sql with expected/*.out
+#   isolation   pg_isolation_regress over test/isolation/specs/*.spec
+#   pgtap       pg_prove over test/pgtap/*.sql
+#   scripts     test/suites/*.sh, each ending with its own "N passed, N failed"
+#
+# The PostgreSQL suites run against one throwaway cluster (scripts/cluster.sh)
+# as the postgres user, from a copy of the inputs that postgres can read.
+# SUITES="regress pgtap" restricts the run; the default is all of them.
+set -uo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
+PGXSDIR=$(cd "$(dirname "$($PGBIN/pg_config --pgxs)")/../.." && pwd)
+SUITES=${SUITES:-"jail regress isolation pgtap scripts"}
+export SANDBOX_CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_cluster}
+export SANDBOX_PGPORT=${SANDBOX_PGPORT:-55432}
+export SANDBOX_DB=${SANDBOX_DB:-sandbox_test}
+
+total_pass=0
+total_fail=0
+summary=()
+
+as_pg() {
+	if [ "$(id -un)" = postgres ]; then "$@"
+	elif [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"
+	else sudo -u postgres -- "$@"; fi
+}
+
+record() {			# suite passed failed
+	total_pass=$((total_pass + $2))
+	total_fail=$((total_fail + $3))
+	summary+=("$(printf '%-10s %4d passed, %d failed' "$1" "$2" "$3")")
+}
+
+# Count a pg_regress-style log: "... ok" / "... FAILED" per test.
+record_regress() {		# suite log rc
+	local p f
+	p=$(grep -cE '\.\.\. ok' "$2")
+	f=$(grep -cE '\.\.\. FAILED' "$2")
+	if [ "$3" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+	record "$1" "$p" "$f"
+}
+
+# A script suite's own closing "N passed, N failed" line.
+record_script() {		# suite log rc
+	local line p f
+	line=$(grep -E '^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$2" | tail -n 1)
+	p=$(sed -E 's/^([A-Za-z]+: )?([0-9]+) passed.*/\2/' <<<"$line")
+	f=$(sed -E 's/^.* ([0-9]+) failed.*/\1/' <<<"$line")
+	p=${p:-0}
+	f=${f:-0}
+	if [ "$3" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+	record "$1" "$p" "$f"
+}
+
+want() { [[ " $SUITES " == *" $1 "* ]]; }
+
+work=$(mktemp -d /tmp/sandbox_ext_test.XXXXXX)
+chmod 0755 "$work"
+cleanup() {
+	"$top/scripts/cluster.sh" stop >/dev/null 2>&1
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+# ---- jail (no PostgreSQL) ----
+if want jail && [ -x "$top/test/jail/run.sh" ]; then
+	echo "== jail"
+	"$top/test/jail/run.sh" "$top/src/jail/sandbox-jail" 2>&1 | tee "$work/jail.log"
+	record_script jail "$work/jail.log" "${PIPESTATUS[0]}"
+fi
+
+# ---- PostgreSQL suites ----
+if want regress || want isolation || want pgtap || want scripts; then
+	echo "== cluster"
+	if ! "$top/scripts/cluster.sh" start; then
+		record cluster 0 1
+		want regress && record regress 0 1
+	else
+		cp -r "$top/sql" "$top/expected" "$top/test" "$work/"
+		chown -R postgres: "$work" 2>/dev/null || sudo chown -R postgres: "$work"
+		conn=(--host="$SANDBOX_CLUSTER_DIR" --port="$SANDBOX_PGPORT")
+
+		if want regress; then
+			echo "== regress"
+			tests=$(cd "$top/sql" && ls *.sql 2>/dev/null | grep -v '^sandbox_ext--' | sed 's/\.sql$//' | sort)
+			if [ -n "$tests" ]; then
+				(cd "$work" && as_pg "$PGXSDIR/src/test/regress/pg_regress" \
+					--inputdir=. --outputdir="$work/regress" --bindir="$PGBIN" \
+					"${conn[@]}" --use-existing --dbname="$SANDBOX_DB" \
+					$tests) 2>&1 | tee "$work/regress.log"
+				rc=${PIPESTATUS[0]}
+				if [ "$rc" -ne 0 ] && [ -f "$work/regress/regression.diffs" ]; then
+					head -c 20000 "$work/regress/regression.diffs"
+					# Keep the outputs so a developer can review and accept them.
+					mkdir -p "$top/build" && rm -rf "$top/build/regress" && cp -r "$work/regress" "$top/build/regress"
+				fi
+				record_regress regress "$work/regress.log" "$rc"
+			fi
+		fi
+
+		if want isolation; then
+			echo "== isolation"
+			specs=$(cd "$top/test/isolation/specs" 2>/dev/null && ls *.spec 2>/dev/null | sed 's/\.spec$//' | sort)
+			if [ -n "$specs" ]; then
+				(cd "$work/test/isolation" && as_pg "$PGXSDIR/src/test/isolation/pg_isolation_regress" \
+					--inputdir=. --outputdir="$work/isolation" --bindir="$PGBIN" \
+					"${conn[@]}" --use-existing --dbname="$SANDBOX_DB" \
+					$specs) 2>&1 | tee "$work/isolation.log"
+				rc=${PIPESTATUS[0]}
+				if [ "$rc" -ne 0 ] && [ -f "$work/isolation/regression.diffs" ]; then
+					head -c 20000 "$work/isolation/regression.diffs"
+					mkdir -p "$top/build" && rm -rf "$top/build/isolation" && cp -r "$work/isolation" "$top/build/isolation"
+				fi
+				record_regress isolation "$work/isolation.log" "$rc"
+			fi
+		fi
+
+		if want pgtap; then
+			echo "== pgtap"
+			files=$(cd "$work/test/pgtap" 2>/dev/null && ls *.sql 2>/dev/null | sort)
+			if [ -n "$files" ]; then
+				(cd "$work/test/pgtap" && as_pg pg_prove --verbose \
+					-h "$SANDBOX_CLUSTER_DIR" -p "$SANDBOX_PGPORT" -d "$SANDBOX_DB" -U postgres \
+					$files) >"$work/pgtap.log" 2>&1
+				rc=$?
+				grep -E '^(not ok|ok|#|Files=|Result:|[a-z0-9_]+\.sql)' "$work/pgtap.log" | grep -vE '^ok ' | tail -n 200
+				p=$(grep -cE '^ok [0-9]+' "$work/pgtap.log")
+				f=$(grep -cE '^not ok [0-9]+' "$work/pgtap.log")
+				if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+				record pgtap "$p" "$f"
+			fi
+		fi
+
+		if want scripts; then
+			for s in "$top"/test/suites/*.sh; do
+				[ -x "$s" ] || continue
+				name=$(basename "$s" .sh)
+				echo "== $name"
+				"$s" 2>&1 | tee "$work/$name.log"
+				record_script "$name" "$work/$name.log" "${PIPESTATUS[0]}"
+			done
+		fi
+	fi
+fi
+
+echo
+echo "== summary"
+for line in "${summary[@]}"; do echo "$line"; done
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ] && [ "$total_pass" -gt 0 ]

@@ -184,4 +184,5 @@ _PG_init(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	sandbox_preloaded = true;
+	sandbox_shmem_init();
 }

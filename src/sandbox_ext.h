@@ -28,4 +28,44 @@ extern int	sandbox_output_limit_kb;
 extern int	sandbox_preview_bytes;
 extern bool sandbox_preloaded;
 
+/*
+ * Shared memory: the supervisor's latch (for commit-time wake-ups), what
+ * each slot runs (for agent.worker_status()), and condition variables that
+ * waiting backends sleep on.
+ */
+#include "storage/condition_variable.h"
+#include "storage/latch.h"
+#include "storage/spin.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+typedef struct SandboxSlot
+{
+	bool		in_use;
+	pg_uuid_t	invocation_id;
+	int			jail_pid;
+	TimestampTz started_at;
+	int64		output_bytes;
+} SandboxSlot;
+
+typedef struct SandboxShared
+{
+	slock_t		mutex;
+	int			supervisor_pid;
+	Latch	   *supervisor_latch;
+	TimestampTz supervisor_started_at;
+	int			slots_in_use;
+	SandboxSlot slots[SANDBOX_MAX_SLOTS];
+	uint64		finished_count;		/* bumped after each finish commits */
+	ConditionVariable finished_cv;
+	int			exporter_pid;
+	Latch	   *exporter_latch;
+	ConditionVariable export_cv;
+} SandboxShared;
+
+extern SandboxShared *sandbox_shared;
+
+extern void sandbox_shmem_init(void);
+extern void sandbox_wake_supervisor_now(void);
+
 #endif							/* SANDBOX_EXT_H */

@@ -1,0 +1,15 @@
+-- Core C entry points shared by the rest of the extension.
+
+-- Wake the supervisor when the calling transaction commits (no-op, returning
+-- false, when the library was not preloaded and no supervisor exists).
+CREATE FUNCTION agent._wake_supervisor() RETURNS boolean
+	AS 'MODULE_PATHNAME', 'sandbox_wake_supervisor'
+	LANGUAGE C VOLATILE STRICT;
+
+-- True when sandbox_ext is in shared_preload_libraries, so approved
+-- invocations will actually be run by the supervisor.
+CREATE FUNCTION agent.supervisor_available() RETURNS boolean
+	AS 'MODULE_PATHNAME', 'sandbox_is_preloaded'
+	LANGUAGE C STABLE STRICT;
+COMMENT ON FUNCTION agent.supervisor_available() IS
+	'true when sandbox_ext is preloaded and a supervisor can run approved invocations';

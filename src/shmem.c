@@ -1,0 +1,147 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *		Shared state between backends and the supervisor worker, and the
+ *		commit-time wake-up.
+ *
+ * The supervisor publishes its latch here.  A backend that approves or
+ * cancels an invocation calls agent._wake_supervisor(), which only marks
+ * the transaction; the latch is set from a transaction callback once the
+ * commit is durable, so the worker never wakes to look for a row it cannot
+ * see yet (the pattern pg_net uses).  A rolled-back approval wakes nobody.
+ *
+ * Backends waiting in agent.wait() sleep on a condition variable that the
+ * supervisor broadcasts after each finishing transaction commits.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+
+#include "sandbox_ext.h"
+
+SandboxShared *sandbox_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static bool wake_pending = false;
+static bool xact_callback_registered = false;
+
+static void
+sandbox_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(SandboxShared)));
+}
+
+static void
+sandbox_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	sandbox_shared = ShmemInitStruct("sandbox_ext", sizeof(SandboxShared), &found);
+	if (!found)
+	{
+		memset(sandbox_shared, 0, sizeof(SandboxShared));
+		SpinLockInit(&sandbox_shared->mutex);
+		ConditionVariableInit(&sandbox_shared->finished_cv);
+		ConditionVariableInit(&sandbox_shared->export_cv);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+sandbox_shmem_init(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = sandbox_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = sandbox_shmem_startup;
+}
+
+/*
+ * Set the supervisor's latch now, if a supervisor is running.
+ */
+void
+sandbox_wake_supervisor_now(void)
+{
+	Latch	   *latch = NULL;
+
+	if (sandbox_shared == NULL)
+		return;
+	SpinLockAcquire(&sandbox_shared->mutex);
+	latch = sandbox_shared->supervisor_latch;
+	SpinLockRelease(&sandbox_shared->mutex);
+	if (latch)
+		SetLatch(latch);
+}
+
+static void
+sandbox_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (wake_pending)
+			{
+				wake_pending = false;
+				sandbox_wake_supervisor_now();
+			}
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			wake_pending = false;
+			break;
+		default:
+			break;
+	}
+}
+
+PG_FUNCTION_INFO_V1(sandbox_wake_supervisor);
+
+/*
+ * agent._wake_supervisor(): wake the supervisor when this transaction
+ * commits.  Cheap and idempotent; a no-op when the library is not
+ * preloaded (there is no supervisor to wake).
+ */
+Datum
+sandbox_wake_supervisor(PG_FUNCTION_ARGS)
+{
+	if (sandbox_shared == NULL)
+		PG_RETURN_BOOL(false);
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(sandbox_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+	wake_pending = true;
+	PG_RETURN_BOOL(true);
+}
+
+PG_FUNCTION_INFO_V1(sandbox_is_preloaded);
+
+/*
+ * agent.supervisor_available(): true when shared memory exists, i.e. the
+ * library was loaded through shared_preload_libraries and a supervisor can
+ * run approved invocations.
+ */
+Datum
+sandbox_is_preloaded(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(sandbox_shared != NULL);
+}

@@ -1,0 +1,223 @@
+-- agent.request_execution(): the IAM decision and, when it allows the
+-- request, the pending invocation with its approval card.
+--
+-- Two kinds of "no" are kept apart.  A caller bug (a null argument, an id
+-- that does not exist in the caller's tenant, limits out of range) raises
+-- an error with a specific SQLSTATE and leaves no row behind.  A policy
+-- refusal (plan, admin switch, toggles, model, language, code size) is a
+-- returned status: the capability.invoke_denied audit event must survive,
+-- so raising (and rolling it back) is not an option.  The returned row
+-- still carries the SQLSTATE the refusal corresponds to, for callers that
+-- map statuses to errors.
+
+CREATE TYPE agent.execution_request AS (
+	invocation_id	uuid,		-- NULL when denied
+	approval_id		uuid,		-- NULL when denied
+	status			text,		-- 'pending_approval', 'denied', or on a replay the invocation's state
+	reason			text,		-- refusal reason code, NULL when allowed
+	sqlstate		text,		-- the SQLSTATE matching the refusal, NULL when allowed
+	replayed		boolean		-- true when an earlier request with the same idempotency key was returned
+);
+COMMENT ON TYPE agent.execution_request IS 'result of agent.request_execution()';
+
+CREATE FUNCTION agent.request_execution(
+	workspace		uuid,
+	agent			uuid,
+	conversation	uuid,
+	language		text,
+	code			text,
+	requested_by	text,
+	description		text DEFAULT NULL,
+	idempotency_key text DEFAULT NULL,
+	wall_time_s		integer DEFAULT NULL,
+	memory_mb		integer DEFAULT NULL)
+	RETURNS agent.execution_request
+	LANGUAGE plpgsql
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent
+AS $$
+#variable_conflict use_column
+DECLARE
+	v_org		uuid := agent.current_org();
+	v_null		text;
+	v_max		integer;
+	v_ctx		record;
+	v_conv_ok	boolean;
+	v_prior		agent.invocations;
+	v_reason	text;
+	v_sqlstate	text;
+	v_message	text;
+	v_runtime	text;
+	v_sha		text;
+	v_bytes		integer;
+	v_inv		uuid;
+	v_appr		uuid;
+	r			agent.execution_request;
+BEGIN
+	---- Arguments: errors, nothing written ----
+	v_null := CASE
+		WHEN workspace IS NULL THEN 'workspace'
+		WHEN agent IS NULL THEN 'agent'
+		WHEN language IS NULL THEN 'language'
+		WHEN code IS NULL THEN 'code'
+		WHEN requested_by IS NULL THEN 'requested_by' END;
+	IF v_null IS NOT NULL THEN
+		RAISE EXCEPTION '% must not be null', v_null USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF btrim(requested_by) = '' THEN
+		RAISE EXCEPTION 'requested_by must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	PERFORM agent._require_tenant(true);
+	IF workspace <> agent.current_workspace() THEN
+		RAISE EXCEPTION 'workspace % is not the current workspace', workspace
+			USING ERRCODE = 'insufficient_privilege',
+				  HINT = 'Requests are made in the workspace named by agent.set_tenant().';
+	END IF;
+	IF wall_time_s IS NOT NULL THEN
+		SELECT s.setting::integer INTO v_max FROM pg_settings s WHERE s.name = 'sandbox.max_wall_time';
+		IF wall_time_s < 1 OR wall_time_s > coalesce(v_max, 300) THEN
+			RAISE EXCEPTION 'wall time limit % s is out of range', wall_time_s
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = format('It must be between 1 and %s seconds (sandbox.max_wall_time).', coalesce(v_max, 300));
+		END IF;
+	END IF;
+	IF memory_mb IS NOT NULL THEN
+		SELECT s.setting::integer INTO v_max FROM pg_settings s WHERE s.name = 'sandbox.max_memory';
+		IF memory_mb < 1 OR memory_mb > coalesce(v_max, 2048) THEN
+			RAISE EXCEPTION 'memory limit % MB is out of range', memory_mb
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = format('It must be between 1 and %s MB (sandbox.max_memory).', coalesce(v_max, 2048));
+		END IF;
+	END IF;
+
+	-- Everything the decision reads, in one lookup.  Ids are resolved only
+	-- inside the caller's tenant: another tenant's ids are unknown here.
+	SELECT o.plan, p.code_execution AS plan_ok,
+		   o.personal_agents_code_execution AS personal_ok,
+		   a.id AS agent_id, a.kind, a.code_execution_enabled AS agent_ok,
+		   coalesce(m.supports_code_execution, false) AS model_ok
+	  INTO v_ctx
+	  FROM agent.workspaces w
+	  JOIN agent.orgs o ON o.id = w.org_id
+	  JOIN agent.plans p ON p.plan = o.plan
+	  LEFT JOIN agent.agents a ON a.id = request_execution.agent
+							  AND a.org_id = w.org_id AND a.workspace_id = w.id
+	  LEFT JOIN agent.models m ON m.id = a.model_id
+	 WHERE w.id = request_execution.workspace AND w.org_id = v_org;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'workspace % does not exist', workspace USING ERRCODE = 'undefined_object';
+	END IF;
+	IF v_ctx.agent_id IS NULL THEN
+		RAISE EXCEPTION 'agent % does not exist in workspace %', agent, workspace
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	IF conversation IS NOT NULL THEN
+		SELECT c.code_execution_enabled INTO v_conv_ok
+		  FROM agent.conversations c
+		 WHERE c.id = request_execution.conversation AND c.org_id = v_org
+		   AND c.workspace_id = request_execution.workspace
+		   AND c.agent_id = request_execution.agent;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'conversation % does not exist for agent %', conversation, agent
+				USING ERRCODE = 'undefined_object';
+		END IF;
+	END IF;
+
+	---- Idempotency: the same key returns the same invocation ----
+	IF idempotency_key IS NOT NULL THEN
+		-- Serialise requests carrying this key; the loser of a race waits
+		-- here and then finds the winner's committed invocation.
+		PERFORM pg_advisory_xact_lock(hashtextextended(v_org::text || '/' || idempotency_key, 7));
+		SELECT * INTO v_prior FROM agent.invocations i
+		 WHERE i.org_id = v_org AND i.idempotency_key = request_execution.idempotency_key;
+		IF FOUND THEN
+			IF (v_prior.workspace_id, v_prior.agent_id, v_prior.conversation_id,
+				v_prior.language, v_prior.code_sha256)
+			   IS DISTINCT FROM
+			   (workspace, agent, conversation, language, agent.code_sha256(code)) THEN
+				RAISE EXCEPTION 'idempotency key "%" was already used for a different request', idempotency_key
+					USING ERRCODE = 'unique_violation',
+						  DETAIL = format('It belongs to invocation %s.', v_prior.id);
+			END IF;
+			r := ROW(v_prior.id, v_prior.approval_id, v_prior.state, v_prior.state_reason,
+					 NULL, true);
+			RETURN r;
+		END IF;
+	END IF;
+
+	---- IAM, in order; the first failure decides ----
+	v_bytes := octet_length(code);
+	IF NOT v_ctx.plan_ok THEN
+		v_reason := 'plan_excludes_code_execution'; v_sqlstate := '42501';
+		v_message := format('The %s plan does not include code execution.', v_ctx.plan);
+	ELSIF v_ctx.kind = 'personal' AND NOT v_ctx.personal_ok THEN
+		v_reason := 'personal_agents_disabled'; v_sqlstate := '42501';
+		v_message := 'The organisation''s administrator has turned off code execution for personal agents.';
+	ELSIF NOT v_ctx.agent_ok THEN
+		v_reason := 'agent_code_execution_disabled'; v_sqlstate := '42501';
+		v_message := 'Code execution is turned off for this agent.';
+	ELSIF conversation IS NOT NULL AND NOT v_conv_ok THEN
+		v_reason := 'conversation_code_execution_disabled'; v_sqlstate := '42501';
+		v_message := 'Code execution is turned off for this conversation.';
+	ELSIF NOT v_ctx.model_ok THEN
+		v_reason := 'model_lacks_code_execution'; v_sqlstate := '0A000';
+		v_message := 'The agent''s model does not support code execution.';
+	ELSE
+		SELECT rt.interpreter || ' ' || rt.version INTO v_runtime
+		  FROM agent.runtimes rt WHERE rt.language = request_execution.language;
+		IF v_runtime IS NULL THEN
+			v_reason := 'language_not_supported'; v_sqlstate := '22023';
+			v_message := format('Language "%s" is not supported; use python, node or shell.', language);
+		ELSIF code !~ '\S' THEN
+			v_reason := 'code_empty'; v_sqlstate := '22023';
+			v_message := 'The code is empty.';
+		ELSIF v_bytes > agent.setting('max_code_bytes')::integer THEN
+			v_reason := 'code_too_large'; v_sqlstate := '54000';
+			v_message := format('The code is %s bytes; the limit is %s.', v_bytes,
+								agent.setting('max_code_bytes'));
+		END IF;
+	END IF;
+
+	v_sha := agent.code_sha256(code);
+	IF v_reason IS NOT NULL THEN
+		PERFORM agent._audit(v_org, workspace, 'capability.invoke_denied', NULL, requested_by,
+			jsonb_build_object('reason', v_reason, 'message', v_message,
+							   'agent_id', agent, 'conversation_id', conversation,
+							   'language', language, 'code_sha256', v_sha,
+							   'code_bytes', v_bytes, 'plan', v_ctx.plan,
+							   'idempotency_key', idempotency_key));
+		r := ROW(NULL, NULL, 'denied', v_reason, v_sqlstate, false);
+		RETURN r;
+	END IF;
+
+	---- Allowed: the invocation, its card, and the decision's event ----
+	v_inv := gen_random_uuid();
+	v_appr := gen_random_uuid();
+	INSERT INTO agent.invocations (id, org_id, workspace_id, agent_id, conversation_id,
+								   requested_by, language, code, code_sha256, description,
+								   idempotency_key, state, approval_id, wall_time_s, memory_mb)
+		VALUES (v_inv, v_org, workspace, agent, conversation, requested_by, language, code,
+				v_sha, description, idempotency_key, 'pending_approval', v_appr,
+				wall_time_s, memory_mb);
+	INSERT INTO agent.approval_requests (id, invocation_id, org_id, workspace_id, status,
+										 code, code_sha256, language, runtime, risk_level,
+										 description, requested_by, expires_at)
+		VALUES (v_appr, v_inv, v_org, workspace, 'pending', code, v_sha, language, v_runtime,
+				'high', description, requested_by,
+				now() + agent.setting('approval_timeout')::interval);
+	-- Last, so the org's audit chain is held for as short a time as possible.
+	PERFORM agent._audit(v_org, workspace, 'capability.invoke_allowed', v_inv, requested_by,
+		jsonb_build_object('agent_id', agent, 'conversation_id', conversation,
+						   'language', language, 'code_sha256', v_sha,
+						   'code_bytes', v_bytes, 'plan', v_ctx.plan,
+						   'approval_id', v_appr));
+	IF NOT agent.supervisor_available() THEN
+		RAISE NOTICE 'no supervisor is running in this cluster'
+			USING HINT = 'Nothing will run until sandbox_ext is in shared_preload_libraries.';
+	END IF;
+	r := ROW(v_inv, v_appr, 'pending_approval', NULL, NULL, false);
+	RETURN r;
+END
+$$;
+COMMENT ON FUNCTION agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer) IS
+	'decide whether code may run; on yes, create the pending invocation and its approval card';

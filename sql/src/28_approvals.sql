@@ -1,0 +1,255 @@
+-- Approvals: a person approves or denies the card of a pending invocation;
+-- cards left undecided expire.
+--
+-- Lock order, everywhere: the approval request, then its invocation, then
+-- the org's audit head (taken by agent._audit()).  Two deciders of one card
+-- queue on the card's row lock and the second finds it decided;
+-- expire_pending_approvals() skips cards someone is deciding.
+
+-- Lock a pending, unexpired card of the caller's workspace or explain why
+-- not.  Internal: called only from the SECURITY DEFINER functions below.
+CREATE FUNCTION agent._lock_pending_approval(approval uuid)
+	RETURNS agent.approval_requests
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, agent
+AS $$
+DECLARE
+	v agent.approval_requests;
+BEGIN
+	IF approval IS NULL THEN
+		RAISE EXCEPTION 'approval request id must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM agent._require_tenant(true);
+	-- Another tenant's card is indistinguishable from a missing one.
+	SELECT * INTO v FROM agent.approval_requests a
+	 WHERE a.id = approval AND a.org_id = agent.current_org()
+	   AND a.workspace_id = agent.current_workspace()
+	   FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'approval request % does not exist in the current workspace', approval
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	IF v.status = 'expired' OR (v.status = 'pending' AND v.expires_at <= now()) THEN
+		RAISE EXCEPTION 'approval request % has expired', approval
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = 'It was not decided in time.',
+				  HINT = 'Request the execution again.';
+	END IF;
+	IF v.status <> 'pending' THEN
+		RAISE EXCEPTION 'approval request % has already been decided', approval
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = format('It was %s by %s.', v.status, v.decided_by);
+	END IF;
+	RETURN v;
+END
+$$;
+
+-- Lock the invocation behind a card and check that it is still waiting
+-- for this decision with the code the card shows.
+CREATE FUNCTION agent._lock_waiting_invocation(card agent.approval_requests)
+	RETURNS agent.invocations
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, agent
+AS $$
+DECLARE
+	v agent.invocations;
+BEGIN
+	SELECT * INTO STRICT v FROM agent.invocations i WHERE i.id = card.invocation_id FOR UPDATE;
+	IF v.code_sha256 <> card.code_sha256 OR agent.code_sha256(v.code) <> card.code_sha256 THEN
+		RAISE EXCEPTION 'approval request % does not match the code of invocation %', card.id, v.id
+			USING ERRCODE = 'data_corrupted',
+				  DETAIL = 'The code was changed after the card was shown; it cannot be approved.';
+	END IF;
+	IF v.state <> 'pending_approval' THEN
+		RAISE EXCEPTION 'invocation % is no longer waiting for approval', v.id
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = format('It is %s.', v.state);
+	END IF;
+	RETURN v;
+END
+$$;
+
+-- Approve the card.  code_sha256, when given, is the hash of the code the
+-- approver was shown; a different hash is refused, so an approval can never
+-- cover code its approver did not see.  Returns the invocation's id.
+CREATE FUNCTION agent.approve(approval uuid, approver text, code_sha256 text DEFAULT NULL)
+	RETURNS uuid
+	LANGUAGE plpgsql
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent
+AS $$
+#variable_conflict use_variable
+DECLARE
+	v_card	agent.approval_requests;
+	v_inv	agent.invocations;
+BEGIN
+	IF approver IS NULL OR btrim(approver) = '' THEN
+		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	v_card := agent._lock_pending_approval(approval);
+	IF code_sha256 IS NOT NULL AND lower(code_sha256) <> v_card.code_sha256 THEN
+		RAISE EXCEPTION 'code hash does not match approval request %', approval
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'The approver was shown different code than the card holds.',
+				  HINT = 'Reload the approval card and review the code again.';
+	END IF;
+	v_inv := agent._lock_waiting_invocation(v_card);
+
+	UPDATE agent.approval_requests a
+	   SET status = 'approved', decided_by = approver, decided_at = now(),
+		   approved_code_sha256 = v_card.code_sha256
+	 WHERE a.id = v_card.id;
+	UPDATE agent.invocations i
+	   SET state = 'approved', approved_at = now()
+	 WHERE i.id = v_inv.id;
+	PERFORM agent._audit(v_card.org_id, v_card.workspace_id, 'approval.approved', v_inv.id,
+						 approver, jsonb_build_object('approval_id', v_card.id,
+													  'code_sha256', v_card.code_sha256));
+	-- The supervisor claims approved work when this transaction commits.
+	PERFORM agent._wake_supervisor();
+	RETURN v_inv.id;
+END
+$$;
+
+-- Deny the card; final.  Returns the invocation's id.
+CREATE FUNCTION agent.deny(approval uuid, approver text, reason text DEFAULT NULL)
+	RETURNS uuid
+	LANGUAGE plpgsql
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent
+AS $$
+#variable_conflict use_variable
+DECLARE
+	v_card	agent.approval_requests;
+	v_inv	agent.invocations;
+BEGIN
+	IF approver IS NULL OR btrim(approver) = '' THEN
+		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	v_card := agent._lock_pending_approval(approval);
+	v_inv := agent._lock_waiting_invocation(v_card);
+
+	UPDATE agent.approval_requests a
+	   SET status = 'denied', decided_by = approver, decided_at = now(),
+		   decision_reason = reason
+	 WHERE a.id = v_card.id;
+	UPDATE agent.invocations i
+	   SET state = 'denied', state_reason = coalesce(reason, 'denied by the approver')
+	 WHERE i.id = v_inv.id;
+	PERFORM agent._audit(v_card.org_id, v_card.workspace_id, 'approval.denied', v_inv.id,
+						 approver, jsonb_build_object('approval_id', v_card.id,
+													  'code_sha256', v_card.code_sha256,
+													  'reason', reason));
+	RETURN v_inv.id;
+END
+$$;
+
+-- Expire every card still pending at as_of (default: now) and its
+-- invocation; returns how many.  For pg_cron and the owner; it acts on all
+-- tenants.  Cards locked by a concurrent decision are skipped: that
+-- decision wins, or the next run expires them.
+CREATE FUNCTION agent.expire_pending_approvals(as_of timestamptz DEFAULT now())
+	RETURNS integer
+	LANGUAGE plpgsql
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent
+AS $$
+DECLARE
+	c	record;
+	n	integer := 0;
+BEGIN
+	-- Orgs in a fixed order, so concurrent runs take audit heads in the
+	-- same order.
+	FOR c IN
+		WITH due AS (
+			SELECT a.id FROM agent.approval_requests a
+			 WHERE a.status = 'pending' AND a.expires_at <= coalesce(as_of, now())
+			   FOR UPDATE SKIP LOCKED),
+		expired AS (
+			UPDATE agent.approval_requests a
+			   SET status = 'expired', decided_at = now(),
+				   decision_reason = 'not decided in time'
+			  FROM due WHERE a.id = due.id
+			RETURNING a.id, a.invocation_id, a.org_id, a.workspace_id, a.code_sha256,
+					  a.expires_at)
+		SELECT * FROM expired ORDER BY org_id, expires_at
+	LOOP
+		UPDATE agent.invocations i
+		   SET state = 'expired', state_reason = 'approval not decided in time'
+		 WHERE i.id = c.invocation_id AND i.state = 'pending_approval';
+		PERFORM agent._audit(c.org_id, c.workspace_id, 'approval.expired', c.invocation_id,
+							 'system', jsonb_build_object('approval_id', c.id,
+														  'code_sha256', c.code_sha256,
+														  'expires_at', c.expires_at));
+		n := n + 1;
+	END LOOP;
+	RETURN n;
+END
+$$;
+
+-- The card as the UI renders it.  Security invoker: row-level security
+-- decides which cards the caller may see.
+CREATE TYPE agent.approval_card AS (
+	approval_id		uuid,
+	invocation_id	uuid,
+	status			text,
+	title			text,
+	agent_name		text,
+	conversation_id uuid,
+	language		text,
+	runtime			text,
+	risk_level		text,
+	description		text,
+	code			text,
+	code_sha256		text,
+	code_lines		integer,
+	requested_by	text,
+	created_at		timestamptz,
+	expires_at		timestamptz,
+	decided_by		text,
+	decided_at		timestamptz,
+	decision_reason text
+);
+
+CREATE FUNCTION agent.approval_card(approval uuid) RETURNS agent.approval_card
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent
+AS $$
+DECLARE
+	v agent.approval_card;
+BEGIN
+	IF approval IS NULL THEN
+		RAISE EXCEPTION 'approval request id must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	SELECT a.id, a.invocation_id, a.status,
+		   format('%s wants to run %s code', coalesce(g.name, 'An agent'), a.language),
+		   g.name, i.conversation_id, a.language, a.runtime, a.risk_level, a.description,
+		   a.code, a.code_sha256,
+		   array_length(regexp_split_to_array(rtrim(a.code, E'\n'), E'\n'), 1),
+		   a.requested_by, a.created_at, a.expires_at, a.decided_by, a.decided_at,
+		   a.decision_reason
+	  INTO v
+	  FROM agent.approval_requests a
+	  JOIN agent.invocations i ON i.id = a.invocation_id
+	  LEFT JOIN agent.agents g ON g.id = i.agent_id
+	 WHERE a.id = approval;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'approval request % does not exist', approval
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	RETURN v;
+END
+$$;
+
+-- For the supervisor, just before it runs an invocation: true only when
+-- its approval is approved and bound to the hash of the code as it is now.
+CREATE FUNCTION agent.approved_code_matches(invocation uuid) RETURNS boolean
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent
+	RETURN EXISTS (
+		SELECT 1 FROM agent.invocations i
+		  JOIN agent.approval_requests a ON a.id = i.approval_id AND a.invocation_id = i.id
+		 WHERE i.id = invocation
+		   AND a.status = 'approved'
+		   AND a.approved_code_sha256 = agent.code_sha256(i.code)
+		   AND i.code_sha256 = a.approved_code_sha256);

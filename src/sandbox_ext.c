@@ -185,4 +185,5 @@ _PG_init(void)
 		return;
 	sandbox_preloaded = true;
 	sandbox_shmem_init();
+	sandbox_supervisor_register();
 }

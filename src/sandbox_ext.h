@@ -67,5 +67,6 @@ extern SandboxShared *sandbox_shared;
 
 extern void sandbox_shmem_init(void);
 extern void sandbox_wake_supervisor_now(void);
+extern void sandbox_supervisor_register(void);
 
 #endif							/* SANDBOX_EXT_H */

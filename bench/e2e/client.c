@@ -1,0 +1,236 @@
+/*
+ * bench/e2e/client.c: end-to-end latency and throughput of the control
+ * plane plus supervisor plus jail, measured from a libpq client.
+ *
+ *	client latency CONNINFO ORG WS AGENT LANGUAGE CODE N
+ *		N sequential request+approve; for each, the time from approve's
+ *		COMMIT returning to the "done" notification (LISTEN on the
+ *		invocation's channel, subscribed before approving).  Prints
+ *		"p50_ms p99_ms mean_ms".
+ *
+ *	client throughput CONNINFO ORG WS AGENT LANGUAGE CODE CLIENTS SECONDS
+ *		CLIENTS processes, each looping request+approve+agent.wait() for
+ *		SECONDS.  Prints "completed per_second".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/select.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+
+static double
+now_ms(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return tv.tv_sec * 1000.0 + tv.tv_usec / 1000.0;
+}
+
+static PGresult *
+exec_ok(PGconn *conn, const char *sql, int nparams, const char *const *params)
+{
+	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+	ExecStatusType st = PQresultStatus(res);
+
+	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK)
+	{
+		fprintf(stderr, "client: %s: %s", sql, PQerrorMessage(conn));
+		exit(1);
+	}
+	return res;
+}
+
+static PGconn *
+connect_tenant(const char *conninfo, const char *org, const char *ws)
+{
+	PGconn	   *conn = PQconnectdb(conninfo);
+	const char *p[2] = {org, ws};
+
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		fprintf(stderr, "client: %s", PQerrorMessage(conn));
+		exit(1);
+	}
+	/* Session-level tenant: set_config(..., false) lasts the connection. */
+	PQclear(exec_ok(conn, "SELECT set_config('sandbox.org_id', $1, false), "
+					"set_config('sandbox.workspace_id', $2, false)", 2, p));
+	return conn;
+}
+
+/* request_execution; fills inv and approval (37 bytes each). */
+static void
+request(PGconn *conn, const char *ws, const char *agent, const char *lang,
+		const char *code, char *inv, char *approval)
+{
+	const char *p[4] = {ws, agent, lang, code};
+	PGresult   *res = exec_ok(conn,
+							  "SELECT invocation_id, approval_id FROM agent.request_execution("
+							  "$1::uuid, $2::uuid, NULL, $3, $4, 'bench')", 4, p);
+
+	if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0))
+	{
+		fprintf(stderr, "client: request refused\n");
+		exit(1);
+	}
+	snprintf(inv, 37, "%s", PQgetvalue(res, 0, 0));
+	snprintf(approval, 37, "%s", PQgetvalue(res, 0, 1));
+	PQclear(res);
+}
+
+static void
+approve(PGconn *conn, const char *approval)
+{
+	const char *p[1] = {approval};
+
+	PQclear(exec_ok(conn, "SELECT agent.approve($1::uuid, 'bench')", 1, p));
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double		x = *(const double *) a,
+				y = *(const double *) b;
+
+	return (x > y) - (x < y);
+}
+
+static int
+latency(char **argv)
+{
+	const char *conninfo = argv[2],
+			   *org = argv[3],
+			   *ws = argv[4],
+			   *agent = argv[5],
+			   *lang = argv[6],
+			   *code = argv[7];
+	int			n = atoi(argv[8]);
+	double	   *ms = calloc(n, sizeof(double));
+	double		sum = 0;
+	PGconn	   *conn = connect_tenant(conninfo, org, ws);
+
+	for (int i = 0; i < n; i++)
+	{
+		char		inv[37],
+					appr[37],
+					sql[128];
+		double		t0;
+		int			done = 0;
+
+		request(conn, ws, agent, lang, code, inv, appr);
+		snprintf(sql, sizeof(sql), "LISTEN \"sandbox_output_%s\"", inv);
+		PQclear(exec_ok(conn, sql, 0, NULL));
+		approve(conn, appr);
+		t0 = now_ms();
+		while (!done)
+		{
+			PGnotify   *note;
+			fd_set		r;
+			int			sock = PQsocket(conn);
+			struct timeval tv = {60, 0};
+
+			FD_ZERO(&r);
+			FD_SET(sock, &r);
+			if (select(sock + 1, &r, NULL, NULL, &tv) <= 0)
+			{
+				fprintf(stderr, "client: no result within 60 s for %s\n", inv);
+				return 1;
+			}
+			PQconsumeInput(conn);
+			while ((note = PQnotifies(conn)) != NULL)
+			{
+				if (strstr(note->extra, "\"done\""))
+					done = 1;
+				PQfreemem(note);
+			}
+		}
+		ms[i] = now_ms() - t0;
+		sum += ms[i];
+		snprintf(sql, sizeof(sql), "UNLISTEN \"sandbox_output_%s\"", inv);
+		PQclear(exec_ok(conn, sql, 0, NULL));
+	}
+	qsort(ms, n, sizeof(double), cmp_double);
+	printf("%.2f %.2f %.2f\n", ms[n / 2], ms[(int) (n * 0.99) < n ? (int) (n * 0.99) : n - 1],
+		   sum / n);
+	PQfinish(conn);
+	return 0;
+}
+
+static int
+throughput(char **argv)
+{
+	const char *conninfo = argv[2],
+			   *org = argv[3],
+			   *ws = argv[4],
+			   *agent = argv[5],
+			   *lang = argv[6],
+			   *code = argv[7];
+	int			clients = atoi(argv[8]);
+	double		seconds = atof(argv[9]);
+	int			fds[2];
+	long		total = 0;
+	double		t0 = now_ms(),
+				t1;
+
+	if (pipe(fds) != 0)
+		return 1;
+	for (int c = 0; c < clients; c++)
+	{
+		if (fork() == 0)
+		{
+			PGconn	   *conn = connect_tenant(conninfo, org, ws);
+			double		end = t0 + seconds * 1000;
+			long		count = 0;
+
+			close(fds[0]);
+			while (now_ms() < end)
+			{
+				char		inv[37],
+							appr[37];
+				const char *p[1] = {inv};
+				PGresult   *res;
+
+				request(conn, ws, agent, lang, code, inv, appr);
+				approve(conn, appr);
+				res = exec_ok(conn, "SELECT agent.wait($1::uuid, '60 s')", 1, p);
+				if (strcmp(PQgetvalue(res, 0, 0), "succeeded") == 0)
+					count++;
+				PQclear(res);
+			}
+			if (write(fds[1], &count, sizeof(count)) != sizeof(count))
+				_exit(1);
+			PQfinish(conn);
+			_exit(0);
+		}
+	}
+	close(fds[1]);
+	for (int c = 0; c < clients; c++)
+	{
+		long		count;
+
+		if (read(fds[0], &count, sizeof(count)) == sizeof(count))
+			total += count;
+	}
+	while (wait(NULL) > 0)
+		;
+	t1 = now_ms();
+	printf("%ld %.1f\n", total, total / ((t1 - t0) / 1000.0));
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	if (argc == 9 && strcmp(argv[1], "latency") == 0)
+		return latency(argv);
+	if (argc == 10 && strcmp(argv[1], "throughput") == 0)
+		return throughput(argv);
+	fprintf(stderr,
+			"usage: client latency CONNINFO ORG WS AGENT LANGUAGE CODE N\n"
+			"       client throughput CONNINFO ORG WS AGENT LANGUAGE CODE CLIENTS SECONDS\n");
+	return 2;
+}

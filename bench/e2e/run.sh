@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# End-to-end benchmark: approve → finished, side by side with the floor
+# (the same programs run bare and under sandbox-jail directly), and the
+# throughput of request+approve+run with 8 clients next to the jail run
+# directly in a loop.  Prints ratios; asserts nothing (this machine is
+# shared and noisy).
+#
+#   bench/e2e/run.sh            (after make install; starts its own cluster)
+#   N=100 SECONDS_=20 bench/e2e/run.sh
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/../.." && pwd)
+PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
+JAIL=${JAIL:-$PGBIN/sandbox-jail}
+N=${N:-50}
+DURATION=${SECONDS_:-10}
+CLIENTS=${CLIENTS:-8}
+export SANDBOX_CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_bench}
+export SANDBOX_PGPORT=${SANDBOX_PGPORT:-55434}
+export SANDBOX_DB=${SANDBOX_DB:-sandbox_bench}
+export SANDBOX_EXTRA_CONF=${SANDBOX_EXTRA_CONF:-"sandbox.max_concurrent_runs = $CLIENTS"}
+
+as_pg() {
+	if [ "$(id -un)" = postgres ]; then "$@"
+	elif [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"
+	else sudo -u postgres -- "$@"; fi
+}
+q() { as_pg "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$SANDBOX_CLUSTER_DIR" -p "$SANDBOX_PGPORT" -U postgres -d "$SANDBOX_DB" "$@"; }
+
+tmp=$(mktemp -d /tmp/sandbox_bench.XXXXXX)
+chmod 0755 "$tmp"
+cleanup() { "$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+cc -O2 -Wall -o "$tmp/client" "$top/bench/e2e/client.c" -I"$("$PGBIN/pg_config" --includedir)" -I/usr/include/postgresql -lpq
+
+"$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true
+"$top/scripts/cluster.sh" start >/dev/null
+read -r ORG WS AGENT < <(q -F ' ' <<'SQL' | tail -n 1
+WITH o AS (INSERT INTO agent.orgs (name, plan) VALUES ('bench', 'pro') RETURNING id),
+	 w AS (INSERT INTO agent.workspaces (org_id, name) SELECT id, 'bench' FROM o RETURNING id, org_id),
+	 m AS (INSERT INTO agent.models (name, supports_code_execution) VALUES ('bench-model', true) RETURNING id),
+	 a AS (INSERT INTO agent.agents (org_id, workspace_id, name, kind, model_id, code_execution_enabled)
+		   SELECT w.org_id, w.id, 'bench', 'specialist', m.id, true FROM w, m RETURNING id, org_id, workspace_id)
+SELECT org_id, workspace_id, id FROM a;
+SQL
+)
+q -c "SELECT agent.grant_credits('$ORG', 100000000, 'bench')" >/dev/null
+conninfo="host=$SANDBOX_CLUSTER_DIR port=$SANDBOX_PGPORT user=postgres dbname=$SANDBOX_DB"
+
+# Mean ms of N sequential runs of a command (bash loop, as postgres).
+loop_ms() {
+	as_pg bash -c '
+		n=$1; shift
+		s=$(date +%s%N)
+		for ((i = 0; i < n; i++)); do "$@" >/dev/null 2>&1 </dev/null; done
+		e=$(date +%s%N)
+		awk -v a="$s" -v b="$e" -v n="$n" "BEGIN { printf \"%.2f\", (b - a) / n / 1e6 }"' _ "$N" "$@"
+}
+ws="$tmp/ws"
+mkdir -p "$ws" && chown postgres: "$ws"
+jail_run() {			# language code-file
+	echo "$JAIL --language $1 --workspace $ws --code-file $2 --quiet --verdict-file /dev/null"
+}
+printf 'true\n' >"$tmp/true.sh"
+printf 'pass\n' >"$tmp/pass.py"
+printf '0\n' >"$tmp/zero.js"
+chmod 0644 "$tmp"/*.sh "$tmp"/*.py "$tmp"/*.js
+
+printf '%-8s %10s %10s %10s %10s %12s %12s\n' program bare_ms jail_ms e2e_p50 e2e_p99 e2e/jail e2e/bare
+for spec in "shell:true:/bin/true:$tmp/true.sh" \
+			"python:pass:/usr/bin/python3 -I -c pass:$tmp/pass.py" \
+			"node:0:/usr/bin/node -e 0:$tmp/zero.js"; do
+	IFS=: read -r lang code bare file <<<"$spec"
+	# shellcheck disable=SC2086
+	bare_ms=$(loop_ms $bare)
+	# shellcheck disable=SC2046
+	jail_ms=$(loop_ms $(jail_run "$lang" "$file"))
+	read -r p50 p99 _ < <("$tmp/client" latency "$conninfo" "$ORG" "$WS" "$AGENT" "$lang" "$code" "$N")
+	printf '%-8s %10s %10s %10s %10s %12s %12s\n' "$lang" "$bare_ms" "$jail_ms" "$p50" "$p99" \
+		"$(awk -v a="$p50" -v b="$jail_ms" 'BEGIN { printf "%.2fx", a / b }')" \
+		"$(awk -v a="$p50" -v b="$bare_ms" 'BEGIN { printf "%.2fx", a / b }')"
+done
+
+# Throughput: CLIENTS clients through the whole control plane, next to the
+# jail run directly by 2 parallel loops (one per core) for the same time.
+read -r done rate < <("$tmp/client" throughput "$conninfo" "$ORG" "$WS" "$AGENT" shell true "$CLIENTS" "$DURATION")
+direct=$(as_pg bash -c '
+	end=$(( $(date +%s) + $1 )); shift
+	count() { c=0; while [ "$(date +%s)" -lt "$end" ]; do "$@" >/dev/null 2>&1 </dev/null; c=$((c + 1)); done; echo $c; }
+	count "$@" > /tmp/.sbx_bench_a.$$ & count "$@" > /tmp/.sbx_bench_b.$$; wait
+	echo $(( $(cat /tmp/.sbx_bench_a.$$) + $(cat /tmp/.sbx_bench_b.$$) )); rm -f /tmp/.sbx_bench_[ab].$$' _ "$DURATION" $(jail_run shell "$tmp/true.sh"))
+direct_rate=$(awk -v c="$direct" -v s="$DURATION" 'BEGIN { printf "%.1f", c / s }')
+echo
+printf 'throughput, shell true: %s clients %s/s (%s runs in %ss); jail direct loop x2 %s/s; ratio %s\n' \
+	"$CLIENTS" "$rate" "$done" "$DURATION" "$direct_rate" \
+	"$(awk -v a="$rate" -v b="$direct_rate" 'BEGIN { printf "%.2f", a / b }')"

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The main job end to end on a throwaway cluster (run by `make demo` after
+# the build and install):
+#
+#   an org on the Pro plan with credits, a workspace, an agent and a thread;
+#   a Python request that uses pandas on a small CSV; its approval card;
+#   the approval; the output streamed live as the code produces it; then the
+#   tool call, the charge, the balance and the audit trail.
+#
+# KEEP_CLUSTER=1 leaves the cluster running afterwards (scripts/cluster.sh
+# env prints how to connect).
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+export SANDBOX_CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_demo}
+export SANDBOX_PGPORT=${SANDBOX_PGPORT:-55433}
+export SANDBOX_DB=${SANDBOX_DB:-sandbox_demo}
+PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
+
+as_pg() {
+	if [ "$(id -un)" = postgres ]; then "$@"
+	elif [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"
+	else sudo -u postgres -- "$@"; fi
+}
+psql_q() {
+	as_pg "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$SANDBOX_CLUSTER_DIR" -p "$SANDBOX_PGPORT" \
+		-U postgres -d "$SANDBOX_DB" "$@"
+}
+val() { psql_q -At -c "$1"; }
+
+bold=$(tput bold 2>/dev/null || true)
+dim=$(tput dim 2>/dev/null || true)
+off=$(tput sgr0 2>/dev/null || true)
+step() { printf '\n%s== %s%s\n' "$bold" "$*" "$off"; }
+
+listen_bin=$(mktemp /tmp/sandbox_listen.XXXXXX)
+cleanup() {
+	rm -f "$listen_bin"
+	if [ "${KEEP_CLUSTER:-0}" != 1 ]; then
+		"$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true
+	fi
+}
+trap cleanup EXIT
+cc -O2 -Wall -o "$listen_bin" "$top/test/tools/listen.c" -I"$("$PGBIN/pg_config" --includedir)" -I/usr/include/postgresql -lpq
+chmod 0755 "$listen_bin"
+
+step "Starting a throwaway PostgreSQL 15 cluster ($SANDBOX_CLUSTER_DIR, port $SANDBOX_PGPORT)"
+"$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true
+"$top/scripts/cluster.sh" start
+psql_q -c "SELECT 'supervisor running: ' || running FROM agent.worker_status()" -At
+
+step "An org on the Pro plan with 10 credits, a workspace, a model, an agent, a thread"
+read -r ORG WS AGENT CONV < <(psql_q -At -F ' ' <<'SQL'
+WITH o AS (INSERT INTO agent.orgs (name, plan) VALUES ('Acme Analytics', 'pro') RETURNING id),
+	 w AS (INSERT INTO agent.workspaces (org_id, name) SELECT id, 'Sales' FROM o RETURNING id, org_id),
+	 m AS (INSERT INTO agent.models (name, provider, supports_code_execution)
+		   VALUES ('demo-model-1', 'demo', true) RETURNING id),
+	 a AS (INSERT INTO agent.agents (org_id, workspace_id, name, kind, model_id,
+									 code_execution_enabled, file_upload_enabled)
+		   SELECT w.org_id, w.id, 'Data analyst', 'specialist', m.id, true, true FROM w, m
+		   RETURNING id, org_id, workspace_id),
+	 c AS (INSERT INTO agent.conversations (org_id, workspace_id, agent_id, title, created_by,
+											code_execution_enabled)
+		   SELECT org_id, workspace_id, id, 'Q3 sales by region', 'alice@acme.test', true FROM a
+		   RETURNING id, org_id, workspace_id, agent_id)
+SELECT org_id, workspace_id, agent_id, id FROM c;
+SQL
+)
+val "SELECT agent.grant_credits('$ORG', 10, 'demo top-up')" >/dev/null
+echo "org $ORG"
+echo "workspace $WS, agent $AGENT, thread $CONV"
+echo "balance: $(val "SELECT balance FROM agent.credit_balances WHERE org_id = '$ORG'") credits"
+
+step "The agent asks to run Python (pandas on a small CSV)"
+code=$(cat <<'PY'
+import io, time
+import pandas as pd
+
+csv = io.StringIO("""region,rep,amount
+north,ana,120
+south,bo,80
+north,cy,200
+east,di,50
+south,ed,95
+east,fa,130
+""")
+df = pd.read_csv(csv)
+print(f"loaded {len(df)} rows", flush=True)
+for region, total in df.groupby("region")["amount"].sum().sort_values(ascending=False).items():
+    time.sleep(0.7)          # pretend each region takes a while
+    print(f"{region:>6}: {total:5d}", flush=True)
+print("top rep:", df.loc[df["amount"].idxmax(), "rep"], flush=True)
+PY
+)
+read -r INV APPROVAL STATUS < <(psql_q -At -F ' ' -v code="$code" <<SQL
+BEGIN;
+SELECT agent.set_tenant('$ORG', '$WS');
+SELECT invocation_id, approval_id, status
+  FROM agent.request_execution('$WS', '$AGENT', '$CONV', 'python', :'code',
+							   'alice@acme.test', 'Total sales per region');
+COMMIT;
+SQL
+)
+echo "request_execution → status $STATUS, invocation $INV"
+
+step "The approval card"
+psql_q -x <<SQL
+BEGIN;
+SELECT agent.set_tenant('$ORG', '$WS');
+SELECT * FROM agent.approval_card('$APPROVAL');
+COMMIT;
+SQL
+
+step "Approved by bob@acme.test; output as the code produces it"
+channel=$(val "SELECT agent.output_channel('$INV')")
+as_pg "$listen_bin" "host=$SANDBOX_CLUSTER_DIR port=$SANDBOX_PGPORT user=postgres dbname=$SANDBOX_DB" \
+	"$channel" 120 > >(
+	last=0
+	while read -r ts payload; do
+		if [[ "$payload" == *'"done"'* ]]; then
+			break
+		fi
+		# Print each new chunk (read under the tenant, like a client would).
+		psql_q -At -c "BEGIN; SELECT agent.set_tenant('$ORG', '$WS');
+			SELECT CASE stream WHEN 'stderr' THEN '[stderr] ' ELSE '' END || rtrim(data, E'\n')
+			  FROM agent.read_output('$INV', $last); COMMIT;" | grep -v '^$' | sed 's/^/  │ /' || true
+		last=$(sed -E 's/.*"seq" *: *([0-9]+).*/\1/' <<<"$payload")
+	done
+) 2>/dev/null &
+listener=$!
+sleep 0.5
+t0=$(date +%s.%N)
+psql_q -At <<SQL >/dev/null
+BEGIN;
+SELECT agent.set_tenant('$ORG', '$WS');
+SELECT agent.approve('$APPROVAL', 'bob@acme.test');
+COMMIT;
+SQL
+state=$(psql_q -At -c "BEGIN; SELECT agent.set_tenant('$ORG', '$WS'); SELECT agent.wait('$INV', '60 s'); COMMIT;" | tail -n 1)
+wait "$listener" 2>/dev/null || true
+printf '%sfinished: %s in %s s after approval%s\n' "$dim" "$state" \
+	"$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')" "$off"
+
+step "The invocation"
+psql_q <<SQL
+SELECT state, state_reason, exit_code, credits_charged AS credits,
+	   round(extract(epoch FROM finished_at - started_at) * 1000) AS run_ms,
+	   peak_memory_bytes / 1048576 AS peak_mib
+  FROM agent.invocations WHERE id = '$INV';
+SQL
+
+step "The tool call returned to the agent"
+psql_q -x <<SQL
+SELECT tool_name, status, exit_code, input_hash, output_preview
+  FROM agent.agent_tool_calls WHERE invocation_id = '$INV';
+SQL
+
+step "Credits: the ledger and the balance"
+psql_q <<SQL
+SELECT kind, amount, reason, created_at::time(0) AS at
+  FROM agent.credit_ledger WHERE org_id = '$ORG' ORDER BY id;
+SELECT balance AS balance_now FROM agent.credit_balances WHERE org_id = '$ORG';
+SQL
+
+step "The audit trail (hash-chained per org)"
+psql_q <<SQL
+SELECT id, event_type, actor, left(details::text, 60) AS details
+  FROM agent.audit_events WHERE org_id = '$ORG' ORDER BY id;
+SELECT * FROM agent.verify_audit_chain('$ORG');
+SQL
+
+if [ -x "$top/scripts/demo-export.sh" ]; then
+	step "Analytics: the row in ClickHouse"
+	"$top/scripts/demo-export.sh" "$INV" || true
+fi
+echo
+echo "Demo done. KEEP_CLUSTER=1 make demo keeps the cluster; scripts/cluster.sh env shows how to connect."

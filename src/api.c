@@ -1,0 +1,189 @@
+/*-------------------------------------------------------------------------
+ *
+ * api.c
+ *		SQL-callable C functions for backends: agent.wait() and
+ *		agent.worker_status().
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "utils/builtins.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "sandbox_ext.h"
+
+/*
+ * Look up the state of an invocation through agent._invocation_state(),
+ * which applies the caller's tenant context.  Returns NULL if the caller
+ * cannot see it.  Each call takes a fresh snapshot (READ COMMITTED), so a
+ * finish committed by the supervisor is seen on the next look.
+ */
+static char *
+current_state(Datum id, bool *terminal)
+{
+	Oid			argtype = UUIDOID;
+	char	   *state = NULL;
+	int			rc;
+
+	*terminal = false;
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("agent.wait() cannot run in a REPEATABLE READ or SERIALIZABLE transaction"),
+				 errhint("Its snapshot would never see the invocation finish; call it in READ COMMITTED.")));
+	SPI_connect();
+	rc = SPI_execute_with_args("SELECT state, agent._state_is_terminal(state) "
+							   "FROM agent._invocation_state($1) AS state",
+							   1, &argtype, &id, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "agent._invocation_state failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed > 0)
+	{
+		char	   *s = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		char	   *t = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+
+		if (s)
+			state = MemoryContextStrdup(TopTransactionContext, s);
+		*terminal = (t != NULL && t[0] == 't');
+	}
+	SPI_finish();
+	return state;
+}
+
+PG_FUNCTION_INFO_V1(sandbox_wait);
+
+/*
+ * agent.wait(invocation uuid, timeout interval DEFAULT '30 s') RETURNS text
+ *
+ * Blocks until the invocation reaches a final state or the timeout passes,
+ * and returns its state.  It sleeps on a condition variable the supervisor
+ * broadcasts after each finish commits, so it does not poll the table.
+ */
+Datum
+sandbox_wait(PG_FUNCTION_ARGS)
+{
+	Datum		id = PG_GETARG_DATUM(0);
+	Interval   *timeout = PG_GETARG_INTERVAL_P(1);
+	int64		timeout_ms;
+	TimestampTz deadline;
+	char	   *state;
+	bool		terminal;
+
+	timeout_ms = (int64) (timeout->time / 1000) +
+		(int64) timeout->day * 86400000 + (int64) timeout->month * 30 * 86400000LL;
+	if (timeout_ms < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must not be negative")));
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+
+	state = current_state(id, &terminal);
+	if (state == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("invocation %s does not exist",
+						DatumGetCString(DirectFunctionCall1(uuid_out, id))),
+				 errhint("Check the id and that sandbox.org_id and sandbox.workspace_id name its tenant.")));
+	if (terminal || sandbox_shared == NULL)
+		PG_RETURN_TEXT_P(cstring_to_text(state));
+
+	ConditionVariablePrepareToSleep(&sandbox_shared->finished_cv);
+	for (;;)
+	{
+		long		remaining;
+
+		state = current_state(id, &terminal);
+		if (terminal || state == NULL)
+			break;
+		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (remaining <= 0)
+			break;
+		/* Wake at least once a second in case a broadcast is missed. */
+		(void) ConditionVariableTimedSleep(&sandbox_shared->finished_cv,
+										   Min(remaining, 1000L),
+										   PG_WAIT_EXTENSION);
+		CHECK_FOR_INTERRUPTS();
+	}
+	ConditionVariableCancelSleep();
+	if (state == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(state));
+}
+
+PG_FUNCTION_INFO_V1(sandbox_worker_status);
+
+/*
+ * agent.worker_status(): one row describing the supervisor, with the
+ * invocations its slots run.
+ */
+Datum
+sandbox_worker_status(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[7];
+	bool		nulls[7] = {false};
+	int			pid = 0;
+	TimestampTz started = 0;
+	int			in_use = 0;
+	Datum	   *ids;
+	Datum	   *pids;
+	int			n = 0;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	tupdesc = BlessTupleDesc(tupdesc);
+
+	ids = palloc(sizeof(Datum) * SANDBOX_MAX_SLOTS);
+	pids = palloc(sizeof(Datum) * SANDBOX_MAX_SLOTS);
+	if (sandbox_shared)
+	{
+		pg_uuid_t	copy[SANDBOX_MAX_SLOTS];
+		int			jpids[SANDBOX_MAX_SLOTS];
+
+		SpinLockAcquire(&sandbox_shared->mutex);
+		pid = sandbox_shared->supervisor_pid;
+		started = sandbox_shared->supervisor_started_at;
+		in_use = sandbox_shared->slots_in_use;
+		for (int i = 0; i < SANDBOX_MAX_SLOTS; i++)
+		{
+			if (!sandbox_shared->slots[i].in_use)
+				continue;
+			copy[n] = sandbox_shared->slots[i].invocation_id;
+			jpids[n] = sandbox_shared->slots[i].jail_pid;
+			n++;
+		}
+		SpinLockRelease(&sandbox_shared->mutex);
+		for (int i = 0; i < n; i++)
+		{
+			pg_uuid_t  *u = palloc(sizeof(pg_uuid_t));
+
+			*u = copy[i];
+			ids[i] = UUIDPGetDatum(u);
+			pids[i] = Int32GetDatum(jpids[i]);
+		}
+	}
+
+	values[0] = BoolGetDatum(sandbox_shared != NULL);
+	values[1] = BoolGetDatum(pid != 0);
+	if (pid != 0)
+	{
+		values[2] = Int32GetDatum(pid);
+		values[3] = TimestampTzGetDatum(started);
+	}
+	else
+		nulls[2] = nulls[3] = true;
+	values[4] = Int32GetDatum(in_use);
+	values[5] = Int32GetDatum(sandbox_max_concurrent_runs);
+	values[6] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}

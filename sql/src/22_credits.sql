@@ -42,10 +42,17 @@ CREATE FUNCTION agent._credit_ledger_apply() RETURNS trigger
 	SET search_path = pg_catalog, agent
 AS $$
 BEGIN
-	INSERT INTO agent.credit_balances AS b (org_id, balance, updated_at)
-		VALUES (NEW.org_id, NEW.amount, now())
-		ON CONFLICT (org_id) DO UPDATE
-			SET balance = b.balance + excluded.balance, updated_at = excluded.updated_at;
+	-- Update first: an INSERT ... ON CONFLICT would check the CHECK against
+	-- the proposed row (a negative amount) before finding the conflict.
+	UPDATE agent.credit_balances b
+	   SET balance = b.balance + NEW.amount, updated_at = now()
+	 WHERE b.org_id = NEW.org_id;
+	IF NOT FOUND THEN
+		INSERT INTO agent.credit_balances AS b (org_id, balance, updated_at)
+			VALUES (NEW.org_id, NEW.amount, now())
+			ON CONFLICT (org_id) DO UPDATE
+				SET balance = b.balance + excluded.balance, updated_at = excluded.updated_at;
+	END IF;
 	RETURN NULL;
 END
 $$;

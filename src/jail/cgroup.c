@@ -1,0 +1,446 @@
+/*-------------------------------------------------------------------------
+ *
+ * cgroup.c
+ *	  The per-run cgroup: memory (with swap), pids and CPU accounting on
+ *	  cgroup v2 or, where that is what the host offers, cgroup v1.
+ *
+ * Each run gets its own child cgroup "run-<jail pid>" under a delegated
+ * parent (created by scripts/jail-host-setup.sh and owned by the account
+ * that runs the jail), so limits and counters belong to this run only and
+ * the directory can be removed afterwards.  Every function returns early
+ * when mode is CGROUP_NONE.  Files are opened with O_NOFOLLOW: the parent
+ * is writable by the jail's account, never by the payload, but a symlink
+ * there is still not something to write through.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/magic.h>
+
+#include "jail.h"
+
+#define V2_DEFAULT_NAME "sandbox_ext"
+
+/* Mount points of the hierarchies we use, from /proc/self/mountinfo. */
+typedef struct CgroupMounts
+{
+	char		v2[256];
+	char		memory[256];
+	char		pids[256];
+	char		cpuacct[256];
+} CgroupMounts;
+
+static bool
+has_opt(const char *opts, const char *want)
+{
+	size_t		n = strlen(want);
+	const char *p = opts;
+
+	while ((p = strstr(p, want)) != NULL)
+	{
+		if ((p == opts || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+			return true;
+		p += n;
+	}
+	return false;
+}
+
+static void
+find_mounts(CgroupMounts *m)
+{
+	FILE	   *f;
+	char		line[1024];
+
+	memset(m, 0, sizeof(*m));
+	f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+	{
+		char		mnt[256];
+		char		fstype[64];
+		char		superopts[256];
+		char	   *dash = strstr(line, " - ");
+
+		/* fields: id parent maj:min root mountpoint opts ... - fstype src superopts */
+		if (!dash ||
+			sscanf(line, "%*s %*s %*s %*s %255s", mnt) != 1 ||
+			sscanf(dash + 3, "%63s %*s %255s", fstype, superopts) != 2)
+			continue;
+		if (strcmp(fstype, "cgroup2") == 0 && !m->v2[0])
+			strcpy(m->v2, mnt);
+		else if (strcmp(fstype, "cgroup") == 0)
+		{
+			if (has_opt(superopts, "memory") && !m->memory[0])
+				strcpy(m->memory, mnt);
+			if (has_opt(superopts, "pids") && !m->pids[0])
+				strcpy(m->pids, mnt);
+			if (has_opt(superopts, "cpuacct") && !m->cpuacct[0])
+				strcpy(m->cpuacct, mnt);
+		}
+	}
+	fclose(f);
+}
+
+static bool
+writable_dir(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode) &&
+		access(path, W_OK | X_OK) == 0;
+}
+
+/* A v2 parent is usable if we may write it and it hands down memory+pids. */
+static bool
+v2_parent_usable(const char *dir)
+{
+	char		ctl[256];
+	int			dfd;
+	bool		ok;
+
+	if (!writable_dir(dir))
+		return false;
+	dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return false;
+	/* space separated, e.g. "cpu memory pids" */
+	ok = jail_read_fileat(dfd, "cgroup.subtree_control", ctl, sizeof(ctl)) >= 0 &&
+		strstr(ctl, "memory") != NULL && strstr(ctl, "pids") != NULL;
+	close(dfd);
+	return ok;
+}
+
+static int
+make_run_dir(char *out, size_t outlen, const char *parent, char *err)
+{
+	int			n;
+
+	n = snprintf(out, outlen, "%s/run-%d", parent, (int) getpid());
+	if (n < 0 || (size_t) n >= outlen)
+	{
+		jail_seterr(err, "cgroup path too long under %s", parent);
+		return -1;
+	}
+	/* A leftover of a killed jail with our (reused) pid: it is empty. */
+	if (mkdir(out, 0755) < 0 && (errno != EEXIST || rmdir(out) < 0 ||
+								 mkdir(out, 0755) < 0))
+	{
+		jail_seterr(err, "could not create cgroup %s: %s", out, strerror(errno));
+		out[0] = '\0';
+		return -1;
+	}
+	return 0;
+}
+
+static int
+set_knob(const char *dir, const char *knob, uint64_t value, bool optional,
+		 char *err)
+{
+	char		path[640];
+	char		buf[32];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, knob);
+	snprintf(buf, sizeof(buf), "%" PRIu64, value);
+	if (jail_write_file(path, buf) < 0)
+	{
+		if (optional && errno == ENOENT)
+			return 0;
+		jail_seterr(err, "could not set %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int
+setup_v2(const JailOptions *opts, JailCgroup *cg, const char *parent, char *err)
+{
+	if (make_run_dir(cg->v2_dir, sizeof(cg->v2_dir), parent, err) < 0)
+		return -1;
+	cg->mode = CGROUP_V2;
+	if (set_knob(cg->v2_dir, "memory.max", opts->memory_bytes, false, err) < 0 ||
+		set_knob(cg->v2_dir, "memory.swap.max", 0, true, err) < 0 ||
+		set_knob(cg->v2_dir, "pids.max", opts->pids, false, err) < 0)
+		return -1;
+	cg->v2_dirfd = open(cg->v2_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	return 0;
+}
+
+static int
+setup_v1(const JailOptions *opts, JailCgroup *cg, const char *mem_parent,
+		 const char *pids_parent, const char *cpu_parent, char *err)
+{
+	cg->mode = CGROUP_V1;
+	if (make_run_dir(cg->mem_dir, sizeof(cg->mem_dir), mem_parent, err) < 0 ||
+		make_run_dir(cg->pids_dir, sizeof(cg->pids_dir), pids_parent, err) < 0)
+		return -1;
+	/* cpuacct only measures; without it CPU time comes from rusage. */
+	if (cpu_parent && writable_dir(cpu_parent))
+	{
+		char		dummy[JAIL_ERRLEN];
+
+		(void) make_run_dir(cg->cpu_dir, sizeof(cg->cpu_dir), cpu_parent, dummy);
+	}
+
+	/*
+	 * memsw (memory+swap) must be set after the memory limit, since it may
+	 * never be below it; it is absent when swap accounting is off, and then
+	 * swap is simply not limited (documented).
+	 */
+	if (set_knob(cg->mem_dir, "memory.limit_in_bytes", opts->memory_bytes, false, err) < 0 ||
+		set_knob(cg->mem_dir, "memory.memsw.limit_in_bytes", opts->memory_bytes, true, err) < 0 ||
+		set_knob(cg->pids_dir, "pids.max", opts->pids, false, err) < 0)
+		return -1;
+	return 0;
+}
+
+int
+jail_cgroup_create(const JailOptions *opts, JailCgroup *cg, char *err)
+{
+	CgroupMounts m;
+	char		p1[512],
+				p2[512],
+				p3[512];
+	struct statfs sfs;
+
+	memset(cg, 0, sizeof(*cg));
+	cg->v2_dirfd = -1;
+	find_mounts(&m);
+
+	if (opts->cgroup_parent)
+	{
+		const char *parent = opts->cgroup_parent;
+
+		if (statfs(parent, &sfs) < 0)
+		{
+			jail_seterr(err, "cgroup parent %s: %s", parent, strerror(errno));
+			return -1;
+		}
+		if (sfs.f_type == CGROUP2_SUPER_MAGIC)
+			return setup_v2(opts, cg, parent, err);
+		if (sfs.f_type == CGROUP_SUPER_MAGIC)
+		{
+			/*
+			 * A v1 parent names one hierarchy; the same relative path is
+			 * used in the memory, pids and cpuacct hierarchies.
+			 */
+			const char *mounts[] = {m.memory, m.pids, m.cpuacct};
+			const char *rel = NULL;
+
+			for (int i = 0; i < 3 && !rel; i++)
+			{
+				size_t		n = strlen(mounts[i]);
+
+				if (n && strncmp(parent, mounts[i], n) == 0 &&
+					(parent[n] == '/' || parent[n] == '\0'))
+					rel = parent + n;
+			}
+			if (!rel || !m.memory[0] || !m.pids[0])
+			{
+				jail_seterr(err, "cgroup parent %s is not under the v1 memory/pids hierarchies", parent);
+				return -1;
+			}
+			snprintf(p1, sizeof(p1), "%s%s", m.memory, rel);
+			snprintf(p2, sizeof(p2), "%s%s", m.pids, rel);
+			snprintf(p3, sizeof(p3), "%s%s", m.cpuacct, rel);
+			return setup_v1(opts, cg, p1, p2, m.cpuacct[0] ? p3 : NULL, err);
+		}
+		jail_seterr(err, "%s is not a cgroup directory", parent);
+		return -1;
+	}
+
+	/* Auto-detect: a delegated v2 subtree first, then v1. */
+	if (m.v2[0])
+	{
+		snprintf(p1, sizeof(p1), "%s/%s", m.v2, V2_DEFAULT_NAME);
+		if (v2_parent_usable(p1))
+			return setup_v2(opts, cg, p1, err);
+	}
+	if (m.memory[0] && m.pids[0])
+	{
+		snprintf(p1, sizeof(p1), "%s/%s", m.memory, V2_DEFAULT_NAME);
+		snprintf(p2, sizeof(p2), "%s/%s", m.pids, V2_DEFAULT_NAME);
+		snprintf(p3, sizeof(p3), "%s/%s", m.cpuacct, V2_DEFAULT_NAME);
+		if (writable_dir(p1) && writable_dir(p2))
+			return setup_v1(opts, cg, p1, p2, m.cpuacct[0] ? p3 : NULL, err);
+	}
+	jail_seterr(err, "no writable cgroup parent (run scripts/jail-host-setup.sh)");
+	return -1;
+}
+
+static int
+attach_one(const char *dir, pid_t pid, char *err)
+{
+	char		path[640];
+	char		buf[32];
+
+	if (!dir[0])
+		return 0;
+	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+	snprintf(buf, sizeof(buf), "%d", (int) pid);
+	if (jail_write_file(path, buf) < 0)
+	{
+		jail_seterr(err, "could not move the sandbox into %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int
+jail_cgroup_attach(JailCgroup *cg, pid_t pid, char *err)
+{
+	if (cg->mode == CGROUP_NONE)
+		return 0;
+	if (cg->mode == CGROUP_V2)
+		return attach_one(cg->v2_dir, pid, err);
+	if (attach_one(cg->mem_dir, pid, err) < 0 ||
+		attach_one(cg->pids_dir, pid, err) < 0)
+		return -1;
+	/* accounting only: losing it is not worth failing the run */
+	if (cg->cpu_dir[0])
+	{
+		char		dummy[JAIL_ERRLEN];
+
+		if (attach_one(cg->cpu_dir, pid, dummy) < 0)
+			cg->cpu_dir[0] = '\0';
+	}
+	return 0;
+}
+
+static bool
+read_u64(const char *dir, const char *file, uint64_t *out)
+{
+	char		path[640];
+	char		buf[64];
+
+	if (!dir[0])
+		return false;
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	if (jail_read_fileat(AT_FDCWD, path, buf, sizeof(buf)) <= 0)
+		return false;
+	*out = strtoull(buf, NULL, 10);
+	return true;
+}
+
+/* "key value" lines (memory.events, cpu.stat, memory.oom_control). */
+static bool
+read_keyed(const char *dir, const char *file, const char *key, uint64_t *out)
+{
+	char		path[640];
+	char		buf[4096];
+	char	   *p;
+	size_t		n = strlen(key);
+
+	if (!dir[0])
+		return false;
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	if (jail_read_fileat(AT_FDCWD, path, buf, sizeof(buf)) <= 0)
+		return false;
+	for (p = buf; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+	{
+		if (strncmp(p, key, n) == 0 && p[n] == ' ')
+		{
+			*out = strtoull(p + n + 1, NULL, 10);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* CPU time used so far by the whole sandbox, or 0 if not measurable. */
+uint64_t
+jail_cgroup_cpu_ms(const JailCgroup *cg)
+{
+	uint64_t	v = 0;
+
+	if (cg->mode == CGROUP_V2 && read_keyed(cg->v2_dir, "cpu.stat", "usage_usec", &v))
+		return v / 1000;
+	if (cg->mode == CGROUP_V1 && read_u64(cg->cpu_dir, "cpuacct.usage", &v))
+		return v / 1000000;
+	return 0;
+}
+
+void
+jail_cgroup_collect(const JailCgroup *cg, JailResult *res)
+{
+	uint64_t	v;
+
+	res->cgroup = cg->mode;
+	if (cg->mode == CGROUP_V2)
+	{
+		if (read_u64(cg->v2_dir, "memory.peak", &v))
+			res->peak_memory_bytes = v;
+		if (read_keyed(cg->v2_dir, "memory.events", "oom_kill", &v) && v > 0)
+			res->oom_killed = true;
+	}
+	else if (cg->mode == CGROUP_V1)
+	{
+		if (read_u64(cg->mem_dir, "memory.max_usage_in_bytes", &v))
+			res->peak_memory_bytes = v;
+		if (read_keyed(cg->mem_dir, "memory.oom_control", "oom_kill", &v) && v > 0)
+			res->oom_killed = true;
+	}
+	v = jail_cgroup_cpu_ms(cg);
+	if (v > res->cpu_ms)
+		res->cpu_ms = v;
+}
+
+/* v2 can kill a whole cgroup atomically; v1 relies on the pid namespace. */
+void
+jail_cgroup_kill(const JailCgroup *cg)
+{
+	char		path[640];
+
+	if (cg->mode != CGROUP_V2)
+		return;
+	snprintf(path, sizeof(path), "%s/cgroup.kill", cg->v2_dir);
+	(void) jail_write_file(path, "1");
+}
+
+static void
+remove_dir(char *dir)
+{
+	struct timespec ts = {0, 2 * 1000 * 1000};
+
+	if (!dir[0])
+		return;
+
+	/*
+	 * All tasks are reaped by now, but the kernel takes the cgroup offline
+	 * asynchronously, so rmdir may briefly see EBUSY.
+	 */
+	for (int i = 0; i < 250; i++)
+	{
+		if (rmdir(dir) == 0 || errno == ENOENT)
+			break;
+		if (errno != EBUSY)
+		{
+			jail_warn("could not remove cgroup %s: %s", dir, strerror(errno));
+			break;
+		}
+		nanosleep(&ts, NULL);
+	}
+	dir[0] = '\0';
+}
+
+void
+jail_cgroup_destroy(JailCgroup *cg)
+{
+	if (cg->v2_dirfd >= 0)
+		close(cg->v2_dirfd);
+	cg->v2_dirfd = -1;
+	remove_dir(cg->v2_dir);
+	remove_dir(cg->mem_dir);
+	remove_dir(cg->pids_dir);
+	remove_dir(cg->cpu_dir);
+	cg->mode = CGROUP_NONE;
+}

@@ -1,0 +1,189 @@
+/*-------------------------------------------------------------------------
+ *
+ * jail.h
+ *	  Shared types of sandbox-jail: the options a run is built from, the
+ *	  facts collected about it, and the entry points of each module.
+ *
+ * One module per kernel facility (after nsjail): options.c parses the
+ * command line, cgroup.c owns the per-run cgroup, rootfs.c builds the
+ * mount namespace, seccomp.c the filter, sandbox.c everything that runs
+ * inside the namespaces, supervise.c the host-side loop, workspace.c the
+ * host-side size check, verdict.c the JSON line.  Only main.c decides to
+ * exit; helpers return an error code and put the reason in a buffer.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SANDBOX_JAIL_H
+#define SANDBOX_JAIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <linux/filter.h>
+
+/* Exit codes of the jail itself (not of the payload). */
+#define JAIL_EXIT_OK		0	/* payload ran, verdict written */
+#define JAIL_EXIT_SETUP		1	/* sandbox could not be built */
+#define JAIL_EXIT_USAGE		2	/* bad command line */
+
+/* Identity of the payload inside the user namespace. */
+#define JAIL_INNER_UID		1000
+#define JAIL_INNER_GID		1000
+
+#define JAIL_ERRLEN			512
+#define JAIL_MAX_BINDS		32
+#define JAIL_MAX_CODE		(16 * 1024 * 1024)
+
+typedef enum JailLanguage
+{
+	LANG_PYTHON,
+	LANG_NODE,
+	LANG_SHELL
+} JailLanguage;
+
+typedef struct JailBind
+{
+	const char *src;			/* host path, opened in the child */
+	const char *dst;			/* absolute path inside the sandbox */
+} JailBind;
+
+typedef struct JailOptions
+{
+	JailLanguage language;
+	const char *code_file;		/* NULL: stdin */
+	const char *workspace;
+	JailBind	binds[JAIL_MAX_BINDS];
+	int			nbinds;
+	uint64_t	wall_ms;
+	uint64_t	cpu_ms;
+	uint64_t	memory_bytes;
+	uint64_t	pids;
+	uint64_t	output_limit;	/* per stream */
+	uint64_t	file_size;		/* RLIMIT_FSIZE, 0 = unlimited */
+	uint64_t	workspace_size; /* 0 = unlimited */
+	uint64_t	tmp_size;
+	int			verdict_fd;		/* -1: not given */
+	const char *verdict_file;
+	const char *cgroup_parent;
+	bool		require_cgroup;
+	bool		quiet;
+} JailOptions;
+
+typedef enum JailStatus
+{
+	STATUS_EXITED,
+	STATUS_SIGNALED,
+	STATUS_TIMED_OUT,
+	STATUS_SETUP_ERROR,
+	STATUS_KILLED
+} JailStatus;
+
+typedef enum CgroupMode
+{
+	CGROUP_NONE,
+	CGROUP_V1,
+	CGROUP_V2
+} CgroupMode;
+
+/* Everything the verdict reports; filled in by the supervisor. */
+typedef struct JailResult
+{
+	JailStatus	status;
+	bool		have_exit_code;
+	int			exit_code;
+	bool		have_signal;
+	int			signal;
+	uint64_t	wall_ms;
+	uint64_t	cpu_ms;
+	uint64_t	peak_memory_bytes;
+	bool		timed_out;
+	bool		oom_killed;
+	bool		output_truncated;
+	bool		file_too_large;
+	bool		killed;
+	uint64_t	stdout_bytes;
+	uint64_t	stderr_bytes;
+	CgroupMode	cgroup;
+	char		setup_error[JAIL_ERRLEN];	/* empty: none */
+} JailResult;
+
+/* Per-run cgroup; paths are empty for controllers not in use. */
+typedef struct JailCgroup
+{
+	CgroupMode	mode;
+	char		v2_dir[512];
+	int			v2_dirfd;
+	char		mem_dir[512];	/* v1 */
+	char		pids_dir[512];	/* v1 */
+	char		cpu_dir[512];	/* v1 cpuacct */
+} JailCgroup;
+
+/* The compiled seccomp program, built once in the parent. */
+typedef struct JailFilter
+{
+	struct sock_filter *insns;
+	unsigned short len;
+} JailFilter;
+
+/* What the child needs to build the sandbox; shared by fork. */
+typedef struct JailChildArgs
+{
+	const JailOptions *opts;
+	const char *code;
+	size_t		code_len;
+	const JailFilter *filter;
+	int			go_fd;			/* read: parent finished maps/cgroup */
+	int			err_fd;			/* write: setup error text, CLOEXEC */
+	int			status_fd;		/* write: payload wait status */
+	int			out_fd;			/* write end of stdout pipe */
+	int			errout_fd;		/* write end of stderr pipe */
+	int			lifeline_fd;	/* read: HUP when the parent is gone */
+	bool		cgroup_none;	/* no cgroup: fall back to RLIMIT_NPROC */
+} JailChildArgs;
+
+/* util.c */
+extern bool jail_quiet;
+extern void jail_warn(const char *fmt,...) __attribute__((format(printf, 1, 2)));
+extern void jail_seterr(char *buf, const char *fmt,...) __attribute__((format(printf, 2, 3)));
+extern int	jail_write_file(const char *path, const char *data);
+extern int	jail_write_fileat(int dirfd, const char *name, const char *data);
+extern int	jail_read_fileat(int dirfd, const char *name, char *buf, size_t len);
+extern int	jail_write_all(int fd, const void *buf, size_t len);
+extern uint64_t jail_now_ms(void);
+
+/* options.c */
+extern int	jail_parse_options(int argc, char **argv, JailOptions *opts);
+extern void jail_usage(FILE *out);
+
+/* verdict.c */
+extern int	jail_write_verdict(int fd, const JailResult *res);
+
+/* cgroup.c */
+extern int	jail_cgroup_create(const JailOptions *opts, JailCgroup *cg, char *err);
+extern int	jail_cgroup_attach(JailCgroup *cg, pid_t pid, char *err);
+extern uint64_t jail_cgroup_cpu_ms(const JailCgroup *cg);
+extern void jail_cgroup_collect(const JailCgroup *cg, JailResult *res);
+extern void jail_cgroup_kill(const JailCgroup *cg);
+extern void jail_cgroup_destroy(JailCgroup *cg);
+
+/* seccomp.c */
+extern int	jail_filter_build(JailFilter *filter, char *err);
+extern int	jail_filter_load(const JailFilter *filter);
+
+/* rootfs.c */
+extern int	jail_rootfs_setup(const JailChildArgs *args, char *err);
+
+/* sandbox.c */
+extern int	jail_child_main(void *arg);
+
+/* supervise.c */
+extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,
+					 JailResult *res);
+
+/* workspace.c */
+extern int	jail_workspace_usage(int dirfd, uint64_t file_limit,
+								 uint64_t *total, bool *big_file);
+
+#endif							/* SANDBOX_JAIL_H */

@@ -1,0 +1,197 @@
+/*-------------------------------------------------------------------------
+ *
+ * main.c
+ *	  sandbox-jail: run one piece of untrusted Python, Node.js or shell
+ *	  code in a throw-away sandbox and report a verdict.
+ *
+ * This file owns the top level only: parse, read the code, make sure we
+ * die with our parent, run, write the verdict, pick the exit code
+ * (0 ran, 1 setup error, 2 usage error).  See docs/jail.md for the
+ * interface and docs/security.md for the threat model.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "jail.h"
+
+/* Read all of fd into a malloc'd buffer, at most JAIL_MAX_CODE bytes. */
+static char *
+read_code(int fd, size_t *len, char *err)
+{
+	size_t		cap = 65536;
+	size_t		n = 0;
+	char	   *buf = malloc(cap);
+
+	if (!buf)
+	{
+		jail_seterr(err, "out of memory");
+		return NULL;
+	}
+	for (;;)
+	{
+		ssize_t		r;
+
+		if (n == cap)
+		{
+			char	   *nb;
+
+			if (cap >= JAIL_MAX_CODE)
+			{
+				jail_seterr(err, "code is larger than %d bytes", JAIL_MAX_CODE);
+				free(buf);
+				return NULL;
+			}
+			cap *= 2;
+			nb = realloc(buf, cap);
+			if (!nb)
+			{
+				jail_seterr(err, "out of memory");
+				free(buf);
+				return NULL;
+			}
+			buf = nb;
+		}
+		r = read(fd, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+		{
+			jail_seterr(err, "read code: %s", strerror(errno));
+			free(buf);
+			return NULL;
+		}
+		if (r == 0)
+			break;
+		n += r;
+	}
+	*len = n;
+	return buf;
+}
+
+/* Make sure 0, 1, 2 are open, so no pipe of ours lands on them. */
+static void
+ensure_stdio(void)
+{
+	for (int fd = 0; fd <= 2; fd++)
+	{
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF)
+		{
+			int			nfd = open("/dev/null", O_RDWR);
+
+			if (nfd >= 0 && nfd != fd)
+			{
+				dup2(nfd, fd);
+				close(nfd);
+			}
+		}
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	JailOptions opts;
+	JailResult	res;
+	char		err[JAIL_ERRLEN] = "";
+	char	   *code = NULL;
+	size_t		code_len = 0;
+	int			verdict_fd = STDERR_FILENO;
+	pid_t		ppid;
+	int			rc;
+
+	ensure_stdio();
+	if (jail_parse_options(argc, argv, &opts) < 0)
+	{
+		jail_usage(stderr);
+		return JAIL_EXIT_USAGE;
+	}
+	jail_quiet = opts.quiet;
+	memset(&res, 0, sizeof(res));
+
+	/*
+	 * Die with the supervisor: if it crashes, we get SIGKILL, and our
+	 * sandbox's init gets SIGKILL from its own death signal, which takes
+	 * the whole pid namespace with it.  Check the parent did not already
+	 * go before the prctl took effect.
+	 */
+	ppid = getppid();
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	if (getppid() != ppid)
+		return JAIL_EXIT_SETUP;
+
+	/* A payload that closes its stdout must not kill us with SIGPIPE. */
+	signal(SIGPIPE, SIG_IGN);
+
+	/* Root's supplementary groups (gid 0...) must not reach the sandbox. */
+	if (geteuid() == 0 && setgroups(0, NULL) < 0)
+		jail_seterr(err, "setgroups: %s", strerror(errno));
+
+	if (opts.verdict_file)
+	{
+		verdict_fd = open(opts.verdict_file,
+						  O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (verdict_fd < 0)
+		{
+			fprintf(stderr, "sandbox-jail: cannot open verdict file %s: %s\n",
+					opts.verdict_file, strerror(errno));
+			return JAIL_EXIT_SETUP;
+		}
+	}
+	else if (opts.verdict_fd >= 0)
+	{
+		if (fcntl(opts.verdict_fd, F_GETFD) < 0)
+		{
+			fprintf(stderr, "sandbox-jail: verdict fd %d is not open\n", opts.verdict_fd);
+			return JAIL_EXIT_USAGE;
+		}
+		verdict_fd = opts.verdict_fd;
+		/* ours to close at exec; the sandbox never sees it either way */
+		fcntl(verdict_fd, F_SETFD, FD_CLOEXEC);
+	}
+
+	if (!err[0])
+	{
+		if (opts.code_file)
+		{
+			int			fd = open(opts.code_file, O_RDONLY | O_CLOEXEC);
+
+			if (fd < 0)
+				jail_seterr(err, "code file %s: %s", opts.code_file, strerror(errno));
+			else
+			{
+				code = read_code(fd, &code_len, err);
+				close(fd);
+			}
+		}
+		else
+			code = read_code(STDIN_FILENO, &code_len, err);
+	}
+
+	if (err[0])
+	{
+		res.status = STATUS_SETUP_ERROR;
+		snprintf(res.setup_error, sizeof(res.setup_error), "%s", err);
+		rc = -1;
+	}
+	else
+		rc = jail_run(&opts, code, code_len, &res);
+
+	if (rc < 0)
+		jail_warn("setup error: %s", res.setup_error);
+	if (jail_write_verdict(verdict_fd, &res) < 0)
+	{
+		fprintf(stderr, "sandbox-jail: could not write the verdict: %s\n", strerror(errno));
+		rc = -1;
+	}
+	free(code);
+	return rc < 0 ? JAIL_EXIT_SETUP : JAIL_EXIT_OK;
+}

@@ -1,0 +1,477 @@
+/*-------------------------------------------------------------------------
+ *
+ * rootfs.c
+ *	  The sandbox's mount namespace: a minimal root on a tmpfs, entered
+ *	  with pivot_root.  Runs in the child, inside the new user and mount
+ *	  namespaces, before any capability is dropped.
+ *
+ * Layout (docs/jail.md):
+ *	  /usr, /bin, /sbin, /lib, /lib64 ...	host, read-only, nosuid, nodev
+ *	  /etc		a tmpfs-backed directory with generated passwd/group/hosts/
+ *				nsswitch/pip.conf and a few host files bound read-only
+ *				(loader cache, certificates, time zone, python config);
+ *				never the whole host /etc (pg config, ssl private keys)
+ *	  /proc		fresh procfs of the new pid namespace (subset=pid)
+ *	  /dev		tmpfs with null zero full random urandom, fd symlinks,
+ *				/dev/shm; no tty, no pts
+ *	  /tmp		tmpfs, size-limited
+ *	  /workspace	the caller's directory, read-write, nosuid, nodev
+ *	  /sandbox	the payload's code (root tmpfs, read-only)
+ *	  --ro-bind destinations, read-only
+ * Everything else of the host is absent: the old root is detached.
+ *
+ * Sources are opened with O_PATH before anything is mounted over them and
+ * bound through /proc/self/fd, so a path is resolved exactly once.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "jail.h"
+
+/* The new root is built on a tmpfs mounted here (in our private ns). */
+#define NEWROOT "/tmp"
+
+#define SYSTEM_FLAGS (MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+
+static int
+set_attr(const char *path, unsigned int attrs, bool recursive, char *err)
+{
+	struct mount_attr attr = {.attr_set = attrs};
+
+	/*
+	 * mount_setattr only adds flags: flags locked by the kernel when the
+	 * host mounts were copied into our namespace (ro, nosuid, atime) stay
+	 * as they are, which is what makes this work without privilege.
+	 */
+	if (mount_setattr(AT_FDCWD, path, recursive ? AT_RECURSIVE : 0,
+					  &attr, sizeof(attr)) < 0)
+	{
+		jail_seterr(err, "mount_setattr %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Bind an already-opened source onto dst (which must exist). */
+static int
+bind_fd(int srcfd, const char *dst, unsigned int attrs, char *err)
+{
+	char		src[64];
+
+	snprintf(src, sizeof(src), "/proc/self/fd/%d", srcfd);
+	if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+	{
+		jail_seterr(err, "bind mount onto %s: %s", dst, strerror(errno));
+		return -1;
+	}
+	return set_attr(dst, attrs, true, err);
+}
+
+static int
+make_mountpoint(const char *path, bool dir, char *err)
+{
+	if (dir)
+	{
+		if (mkdir(path, 0755) < 0 && errno != EEXIST)
+		{
+			jail_seterr(err, "mkdir %s: %s", path, strerror(errno));
+			return -1;
+		}
+	}
+	else
+	{
+		int			fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0444);
+
+		if (fd < 0)
+		{
+			jail_seterr(err, "create %s: %s", path, strerror(errno));
+			return -1;
+		}
+		close(fd);
+	}
+	return 0;
+}
+
+/* mkdir -p for the parents of a path inside the new root. */
+static int
+make_parents(const char *path, char *err)
+{
+	char		buf[512];
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *p = buf + strlen(NEWROOT) + 1; (p = strchr(p, '/')) != NULL; p++)
+	{
+		*p = '\0';
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+		{
+			jail_seterr(err, "mkdir %s: %s", buf, strerror(errno));
+			return -1;
+		}
+		*p = '/';
+	}
+	return 0;
+}
+
+/*
+ * Bind a host path read-only at the same place in the new root.  Symlinks
+ * (merged /usr: /bin -> usr/bin) are recreated as symlinks so they resolve
+ * inside the sandbox.  A missing host path is skipped: not every host has
+ * /lib64 or /etc/python3.
+ */
+static int
+bind_host(const char *host, bool required, char *err)
+{
+	char		dst[512];
+	char		link[512];
+	struct stat st;
+	ssize_t		n;
+	int			fd;
+	int			rc;
+
+	snprintf(dst, sizeof(dst), NEWROOT "%s", host);
+	if (lstat(host, &st) < 0)
+	{
+		if (!required && errno == ENOENT)
+			return 0;
+		jail_seterr(err, "%s: %s", host, strerror(errno));
+		return -1;
+	}
+	if (make_parents(dst, err) < 0)
+		return -1;
+	if (S_ISLNK(st.st_mode))
+	{
+		n = readlink(host, link, sizeof(link) - 1);
+		if (n < 0)
+		{
+			jail_seterr(err, "readlink %s: %s", host, strerror(errno));
+			return -1;
+		}
+		link[n] = '\0';
+		if (symlink(link, dst) < 0)
+		{
+			jail_seterr(err, "symlink %s: %s", dst, strerror(errno));
+			return -1;
+		}
+		return 0;
+	}
+	if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+		return 0;
+	fd = open(host, O_PATH | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+	{
+		jail_seterr(err, "open %s: %s", host, strerror(errno));
+		return -1;
+	}
+	rc = make_mountpoint(dst, S_ISDIR(st.st_mode), err);
+	if (rc == 0)
+		rc = bind_fd(fd, dst, SYSTEM_FLAGS, err);
+	close(fd);
+	return rc;
+}
+
+static int
+write_new(const char *path, const char *data, mode_t mode, char *err)
+{
+	int			fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+
+	if (fd < 0 || jail_write_all(fd, data, strlen(data)) < 0)
+	{
+		jail_seterr(err, "write %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+static int
+tmpfs_at(const char *path, const char *opts, unsigned long flags, char *err)
+{
+	if (mount("tmpfs", path, "tmpfs", flags, opts) < 0)
+	{
+		jail_seterr(err, "tmpfs on %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Host /etc entries a Python/Node/bash program reasonably needs. */
+static const char *const etc_files[] = {
+	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+	"/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ca-certificates",
+	"/etc/ca-certificates.conf", "/etc/alternatives", "/etc/localtime",
+	"/etc/timezone", "/etc/mime.types", "/etc/python3", "/etc/python3.11",
+	"/etc/protocols", "/etc/services", "/etc/gai.conf", "/etc/host.conf",
+	"/etc/debian_version", "/etc/os-release", "/etc/magic",
+	"/etc/inputrc", "/etc/terminfo",
+	NULL
+};
+
+static int
+setup_etc(char *err)
+{
+	static const char passwd[] =
+		"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
+		"sandbox:x:1000:1000:sandbox:/tmp:/bin/bash\n"
+		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+	static const char group[] =
+		"root:x:0:\n"
+		"sandbox:x:1000:\n"
+		"nogroup:x:65534:\n";
+	static const char hosts[] =
+		"127.0.0.1\tlocalhost sandbox\n"
+		"::1\tlocalhost ip6-localhost ip6-loopback\n";
+	static const char nsswitch[] =
+		"passwd: files\ngroup: files\nshadow: files\n"
+		"hosts: files dns\nnetworks: files\nprotocols: files\n"
+		"services: files\n";
+
+	/*
+	 * pip reads /etc/pip.conf even in isolated mode; with no index it
+	 * fails at once with "Could not find a version ... (from versions:
+	 * none)" instead of trying the (absent) network.
+	 */
+	static const char pipconf[] =
+		"# sandbox-jail: runtime package installs are disabled\n"
+		"[global]\nno-index = true\ndisable-pip-version-check = true\n"
+		"[install]\nno-index = true\n";
+
+	if (mkdir(NEWROOT "/etc", 0755) < 0)
+	{
+		jail_seterr(err, "mkdir /etc: %s", strerror(errno));
+		return -1;
+	}
+	if (write_new(NEWROOT "/etc/passwd", passwd, 0644, err) < 0 ||
+		write_new(NEWROOT "/etc/group", group, 0644, err) < 0 ||
+		write_new(NEWROOT "/etc/hosts", hosts, 0644, err) < 0 ||
+		write_new(NEWROOT "/etc/hostname", "sandbox\n", 0644, err) < 0 ||
+		write_new(NEWROOT "/etc/nsswitch.conf", nsswitch, 0644, err) < 0 ||
+		write_new(NEWROOT "/etc/resolv.conf", "", 0644, err) < 0 ||
+		write_new(NEWROOT "/etc/pip.conf", pipconf, 0644, err) < 0)
+		return -1;
+	for (int i = 0; etc_files[i]; i++)
+		if (bind_host(etc_files[i], false, err) < 0)
+			return -1;
+	return 0;
+}
+
+static int
+setup_dev(const JailOptions *opts, char *err)
+{
+	static const char *const nodes[] = {"null", "zero", "full", "random", "urandom", NULL};
+	static const char *const links[][2] = {
+		{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
+		{"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"},
+	};
+	char		path[128];
+	char		shmopts[64];
+
+	if (mkdir(NEWROOT "/dev", 0755) < 0 ||
+		tmpfs_at(NEWROOT "/dev", "mode=0755,size=64k,nr_inodes=64",
+				 MS_NOSUID | MS_NOEXEC, err) < 0)
+	{
+		if (!err[0])
+			jail_seterr(err, "mkdir /dev: %s", strerror(errno));
+		return -1;
+	}
+	for (int i = 0; nodes[i]; i++)
+	{
+		int			fd;
+		int			rc;
+
+		snprintf(path, sizeof(path), "/dev/%s", nodes[i]);
+		/* O_PATH: a device node is not opened, just referenced */
+		fd = open(path, O_PATH | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+		{
+			jail_seterr(err, "open %s: %s", path, strerror(errno));
+			return -1;
+		}
+		snprintf(path, sizeof(path), NEWROOT "/dev/%s", nodes[i]);
+		rc = make_mountpoint(path, false, err);
+		if (rc == 0)
+			rc = bind_fd(fd, path, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, err);
+		close(fd);
+		if (rc < 0)
+			return -1;
+	}
+	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
+	{
+		snprintf(path, sizeof(path), NEWROOT "/dev/%s", links[i][1]);
+		if (symlink(links[i][0], path) < 0)
+		{
+			jail_seterr(err, "symlink %s: %s", path, strerror(errno));
+			return -1;
+		}
+	}
+	/* POSIX shm and semaphores (multiprocessing) want a /dev/shm. */
+	snprintf(shmopts, sizeof(shmopts), "mode=1777,size=%llu",
+			 (unsigned long long) opts->tmp_size);
+	if (make_mountpoint(NEWROOT "/dev/shm", true, err) < 0 ||
+		tmpfs_at(NEWROOT "/dev/shm", shmopts,
+				 MS_NOSUID | MS_NODEV | MS_NOEXEC, err) < 0)
+		return -1;
+	return set_attr(NEWROOT "/dev", MOUNT_ATTR_RDONLY, false, err);
+}
+
+static int
+setup_proc(char *err)
+{
+	if (mkdir(NEWROOT "/proc", 0555) < 0 && errno != EEXIST)
+	{
+		jail_seterr(err, "mkdir /proc: %s", strerror(errno));
+		return -1;
+	}
+
+	/*
+	 * subset=pid shows only the process directories: no /proc/sys,
+	 * /proc/kcore, /proc/sysrq-trigger, /proc/keys and friends.  Kernels
+	 * before 5.8 lack it; there the full procfs of our pid namespace is
+	 * the fallback.
+	 */
+	if (mount("proc", NEWROOT "/proc", "proc",
+			  MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0 &&
+		mount("proc", NEWROOT "/proc", "proc",
+			  MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+	{
+		jail_seterr(err, "mount /proc: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int
+setup_code(const JailChildArgs *args, char *err)
+{
+	static const char *const names[] = {"main.py", "main.js", "main.sh"};
+	char		path[128];
+	int			fd;
+
+	if (mkdir(NEWROOT "/sandbox", 0755) < 0)
+	{
+		jail_seterr(err, "mkdir /sandbox: %s", strerror(errno));
+		return -1;
+	}
+	snprintf(path, sizeof(path), NEWROOT "/sandbox/%s", names[args->opts->language]);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0444);
+	if (fd < 0 || jail_write_all(fd, args->code, args->code_len) < 0)
+	{
+		jail_seterr(err, "write %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+int
+jail_rootfs_setup(const JailChildArgs *args, char *err)
+{
+	const JailOptions *opts = args->opts;
+	static const char *const sysdirs[] = {
+		"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", NULL
+	};
+	int			wsfd;
+	int			bindfds[JAIL_MAX_BINDS];
+	char		buf[512];
+	int			i;
+
+	/* Nothing we mount may propagate back to the host. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+	{
+		jail_seterr(err, "make / private: %s", strerror(errno));
+		return -1;
+	}
+
+	/*
+	 * Open the workspace and the extra sources now, before NEWROOT hides
+	 * anything.  The workspace's last component must not be a symlink:
+	 * the caller created the directory, a symlink there was planted.
+	 */
+	wsfd = open(opts->workspace, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (wsfd < 0)
+	{
+		jail_seterr(err, "workspace %s: %s", opts->workspace, strerror(errno));
+		return -1;
+	}
+	for (i = 0; i < opts->nbinds; i++)
+	{
+		bindfds[i] = open(opts->binds[i].src, O_PATH | O_CLOEXEC);
+		if (bindfds[i] < 0)
+		{
+			jail_seterr(err, "--ro-bind source %s: %s", opts->binds[i].src, strerror(errno));
+			return -1;
+		}
+	}
+
+	snprintf(buf, sizeof(buf), "mode=0755,size=%llu,nr_inodes=4096",
+			 (unsigned long long) (args->code_len + 1024 * 1024));
+	if (tmpfs_at(NEWROOT, buf, MS_NOSUID | MS_NODEV, err) < 0)
+		return -1;
+
+	for (i = 0; sysdirs[i]; i++)
+		if (bind_host(sysdirs[i], strcmp(sysdirs[i], "/usr") == 0, err) < 0)
+			return -1;
+	if (setup_etc(err) < 0 || setup_dev(opts, err) < 0 || setup_proc(err) < 0)
+		return -1;
+
+	snprintf(buf, sizeof(buf), "mode=1777,size=%llu,nr_inodes=65536",
+			 (unsigned long long) opts->tmp_size);
+	if (make_mountpoint(NEWROOT "/tmp", true, err) < 0 ||
+		tmpfs_at(NEWROOT "/tmp", buf, MS_NOSUID | MS_NODEV, err) < 0)
+		return -1;
+
+	if (make_mountpoint(NEWROOT "/workspace", true, err) < 0 ||
+		bind_fd(wsfd, NEWROOT "/workspace", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, err) < 0)
+		return -1;
+	close(wsfd);
+
+	for (i = 0; i < opts->nbinds; i++)
+	{
+		struct stat st;
+
+		snprintf(buf, sizeof(buf), NEWROOT "%s", opts->binds[i].dst);
+		if (fstat(bindfds[i], &st) < 0 ||
+			make_parents(buf, err) < 0 ||
+			make_mountpoint(buf, S_ISDIR(st.st_mode), err) < 0 ||
+			bind_fd(bindfds[i], buf, SYSTEM_FLAGS, err) < 0)
+		{
+			if (!err[0])
+				jail_seterr(err, "--ro-bind %s: %s", opts->binds[i].src, strerror(errno));
+			return -1;
+		}
+		close(bindfds[i]);
+	}
+
+	if (setup_code(args, err) < 0)
+		return -1;
+
+	/* The root itself: read-only from here on. */
+	if (set_attr(NEWROOT, SYSTEM_FLAGS, false, err) < 0)
+		return -1;
+
+	/*
+	 * pivot_root(".", ".") stacks the old root under the new one; the
+	 * lazy unmount then detaches the whole host tree from our namespace.
+	 */
+	if (chdir(NEWROOT) < 0 ||
+		syscall(SYS_pivot_root, ".", ".") < 0 ||
+		umount2(".", MNT_DETACH) < 0 ||
+		chdir("/workspace") < 0)
+	{
+		jail_seterr(err, "pivot_root: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}

@@ -1,0 +1,398 @@
+/*-------------------------------------------------------------------------
+ *
+ * sandbox.c
+ *	  Everything that runs inside the new namespaces: the sandbox's init
+ *	  (pid 1) and the payload it starts (pid 2).
+ *
+ * Lifecycle, as a short list of steps (after isolate):
+ *	  init:    wait for the parent (uid/gid maps, cgroup) -> become the
+ *			   mapped uid -> die-with-parent -> cgroup ns -> hostname ->
+ *			   loopback up -> root filesystem -> fork payload -> drop
+ *			   everything -> reap until the payload exits -> report its
+ *			   status -> exit (the kernel then kills every process left
+ *			   in the pid namespace: daemons do not survive)
+ *	  payload: session -> stdio -> fds closed -> rlimits -> signals reset ->
+ *			   capabilities dropped (all sets, bounding, ambient) ->
+ *			   no_new_privs -> seccomp (last) -> execve
+ * Any failure before execve is a setup error: its text goes to the parent
+ * over err_fd, which is close-on-exec, so EOF there means execve worked.
+ *
+ * The payload is not pid 1 on purpose: pid 1 ignores signals it has no
+ * handler for, which would change how ordinary programs behave.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/capability.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/securebits.h>
+
+#include "jail.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+static void child_fail(const JailChildArgs *a, const char *msg) __attribute__((noreturn));
+
+/* Report a setup failure to the parent and stop; never returns. */
+static void
+child_fail(const JailChildArgs *a, const char *msg)
+{
+	(void) jail_write_all(a->err_fd, msg, strlen(msg));
+	_exit(127);
+}
+
+static int
+loopback_up(char *err)
+{
+	struct ifreq ifr;
+	int			fd;
+
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+	{
+		jail_seterr(err, "socket for loopback: %s", strerror(errno));
+		return -1;
+	}
+	memset(&ifr, 0, sizeof(ifr));
+	strcpy(ifr.ifr_name, "lo");
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
+		goto fail;
+	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+	if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
+		goto fail;
+	close(fd);
+	return 0;
+fail:
+	jail_seterr(err, "bring up loopback: %s", strerror(errno));
+	close(fd);
+	return -1;
+}
+
+/*
+ * Drop every capability from every set.  Bounding set first (needs
+ * CAP_SETPCAP, which we still hold), then ambient, then the rest; the
+ * securebits make sure no later uid change can regain anything.  Then
+ * check, because a silently failed drop is the worst kind of bug here.
+ */
+static int
+drop_capabilities(char *err)
+{
+	cap_t		caps;
+	int			last = cap_max_bits();
+	unsigned	secbits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED |
+		SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED |
+		SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+		SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+
+	if (cap_set_secbits(secbits) < 0)
+	{
+		jail_seterr(err, "set securebits: %s", strerror(errno));
+		return -1;
+	}
+	for (int c = 0; c < last; c++)
+	{
+		if (cap_drop_bound(c) < 0 && errno != EINVAL)
+		{
+			jail_seterr(err, "drop bounding capability %d: %s", c, strerror(errno));
+			return -1;
+		}
+	}
+	if (cap_reset_ambient() < 0 && errno != EINVAL)
+	{
+		jail_seterr(err, "clear ambient capabilities: %s", strerror(errno));
+		return -1;
+	}
+	caps = cap_init();
+	if (!caps || cap_set_proc(caps) < 0)
+	{
+		jail_seterr(err, "clear capabilities: %s", strerror(errno));
+		if (caps)
+			cap_free(caps);
+		return -1;
+	}
+	cap_free(caps);
+
+	/* check anyway */
+	caps = cap_get_proc();
+	{
+		cap_t		empty = cap_init();
+		int			differ = !caps || !empty || cap_compare(caps, empty) != 0;
+
+		cap_free(caps);
+		cap_free(empty);
+		if (differ)
+		{
+			jail_seterr(err, "capabilities still present after drop");
+			return -1;
+		}
+	}
+	for (int c = 0; c < last; c++)
+	{
+		if (cap_get_bound(c) > 0)
+		{
+			jail_seterr(err, "bounding capability %d still present", c);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int
+set_rlimits(const JailChildArgs *a, char *err)
+{
+	const JailOptions *o = a->opts;
+	struct
+	{
+		int			res;
+		rlim_t		soft;
+		rlim_t		hard;
+		const char *name;
+	}			lim[6];
+	int			n = 0;
+	rlim_t		cpu_s = (o->cpu_ms + 999) / 1000;
+
+	/*
+	 * RLIMIT_CPU is per process (the cgroup watch in the parent covers
+	 * the sum); the hard limit one second later turns SIGXCPU into
+	 * SIGKILL for programs that ignore it.  No RLIMIT_AS: V8 reserves
+	 * far more address space than it uses.
+	 */
+	lim[n++] = (typeof(lim[0])) {RLIMIT_CPU, cpu_s, cpu_s + 1, "CPU"};
+	lim[n++] = (typeof(lim[0])) {RLIMIT_CORE, 0, 0, "CORE"};
+	lim[n++] = (typeof(lim[0])) {RLIMIT_NOFILE, 1024, 1024, "NOFILE"};
+	if (o->file_size > 0)
+		lim[n++] = (typeof(lim[0])) {RLIMIT_FSIZE, o->file_size, o->file_size, "FSIZE"};
+	/* Without a pids cgroup this is the only fork-bomb brake. */
+	if (a->cgroup_none)
+		lim[n++] = (typeof(lim[0])) {RLIMIT_NPROC, o->pids, o->pids, "NPROC"};
+	lim[n++] = (typeof(lim[0])) {RLIMIT_MSGQUEUE, 0, 0, "MSGQUEUE"};
+
+	for (int i = 0; i < n; i++)
+	{
+		struct rlimit rl = {lim[i].soft, lim[i].hard};
+
+		if (setrlimit(lim[i].res, &rl) < 0)
+		{
+			jail_seterr(err, "setrlimit %s: %s", lim[i].name, strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static void
+reset_signals(void)
+{
+	sigset_t	none;
+
+	/* Ignored dispositions and the mask survive execve; undo ours. */
+	for (int s = 1; s < NSIG; s++)
+		if (s != SIGKILL && s != SIGSTOP)
+			signal(s, SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+static void payload_exec(const JailChildArgs *a) __attribute__((noreturn));
+
+static void
+payload_exec(const JailChildArgs *a)
+{
+	static char *const env[] = {
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=/tmp",
+		"TMPDIR=/tmp",
+		"USER=sandbox",
+		"LOGNAME=sandbox",
+		"SHELL=/bin/bash",
+		"TERM=dumb",
+		"LANG=C.UTF-8",
+		"PYTHONDONTWRITEBYTECODE=1",
+		"PYTHONUNBUFFERED=1",
+		"PIP_NO_INDEX=1",
+		"PIP_DISABLE_PIP_VERSION_CHECK=1",
+		"PIP_NO_CACHE_DIR=1",
+		"npm_config_offline=true",
+		"npm_config_audit=false",
+		"npm_config_fund=false",
+		"npm_config_update_notifier=false",
+		"npm_config_cache=/tmp/.npm",
+		"MPLCONFIGDIR=/tmp",
+		NULL
+	};
+	static char *const argv_py[] = {"/usr/bin/python3", "-I", "-u", "/sandbox/main.py", NULL};
+	static char *const argv_js[] = {"/usr/bin/node", "/sandbox/main.js", NULL};
+	static char *const argv_sh[] = {"/bin/bash", "--noprofile", "--norc", "/sandbox/main.sh", NULL};
+	char *const *argv;
+	char		err[JAIL_ERRLEN] = "";
+	int			devnull;
+
+	argv = a->opts->language == LANG_PYTHON ? argv_py :
+		a->opts->language == LANG_NODE ? argv_js : argv_sh;
+
+	/* A new session: no controlling terminal to inject input into. */
+	setsid();
+	reset_signals();
+
+	devnull = open("/dev/null", O_RDONLY);
+	if (devnull < 0 ||
+		dup2(devnull, STDIN_FILENO) < 0 ||
+		dup2(a->out_fd, STDOUT_FILENO) < 0 ||
+		dup2(a->errout_fd, STDERR_FILENO) < 0)
+	{
+		jail_seterr(err, "set up stdio: %s", strerror(errno));
+		child_fail(a, err);
+	}
+
+	/*
+	 * Every other descriptor goes at execve.  CLOEXEC rather than close so
+	 * err_fd stays usable until the exec succeeds.
+	 */
+	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+	{
+		jail_seterr(err, "close_range: %s", strerror(errno));
+		child_fail(a, err);
+	}
+
+	if (set_rlimits(a, err) < 0 || drop_capabilities(err) < 0)
+		child_fail(a, err);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+	{
+		jail_seterr(err, "no_new_privs: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	/* Last step before execve: from here on only the exec is ours. */
+	if (jail_filter_load(a->filter) < 0)
+	{
+		jail_seterr(err, "load seccomp filter: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	execve(argv[0], argv, env);
+	jail_seterr(err, "execve %s: %s", argv[0], strerror(errno));
+	child_fail(a, err);
+}
+
+/* Init after the payload started: reap everything, report the payload. */
+static void init_reap(const JailChildArgs *a, pid_t payload) __attribute__((noreturn));
+
+static void
+init_reap(const JailChildArgs *a, pid_t payload)
+{
+	char		err[JAIL_ERRLEN] = "";
+	int			status;
+	pid_t		pid;
+
+	close(a->out_fd);
+	close(a->errout_fd);
+
+	/*
+	 * Init has no business holding privilege while untrusted code runs
+	 * next to it, and must not be a ptrace/proc-mem target for it.
+	 */
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	if (drop_capabilities(err) < 0 ||
+		prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+		jail_filter_load(a->filter) < 0)
+	{
+		if (!err[0])
+			jail_seterr(err, "confine init: %s", strerror(errno));
+		kill(payload, SIGKILL);
+		child_fail(a, err);
+	}
+	close(a->err_fd);
+
+	for (;;)
+	{
+		pid = waitpid(-1, &status, 0);
+		if (pid < 0)
+		{
+			if (errno == EINTR)
+				continue;
+			_exit(1);
+		}
+		if (pid == payload)
+		{
+			(void) jail_write_all(a->status_fd, &status, sizeof(status));
+			/* our exit tears down the pid namespace: nothing survives */
+			_exit(0);
+		}
+	}
+}
+
+int
+jail_child_main(void *arg)
+{
+	const JailChildArgs *a = arg;
+	char		err[JAIL_ERRLEN] = "";
+	char		go;
+	struct pollfd pfd;
+	pid_t		payload;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+
+	/* The parent writes our uid/gid maps and cgroup, then says go. */
+	if (read(a->go_fd, &go, 1) != 1)
+		_exit(1);
+	close(a->go_fd);
+
+	/*
+	 * Become the mapped unprivileged identity.  When the jail runs as root
+	 * our kernel uid is still 0 (unmapped here); this makes it the outer
+	 * sandbox uid.  Capabilities in our own user namespace survive because
+	 * inner uid 0 does not exist, so there is no "root" to leave.
+	 */
+	if (setresgid(JAIL_INNER_GID, JAIL_INNER_GID, JAIL_INNER_GID) < 0 ||
+		setresuid(JAIL_INNER_UID, JAIL_INNER_UID, JAIL_INNER_UID) < 0)
+	{
+		jail_seterr(err, "switch to sandbox uid: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	/* A credential change clears the death signal; set it again, and
+	 * check the parent did not die in between. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	pfd.fd = a->lifeline_fd;
+	pfd.events = POLLIN;
+	if (poll(&pfd, 1, 0) != 0)
+		_exit(1);
+	close(a->lifeline_fd);
+
+	if (unshare(CLONE_NEWCGROUP) < 0)
+	{
+		jail_seterr(err, "cgroup namespace: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	if (sethostname("sandbox", 7) < 0)
+	{
+		jail_seterr(err, "sethostname: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	if (loopback_up(err) < 0 || jail_rootfs_setup(a, err) < 0)
+		child_fail(a, err);
+
+	payload = fork();
+	if (payload < 0)
+	{
+		jail_seterr(err, "fork payload: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	if (payload == 0)
+		payload_exec(a);
+	init_reap(a, payload);
+}

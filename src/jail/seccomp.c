@@ -1,0 +1,258 @@
+/*-------------------------------------------------------------------------
+ *
+ * seccomp.c
+ *	  The system-call filter: built with libseccomp once, in the parent,
+ *	  exported as raw BPF, and installed by the child as the very last step
+ *	  before execve (so no setup step of ours runs under it, and no
+ *	  libseccomp allocation happens after fork).
+ *
+ * Policy: default allow, with a deny list of the calls that widen the
+ * kernel attack surface or reach outside the sandbox.  An allow list
+ * would be tighter but Python, Node and the shell together touch a very
+ * large and version-dependent set; the deny list is what bubblewrap-style
+ * tools and Docker's default profile rest on, made stricter here.  Denied
+ * calls fail with EPERM so programs degrade instead of crashing; the
+ * few that can only ever be an attack (loading kernel code) kill the
+ * process.  See docs/security.md for the threat behind each entry.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+#include <linux/seccomp.h>
+
+#include "jail.h"
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
+#endif
+
+/* Calls that fail with EPERM. */
+static const char *const deny_eperm[] = {
+	/* mount table and root changes */
+	"mount", "umount", "umount2", "pivot_root", "chroot",
+	"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree",
+	"mount_setattr",
+	/* namespaces */
+	"unshare", "setns",
+	/* looking into or steering other processes */
+	"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd",
+	"kcmp",
+	/* large, historically buggy kernel surfaces */
+	"bpf", "perf_event_open", "userfaultfd",
+	"io_uring_setup", "io_uring_enter", "io_uring_register",
+	"keyctl", "add_key", "request_key",
+	"fanotify_init", "lookup_dcookie", "quotactl", "quotactl_fd",
+	"open_by_handle_at", "name_to_handle_at",
+	/* host-wide state */
+	"swapon", "swapoff", "acct", "settimeofday", "clock_settime",
+	"clock_adjtime", "adjtimex", "syslog", "sethostname", "setdomainname",
+	"vhangup", "iopl", "ioperm", "uselib", "ustat", "sysfs", "_sysctl",
+	"nfsservctl", "reboot",
+	NULL
+};
+
+/* Calls that kill the process: there is no benign use inside a sandbox. */
+static const char *const deny_kill[] = {
+	"kexec_load", "kexec_file_load", "init_module", "finit_module",
+	"delete_module", "create_module", "get_kernel_syms", "query_module",
+	NULL
+};
+
+/* Namespace-creating clone flags (new user namespaces in particular). */
+static const unsigned long ns_flags[] = {
+	CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWIPC,
+	CLONE_NEWUTS, CLONE_NEWCGROUP
+};
+
+static int
+add_by_name(scmp_filter_ctx ctx, uint32_t action, const char *name,
+			char *err)
+{
+	int			nr = seccomp_syscall_resolve_name(name);
+	int			rc;
+
+	/* A name this architecture lacks needs no rule. */
+	if (nr == __NR_SCMP_ERROR)
+		return 0;
+	rc = seccomp_rule_add(ctx, action, nr, 0);
+	if (rc < 0)
+	{
+		jail_seterr(err, "seccomp rule for %s: %s", name, strerror(-rc));
+		return -1;
+	}
+	return 0;
+}
+
+static int
+build_rules(scmp_filter_ctx ctx, char *err)
+{
+	uint32_t	eperm = SCMP_ACT_ERRNO(EPERM);
+	int			rc = 0;
+
+	for (int i = 0; deny_eperm[i]; i++)
+		if (add_by_name(ctx, eperm, deny_eperm[i], err) < 0)
+			return -1;
+	for (int i = 0; deny_kill[i]; i++)
+		if (add_by_name(ctx, SCMP_ACT_KILL_PROCESS, deny_kill[i], err) < 0)
+			return -1;
+
+	/*
+	 * clone: refuse any namespace flag (one rule per flag, since libseccomp
+	 * cannot express "mask != 0" in one comparison).  clone3 passes its
+	 * flags in memory, where BPF cannot look, so it is refused outright
+	 * with ENOSYS: glibc and libuv then fall back to clone(2).
+	 */
+	for (size_t i = 0; i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++)
+	{
+		rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(clone), 1,
+							  SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
+		if (rc < 0)
+			goto fail;
+	}
+	rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+	if (rc < 0)
+		goto fail;
+
+	/*
+	 * socket/socketpair: only AF_UNIX, AF_INET and AF_INET6.  The
+	 * comparisons are on all 64 bits: garbage in the upper half makes the
+	 * value larger than AF_INET6, which the GT rule refuses.
+	 */
+	{
+		static const int sys[] = {SCMP_SYS(socket), SCMP_SYS(socketpair)};
+
+		for (int s = 0; s < 2; s++)
+		{
+			for (int fam = 0; fam < AF_INET6; fam++)
+			{
+				if (fam == AF_UNIX || fam == AF_INET)
+					continue;
+				rc = seccomp_rule_add(ctx, eperm, sys[s], 1,
+									  SCMP_A0(SCMP_CMP_EQ, fam));
+				if (rc < 0)
+					goto fail;
+			}
+			rc = seccomp_rule_add(ctx, eperm, sys[s], 1,
+								  SCMP_A0(SCMP_CMP_GT, AF_INET6));
+			if (rc < 0)
+				goto fail;
+		}
+	}
+
+	/* Faking terminal input into a controlling tty (none here anyway). */
+	rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(ioctl), 1,
+						  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCSTI));
+	if (rc < 0)
+		goto fail;
+	rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(ioctl), 1,
+						  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCLINUX));
+	if (rc < 0)
+		goto fail;
+
+	/*
+	 * personality: refuse the personas that weaken exploit mitigations
+	 * (READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE, MMAP_PAGE_ZERO, legacy
+	 * layout).  The query personality(0xffffffff) must still work, and it
+	 * has every bit set; bit 31 is never part of a real persona, so each
+	 * rule matches "flag set and bit 31 clear".
+	 */
+	{
+		static const unsigned long bad[] = {0x0400000, 0x0040000, 0x0100000, 0x0200000};
+
+		for (int i = 0; i < 4; i++)
+		{
+			rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(personality), 1,
+								  SCMP_A0(SCMP_CMP_MASKED_EQ, bad[i] | 0x80000000UL, bad[i]));
+			if (rc < 0)
+				goto fail;
+		}
+	}
+	return 0;
+
+fail:
+	jail_seterr(err, "seccomp rule: %s", strerror(-rc));
+	return -1;
+}
+
+int
+jail_filter_build(JailFilter *filter, char *err)
+{
+	scmp_filter_ctx ctx;
+	int			memfd = -1;
+	int			rc;
+	off_t		size;
+
+	ctx = seccomp_init(SCMP_ACT_ALLOW);
+	if (!ctx)
+	{
+		jail_seterr(err, "seccomp_init failed");
+		return -1;
+	}
+	/* Syscalls of a foreign ABI (i386 via int 0x80, x32) are refused. */
+	seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+	/* We set no_new_privs ourselves, after dropping capabilities. */
+	seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
+
+	if (build_rules(ctx, err) < 0)
+		goto fail;
+
+	/* libseccomp 2.5 exports only to an fd; a memfd keeps it in memory. */
+	memfd = memfd_create("seccomp-bpf", MFD_CLOEXEC);
+	if (memfd < 0)
+	{
+		jail_seterr(err, "memfd_create: %s", strerror(errno));
+		goto fail;
+	}
+	rc = seccomp_export_bpf(ctx, memfd);
+	if (rc < 0)
+	{
+		jail_seterr(err, "seccomp_export_bpf: %s", strerror(-rc));
+		goto fail;
+	}
+	size = lseek(memfd, 0, SEEK_END);
+	if (size <= 0 || size % sizeof(struct sock_filter) != 0 ||
+		size / sizeof(struct sock_filter) > BPF_MAXINSNS)
+	{
+		jail_seterr(err, "seccomp program has a bad size (%ld)", (long) size);
+		goto fail;
+	}
+	filter->insns = malloc(size);
+	if (!filter->insns || pread(memfd, filter->insns, size, 0) != size)
+	{
+		jail_seterr(err, "could not read back the seccomp program");
+		goto fail;
+	}
+	filter->len = size / sizeof(struct sock_filter);
+	close(memfd);
+	seccomp_release(ctx);
+	return 0;
+
+fail:
+	if (memfd >= 0)
+		close(memfd);
+	seccomp_release(ctx);
+	return -1;
+}
+
+/* Install the exported program; requires no_new_privs already set. */
+int
+jail_filter_load(const JailFilter *filter)
+{
+	struct sock_fprog prog = {
+		.len = filter->len,
+		.filter = filter->insns,
+	};
+
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+}

@@ -1,0 +1,681 @@
+/*-------------------------------------------------------------------------
+ *
+ * supervise.c
+ *	  The host side of one run: build the filter and cgroup, create the
+ *	  namespaced child, map its ids, then pump its output, watch the
+ *	  clocks and signals, and collect the facts for the verdict.
+ *
+ * Two kinds of failure are kept apart (the billing rule depends on it):
+ * the sandbox could not be built (setup_error: any text on the child's
+ * err pipe, or a failed host step) versus the program failed (a verdict
+ * with an exit code or signal).  Only main.c turns these into exit codes.
+ *
+ * The loop never blocks on anything the payload or the caller controls:
+ * output is read only when our buffer for that stream is empty (so a
+ * caller that stops reading stalls the payload, not the clocks) and
+ * written in chunks of at most PIPE_BUF after POLLOUT, which cannot block.
+ * Beyond the output cap, data is still read (the payload is told nothing
+ * and never stalls on a full pipe) but discarded.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/sched.h>
+
+#include "jail.h"
+
+#define STREAM_BUF			65536
+#define CPU_POLL_MS			100
+#define WORKSPACE_POLL_MS	500
+#define FLUSH_GRACE_MS		2000
+
+typedef struct Stream
+{
+	int			in;				/* read end of the payload's pipe */
+	int			out;			/* our stdout or stderr */
+	char		buf[STREAM_BUF];
+	size_t		off;
+	size_t		len;
+	uint64_t	produced;		/* everything the payload wrote */
+	uint64_t	forwarded;		/* accepted for delivery (<= cap) */
+	bool		eof;
+	bool		out_dead;		/* our reader went away: discard */
+} Stream;
+
+typedef struct Run
+{
+	const JailOptions *opts;
+	JailResult *res;
+	JailCgroup	cg;
+	pid_t		pid;			/* the sandbox's init, seen from here */
+	int			pidfd;
+	bool		reaped;
+	int			wstatus;		/* of init */
+	struct rusage ru;
+	bool		kill_sent;
+	int			wsfd;			/* workspace, O_PATH, for size checks */
+	bool		over_workspace;
+} Run;
+
+static void
+close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+static void
+kill_sandbox(Run *run)
+{
+	/*
+	 * SIGKILL to the pid namespace's init makes the kernel kill every
+	 * process in the namespace (also ones that ignore SIGTERM, double
+	 * forked or called setsid); on v2 cgroup.kill does the same for the
+	 * cgroup.  Sent through the pidfd so a recycled pid is never hit.
+	 */
+	if (!run->reaped && !run->kill_sent)
+	{
+		if (syscall(SYS_pidfd_send_signal, run->pidfd, SIGKILL, NULL, 0) < 0)
+			kill(run->pid, SIGKILL);
+		jail_cgroup_kill(&run->cg);
+		run->kill_sent = true;
+	}
+}
+
+/* Outer uid/gid the sandbox's uid 1000 stands for. */
+static void
+outer_ids(const JailOptions *opts, uid_t *uid, gid_t *gid, int wsfd)
+{
+	struct stat st;
+
+	if (geteuid() != 0)
+	{
+		/* unprivileged user namespaces allow exactly our own ids */
+		*uid = geteuid();
+		*gid = getegid();
+		return;
+	}
+
+	/*
+	 * Started by root: never run the payload as uid 0.  Use the
+	 * workspace's owner so the payload can write there and files keep an
+	 * owner that makes sense; a root-owned workspace gets nobody.
+	 */
+	if (fstat(wsfd, &st) == 0 && st.st_uid != 0)
+	{
+		*uid = st.st_uid;
+		*gid = st.st_gid != 0 ? st.st_gid : 65534;
+	}
+	else
+	{
+		*uid = 65534;
+		*gid = 65534;
+	}
+}
+
+static int
+write_id_maps(pid_t pid, uid_t uid, gid_t gid, char *err)
+{
+	char		path[64];
+	char		map[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int) pid);
+	snprintf(map, sizeof(map), "%d %u 1\n", JAIL_INNER_UID, (unsigned) uid);
+	if (jail_write_file(path, map) < 0)
+	{
+		jail_seterr(err, "write uid_map: %s", strerror(errno));
+		return -1;
+	}
+
+	/*
+	 * setgroups is denied for good: the payload can then never drop a
+	 * supplementary group to get around a "group may not read" rule.
+	 */
+	snprintf(path, sizeof(path), "/proc/%d/setgroups", (int) pid);
+	if (jail_write_file(path, "deny") < 0)
+	{
+		jail_seterr(err, "write setgroups: %s", strerror(errno));
+		return -1;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/gid_map", (int) pid);
+	snprintf(map, sizeof(map), "%d %u 1\n", JAIL_INNER_GID, (unsigned) gid);
+	if (jail_write_file(path, map) < 0)
+	{
+		jail_seterr(err, "write gid_map: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* clone3 where available (pidfd); plain clone for valgrind and old kernels. */
+static pid_t
+spawn_child(JailChildArgs *args, int *pidfd)
+{
+	uint64_t	flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS |
+		CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
+	struct clone_args ca;
+	pid_t		pid;
+
+	memset(&ca, 0, sizeof(ca));
+	ca.flags = flags;
+	ca.pidfd = (uint64_t) (uintptr_t) pidfd;
+	ca.exit_signal = SIGCHLD;
+	pid = syscall(SYS_clone3, &ca, sizeof(ca));
+	if (pid < 0 && errno == ENOSYS)
+		pid = syscall(SYS_clone, flags | SIGCHLD, NULL, pidfd, NULL, 0);
+	if (pid == 0)
+		_exit(jail_child_main(args));
+	return pid;
+}
+
+static void
+stream_read(Stream *s, uint64_t cap, JailResult *res)
+{
+	char		discard[STREAM_BUF];
+	ssize_t		n;
+
+	/* only when the buffer is empty: that is our backpressure */
+	n = read(s->in, s->len == 0 ? s->buf : discard, STREAM_BUF);
+	if (n < 0)
+	{
+		if (errno == EINTR || errno == EAGAIN)
+			return;
+		n = 0;
+	}
+	if (n == 0)
+	{
+		s->eof = true;
+		return;
+	}
+	s->produced += n;
+	if (s->forwarded < cap && !s->out_dead && s->len == 0)
+	{
+		size_t		keep = (uint64_t) n < cap - s->forwarded ? (size_t) n : cap - s->forwarded;
+
+		if (keep < (size_t) n)
+			res->output_truncated = true;
+		s->forwarded += keep;
+		s->off = 0;
+		s->len = keep;
+	}
+	else if (s->forwarded >= cap)
+		res->output_truncated = true;
+}
+
+static void
+stream_write(Stream *s)
+{
+	size_t		chunk = s->len - s->off;
+	ssize_t		n;
+
+	if (chunk > PIPE_BUF)
+		chunk = PIPE_BUF;
+	n = write(s->out, s->buf + s->off, chunk);
+	if (n < 0)
+	{
+		if (errno == EINTR || errno == EAGAIN)
+			return;
+		/* EPIPE and friends: nobody is listening; keep draining */
+		s->out_dead = true;
+		s->off = s->len = 0;
+		return;
+	}
+	s->off += n;
+	if (s->off == s->len)
+		s->off = s->len = 0;
+}
+
+static void
+check_cpu(Run *run)
+{
+	uint64_t	used = jail_cgroup_cpu_ms(&run->cg);
+
+	if (used >= run->opts->cpu_ms && !run->reaped)
+	{
+		run->res->timed_out = true;
+		kill_sandbox(run);
+	}
+}
+
+static void
+check_workspace(Run *run)
+{
+	uint64_t	total = 0;
+	bool		big = false;
+
+	if (run->wsfd < 0 || run->opts->workspace_size == 0)
+		return;
+	if (jail_workspace_usage(run->wsfd, 0, &total, &big) < 0 ||
+		total > run->opts->workspace_size)
+	{
+		run->over_workspace = true;
+		kill_sandbox(run);
+	}
+}
+
+/* Pump output and watch clocks until init is reaped and pipes are dry. */
+static void
+supervise(Run *run, Stream *streams, int errfd, int sigfd,
+		  uint64_t start, char *setup_err, size_t *setup_err_len)
+{
+	const JailOptions *opts = run->opts;
+	JailResult *res = run->res;
+	uint64_t	deadline = start + opts->wall_ms;
+	uint64_t	next_cpu = start + CPU_POLL_MS;
+	uint64_t	next_ws = start + WORKSPACE_POLL_MS;
+	uint64_t	flush_deadline = 0;
+	bool		watch_cpu = jail_cgroup_cpu_ms(&run->cg) != 0 ||
+		run->cg.mode == CGROUP_V2 || run->cg.cpu_dir[0];
+
+	for (;;)
+	{
+		struct pollfd pfd[7];
+		int			idx[7];
+		int			n = 0;
+		uint64_t	now = jail_now_ms();
+		int			timeout;
+		uint64_t	wake;
+
+		if (!run->reaped && now >= deadline && !run->kill_sent)
+		{
+			res->timed_out = true;
+			kill_sandbox(run);
+		}
+		if (!run->reaped && watch_cpu && now >= next_cpu)
+		{
+			check_cpu(run);
+			next_cpu = now + CPU_POLL_MS;
+		}
+		if (!run->reaped && now >= next_ws)
+		{
+			check_workspace(run);
+			next_ws = now + WORKSPACE_POLL_MS;
+		}
+
+		if (run->reaped)
+		{
+			bool		done = errfd < 0;
+
+			for (int i = 0; i < 2; i++)
+				if (!streams[i].eof || streams[i].len > 0)
+					done = false;
+			if (done)
+				break;
+			if (flush_deadline == 0)
+				flush_deadline = now + FLUSH_GRACE_MS;
+			else if (now >= flush_deadline)
+				break;			/* a caller that never reads: give up */
+		}
+
+		if (!run->reaped)
+		{
+			pfd[n].fd = run->pidfd;
+			pfd[n].events = POLLIN;
+			idx[n++] = 0;
+		}
+		for (int i = 0; i < 2; i++)
+		{
+			Stream	   *s = &streams[i];
+
+			if (s->len > 0)
+			{
+				pfd[n].fd = s->out;
+				pfd[n].events = POLLOUT;
+				idx[n++] = 10 + i;
+			}
+			else if (!s->eof)
+			{
+				pfd[n].fd = s->in;
+				pfd[n].events = POLLIN;
+				idx[n++] = 20 + i;
+			}
+		}
+		if (errfd >= 0)
+		{
+			pfd[n].fd = errfd;
+			pfd[n].events = POLLIN;
+			idx[n++] = 1;
+		}
+		pfd[n].fd = sigfd;
+		pfd[n].events = POLLIN;
+		idx[n++] = 2;
+
+		wake = run->reaped ? flush_deadline : deadline;
+		if (!run->reaped && watch_cpu && next_cpu < wake)
+			wake = next_cpu;
+		if (!run->reaped && opts->workspace_size && next_ws < wake)
+			wake = next_ws;
+		if (run->kill_sent && !run->reaped)
+			wake = now + 1000;	/* kill sent: just wait for the reap */
+		timeout = wake > now ? (int) (wake - now) : 0;
+
+		if (poll(pfd, n, timeout) < 0)
+		{
+			if (errno == EINTR)
+				continue;
+			jail_warn("poll: %s", strerror(errno));
+			kill_sandbox(run);
+			break;
+		}
+		for (int i = 0; i < n; i++)
+		{
+			if (!pfd[i].revents)
+				continue;
+			switch (idx[i])
+			{
+				case 0:
+					if (waitpid(run->pid, &run->wstatus, WNOHANG) == run->pid)
+					{
+						/* wait4 semantics via getrusage of children */
+						getrusage(RUSAGE_CHILDREN, &run->ru);
+						run->reaped = true;
+					}
+					break;
+				case 1:
+					{
+						ssize_t		r = read(errfd, setup_err + *setup_err_len,
+											 JAIL_ERRLEN - 1 - *setup_err_len);
+
+						if (r > 0)
+							*setup_err_len += r;
+						else if (r == 0 || (errno != EINTR && errno != EAGAIN))
+							close_fd(&errfd);
+						if (*setup_err_len >= JAIL_ERRLEN - 1)
+							close_fd(&errfd);
+						break;
+					}
+				case 2:
+					{
+						struct signalfd_siginfo si;
+
+						if (read(sigfd, &si, sizeof(si)) == sizeof(si))
+						{
+							res->killed = true;
+							kill_sandbox(run);
+						}
+						break;
+					}
+				case 10:
+				case 11:
+					stream_write(&streams[idx[i] - 10]);
+					break;
+				case 20:
+				case 21:
+					stream_read(&streams[idx[i] - 20], opts->output_limit, res);
+					break;
+			}
+		}
+	}
+	close_fd(&errfd);
+}
+
+/*
+ * Run the payload once.  Returns 0 when it ran (whatever it did) and -1 on
+ * a setup error, with res->setup_error set.  res is always filled in.
+ */
+int
+jail_run(const JailOptions *opts, const char *code, size_t code_len,
+		 JailResult *res)
+{
+	Run			run;
+	JailFilter	filter = {0};
+	JailChildArgs args;
+	Stream	   *streams;
+	int			outp[2] = {-1, -1},
+				errout[2] = {-1, -1},
+				gop[2] = {-1, -1},
+				errp[2] = {-1, -1},
+				statp[2] = {-1, -1},
+				life[2] = {-1, -1};
+	int			sigfd = -1;
+	sigset_t	mask,
+				oldmask;
+	char		err[JAIL_ERRLEN] = "";
+	char		child_err[JAIL_ERRLEN] = "";
+	size_t		child_err_len = 0;
+	uint64_t	start = jail_now_ms();
+	uid_t		ouid;
+	gid_t		ogid;
+	int			payload_status;
+	bool		have_status = false;
+	int			rc = -1;
+
+	memset(&run, 0, sizeof(run));
+	run.opts = opts;
+	run.res = res;
+	run.pid = -1;
+	run.pidfd = -1;
+	run.wsfd = -1;
+	run.cg.v2_dirfd = -1;
+
+	streams = calloc(2, sizeof(Stream));
+	if (!streams)
+	{
+		jail_seterr(err, "out of memory");
+		goto out;
+	}
+
+	/* The workspace must be a real directory, not a symlink. */
+	run.wsfd = open(opts->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (run.wsfd < 0)
+	{
+		jail_seterr(err, "workspace %s: %s", opts->workspace, strerror(errno));
+		goto out;
+	}
+	outer_ids(opts, &ouid, &ogid, run.wsfd);
+
+	if (jail_filter_build(&filter, err) < 0)
+		goto out;
+
+	if (jail_cgroup_create(opts, &run.cg, err) < 0)
+	{
+		jail_cgroup_destroy(&run.cg);
+		if (opts->require_cgroup)
+			goto out;
+		/* rlimits only; the verdict says "cgroup":"none" */
+		err[0] = '\0';
+	}
+
+	if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errout, O_CLOEXEC) < 0 ||
+		pipe2(gop, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
+		pipe2(statp, O_CLOEXEC) < 0 || pipe2(life, O_CLOEXEC) < 0)
+	{
+		jail_seterr(err, "pipe: %s", strerror(errno));
+		goto out;
+	}
+
+	/*
+	 * Termination requests arrive through a signalfd, so they are handled
+	 * in the loop like everything else; blocked before the clone so none
+	 * is lost in between (the payload unblocks them before execve).
+	 */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGQUIT);
+	sigprocmask(SIG_BLOCK, &mask, &oldmask);
+	sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sigfd < 0)
+	{
+		jail_seterr(err, "signalfd: %s", strerror(errno));
+		goto out;
+	}
+
+	memset(&args, 0, sizeof(args));
+	args.opts = opts;
+	args.code = code;
+	args.code_len = code_len;
+	args.filter = &filter;
+	args.go_fd = gop[0];
+	args.err_fd = errp[1];
+	args.status_fd = statp[1];
+	args.out_fd = outp[1];
+	args.errout_fd = errout[1];
+	args.lifeline_fd = life[0];
+	args.cgroup_none = run.cg.mode == CGROUP_NONE;
+
+	start = jail_now_ms();
+	run.pid = spawn_child(&args, &run.pidfd);
+	if (run.pid < 0)
+	{
+		jail_seterr(err, "clone: %s", strerror(errno));
+		goto out;
+	}
+	close_fd(&outp[1]);
+	close_fd(&errout[1]);
+	close_fd(&gop[0]);
+	close_fd(&errp[1]);
+	close_fd(&statp[1]);
+	close_fd(&life[0]);
+
+	if (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
+		jail_cgroup_attach(&run.cg, run.pid, err) < 0)
+	{
+		kill_sandbox(&run);
+		waitpid(run.pid, &run.wstatus, 0);
+		run.reaped = true;
+		goto out;
+	}
+	if (write(gop[1], "g", 1) != 1)
+	{
+		jail_seterr(err, "signal the sandbox: %s", strerror(errno));
+		kill_sandbox(&run);
+		waitpid(run.pid, &run.wstatus, 0);
+		run.reaped = true;
+		goto out;
+	}
+	close_fd(&gop[1]);
+
+	streams[0].in = outp[0];
+	streams[0].out = STDOUT_FILENO;
+	streams[1].in = errout[0];
+	streams[1].out = STDERR_FILENO;
+	supervise(&run, streams, errp[0], sigfd, start, child_err, &child_err_len);
+	errp[0] = -1;				/* closed by supervise */
+
+	if (!run.reaped)
+	{
+		/* only after a poll failure: make sure, then wait */
+		kill_sandbox(&run);
+		waitpid(run.pid, &run.wstatus, 0);
+		getrusage(RUSAGE_CHILDREN, &run.ru);
+		run.reaped = true;
+	}
+	res->wall_ms = jail_now_ms() - start;
+	res->cpu_ms = (run.ru.ru_utime.tv_sec + run.ru.ru_stime.tv_sec) * 1000ULL +
+		(run.ru.ru_utime.tv_usec + run.ru.ru_stime.tv_usec) / 1000;
+	res->peak_memory_bytes = (uint64_t) run.ru.ru_maxrss * 1024;
+	res->stdout_bytes = streams[0].produced;
+	res->stderr_bytes = streams[1].produced;
+	if (streams[0].len > 0 || streams[1].len > 0)
+		res->output_truncated = true;	/* caller never read the rest */
+
+	if (read(statp[0], &payload_status, sizeof(payload_status)) == sizeof(payload_status))
+		have_status = true;
+
+	jail_cgroup_collect(&run.cg, res);
+
+	/* Post-run workspace check: big files and the total. */
+	if (run.wsfd >= 0)
+	{
+		uint64_t	total = 0;
+		bool		big = false;
+
+		if (jail_workspace_usage(run.wsfd, opts->file_size, &total, &big) < 0 ||
+			big || (opts->workspace_size && total > opts->workspace_size))
+			res->file_too_large = true;
+	}
+	if (run.over_workspace)
+		res->file_too_large = true;
+
+	if (child_err_len > 0)
+	{
+		child_err[child_err_len] = '\0';
+		snprintf(err, sizeof(err), "%s", child_err);
+	}
+
+	if (res->killed)
+		res->status = STATUS_KILLED;
+	else if (err[0])
+		;						/* setup error, below */
+	else if (res->timed_out && !have_status)
+		res->status = STATUS_TIMED_OUT;
+	else if (have_status && WIFEXITED(payload_status))
+	{
+		res->status = STATUS_EXITED;
+		res->have_exit_code = true;
+		res->exit_code = WEXITSTATUS(payload_status);
+	}
+	else if (have_status && WIFSIGNALED(payload_status))
+	{
+		res->status = STATUS_SIGNALED;
+		res->have_signal = true;
+		res->signal = WTERMSIG(payload_status);
+		if (res->signal == SIGXCPU ||
+			(res->signal == SIGKILL && res->cpu_ms >= opts->cpu_ms))
+			res->timed_out = true;
+		if (res->signal == SIGXFSZ)
+			res->file_too_large = true;
+	}
+	else if (res->oom_killed || run.over_workspace)
+	{
+		/* a limit killed the sandbox's init itself */
+		res->status = STATUS_SIGNALED;
+		res->have_signal = true;
+		res->signal = SIGKILL;
+	}
+	else
+		jail_seterr(err, "sandbox init ended without reporting (status 0x%x)",
+					(unsigned) run.wstatus);
+	rc = 0;
+
+out:
+	if (run.pid > 0 && !run.reaped)
+	{
+		kill_sandbox(&run);
+		waitpid(run.pid, &run.wstatus, 0);
+	}
+	if (err[0] && !res->killed)
+	{
+		res->status = STATUS_SETUP_ERROR;
+		snprintf(res->setup_error, sizeof(res->setup_error), "%s", err);
+		rc = -1;
+	}
+	if (res->cgroup == CGROUP_NONE)
+		res->cgroup = run.cg.mode;
+	jail_cgroup_destroy(&run.cg);
+	close_fd(&outp[0]);
+	close_fd(&outp[1]);
+	close_fd(&errout[0]);
+	close_fd(&errout[1]);
+	close_fd(&gop[0]);
+	close_fd(&gop[1]);
+	close_fd(&errp[0]);
+	close_fd(&errp[1]);
+	close_fd(&statp[0]);
+	close_fd(&statp[1]);
+	close_fd(&life[0]);
+	close_fd(&life[1]);
+	close_fd(&sigfd);
+	close_fd(&run.pidfd);
+	close_fd(&run.wsfd);
+	free(filter.insns);
+	free(streams);
+	return rc;
+}

@@ -1,0 +1,118 @@
+/*-------------------------------------------------------------------------
+ *
+ * verdict.c
+ *	  The one line of flat JSON that tells the supervisor what happened.
+ *
+ * The shape is a contract with the background worker (docs/jail.md): keep
+ * it flat, keep every key present, and write it with a single write(2) so
+ * a reader never sees half a verdict.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "jail.h"
+
+static const char *
+status_name(JailStatus s)
+{
+	switch (s)
+	{
+		case STATUS_EXITED:
+			return "exited";
+		case STATUS_SIGNALED:
+			return "signaled";
+		case STATUS_TIMED_OUT:
+			return "timed_out";
+		case STATUS_SETUP_ERROR:
+			return "setup_error";
+		case STATUS_KILLED:
+			return "killed";
+	}
+	return "setup_error";
+}
+
+static const char *
+cgroup_name(CgroupMode m)
+{
+	return m == CGROUP_V1 ? "v1" : m == CGROUP_V2 ? "v2" : "none";
+}
+
+/* JSON-escape src into dst (bounded); control bytes become \u00XX. */
+static void
+json_escape(char *dst, size_t dstlen, const char *src)
+{
+	size_t		o = 0;
+
+	for (; *src && o + 7 < dstlen; src++)
+	{
+		unsigned char c = (unsigned char) *src;
+
+		if (c == '"' || c == '\\')
+		{
+			dst[o++] = '\\';
+			dst[o++] = c;
+		}
+		else if (c == '\n')
+		{
+			dst[o++] = '\\';
+			dst[o++] = 'n';
+		}
+		else if (c < 0x20 || c == 0x7f)
+			o += snprintf(dst + o, dstlen - o, "\\u%04x", c);
+		else
+			dst[o++] = c;
+	}
+	dst[o] = '\0';
+}
+
+#define B(x) ((x) ? "true" : "false")
+
+int
+jail_write_verdict(int fd, const JailResult *r)
+{
+	char		code[32];
+	char		sig[32];
+	char		err[JAIL_ERRLEN * 6 + 4];
+	char		line[sizeof(err) + 1024];
+	int			n;
+
+	if (r->have_exit_code)
+		snprintf(code, sizeof(code), "%d", r->exit_code);
+	else
+		strcpy(code, "null");
+	if (r->have_signal)
+		snprintf(sig, sizeof(sig), "%d", r->signal);
+	else
+		strcpy(sig, "null");
+	if (r->setup_error[0])
+	{
+		err[0] = '"';
+		json_escape(err + 1, sizeof(err) - 2, r->setup_error);
+		strcat(err, "\"");
+	}
+	else
+		strcpy(err, "null");
+
+	n = snprintf(line, sizeof(line),
+				 "{\"version\":1,\"status\":\"%s\",\"exit_code\":%s,"
+				 "\"signal\":%s,\"wall_ms\":%llu,\"cpu_ms\":%llu,"
+				 "\"peak_memory_bytes\":%llu,\"timed_out\":%s,"
+				 "\"oom_killed\":%s,\"output_truncated\":%s,"
+				 "\"file_too_large\":%s,\"killed\":%s,"
+				 "\"stdout_bytes\":%llu,\"stderr_bytes\":%llu,"
+				 "\"cgroup\":\"%s\",\"setup_error\":%s}\n",
+				 status_name(r->status), code, sig,
+				 (unsigned long long) r->wall_ms,
+				 (unsigned long long) r->cpu_ms,
+				 (unsigned long long) r->peak_memory_bytes,
+				 B(r->timed_out), B(r->oom_killed), B(r->output_truncated),
+				 B(r->file_too_large), B(r->killed),
+				 (unsigned long long) r->stdout_bytes,
+				 (unsigned long long) r->stderr_bytes,
+				 cgroup_name(r->cgroup), err);
+	if (n < 0 || (size_t) n >= sizeof(line))
+		return -1;
+	return jail_write_all(fd, line, n);
+}

@@ -8,7 +8,8 @@
 EXTENSION = sandbox_ext
 EXTVERSION = 0.1.0
 MODULE_big = sandbox_ext
-OBJS = src/sandbox_ext.o src/shmem.o src/supervisor.o src/api.o
+OBJS = src/sandbox_ext.o src/shmem.o src/supervisor.o src/api.o \
+	src/exporter.o src/pgoutput.o src/chclient.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*--*.sql))
@@ -22,6 +23,7 @@ PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \
 	-Wno-missing-field-initializers
 SHLIB_LINK =
+SHLIB_LINK += -lcurl
 
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(wildcard $(PGXS)),)

@@ -14,6 +14,7 @@ PACKAGES=(
 	build-essential
 	postgresql-15
 	postgresql-server-dev-15
+	libpq-dev
 	postgresql-15-cron
 	postgresql-15-pgtap
 	libtap-parser-sourcehandler-pgtap-perl

@@ -172,6 +172,8 @@ sandbox_define_gucs(void)
 							PGC_SIGHUP, GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 
+	sandbox_export_define_gucs();
+
 	MarkGUCPrefixReserved("sandbox");
 }
 
@@ -186,4 +188,5 @@ _PG_init(void)
 	sandbox_preloaded = true;
 	sandbox_shmem_init();
 	sandbox_supervisor_register();
+	sandbox_export_register();
 }

@@ -39,6 +39,8 @@ extern bool sandbox_preloaded;
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
+#include "exporter.h"
+
 typedef struct SandboxSlot
 {
 	bool		in_use;
@@ -61,6 +63,7 @@ typedef struct SandboxShared
 	int			exporter_pid;
 	Latch	   *exporter_latch;
 	ConditionVariable export_cv;
+	SandboxExportShared export;	/* exporter.c */
 } SandboxShared;
 
 extern SandboxShared *sandbox_shared;

@@ -1,0 +1,142 @@
+-- sandbox_ext install script, part 60: export of agent.tool_invocations to
+-- ClickHouse through logical replication (docs/export.md).
+--
+-- Nothing here depends on agent.tool_invocations existing yet: the
+-- publication, replica identity and wake-up trigger are created by
+-- agent.export_setup(), which the exporter worker calls when
+-- sandbox.clickhouse_url is set; the worker then creates the slot (in a
+-- transaction of its own, as PostgreSQL requires) and copies the table.
+
+-- One row per export slot: when the slot was created and the state of the
+-- table copy that follows a slot creation (initial export or resync).
+CREATE TABLE agent.export_state (
+	slot_name        name PRIMARY KEY,
+	slot_created_at  timestamptz,
+	copy_lsn         pg_lsn,             -- not null while a copy is pending
+	copy_after       uuid,               -- keyset cursor of the copy
+	copied_rows      bigint NOT NULL DEFAULT 0,
+	resync_requested boolean NOT NULL DEFAULT false
+);
+COMMENT ON TABLE agent.export_state IS
+	'ClickHouse export: slot creation and table copy progress, per slot (maintained by the exporter)';
+SELECT pg_catalog.pg_extension_config_dump('agent.export_state', '');
+
+CREATE FUNCTION agent._export_wake_trigger() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'sandbox_export_wake_trigger'
+	LANGUAGE C;
+
+CREATE FUNCTION agent._export_wake() RETURNS boolean
+	AS 'MODULE_PATHNAME', 'sandbox_export_wake'
+	LANGUAGE C VOLATILE STRICT;
+
+CREATE FUNCTION agent._export_worker_state(
+	OUT state text, OUT pid integer, OUT rows_exported bigint, OUT batches bigint,
+	OUT exported_lsn pg_lsn, OUT last_success timestamptz, OUT last_error text,
+	OUT last_error_at timestamptz, OUT oldest_pending timestamptz,
+	OUT retry_at timestamptz)
+	AS 'MODULE_PATHNAME', 'sandbox_export_worker_state'
+	LANGUAGE C VOLATILE STRICT;
+
+-- Create what the export needs in PostgreSQL, idempotently: the
+-- publication (insert, update, delete; TRUNCATE is not mirrored), REPLICA
+-- IDENTITY FULL (so a delete carries org and workspace, the ClickHouse
+-- key), the commit-time wake-up trigger, and the export_state row.  The
+-- slot itself is created by the exporter right after.
+CREATE FUNCTION agent.export_setup() RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	v_slot name := current_setting('sandbox.export_slot');
+	v_done text[] := '{}';
+BEGIN
+	IF to_regclass('agent.tool_invocations') IS NULL THEN
+		RAISE EXCEPTION 'relation "agent.tool_invocations" does not exist'
+			USING ERRCODE = 'undefined_table',
+			      HINT = 'The export starts once the table exists.';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = 'sandbox_ext_tool_invocations') THEN
+		CREATE PUBLICATION sandbox_ext_tool_invocations FOR TABLE agent.tool_invocations
+			WITH (publish = 'insert, update, delete');
+		v_done := v_done || 'publication'::text;
+	ELSIF NOT EXISTS (SELECT 1 FROM pg_publication_tables
+	                   WHERE pubname = 'sandbox_ext_tool_invocations'
+	                     AND schemaname = 'agent' AND tablename = 'tool_invocations') THEN
+		ALTER PUBLICATION sandbox_ext_tool_invocations ADD TABLE agent.tool_invocations;
+		v_done := v_done || 'publication table'::text;
+	END IF;
+	IF (SELECT relreplident FROM pg_class WHERE oid = 'agent.tool_invocations'::regclass) <> 'f' THEN
+		ALTER TABLE agent.tool_invocations REPLICA IDENTITY FULL;
+		v_done := v_done || 'replica identity full'::text;
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_trigger
+	                WHERE tgrelid = 'agent.tool_invocations'::regclass
+	                  AND tgname = 'tool_invocations_export_wake') THEN
+		CREATE TRIGGER tool_invocations_export_wake
+			AFTER INSERT OR UPDATE OR DELETE ON agent.tool_invocations
+			FOR EACH STATEMENT EXECUTE FUNCTION agent._export_wake_trigger();
+		v_done := v_done || 'trigger'::text;
+	END IF;
+	INSERT INTO agent.export_state (slot_name) VALUES (v_slot)
+		ON CONFLICT (slot_name) DO NOTHING;
+	PERFORM agent._export_wake();
+	RETURN CASE WHEN cardinality(v_done) = 0 THEN 'export objects already in place'
+	            ELSE 'created: ' || array_to_string(v_done, ', ') END;
+END
+$$;
+COMMENT ON FUNCTION agent.export_setup() IS
+	'create the publication, replica identity and wake-up trigger of the ClickHouse export (idempotent)';
+
+-- Recreate the slot and copy the whole table to ClickHouse again: the way
+-- back after the slot was lost (wal_status = lost) or dropped.  The
+-- exporter does the work; the call returns at once.
+CREATE FUNCTION agent.export_resync() RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	v_slot name := current_setting('sandbox.export_slot');
+BEGIN
+	INSERT INTO agent.export_state AS e (slot_name, resync_requested) VALUES (v_slot, true)
+		ON CONFLICT (slot_name) DO UPDATE SET resync_requested = true;
+	PERFORM agent._export_wake();
+	-- A resync also clears the error state that sent the caller here.
+	IF agent.supervisor_available() THEN
+		PERFORM agent.export_reset();
+	END IF;
+	RETURN format('resync of slot %s requested: the exporter recreates it and copies agent.tool_invocations', v_slot);
+END
+$$;
+COMMENT ON FUNCTION agent.export_resync() IS
+	'recreate the export slot and re-copy agent.tool_invocations to ClickHouse';
+
+CREATE FUNCTION agent.export_reset() RETURNS boolean
+	AS 'MODULE_PATHNAME', 'sandbox_export_reset'
+	LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION agent.export_reset() IS
+	'leave the error or backoff state of the ClickHouse exporter and retry now';
+
+-- The export as an operator sees it.  lag_bytes is WAL the slot still
+-- holds; lag_seconds is the age of the oldest committed change to
+-- agent.tool_invocations not yet in ClickHouse (0 when caught up).
+CREATE FUNCTION agent.export_status(
+	OUT slot_name name, OUT state text, OUT exporter_pid integer,
+	OUT confirmed_flush_lsn pg_lsn, OUT exported_lsn pg_lsn,
+	OUT lag_bytes numeric, OUT lag_seconds double precision,
+	OUT last_success timestamptz, OUT last_error text, OUT last_error_at timestamptz,
+	OUT rows_exported bigint, OUT batches bigint, OUT retry_at timestamptz,
+	OUT wal_status text, OUT copy_pending boolean, OUT copied_rows bigint)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT n.slot, w.state, w.pid,
+	       s.confirmed_flush_lsn, w.exported_lsn,
+	       pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn),
+	       coalesce(extract(epoch FROM clock_timestamp() - w.oldest_pending)::float8, 0),
+	       w.last_success, w.last_error, w.last_error_at,
+	       w.rows_exported, w.batches, w.retry_at,
+	       s.wal_status, coalesce(e.copy_lsn IS NOT NULL, false), e.copied_rows
+	  FROM (SELECT current_setting('sandbox.export_slot')::name AS slot) AS n
+	  CROSS JOIN agent._export_worker_state() AS w
+	  LEFT JOIN pg_replication_slots AS s ON s.slot_name = n.slot
+	  LEFT JOIN agent.export_state AS e ON e.slot_name = n.slot
+$$;
+COMMENT ON FUNCTION agent.export_status() IS
+	'state, position and lag of the ClickHouse export';
+
+REVOKE ALL ON FUNCTION agent.export_setup(), agent.export_resync(), agent.export_reset(),
+	agent.export_status(), agent._export_wake(), agent._export_worker_state() FROM PUBLIC;

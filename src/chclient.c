@@ -1,0 +1,222 @@
+/*-------------------------------------------------------------------------
+ *
+ * chclient.c
+ *		The exporter's HTTP client for ClickHouse (libcurl).
+ *
+ * One CURL easy handle lives for the life of the exporter worker, so the
+ * TCP connection is kept alive between batches.  A request never runs
+ * inside a PostgreSQL transaction.  It gives up early when the worker is
+ * told to die or the postmaster goes away (the progress callback), so
+ * SIGTERM is honoured within a fraction of a second even while ClickHouse
+ * hangs.
+ *
+ * Classification.  Whether a failure is worth retrying decides between
+ * backoff and the error state, so it lives here in one place:
+ *   - no connection, timeout, HTTP 408/429/5xx: transient;
+ *   - other HTTP 4xx: permanent;
+ *   - HTTP 500 whose body names a ClickHouse error that retrying cannot fix
+ *     (unknown table or column, parse errors, type mismatch, auth):
+ *     permanent.  ClickHouse 18.16 reports most exceptions as 500 and only
+ *     puts the code in the body ("Code: 16, e.displayText() = ...").
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <curl/curl.h>
+
+#include "miscadmin.h"
+#include "postmaster/postmaster.h"
+#include "storage/ipc.h"
+#include "storage/pmsignal.h"
+
+#include "exporter.h"
+
+static CURL *ch_handle = NULL;
+static bool ch_global_done = false;
+
+/* ClickHouse error codes that retrying will not fix. */
+static const int ch_permanent_codes[] = {
+	6,							/* CANNOT_PARSE_TEXT */
+	8,							/* THERE_IS_NO_COLUMN */
+	10,							/* NOT_FOUND_COLUMN_IN_BLOCK */
+	16,							/* NO_SUCH_COLUMN_IN_TABLE */
+	20,							/* NUMBER_OF_COLUMNS_DOESNT_MATCH */
+	26,							/* CANNOT_PARSE_QUOTED_STRING */
+	27,							/* CANNOT_PARSE_INPUT_ASSERTION_FAILED */
+	33,							/* CANNOT_READ_ALL_DATA */
+	38,							/* CANNOT_PARSE_DATE */
+	41,							/* CANNOT_PARSE_DATETIME */
+	44,							/* ILLEGAL_COLUMN */
+	47,							/* UNKNOWN_IDENTIFIER */
+	53,							/* TYPE_MISMATCH */
+	60,							/* UNKNOWN_TABLE */
+	62,							/* SYNTAX_ERROR */
+	69,							/* ARGUMENT_OUT_OF_BOUND */
+	70,							/* CANNOT_CONVERT_TYPE */
+	72,							/* CANNOT_PARSE_NUMBER */
+	81,							/* UNKNOWN_DATABASE */
+	117,						/* INCORRECT_DATA */
+	164,						/* READONLY */
+	192,						/* UNKNOWN_USER */
+	193,						/* WRONG_PASSWORD */
+	194,						/* REQUIRED_PASSWORD */
+	195,						/* IP_ADDRESS_NOT_ALLOWED */
+	349,						/* CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN */
+	376,						/* CANNOT_PARSE_UUID */
+	497,						/* ACCESS_DENIED (newer servers) */
+	516,						/* AUTHENTICATION_FAILED (newer servers) */
+};
+
+static size_t
+ch_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	StringInfo	buf = (StringInfo) userdata;
+	size_t		n = size * nmemb;
+
+	/* Responses we read are tiny; keep at most 64 kB of anything else. */
+	if (buf->len < 65536)
+		appendBinaryStringInfo(buf, ptr, Min(n, (size_t) (65536 - buf->len)));
+	return n;
+}
+
+static int
+ch_progress_cb(void *clientp, curl_off_t dltotal, curl_off_t dlnow,
+			   curl_off_t ultotal, curl_off_t ulnow)
+{
+	/* Abort the transfer; the caller's CHECK_FOR_INTERRUPTS() exits. */
+	if (ProcDiePending || !PostmasterIsAlive())
+		return 1;
+	return 0;
+}
+
+static CURL *
+ch_get_handle(void)
+{
+	if (!ch_global_done)
+	{
+		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not initialise libcurl")));
+		ch_global_done = true;
+	}
+	if (ch_handle == NULL)
+	{
+		ch_handle = curl_easy_init();
+		if (ch_handle == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("could not create a libcurl handle")));
+	}
+	return ch_handle;
+}
+
+void
+ch_close(void)
+{
+	if (ch_handle != NULL)
+		curl_easy_cleanup(ch_handle);
+	ch_handle = NULL;
+}
+
+static int
+ch_error_code(const char *body)
+{
+	const char *p = strstr(body, "Code: ");
+
+	if (p == NULL)
+		return -1;
+	return atoi(p + 6);
+}
+
+static bool
+ch_code_is_permanent(int code)
+{
+	int			i;
+
+	for (i = 0; i < lengthof(ch_permanent_codes); i++)
+		if (ch_permanent_codes[i] == code)
+			return true;
+	return false;
+}
+
+/*
+ * POST body (may be empty) to base_url with the query in the URL.  On
+ * CH_OK the response body is in *response; otherwise err holds a one-line
+ * description for agent.export_status().
+ */
+ChResult
+ch_post(const char *base_url, const char *query, const char *body, size_t len,
+		int timeout_s, StringInfo response, char *err, size_t errlen)
+{
+	CURL	   *h = ch_get_handle();
+	char	   *qesc;
+	StringInfoData url;
+	CURLcode	rc;
+	long		status = 0;
+	char		curlerr[CURL_ERROR_SIZE];
+	int			code;
+	char	   *nl;
+
+	qesc = curl_easy_escape(h, query, 0);
+	initStringInfo(&url);
+	appendStringInfo(&url, "%s%s?query=%s", base_url,
+					 base_url[strlen(base_url) - 1] == '/' ? "" : "/", qesc);
+	curl_free(qesc);
+
+	resetStringInfo(response);
+	curlerr[0] = '\0';
+	curl_easy_reset(h);			/* keeps the connection cache */
+	curl_easy_setopt(h, CURLOPT_URL, url.data);
+	curl_easy_setopt(h, CURLOPT_POST, 1L);
+	curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
+	curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) len);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ch_write_cb);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, response);
+	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, ch_progress_cb);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curlerr);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, (long) timeout_s);
+	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	/* ClickHouse answers 100-continue, but it costs a round trip. */
+	{
+		struct curl_slist *hdrs = curl_slist_append(NULL, "Expect:");
+
+		hdrs = curl_slist_append(hdrs, "Content-Type: text/tab-separated-values");
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+		rc = curl_easy_perform(h);
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+		curl_slist_free_all(hdrs);
+	}
+	pfree(url.data);
+	CHECK_FOR_INTERRUPTS();
+
+	if (rc != CURLE_OK)
+	{
+		snprintf(err, errlen, "could not reach ClickHouse at %s: %s",
+				 base_url, curlerr[0] ? curlerr : curl_easy_strerror(rc));
+		/* A broken connection must not be reused. */
+		ch_close();
+		return CH_TRANSIENT;
+	}
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	if (status == 200)
+		return CH_OK;
+
+	/* One line of ClickHouse's message is enough for the status view. */
+	nl = strchr(response->data, '\n');
+	if (nl)
+		*nl = '\0';
+	snprintf(err, errlen, "ClickHouse answered HTTP %ld: %s", status, response->data);
+	if (status == 408 || status == 429 || status >= 500)
+	{
+		code = ch_error_code(response->data);
+		if (status == 500 && ch_code_is_permanent(code))
+			return CH_PERMANENT;
+		return CH_TRANSIENT;
+	}
+	return CH_PERMANENT;
+}

@@ -27,6 +27,9 @@ psql_q() {
 		-U postgres -d "$SANDBOX_DB" "$@"
 }
 val() { psql_q -At -c "$1"; }
+# As the backend would: in the tenant's context (session-level SET here; a
+# pooled backend would use agent.set_tenant() per transaction).
+tq() { psql_q -c "SET sandbox.org_id = '$ORG'" -c "SET sandbox.workspace_id = '$WS'" "$@"; }
 
 bold=$(tput bold 2>/dev/null || true)
 dim=$(tput dim 2>/dev/null || true)
@@ -47,7 +50,11 @@ chmod 0755 "$listen_bin"
 step "Starting a throwaway PostgreSQL 15 cluster ($SANDBOX_CLUSTER_DIR, port $SANDBOX_PGPORT)"
 "$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true
 "$top/scripts/cluster.sh" start
-psql_q -c "SELECT 'supervisor running: ' || running FROM agent.worker_status()" -At
+for _ in $(seq 1 50); do
+	[ "$(val "SELECT running FROM agent.worker_status()")" = t ] && break
+	sleep 0.2
+done
+echo "supervisor: $(val "SELECT CASE WHEN running THEN 'running, pid ' || pid ELSE 'not running' END FROM agent.worker_status()")"
 
 step "An org on the Pro plan with 10 credits, a workspace, a model, an agent, a thread"
 read -r ORG WS AGENT CONV < <(psql_q -At -F ' ' <<'SQL'
@@ -92,24 +99,16 @@ for region, total in df.groupby("region")["amount"].sum().sort_values(ascending=
 print("top rep:", df.loc[df["amount"].idxmax(), "rep"], flush=True)
 PY
 )
-read -r INV APPROVAL STATUS < <(psql_q -At -F ' ' -v code="$code" <<SQL
-BEGIN;
-SELECT agent.set_tenant('$ORG', '$WS');
+read -r INV APPROVAL STATUS < <(tq -At -F ' ' -v code="$code" -f - <<SQL
 SELECT invocation_id, approval_id, status
   FROM agent.request_execution('$WS', '$AGENT', '$CONV', 'python', :'code',
 							   'alice@acme.test', 'Total sales per region');
-COMMIT;
 SQL
 )
 echo "request_execution → status $STATUS, invocation $INV"
 
 step "The approval card"
-psql_q -x <<SQL
-BEGIN;
-SELECT agent.set_tenant('$ORG', '$WS');
-SELECT * FROM agent.approval_card('$APPROVAL');
-COMMIT;
-SQL
+tq -x -c "SELECT * FROM agent.approval_card('$APPROVAL')"
 
 step "Approved by bob@acme.test; output as the code produces it"
 channel=$(val "SELECT agent.output_channel('$INV')")
@@ -121,22 +120,16 @@ as_pg "$listen_bin" "host=$SANDBOX_CLUSTER_DIR port=$SANDBOX_PGPORT user=postgre
 			break
 		fi
 		# Print each new chunk (read under the tenant, like a client would).
-		psql_q -At -c "BEGIN; SELECT agent.set_tenant('$ORG', '$WS');
-			SELECT CASE stream WHEN 'stderr' THEN '[stderr] ' ELSE '' END || rtrim(data, E'\n')
-			  FROM agent.read_output('$INV', $last); COMMIT;" | grep -v '^$' | sed 's/^/  │ /' || true
+		tq -At -c "SELECT CASE stream WHEN 'stderr' THEN '[stderr] ' ELSE '' END || rtrim(data, E'\n')
+			  FROM agent.read_output('$INV', $last)" | sed 's/^/  │ /' || true
 		last=$(sed -E 's/.*"seq" *: *([0-9]+).*/\1/' <<<"$payload")
 	done
 ) 2>/dev/null &
 listener=$!
 sleep 0.5
 t0=$(date +%s.%N)
-psql_q -At <<SQL >/dev/null
-BEGIN;
-SELECT agent.set_tenant('$ORG', '$WS');
-SELECT agent.approve('$APPROVAL', 'bob@acme.test');
-COMMIT;
-SQL
-state=$(psql_q -At -c "BEGIN; SELECT agent.set_tenant('$ORG', '$WS'); SELECT agent.wait('$INV', '60 s'); COMMIT;" | tail -n 1)
+tq -At -c "SELECT agent.approve('$APPROVAL', 'bob@acme.test')" >/dev/null
+state=$(tq -At -c "SELECT agent.wait('$INV', '60 s')")
 wait "$listener" 2>/dev/null || true
 printf '%sfinished: %s in %s s after approval%s\n' "$dim" "$state" \
 	"$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')" "$off"

@@ -52,6 +52,8 @@ fsync = off
 max_connections = 100
 shared_preload_libraries = 'pg_cron,sandbox_ext'
 cron.database_name = '$DB'
+# pg_cron's jobs connect through libpq; this cluster has only a unix socket.
+cron.host = '$CLUSTER_DIR'
 wal_level = logical
 max_replication_slots = 8
 max_wal_senders = 8

@@ -125,8 +125,8 @@ sandbox_define_gucs(void)
 							   NULL, NULL, NULL);
 	DefineCustomIntVariable("sandbox.max_concurrent_runs",
 							"Maximum number of jails running at once.",
-							NULL,
-							&sandbox_max_concurrent_runs, 4, 1, SANDBOX_MAX_SLOTS,
+							"0 pauses the supervisor: runs in progress finish, nothing new is claimed.",
+							&sandbox_max_concurrent_runs, 4, 0, SANDBOX_MAX_SLOTS,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("sandbox.default_wall_time",

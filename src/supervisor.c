@@ -69,6 +69,7 @@
 #include "utils/uuid.h"
 
 #include "sandbox_ext.h"
+#include "sandbox_files.h"
 
 PGDLLEXPORT void sandbox_supervisor_main(Datum main_arg);
 
@@ -80,6 +81,10 @@ PGDLLEXPORT void sandbox_supervisor_main(Datum main_arg);
 #define DRAIN_GRACE_MS		2000
 /* Delay before retrying a finish whose transaction failed. */
 #define FINISH_RETRY_MS		5000
+/* Most skills mounted into one sandbox. */
+#define SANDBOX_MAX_SKILLS	16
+/* Most workspace entries examined for produced files. */
+#define MAX_SCAN_ENTRIES	10000
 /* Slow poll: a backstop for a lost wake-up, not the way work is found. */
 #define IDLE_POLL_MS		10000
 
@@ -119,7 +124,17 @@ typedef struct Run
 	int64		bytes[NSTREAMS];	/* read from the jail */
 	int64		kept[NSTREAMS];		/* accepted for storage */
 	bool		truncated;		/* we dropped output over the limit */
-	char		dir[MAXPGPATH];
+	char		dir[MAXPGPATH];	/* per-run directory (code file; workspace unless a session) */
+	char		workspace[MAXPGPATH];
+	bool		has_session;
+	char		session[UUID_LEN * 2 + 5];
+	int			nbinds;
+	char	   *binds[SANDBOX_MAX_SKILLS];	/* --ro-bind SRC:DST */
+	MemoryContext cxt;			/* per-run allocations */
+	Manifest   *before;			/* workspace before the run */
+	List	   *produced;		/* ProducedFile *, collected after the run */
+	bool		collected;
+	ProducedCaps caps;
 } Run;
 
 static Run *runs;				/* sandbox.max_concurrent_runs entries */
@@ -226,84 +241,6 @@ work_root(void)
  * ----------------------------------------------------------------
  */
 
-static int
-remove_tree_at(int parentfd, const char *name, int depth)
-{
-	int			fd;
-	DIR		   *d;
-	struct dirent *de;
-	int			rc = 0;
-
-	if (unlinkat(parentfd, name, 0) == 0 || errno == ENOENT)
-		return 0;
-	if (errno != EISDIR && errno != EPERM)
-		return -1;
-	if (depth > 256)
-	{
-		errno = ELOOP;
-		return -1;
-	}
-	fd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-	{
-		/* A directory without read or search permission: open it by path
-		 * only to fix its mode. */
-		int			pfd = openat(parentfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-
-		if (pfd < 0)
-			return -1;
-		if (fchmodat(parentfd, name, S_IRWXU, 0) != 0)
-			(void) 0;		/* the open below reports the failure */
-		close(pfd);
-		fd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
-			return -1;
-	}
-	(void) fchmod(fd, S_IRWXU);
-	d = fdopendir(fd);
-	if (d == NULL)
-	{
-		close(fd);
-		return -1;
-	}
-	while ((de = readdir(d)) != NULL)
-	{
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		if (remove_tree_at(dirfd(d), de->d_name, depth + 1) != 0)
-			rc = -1;
-	}
-	closedir(d);
-	if (unlinkat(parentfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
-		rc = -1;
-	return rc;
-}
-
-/* Remove a directory tree under sandbox.work_dir; logs and goes on. */
-static void
-remove_work_dir(const char *path)
-{
-	char		parent[MAXPGPATH];
-	const char *slash = strrchr(path, '/');
-	int			pfd;
-
-	if (slash == NULL)
-	{
-		strlcpy(parent, ".", sizeof(parent));
-		slash = path - 1;
-	}
-	else
-		strlcpy(parent, path, Min(sizeof(parent), (size_t) (slash - path) + 1));
-	pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (pfd < 0)
-		return;
-	if (remove_tree_at(pfd, slash + 1, 0) != 0)
-		ereport(WARNING,
-				(errcode_for_file_access(),
-				 errmsg("could not remove sandbox work directory \"%s\": %m", path)));
-	close(pfd);
-}
-
 /*
  * Remove every entry of the work directory except the ones in keep (the
  * directories of runs this incarnation owns).  Called at start, after
@@ -329,7 +266,7 @@ clean_work_root(void)
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		/* Sessions (kept across runs) live under "sessions". */
-		if (strcmp(de->d_name, "sessions") == 0)
+		if (strcmp(de->d_name, "sessions") == 0 || strcmp(de->d_name, "skills") == 0)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", work_root(), de->d_name);
 		elog(LOG, "sandbox_ext supervisor: removing leftover work directory \"%s\"", path);
@@ -562,27 +499,22 @@ spawn_jail(Run *run, const char *code, int wall_s, int memory_mb, int pids)
 	posix_spawnattr_t attr;
 	sigset_t	all,
 				none;
-	char	   *argv[32];
+	char	   *argv[32 + 2 * SANDBOX_MAX_SKILLS];
 	int			argc = 0;
 	char	   *envp[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8", NULL};
 	int			rc;
 
-	snprintf(run->dir, sizeof(run->dir), "%s/%s", work_root(), run->idstr);
 	snprintf(code_path, sizeof(code_path), "%s/code", run->dir);
-	snprintf(ws_path, sizeof(ws_path), "%s/workspace", run->dir);
-
-	if (mkdir(work_root(), S_IRWXU) != 0 && errno != EEXIST)
-	{
-		run->spawn_error = psprintf("could not create work directory \"%s\": %m", work_root());
-		return;
-	}
-	if (mkdir(run->dir, S_IRWXU) != 0 || mkdir(ws_path, S_IRWXU) != 0)
-	{
-		run->spawn_error = psprintf("could not create workspace \"%s\": %m", ws_path);
-		return;
-	}
+	strlcpy(ws_path, run->workspace, sizeof(ws_path));
 	if (!write_file(code_path, code, strlen(code), &run->spawn_error))
 		return;
+	/* What the workspace holds now; what differs afterwards was produced. */
+	{
+		MemoryContext old = MemoryContextSwitchTo(run->cxt);
+
+		run->before = manifest_scan(ws_path, MAX_SCAN_ENTRIES);
+		MemoryContextSwitchTo(old);
+	}
 
 	if (pipe2(outp[0], O_CLOEXEC) != 0 || pipe2(outp[1], O_CLOEXEC) != 0 ||
 		pipe2(vp, O_CLOEXEC) != 0)
@@ -611,6 +543,11 @@ spawn_jail(Run *run, const char *code, int wall_s, int memory_mb, int pids)
 	argv[argc++] = npids;
 	argv[argc++] = "--output-limit";
 	argv[argc++] = outlim;
+	for (int i = 0; i < run->nbinds; i++)
+	{
+		argv[argc++] = "--ro-bind";
+		argv[argc++] = run->binds[i];
+	}
 	argv[argc++] = "--verdict-fd";
 	argv[argc++] = "3";
 	argv[argc++] = "--quiet";
@@ -691,6 +628,19 @@ run_reset(Run *run)
 	run->kept[0] = run->kept[1] = 0;
 	run->truncated = false;
 	run->dir[0] = '\0';
+	run->workspace[0] = '\0';
+	run->has_session = false;
+	run->session[0] = '\0';
+	run->nbinds = 0;
+	run->before = NULL;
+	run->produced = NIL;
+	run->collected = false;
+	run->caps.max_files = 100;
+	run->caps.max_total_bytes = 50 * 1024 * 1024;
+	run->caps.max_file_bytes = 20 * 1024 * 1024;
+	run->caps.max_scan_entries = MAX_SCAN_ENTRIES;
+	if (run->cxt)
+		MemoryContextReset(run->cxt);
 	resetStringInfo(&run->verdict);
 	resetStringInfo(&run->pending[0]);
 	resetStringInfo(&run->pending[1]);
@@ -717,7 +667,216 @@ typedef struct Claimed
 	char	   *code;
 	int			wall_s;
 	int			memory_mb;
+	bool		has_session;
+	char		session[UUID_LEN * 2 + 5];
+	bool		fresh_session;
+	bool		has_skills;
 } Claimed;
+
+static char *
+uuid_text(Datum d)
+{
+	return DatumGetCString(DirectFunctionCall1(uuid_out, d));
+}
+
+static bool
+mkdir_p(const char *path, char **err)
+{
+	char		buf[MAXPGPATH];
+
+	strlcpy(buf, path, sizeof(buf));
+	for (char *p = buf + 1; *p; p++)
+	{
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, S_IRWXU) != 0 && errno != EEXIST)
+		{
+			*err = psprintf("could not create directory \"%s\": %m", buf);
+			return false;
+		}
+		*p = '/';
+	}
+	if (mkdir(buf, S_IRWXU) != 0 && errno != EEXIST)
+	{
+		*err = psprintf("could not create directory \"%s\": %m", buf);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Materialise one skill version under work_root/skills/<id> (immutable, so
+ * a directory that exists is complete: it is renamed into place only after
+ * every file is written).  Runs inside the prepare transaction.
+ */
+static void
+materialize_skill(const char *skill_id, char **path_out)
+{
+	char		final[MAXPGPATH];
+	char		tmp[MAXPGPATH];
+	struct stat st;
+	Oid			argtype = UUIDOID;
+	Datum		arg;
+	char	   *err = NULL;
+	int			rc;
+
+	snprintf(final, sizeof(final), "%s/skills/%s", work_root(), skill_id);
+	*path_out = pstrdup(final);
+	if (stat(final, &st) == 0 && S_ISDIR(st.st_mode))
+		return;
+
+	snprintf(tmp, sizeof(tmp), "%s/skills/.%s.%d", work_root(), skill_id, MyProcPid);
+	remove_work_dir(tmp);
+	if (!mkdir_p(tmp, &err))
+		elog(ERROR, "%s", err);
+	arg = DirectFunctionCall1(uuid_in, CStringGetDatum(skill_id));
+	rc = SPI_execute_with_args("SELECT path, content, executable FROM agent.skill_files "
+							   "WHERE skill_id = $1 ORDER BY path",
+							   1, &argtype, &arg, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading skill files failed: %s", SPI_result_code_string(rc));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		char	   *path = SPI_getvalue(tup, desc, 1);
+		bytea	   *content = DatumGetByteaPP(SPI_getbinval(tup, desc, 2, &isnull));
+		bool		exec = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+
+		if (!place_file(tmp, path, VARDATA_ANY(content), VARSIZE_ANY_EXHDR(content),
+						exec ? 0755 : 0644, &err))
+			elog(ERROR, "could not materialise skill %s: %s", skill_id, err);
+	}
+	if (rename(tmp, final) != 0 && errno != EEXIST && errno != ENOTEMPTY)
+		elog(ERROR, "could not install skill directory \"%s\": %m", final);
+	remove_work_dir(tmp);
+}
+
+/*
+ * Build what a claimed run needs on disk before its jail starts: its work
+ * directory, its workspace (the conversation's session workspace, or a
+ * fresh one), the conversation's files not yet in that workspace, and its
+ * skills.  The file placement is recorded (agent.session_files) in the same
+ * transaction as it is written, so a failure leaves neither.  A failure
+ * sets run->spawn_error: the run ends provision_failed and is refunded.
+ */
+static void
+prepare_run(Run *run, Claimed *c)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	volatile bool existed = true;
+	struct stat st;
+
+	snprintf(run->dir, sizeof(run->dir), "%s/%s", work_root(), run->idstr);
+	if (!mkdir_p(work_root(), &run->spawn_error))
+		return;
+	if (mkdir(run->dir, S_IRWXU) != 0)
+	{
+		run->spawn_error = psprintf("could not create work directory \"%s\": %m", run->dir);
+		return;
+	}
+	if (c->has_session)
+	{
+		run->has_session = true;
+		strlcpy(run->session, c->session, sizeof(run->session));
+		snprintf(run->workspace, sizeof(run->workspace), "%s/sessions/%s/workspace",
+				 work_root(), c->session);
+		existed = (stat(run->workspace, &st) == 0);
+		if (existed && c->fresh_session)
+		{
+			remove_work_dir(run->workspace);
+			existed = false;
+		}
+	}
+	else
+		snprintf(run->workspace, sizeof(run->workspace), "%s/workspace", run->dir);
+	if (!mkdir_p(run->workspace, &run->spawn_error))
+		return;
+
+	if (!c->has_session && !c->has_skills)
+		return;
+
+	PG_TRY();
+	{
+		Oid			argtype = UUIDOID;
+		Datum		arg = UUIDPGetDatum(&run->id);
+		int			rc;
+		uint64		n;
+		SPITupleTable *tt;
+
+		xact_begin("preparing a sandbox workspace");
+		if (c->has_session)
+		{
+			/* A session whose directory vanished gets all its files again. */
+			if (!existed)
+				SPI_execute_with_args("DELETE FROM agent.session_files sf USING agent.invocations i "
+									  "WHERE i.id = $1 AND sf.session_id = i.session_id",
+									  1, &argtype, &arg, NULL, false, 0);
+			rc = SPI_execute_with_args("SELECT name, content FROM agent._files_to_place($1)",
+									   1, &argtype, &arg, NULL, false, 0);
+			if (rc != SPI_OK_SELECT)
+				elog(ERROR, "reading the conversation's files failed: %s", SPI_result_code_string(rc));
+			for (uint64 i = 0; i < SPI_processed; i++)
+			{
+				HeapTuple	tup = SPI_tuptable->vals[i];
+				TupleDesc	desc = SPI_tuptable->tupdesc;
+				bool		isnull;
+				char	   *name = SPI_getvalue(tup, desc, 1);
+				bytea	   *content = DatumGetByteaPP(SPI_getbinval(tup, desc, 2, &isnull));
+				char	   *err = NULL;
+
+				if (!place_file(run->workspace, name, VARDATA_ANY(content),
+								VARSIZE_ANY_EXHDR(content), 0644, &err))
+					elog(ERROR, "could not place file \"%s\" in the workspace: %s", name, err);
+			}
+		}
+		if (c->has_skills)
+		{
+			rc = SPI_execute_with_args("SELECT s.id, s.name FROM agent.invocations i "
+									   "JOIN agent.agent_skills a ON a.agent_id = i.agent_id "
+									   "JOIN agent.skills s ON s.id = a.skill_id "
+									   "WHERE i.id = $1 ORDER BY s.name",
+									   1, &argtype, &arg, NULL, true, 0);
+			if (rc != SPI_OK_SELECT)
+				elog(ERROR, "reading the agent's skills failed: %s", SPI_result_code_string(rc));
+			tt = SPI_tuptable;
+			n = SPI_processed;
+			if (n > SANDBOX_MAX_SKILLS)
+				elog(ERROR, "the agent has %d skills; at most %d can be mounted",
+					 (int) n, SANDBOX_MAX_SKILLS);
+			for (uint64 i = 0; i < n; i++)
+			{
+				char	   *sid = SPI_getvalue(tt->vals[i], tt->tupdesc, 1);
+				char	   *sname = SPI_getvalue(tt->vals[i], tt->tupdesc, 2);
+				char	   *path;
+
+				materialize_skill(sid, &path);
+				run->binds[run->nbinds++] = MemoryContextStrdup(run->cxt,
+																psprintf("%s:/skills/%s", path, sname));
+			}
+		}
+		xact_commit();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		SPI_finish();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		run->spawn_error = MemoryContextStrdup(run->cxt, edata->message);
+		FreeErrorData(edata);
+		ereport(LOG,
+				(errmsg("sandbox_ext supervisor could not prepare invocation %s: %s",
+						run->idstr, run->spawn_error)));
+	}
+	PG_END_TRY();
+}
 
 /*
  * Claim up to `want` approved invocations and start their jails.  Returns
@@ -738,8 +897,12 @@ claim_and_start(int want)
 		int			rc;
 
 		xact_begin("claiming approved invocations");
-		rc = SPI_execute_with_args("SELECT id, language, code, wall_time_s, memory_mb "
-								   "FROM agent._claim_invocations($1)",
+		rc = SPI_execute_with_args("SELECT c.id, c.language, c.code, c.wall_time_s, c.memory_mb, "
+								   "c.session_id, c.fresh_session, "
+								   "EXISTS (SELECT 1 FROM agent.invocations i "
+								   "JOIN agent.agent_skills a ON a.agent_id = i.agent_id "
+								   "WHERE i.id = c.id) "
+								   "FROM agent._claim_invocations($1) c",
 								   1, &argtype, &arg, NULL, false, 0);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "claiming failed: %s", SPI_result_code_string(rc));
@@ -763,6 +926,14 @@ claim_and_start(int want)
 			claimed[n].wall_s = isnull ? sandbox_default_wall_time_s : DatumGetInt32(d);
 			d = SPI_getbinval(tup, desc, 5, &isnull);
 			claimed[n].memory_mb = isnull ? sandbox_default_memory_mb : DatumGetInt32(d);
+			d = SPI_getbinval(tup, desc, 6, &isnull);
+			claimed[n].has_session = !isnull;
+			if (!isnull)
+				strlcpy(claimed[n].session, uuid_text(d), sizeof(claimed[n].session));
+			d = SPI_getbinval(tup, desc, 7, &isnull);
+			claimed[n].fresh_session = !isnull && DatumGetBool(d);
+			d = SPI_getbinval(tup, desc, 8, &isnull);
+			claimed[n].has_skills = !isnull && DatumGetBool(d);
 			n++;
 		}
 		xact_commit();
@@ -788,11 +959,13 @@ claim_and_start(int want)
 				sizeof(run->idstr));
 		strlcpy(run->language, claimed[i].language, sizeof(run->language));
 		nactive++;
-		spawn_jail(run,
-				   claimed[i].code ? claimed[i].code : "",
-				   Min(Max(claimed[i].wall_s, 1), sandbox_max_wall_time_s),
-				   Min(Max(claimed[i].memory_mb, 16), sandbox_max_memory_mb),
-				   sandbox_default_pids);
+		prepare_run(run, &claimed[i]);
+		if (run->spawn_error == NULL)
+			spawn_jail(run,
+					   claimed[i].code ? claimed[i].code : "",
+					   Min(Max(claimed[i].wall_s, 1), sandbox_max_wall_time_s),
+					   Min(Max(claimed[i].memory_mb, 16), sandbox_max_memory_mb),
+					   sandbox_default_pids);
 		slot_publish(run);
 		if (run->spawned)
 			any_started = true;
@@ -805,7 +978,26 @@ claim_and_start(int want)
 	{
 		PG_TRY();
 		{
+			ProducedCaps caps = {100, 50 * 1024 * 1024, 20 * 1024 * 1024, MAX_SCAN_ENTRIES};
+
 			xact_begin("marking invocations running");
+			if (SPI_execute("SELECT agent.setting('max_produced_files')::integer, "
+							"agent.setting('max_produced_bytes')::bigint, "
+							"agent.setting('max_produced_file_bytes')::bigint",
+							true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+			{
+				bool		isnull;
+
+				caps.max_files = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+															 SPI_tuptable->tupdesc, 1, &isnull));
+				caps.max_total_bytes = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+																   SPI_tuptable->tupdesc, 2, &isnull));
+				caps.max_file_bytes = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+																  SPI_tuptable->tupdesc, 3, &isnull));
+			}
+			for (int i = 0; i < nruns_alloc; i++)
+				if (runs[i].active && runs[i].spawned)
+					runs[i].caps = caps;
 			for (int i = 0; i < nruns_alloc; i++)
 			{
 				Run		   *run = &runs[i];
@@ -874,6 +1066,16 @@ finish_run(Run *run)
 		}
 	}
 
+	/* The files the run left in its workspace, read once. */
+	if (run->spawned && !run->collected && error == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(run->cxt);
+
+		run->produced = collect_produced(run->workspace, run->before, &run->caps);
+		run->collected = true;
+		MemoryContextSwitchTo(old);
+	}
+
 	run->finish_retry_at = 0;
 	PG_TRY();
 	{
@@ -883,6 +1085,38 @@ finish_run(Run *run)
 		int			rc;
 
 		xact_begin("finishing an invocation");
+		{
+			ListCell   *lc;
+			Oid			ftypes[5] = {UUIDOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID};
+
+			foreach(lc, run->produced)
+			{
+				ProducedFile *pf = (ProducedFile *) lfirst(lc);
+				Datum		fv[5];
+				char		fn[5] = {' ', ' ', ' ', ' ', ' '};
+
+				fv[0] = UUIDPGetDatum(&run->id);
+				fv[1] = CStringGetTextDatum(pf->name);
+				fv[2] = CStringGetTextDatum(pf->status);
+				if (pf->reason)
+					fv[3] = CStringGetTextDatum(pf->reason);
+				else
+					fn[3] = 'n';
+				if (pf->data)
+				{
+					bytea	   *b = palloc(VARHDRSZ + pf->len);
+
+					SET_VARSIZE(b, VARHDRSZ + pf->len);
+					memcpy(VARDATA(b), pf->data, pf->len);
+					fv[4] = PointerGetDatum(b);
+				}
+				else
+					fn[4] = 'n';
+				if (SPI_execute_with_args("SELECT agent._store_produced_file($1, $2, $3, $4, $5)",
+										  5, ftypes, fv, fn, false, 0) != SPI_OK_SELECT)
+					elog(ERROR, "storing a produced file failed");
+			}
+		}
 		values[0] = UUIDPGetDatum(&run->id);
 		if (run->verdict.len > 0)
 			values[1] = CStringGetTextDatum(run->verdict.data);
@@ -929,6 +1163,9 @@ finish_run(Run *run)
 	run->active = false;
 	nactive--;
 	slot_publish(run);
+	run->produced = NIL;
+	run->before = NULL;
+	MemoryContextReset(run->cxt);
 
 	/* Wake backends sleeping in agent.wait(). */
 	SpinLockAcquire(&sandbox_shared->mutex);
@@ -1127,6 +1364,78 @@ kill_all_runs(void)
 }
 
 /* ----------------------------------------------------------------
+ * Sessions: delete the workspaces of sessions that ended
+ * ----------------------------------------------------------------
+ */
+
+static TimestampTz last_session_sweep = 0;
+
+static void
+sweep_sessions(bool force)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	char		dir[MAXPGPATH];
+	DIR		   *d;
+	struct dirent *de;
+	List	   *volatile live = NIL;
+
+	if (!force && !TimestampDifferenceExceeds(last_session_sweep, GetCurrentTimestamp(), 1000))
+		return;
+	last_session_sweep = GetCurrentTimestamp();
+	snprintf(dir, sizeof(dir), "%s/sessions", work_root());
+	d = opendir(dir);
+	if (d == NULL)
+		return;
+
+	PG_TRY();
+	{
+		xact_begin("sweeping ended sessions");
+		if (SPI_execute("SELECT agent._live_session_ids()::text", true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "listing live sessions failed");
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			char	   *id = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+			MemoryContext spicxt = MemoryContextSwitchTo(oldcxt);
+
+			/* The list must outlive the SPI context. */
+			live = lappend(live, pstrdup(id));
+			MemoryContextSwitchTo(spicxt);
+		}
+		xact_commit();
+	}
+	PG_CATCH();
+	{
+		xact_abort_after_error(oldcxt);
+		closedir(d);
+		return;
+	}
+	PG_END_TRY();
+
+	while ((de = readdir(d)) != NULL)
+	{
+		ListCell   *lc;
+		bool		keep = false;
+		char		path[MAXPGPATH];
+
+		if (de->d_name[0] == '.')
+			continue;
+		foreach(lc, live)
+			if (strcmp((char *) lfirst(lc), de->d_name) == 0)
+				keep = true;
+		for (int i = 0; i < nruns_alloc && runs; i++)
+			if (runs[i].active && runs[i].has_session && strcmp(runs[i].session, de->d_name) == 0)
+				keep = true;
+		if (keep)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		elog(LOG, "sandbox_ext supervisor: removing the workspace of ended session %s", de->d_name);
+		remove_work_dir(path);
+	}
+	closedir(d);
+	list_free_deep(live);
+}
+
+/* ----------------------------------------------------------------
  * Recovery
  * ----------------------------------------------------------------
  */
@@ -1238,9 +1547,12 @@ sandbox_supervisor_main(Datum main_arg)
 		initStringInfo(&runs[i].pending[0]);
 		initStringInfo(&runs[i].pending[1]);
 		MemoryContextSwitchTo(old);
+		runs[i].cxt = AllocSetContextCreate(TopMemoryContext, "sandbox run",
+											ALLOCSET_DEFAULT_SIZES);
 		run_reset(&runs[i]);
 		runs[i].slot = i;
 	}
+	sweep_sessions(true);
 	elog(LOG, "sandbox_ext supervisor started (database \"%s\", %d slots, jail \"%s\")",
 		 sandbox_database, sandbox_max_concurrent_runs, sandbox_jail_path);
 
@@ -1380,6 +1692,8 @@ sandbox_supervisor_main(Datum main_arg)
 
 		if (latch_set)
 			check_cancellations();
+		if (latch_set || nevents == 0)
+			sweep_sessions(false);
 
 		for (int i = 0; i < nruns_alloc; i++)
 			if (runs[i].active && run_complete(&runs[i]))

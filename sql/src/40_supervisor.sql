@@ -62,7 +62,8 @@ GRANT SELECT ON agent.invocation_output TO agent_backend, agent_auditor;
 -- starts.  Rows another claimer holds are skipped, not waited for.
 CREATE FUNCTION agent._claim_invocations(max_rows integer)
 	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
-				   memory_mb integer, conversation_id uuid)
+				   memory_mb integer, conversation_id uuid, session_id uuid,
+				   fresh_session boolean)
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent
 AS $$
@@ -70,14 +71,47 @@ DECLARE
 	r			agent.invocations;
 	approved	text;
 	err			text;
+	v_session	uuid;
+	v_gen		integer;
+	v_fresh		boolean;
+	taken		uuid[] := '{}';
 BEGIN
+	-- Within a conversation runs are serial and in approval order: an
+	-- invocation waits while another of its conversation is in flight or
+	-- was approved before it.
 	FOR r IN
 		SELECT i.* FROM agent.invocations i
 		 WHERE i.state = 'approved'
+		   AND (i.conversation_id IS NULL
+				OR (NOT EXISTS (SELECT 1 FROM agent.invocations j
+								 WHERE j.conversation_id = i.conversation_id
+								   AND j.state IN ('provisioning', 'running'))
+					AND NOT EXISTS (SELECT 1 FROM agent.invocations j
+									 WHERE j.conversation_id = i.conversation_id
+									   AND j.state = 'approved'
+									   AND (j.approved_at, j.id) < (i.approved_at, i.id))))
 		 ORDER BY i.approved_at, i.id
 		 LIMIT max_rows
 		   FOR UPDATE SKIP LOCKED
 	LOOP
+		-- Another claimer may be working on this conversation: its lock on
+		-- the conversation row says so.  Re-check under the lock (each
+		-- statement here sees what committed before it).
+		IF r.conversation_id IS NOT NULL THEN
+			IF r.conversation_id = ANY (taken) THEN
+				CONTINUE;
+			END IF;
+			PERFORM 1 FROM agent.conversations c WHERE c.id = r.conversation_id
+			   FOR UPDATE SKIP LOCKED;
+			IF NOT FOUND THEN
+				CONTINUE;
+			END IF;
+			IF EXISTS (SELECT 1 FROM agent.invocations j
+						WHERE j.conversation_id = r.conversation_id
+						  AND j.state IN ('provisioning', 'running')) THEN
+				CONTINUE;
+			END IF;
+		END IF;
 		SELECT a.approved_code_sha256 INTO approved
 		  FROM agent.approval_requests a
 		 WHERE a.id = r.approval_id AND a.status = 'approved';
@@ -114,8 +148,17 @@ BEGIN
 				CONTINUE;
 			END IF;
 
+			v_session := NULL;
+			v_gen := NULL;
+			v_fresh := NULL;
+			IF r.conversation_id IS NOT NULL THEN
+				SELECT x.session_id, x.generation, x.fresh INTO v_session, v_gen, v_fresh
+				  FROM agent._session_for(r) x;
+				taken := taken || r.conversation_id;
+			END IF;
 			UPDATE agent.invocations i
-			   SET state = 'provisioning', provisioned_at = now()
+			   SET state = 'provisioning', provisioned_at = now(),
+				   session_id = v_session, session_generation = v_gen
 			 WHERE i.id = r.id
 			RETURNING * INTO r;
 			PERFORM agent._audit(r.org_id, r.workspace_id, 'credits.charged', r.id, 'supervisor',
@@ -145,6 +188,8 @@ BEGIN
 		wall_time_s := r.wall_time_s;
 		memory_mb := r.memory_mb;
 		conversation_id := r.conversation_id;
+		session_id := v_session;
+		fresh_session := v_fresh;
 		RETURN NEXT;
 	END LOOP;
 END
@@ -232,9 +277,14 @@ BEGIN
 
 	INSERT INTO agent.agent_tool_calls
 		(invocation_id, org_id, workspace_id, agent_id, conversation_id, tool_name,
-		 input_hash, status, exit_code, output_preview)
+		 input_hash, status, exit_code, output_preview, files)
 	VALUES (r.id, r.org_id, r.workspace_id, r.agent_id, r.conversation_id, 'code_execution',
-			r.code_sha256, r.state, r.exit_code, preview)
+			r.code_sha256, r.state, r.exit_code, preview,
+			coalesce((SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
+								'file_id', f.id, 'name', f.name, 'status', f.status,
+								'reason', f.reason, 'size', f.size, 'sha256', f.sha256))
+							   ORDER BY f.name)
+						FROM agent.files f WHERE f.invocation_id = r.id), '[]'::jsonb))
 	ON CONFLICT (invocation_id) DO NOTHING;
 
 	INSERT INTO agent.tool_invocations
@@ -359,6 +409,9 @@ BEGIN
 												'verdict', v));
 	END IF;
 	PERFORM agent._record_tool_call(r);
+	-- A session's idle time counts from the end of its last run.
+	UPDATE agent.sessions x SET last_used_at = now()
+	 WHERE x.id = r.session_id AND x.state = 'active';
 	PERFORM pg_notify(agent.output_channel(invocation),
 					  json_build_object('done', true, 'state', new_state)::text);
 	RETURN new_state;

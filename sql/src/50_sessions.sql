@@ -1,0 +1,609 @@
+-- Conversations' sandbox sessions, files in and out, and skills.
+--
+-- A conversation owns at most one active session: a workspace directory on
+-- the supervisor's host that survives between the conversation's runs.  It
+-- is rebuilt (a new, empty workspace; the conversation's files put back)
+-- when it idled out or when its agent's skills changed.  Files live in the
+-- database and outlive every sandbox.  Skills are versioned bundles of
+-- files, mounted read-only at /skills/<name>/.
+
+INSERT INTO agent.settings (key, value, description) VALUES
+	('session_idle_timeout', '30 minutes',
+	 'a conversation''s sandbox session idle longer than this is ended by agent.expire_idle_sessions() (an interval)'),
+	('max_upload_bytes', '10485760',
+	 'largest file agent.upload_file() accepts, in bytes'),
+	('max_conversation_bytes', '104857600',
+	 'largest total size of the files of one conversation, in bytes'),
+	('max_produced_files', '100',
+	 'most files one run may return; the rest are reported as skipped'),
+	('max_produced_bytes', '52428800',
+	 'largest total size of the files one run may return; the rest are reported as skipped'),
+	('max_produced_file_bytes', '20971520',
+	 'largest single file one run may return; larger ones are reported as skipped');
+
+-- ----------------------------------------------------------------------
+-- Skills
+-- ----------------------------------------------------------------------
+
+CREATE TABLE agent.skills (
+	id			uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+	org_id		uuid NOT NULL REFERENCES agent.orgs (id),
+	name		text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,63}$'),
+	version		integer NOT NULL CHECK (version > 0),
+	description text,
+	created_at	timestamptz NOT NULL DEFAULT now(),
+	UNIQUE (org_id, name, version),
+	UNIQUE (org_id, id)
+);
+COMMENT ON TABLE agent.skills IS 'a named, versioned, immutable bundle of files mounted read-only at /skills/<name>/';
+
+CREATE TABLE agent.skill_files (
+	skill_id	uuid NOT NULL REFERENCES agent.skills (id) ON DELETE CASCADE,
+	path		text NOT NULL,
+	content		bytea NOT NULL,
+	executable	boolean NOT NULL DEFAULT false,
+	PRIMARY KEY (skill_id, path)
+);
+
+CREATE TABLE agent.agent_skills (
+	org_id		uuid NOT NULL,
+	workspace_id uuid NOT NULL,
+	agent_id	uuid NOT NULL,
+	skill_id	uuid NOT NULL,
+	attached_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (agent_id, skill_id),
+	FOREIGN KEY (org_id, workspace_id, agent_id) REFERENCES agent.agents (org_id, workspace_id, id)
+		ON DELETE CASCADE,
+	FOREIGN KEY (org_id, skill_id) REFERENCES agent.skills (org_id, id)
+);
+
+-- A relative path inside a workspace or bundle: no absolute path, no "..",
+-- no empty or "." component, no NUL or control characters, bounded length.
+CREATE FUNCTION agent.valid_relative_path(path text) RETURNS boolean
+	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+	RETURN octet_length(path) BETWEEN 1 AND 1024
+		AND path !~ '^/'
+		AND path !~ '[[:cntrl:]]'
+		AND NOT EXISTS (SELECT 1 FROM unnest(string_to_array(path, '/')) c
+						 WHERE c IN ('', '.', '..') OR octet_length(c) > 255);
+
+ALTER TABLE agent.skill_files ADD CHECK (agent.valid_relative_path(path));
+
+-- The skills mounted for an agent, as one hash: a session built under one
+-- hash is rebuilt when it changes.
+CREATE FUNCTION agent._skills_hash(agent uuid) RETURNS text
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent
+	RETURN (SELECT encode(sha256(convert_to(coalesce(string_agg(s.id::text || ':' || s.name || ':' || s.version,
+														 ',' ORDER BY s.name, s.id), ''), 'UTF8')), 'hex')
+			  FROM agent.agent_skills a JOIN agent.skills s ON s.id = a.skill_id
+			 WHERE a.agent_id = _skills_hash.agent);
+
+-- Create a new version of a skill from a set of files (jsonb object
+-- path → base64 content).  Versions are immutable; returns the new id.
+CREATE FUNCTION agent.create_skill(name text, files jsonb, description text DEFAULT NULL)
+	RETURNS uuid
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent
+AS $$
+DECLARE
+	v_id		uuid;
+	v_version	integer;
+	f			record;
+BEGIN
+	PERFORM agent._require_tenant(false);
+	IF name IS NULL OR files IS NULL OR jsonb_typeof(files) <> 'object' THEN
+		RAISE EXCEPTION 'name and files (a json object of path: base64 content) are required'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM pg_advisory_xact_lock(hashtext('agent.skills:' || agent.current_org() || ':' || name));
+	SELECT coalesce(max(s.version), 0) + 1 INTO v_version
+	  FROM agent.skills s WHERE s.org_id = agent.current_org() AND s.name = create_skill.name;
+	INSERT INTO agent.skills (org_id, name, version, description)
+	VALUES (agent.current_org(), create_skill.name, v_version, create_skill.description)
+	RETURNING id INTO v_id;
+	FOR f IN SELECT key, value FROM jsonb_each_text(files) LOOP
+		IF NOT agent.valid_relative_path(f.key) THEN
+			RAISE EXCEPTION 'invalid skill file path "%"', f.key
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = 'Use a relative path without "..", empty components or control characters.';
+		END IF;
+		INSERT INTO agent.skill_files (skill_id, path, content, executable)
+		VALUES (v_id, f.key, decode(f.value, 'base64'), f.key ~ '\.(sh|py|js)$');
+	END LOOP;
+	RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION agent.create_skill(text, jsonb, text) IS
+	'create the next version of a skill of the current org from {path: base64 content}';
+
+-- Attach / detach a skill to an agent of the current workspace.
+CREATE FUNCTION agent.set_agent_skill(agent uuid, skill uuid, attached boolean DEFAULT true)
+	RETURNS void
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent
+AS $$
+BEGIN
+	PERFORM agent._require_tenant();
+	IF NOT EXISTS (SELECT 1 FROM agent.agents a WHERE a.id = set_agent_skill.agent
+					  AND a.org_id = agent.current_org() AND a.workspace_id = agent.current_workspace()) THEN
+		RAISE EXCEPTION 'agent % does not exist', set_agent_skill.agent USING ERRCODE = 'no_data_found';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM agent.skills s WHERE s.id = skill AND s.org_id = agent.current_org()) THEN
+		RAISE EXCEPTION 'skill % does not exist', skill USING ERRCODE = 'no_data_found';
+	END IF;
+	IF attached THEN
+		INSERT INTO agent.agent_skills (org_id, workspace_id, agent_id, skill_id)
+		VALUES (agent.current_org(), agent.current_workspace(), set_agent_skill.agent, skill)
+		ON CONFLICT DO NOTHING;
+	ELSE
+		DELETE FROM agent.agent_skills a WHERE a.agent_id = set_agent_skill.agent AND a.skill_id = skill;
+	END IF;
+	PERFORM agent._audit(agent.current_org(), agent.current_workspace(),
+						 CASE WHEN attached THEN 'skill.attached' ELSE 'skill.detached' END, NULL,
+						 current_user, jsonb_build_object('agent_id', set_agent_skill.agent, 'skill_id', skill));
+END
+$$;
+
+-- ----------------------------------------------------------------------
+-- Sessions
+-- ----------------------------------------------------------------------
+
+CREATE TABLE agent.sessions (
+	id				uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+	org_id			uuid NOT NULL,
+	workspace_id	uuid NOT NULL,
+	conversation_id uuid NOT NULL,
+	generation		integer NOT NULL CHECK (generation > 0),
+	skills_hash		text NOT NULL,
+	state			text NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'ended')),
+	end_reason		text,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	last_used_at	timestamptz NOT NULL DEFAULT now(),
+	ended_at		timestamptz,
+	FOREIGN KEY (org_id, workspace_id, conversation_id)
+		REFERENCES agent.conversations (org_id, workspace_id, id),
+	UNIQUE (conversation_id, generation)
+);
+CREATE UNIQUE INDEX sessions_one_active ON agent.sessions (conversation_id) WHERE state = 'active';
+COMMENT ON TABLE agent.sessions IS 'a conversation''s sandbox workspace, kept between its runs';
+
+-- Files of a conversation (or of a conversation-less run).  A name may have
+-- several rows over time; the newest saved row of a name is its current
+-- content.  Rows with status skipped/failed record what could not be
+-- returned and why; they never carry content.
+CREATE TABLE agent.files (
+	id				uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+	org_id			uuid NOT NULL,
+	workspace_id	uuid NOT NULL,
+	conversation_id uuid,
+	invocation_id	uuid REFERENCES agent.invocations (id),
+	name			text NOT NULL,
+	origin			text NOT NULL CHECK (origin IN ('uploaded', 'produced')),
+	status			text NOT NULL DEFAULT 'saved' CHECK (status IN ('saved', 'skipped', 'failed')),
+	reason			text,
+	content			bytea,
+	size			bigint,
+	sha256			text,
+	content_type	text,
+	created_by		text,
+	created_at		timestamptz NOT NULL DEFAULT clock_timestamp(),
+	FOREIGN KEY (org_id, workspace_id, conversation_id)
+		REFERENCES agent.conversations (org_id, workspace_id, id),
+	CHECK ((status = 'saved') = (content IS NOT NULL)),
+	CHECK (status = 'saved' OR reason IS NOT NULL),
+	CHECK (conversation_id IS NOT NULL OR invocation_id IS NOT NULL)
+);
+CREATE INDEX files_conversation_idx ON agent.files (conversation_id, name, created_at);
+CREATE INDEX files_invocation_idx ON agent.files (invocation_id);
+COMMENT ON TABLE agent.files IS 'uploaded and produced files; they outlive every sandbox';
+
+-- Which file rows a session's workspace already holds.
+CREATE TABLE agent.session_files (
+	session_id	uuid NOT NULL REFERENCES agent.sessions (id) ON DELETE CASCADE,
+	file_id		uuid NOT NULL REFERENCES agent.files (id),
+	PRIMARY KEY (session_id, file_id)
+);
+
+ALTER TABLE agent.invocations ADD COLUMN session_id uuid REFERENCES agent.sessions (id);
+ALTER TABLE agent.agent_tool_calls ADD COLUMN files jsonb NOT NULL DEFAULT '[]';
+
+-- The current saved file of each name of a conversation.
+CREATE FUNCTION agent._current_files(conversation uuid)
+	RETURNS SETOF agent.files
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent
+AS $$
+	SELECT DISTINCT ON (f.name) f.*
+	  FROM agent.files f
+	 WHERE f.conversation_id = conversation AND f.status = 'saved'
+	 ORDER BY f.name, f.created_at DESC, f.id DESC
+$$;
+
+-- ----------------------------------------------------------------------
+-- Files API
+-- ----------------------------------------------------------------------
+
+CREATE FUNCTION agent.upload_file(conversation uuid, name text, content bytea,
+								  uploaded_by text, content_type text DEFAULT NULL)
+	RETURNS uuid
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent
+AS $$
+DECLARE
+	c		agent.conversations;
+	a		agent.agents;
+	v_id	uuid;
+	v_total bigint;
+BEGIN
+	PERFORM agent._require_tenant();
+	IF conversation IS NULL OR name IS NULL OR content IS NULL OR uploaded_by IS NULL THEN
+		RAISE EXCEPTION 'conversation, name, content and uploaded_by must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	SELECT * INTO c FROM agent.conversations x
+	 WHERE x.id = conversation AND x.org_id = agent.current_org()
+	   AND x.workspace_id = agent.current_workspace()
+	   FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'conversation % does not exist', conversation
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the id and that the tenant set with agent.set_tenant() owns it.';
+	END IF;
+	SELECT * INTO a FROM agent.agents x WHERE x.id = c.agent_id;
+	IF NOT a.file_upload_enabled THEN
+		RAISE EXCEPTION 'agent "%" does not accept file uploads', a.name
+			USING ERRCODE = 'insufficient_privilege',
+				  HINT = 'Enable file uploads for the agent (agents.file_upload_enabled).';
+	END IF;
+	IF NOT agent.valid_relative_path(name) THEN
+		RAISE EXCEPTION 'invalid file name "%"', name
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Use a relative path without "..", empty components or control characters.';
+	END IF;
+	IF octet_length(content) > agent.setting('max_upload_bytes')::bigint THEN
+		RAISE EXCEPTION 'file "%" is too large (% bytes)', name, octet_length(content)
+			USING ERRCODE = 'program_limit_exceeded',
+				  HINT = format('The limit is %s bytes (agent.settings max_upload_bytes).',
+								agent.setting('max_upload_bytes'));
+	END IF;
+	SELECT coalesce(sum(f.size), 0) INTO v_total FROM agent._current_files(conversation) f
+	 WHERE f.name <> upload_file.name;
+	IF v_total + octet_length(content) > agent.setting('max_conversation_bytes')::bigint THEN
+		RAISE EXCEPTION 'the files of conversation % would exceed % bytes', conversation,
+			agent.setting('max_conversation_bytes')
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	INSERT INTO agent.files (org_id, workspace_id, conversation_id, name, origin, content, size,
+							 sha256, content_type, created_by)
+	VALUES (c.org_id, c.workspace_id, c.id, name, 'uploaded', content, octet_length(content),
+			encode(sha256(content), 'hex'), content_type, uploaded_by)
+	RETURNING id INTO v_id;
+	PERFORM agent._audit(c.org_id, c.workspace_id, 'file.uploaded', NULL, uploaded_by,
+						 jsonb_build_object('file_id', v_id, 'conversation_id', c.id, 'name', name,
+											'size', octet_length(content),
+											'sha256', encode(sha256(content), 'hex')));
+	RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION agent.upload_file(uuid, text, bytea, text, text) IS
+	'store a file with a conversation; it is in /workspace before the conversation''s next run';
+
+CREATE FUNCTION agent.list_files(conversation uuid)
+	RETURNS TABLE (id uuid, name text, origin text, status text, reason text, size bigint,
+				   sha256 text, content_type text, invocation_id uuid, created_at timestamptz,
+				   current boolean)
+	LANGUAGE plpgsql STABLE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent
+AS $$
+BEGIN
+	PERFORM agent._require_tenant();
+	IF NOT EXISTS (SELECT 1 FROM agent.conversations c WHERE c.id = conversation
+					  AND c.org_id = agent.current_org() AND c.workspace_id = agent.current_workspace()) THEN
+		RAISE EXCEPTION 'conversation % does not exist', conversation
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the id and that the tenant set with agent.set_tenant() owns it.';
+	END IF;
+	RETURN QUERY
+		SELECT f.id, f.name, f.origin, f.status, f.reason, f.size, f.sha256, f.content_type,
+			   f.invocation_id, f.created_at,
+			   f.id IN (SELECT cf.id FROM agent._current_files(conversation) cf)
+		  FROM agent.files f
+		 WHERE f.conversation_id = conversation
+		 ORDER BY f.created_at, f.name;
+END
+$$;
+COMMENT ON FUNCTION agent.list_files(uuid) IS
+	'every file row of a conversation: uploads, returned files, and files that could not be returned (with the reason)';
+
+CREATE FUNCTION agent.download_file(file uuid)
+	RETURNS TABLE (name text, content_type text, size bigint, sha256 text, content bytea)
+	LANGUAGE plpgsql STABLE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent
+AS $$
+DECLARE
+	f agent.files;
+BEGIN
+	PERFORM agent._require_tenant();
+	SELECT * INTO f FROM agent.files x
+	 WHERE x.id = file AND x.org_id = agent.current_org() AND x.workspace_id = agent.current_workspace();
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'file % does not exist', file
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the id and that the tenant set with agent.set_tenant() owns it.';
+	END IF;
+	IF f.status <> 'saved' THEN
+		RAISE EXCEPTION 'file "%" was not saved', f.name
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = f.reason;
+	END IF;
+	RETURN QUERY SELECT f.name, f.content_type, f.size, f.sha256, f.content;
+END
+$$;
+
+-- ----------------------------------------------------------------------
+-- Supervisor steps
+-- ----------------------------------------------------------------------
+
+-- Attach an invocation to its conversation's session, creating or
+-- rebuilding it.  Called in the claim transaction with the conversation
+-- row locked.  Returns the session and whether its workspace is new.
+CREATE FUNCTION agent._session_for(inv agent.invocations,
+								   OUT session_id uuid, OUT generation integer, OUT fresh boolean)
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent
+AS $$
+DECLARE
+	s		agent.sessions;
+	v_hash	text := agent._skills_hash(inv.agent_id);
+	v_why	text;
+BEGIN
+	SELECT * INTO s FROM agent.sessions x
+	 WHERE x.conversation_id = inv.conversation_id AND x.state = 'active' FOR UPDATE;
+	IF FOUND THEN
+		IF s.last_used_at < now() - agent.setting('session_idle_timeout')::interval THEN
+			v_why := 'expired';
+		ELSIF s.skills_hash <> v_hash THEN
+			v_why := 'skills_changed';
+		END IF;
+		IF v_why IS NULL THEN
+			UPDATE agent.sessions x SET last_used_at = now() WHERE x.id = s.id;
+			session_id := s.id;
+			generation := s.generation;
+			fresh := false;
+			RETURN;
+		END IF;
+		UPDATE agent.sessions x SET state = 'ended', end_reason = v_why, ended_at = now()
+		 WHERE x.id = s.id;
+	END IF;
+
+	INSERT INTO agent.sessions (org_id, workspace_id, conversation_id, generation, skills_hash)
+	VALUES (inv.org_id, inv.workspace_id, inv.conversation_id,
+			coalesce((SELECT max(x.generation) FROM agent.sessions x
+					   WHERE x.conversation_id = inv.conversation_id), 0) + 1,
+			v_hash)
+	RETURNING * INTO s;
+	PERFORM agent._audit(inv.org_id, inv.workspace_id,
+						 CASE WHEN v_why IS NULL AND s.generation = 1 THEN 'session.created'
+							  ELSE 'session.rebuilt' END,
+						 inv.id, 'supervisor',
+						 jsonb_build_object('session_id', s.id, 'generation', s.generation,
+											'conversation_id', inv.conversation_id,
+											'reason', coalesce(v_why,
+															   CASE WHEN s.generation = 1 THEN 'new'
+																	ELSE 'ended' END)));
+	session_id := s.id;
+	generation := s.generation;
+	fresh := true;
+END
+$$;
+
+-- The files to write into an invocation's workspace before it runs: the
+-- conversation's current files the session does not hold yet.  Marks them
+-- as held.
+CREATE FUNCTION agent._files_to_place(invocation uuid)
+	RETURNS TABLE (name text, content bytea)
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent
+AS $$
+DECLARE
+	r agent.invocations;
+	f agent.files;
+BEGIN
+	SELECT * INTO r FROM agent.invocations i WHERE i.id = invocation;
+	IF r.session_id IS NULL THEN
+		RETURN;
+	END IF;
+	FOR f IN
+		SELECT * FROM agent._current_files(r.conversation_id) cf
+		 WHERE NOT EXISTS (SELECT 1 FROM agent.session_files sf
+							WHERE sf.session_id = r.session_id AND sf.file_id = cf.id)
+		 ORDER BY cf.name
+	LOOP
+		INSERT INTO agent.session_files (session_id, file_id) VALUES (r.session_id, f.id);
+		name := f.name;
+		content := f.content;
+		RETURN NEXT;
+	END LOOP;
+END
+$$;
+
+-- The skills to mount for an invocation: one row per file.
+CREATE FUNCTION agent._skill_files_for(invocation uuid)
+	RETURNS TABLE (skill_id uuid, skill_name text, path text, content bytea, executable boolean)
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent
+AS $$
+	SELECT s.id, s.name, f.path, f.content, f.executable
+	  FROM agent.invocations i
+	  JOIN agent.agent_skills a ON a.agent_id = i.agent_id
+	  JOIN agent.skills s ON s.id = a.skill_id
+	  JOIN agent.skill_files f ON f.skill_id = s.id
+	 WHERE i.id = invocation
+	 ORDER BY s.name, f.path
+$$;
+
+-- Record one file a run produced (or could not return), in the finishing
+-- transaction, before agent._finish_invocation().
+CREATE FUNCTION agent._store_produced_file(invocation uuid, name text, status text,
+										   reason text, content bytea)
+	RETURNS uuid
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent
+AS $$
+DECLARE
+	r		agent.invocations;
+	v_id	uuid;
+	v_name	text := name;
+BEGIN
+	SELECT * INTO r FROM agent.invocations i WHERE i.id = invocation;
+	IF NOT FOUND OR r.state NOT IN ('provisioning', 'running') THEN
+		RETURN NULL;		-- fenced: the run was resolved elsewhere
+	END IF;
+	-- A name the host cannot represent as text is recorded, not dropped.
+	IF v_name IS NULL OR NOT agent.valid_relative_path(v_name) THEN
+		status := 'skipped';
+		reason := coalesce(reason || '; ', '') || 'invalid file name';
+		content := NULL;
+		v_name := coalesce(v_name, '?');
+	END IF;
+	INSERT INTO agent.files (org_id, workspace_id, conversation_id, invocation_id, name, origin,
+							 status, reason, content, size, sha256, created_by)
+	VALUES (r.org_id, r.workspace_id, r.conversation_id, r.id, v_name, 'produced', status,
+			CASE WHEN status = 'saved' THEN NULL ELSE reason END,
+			CASE WHEN status = 'saved' THEN content END,
+			octet_length(content),
+			CASE WHEN status = 'saved' THEN encode(sha256(content), 'hex') END,
+			'supervisor')
+	RETURNING id INTO v_id;
+	IF status = 'saved' AND r.session_id IS NOT NULL THEN
+		-- The workspace already holds it: do not write it back next time.
+		INSERT INTO agent.session_files (session_id, file_id) VALUES (r.session_id, v_id);
+	END IF;
+	RETURN v_id;
+END
+$$;
+
+-- End sessions idle for longer than session_idle_timeout (or as of a given
+-- time) whose conversation has nothing provisioning or running.  Their
+-- workspaces are deleted by the supervisor (woken at commit).  Scheduled
+-- with pg_cron when it is installed.
+CREATE FUNCTION agent.expire_idle_sessions(as_of timestamptz DEFAULT now())
+	RETURNS integer
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent
+AS $$
+DECLARE
+	s	agent.sessions;
+	n	integer := 0;
+BEGIN
+	FOR s IN
+		SELECT x.* FROM agent.sessions x
+		  JOIN agent.conversations c ON c.id = x.conversation_id
+		 WHERE x.state = 'active'
+		   AND x.last_used_at < as_of - agent.setting('session_idle_timeout')::interval
+		   FOR UPDATE OF x, c SKIP LOCKED
+	LOOP
+		IF EXISTS (SELECT 1 FROM agent.invocations i
+					WHERE i.conversation_id = s.conversation_id
+					  AND i.state IN ('provisioning', 'running')) THEN
+			CONTINUE;
+		END IF;
+		UPDATE agent.sessions x SET state = 'ended', end_reason = 'expired', ended_at = now()
+		 WHERE x.id = s.id;
+		PERFORM agent._audit(s.org_id, s.workspace_id, 'session.expired', NULL, 'system',
+							 jsonb_build_object('session_id', s.id, 'generation', s.generation,
+												'conversation_id', s.conversation_id,
+												'idle_since', s.last_used_at));
+		n := n + 1;
+	END LOOP;
+	IF n > 0 THEN
+		PERFORM agent._wake_supervisor();
+	END IF;
+	RETURN n;
+END
+$$;
+COMMENT ON FUNCTION agent.expire_idle_sessions(timestamptz) IS
+	'end idle conversation sessions; the supervisor deletes their workspaces';
+
+-- Sessions whose workspace directory may be deleted (for the supervisor).
+CREATE FUNCTION agent._live_session_ids() RETURNS SETOF uuid
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent
+AS $$
+	SELECT x.id FROM agent.sessions x WHERE x.state = 'active'
+$$;
+
+-- ----------------------------------------------------------------------
+-- Security
+-- ----------------------------------------------------------------------
+
+ALTER TABLE agent.skills ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.skill_files ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.agent_skills ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.sessions ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.files ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.session_files ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY backend_org ON agent.skills FOR SELECT TO agent_backend
+	USING (org_id = agent.current_org());
+CREATE POLICY backend_org ON agent.skill_files FOR SELECT TO agent_backend
+	USING (EXISTS (SELECT 1 FROM agent.skills s WHERE s.id = skill_id AND s.org_id = agent.current_org()));
+CREATE POLICY backend_workspace ON agent.agent_skills FOR SELECT TO agent_backend
+	USING (org_id = agent.current_org() AND workspace_id = agent.current_workspace());
+CREATE POLICY backend_workspace ON agent.sessions FOR SELECT TO agent_backend
+	USING (org_id = agent.current_org() AND workspace_id = agent.current_workspace());
+CREATE POLICY backend_workspace ON agent.files FOR SELECT TO agent_backend
+	USING (org_id = agent.current_org() AND workspace_id = agent.current_workspace());
+
+CREATE POLICY auditor_read ON agent.skills FOR SELECT TO agent_auditor USING (true);
+CREATE POLICY auditor_read ON agent.skill_files FOR SELECT TO agent_auditor USING (true);
+CREATE POLICY auditor_read ON agent.agent_skills FOR SELECT TO agent_auditor USING (true);
+CREATE POLICY auditor_read ON agent.sessions FOR SELECT TO agent_auditor USING (true);
+CREATE POLICY auditor_read ON agent.files FOR SELECT TO agent_auditor USING (true);
+CREATE POLICY auditor_read ON agent.session_files FOR SELECT TO agent_auditor USING (true);
+
+GRANT SELECT ON agent.skills, agent.skill_files, agent.agent_skills, agent.sessions, agent.files
+	TO agent_backend;
+GRANT SELECT ON agent.skills, agent.skill_files, agent.agent_skills, agent.sessions, agent.files,
+	agent.session_files TO agent_auditor;
+
+REVOKE ALL ON FUNCTION agent._session_for(agent.invocations), agent._files_to_place(uuid),
+	agent._skill_files_for(uuid), agent._store_produced_file(uuid, text, text, text, bytea),
+	agent._live_session_ids(), agent.expire_idle_sessions(timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION agent.upload_file(uuid, text, bytea, text, text),
+	agent.list_files(uuid), agent.download_file(uuid), agent.create_skill(text, jsonb, text),
+	agent.set_agent_skill(uuid, uuid, boolean), agent.valid_relative_path(text) TO agent_backend;
+
+-- ----------------------------------------------------------------------
+-- pg_cron: schedule the maintenance jobs when pg_cron is installed here.
+-- ----------------------------------------------------------------------
+
+CREATE FUNCTION agent.schedule_maintenance(schedule text DEFAULT '* * * * *')
+	RETURNS text
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent
+AS $$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron') THEN
+		RETURN 'pg_cron is not installed in this database; see docs/sessions.md to schedule '
+			   'agent.expire_idle_sessions() and agent.expire_pending_approvals() from elsewhere';
+	END IF;
+	EXECUTE format('SELECT cron.schedule(%L, %L, %L)', 'sandbox_ext_expire_idle_sessions', schedule,
+				   'SELECT agent.expire_idle_sessions()');
+	EXECUTE format('SELECT cron.schedule(%L, %L, %L)', 'sandbox_ext_expire_pending_approvals', schedule,
+				   'SELECT agent.expire_pending_approvals()');
+	RETURN 'scheduled sandbox_ext_expire_idle_sessions and sandbox_ext_expire_pending_approvals ('
+		   || schedule || ')';
+END
+$$;
+COMMENT ON FUNCTION agent.schedule_maintenance(text) IS
+	'schedule agent.expire_idle_sessions() and agent.expire_pending_approvals() with pg_cron (idempotent)';
+
+SELECT agent.schedule_maintenance();

@@ -1,0 +1,497 @@
+/*-------------------------------------------------------------------------
+ *
+ * files.c
+ *		Host-side file work in directories a sandbox could write to:
+ *		placing a conversation's files into a workspace before a run, and
+ *		finding the files a run produced afterwards.
+ *
+ * A workspace was writable by untrusted code, which may have planted
+ * symlinks (to /etc/shadow, to postgresql.conf), hard links, fifos or
+ * devices.  Every path is therefore resolved with openat2() and
+ * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
+ * RESOLVE_NO_XDEV from a descriptor of the workspace root: the kernel
+ * refuses any resolution that leaves the workspace or crosses a link, so
+ * there is no window between a check and a use.  The payload is not
+ * running while we do this (its pid namespace is gone), which removes the
+ * remaining races.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "mb/pg_wchar.h"
+#include "storage/fd.h"
+
+#include "sandbox_files.h"
+
+#define RESOLVE_SAFE (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | \
+					  RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)
+
+static int
+safe_openat(int rootfd, const char *path, int flags, mode_t mode)
+{
+	struct open_how how;
+
+	memset(&how, 0, sizeof(how));
+	how.flags = flags | O_CLOEXEC | O_NOFOLLOW;
+	how.mode = (flags & O_CREAT) ? mode : 0;
+	how.resolve = RESOLVE_SAFE;
+	return (int) syscall(SYS_openat2, rootfd, path, &how, sizeof(how));
+}
+
+/* ----------------------------------------------------------------
+ * Removal
+ *
+ * Every step is relative to an O_NOFOLLOW directory fd, symlinks are
+ * unlinked as names, and directories the payload made unreadable are
+ * chmod'ed first.
+ * ----------------------------------------------------------------
+ */
+
+int
+remove_tree_at(int parentfd, const char *name, int depth)
+{
+	int			fd;
+	DIR		   *d;
+	struct dirent *de;
+	int			rc = 0;
+
+	if (unlinkat(parentfd, name, 0) == 0 || errno == ENOENT)
+		return 0;
+	if (errno != EISDIR && errno != EPERM)
+		return -1;
+	if (depth > 256)
+	{
+		errno = ELOOP;
+		return -1;
+	}
+	fd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+	{
+		/* A directory without read or search permission: open it by path
+		 * only to fix its mode. */
+		int			pfd = openat(parentfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+		if (pfd < 0)
+			return -1;
+		if (fchmodat(parentfd, name, S_IRWXU, 0) != 0)
+			(void) 0;		/* the open below reports the failure */
+		close(pfd);
+		fd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			return -1;
+	}
+	(void) fchmod(fd, S_IRWXU);
+	d = fdopendir(fd);
+	if (d == NULL)
+	{
+		close(fd);
+		return -1;
+	}
+	while ((de = readdir(d)) != NULL)
+	{
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (remove_tree_at(dirfd(d), de->d_name, depth + 1) != 0)
+			rc = -1;
+	}
+	closedir(d);
+	if (unlinkat(parentfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+		rc = -1;
+	return rc;
+}
+
+/* Remove a directory tree under sandbox.work_dir; logs and goes on. */
+void
+remove_work_dir(const char *path)
+{
+	char		parent[MAXPGPATH];
+	const char *slash = strrchr(path, '/');
+	int			pfd;
+
+	if (slash == NULL)
+	{
+		strlcpy(parent, ".", sizeof(parent));
+		slash = path - 1;
+	}
+	else
+		strlcpy(parent, path, Min(sizeof(parent), (size_t) (slash - path) + 1));
+	pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (pfd < 0)
+		return;
+	if (remove_tree_at(pfd, slash + 1, 0) != 0)
+		ereport(WARNING,
+				(errcode_for_file_access(),
+				 errmsg("could not remove sandbox work directory \"%s\": %m", path)));
+	close(pfd);
+}
+
+/* ----------------------------------------------------------------
+ * Manifest: what a workspace holds
+ * ----------------------------------------------------------------
+ */
+
+static void
+manifest_add(Manifest *m, const char *path, const struct stat *st)
+{
+	ManifestEntry *e;
+
+	if (m->n == m->cap)
+	{
+		m->cap = m->cap ? m->cap * 2 : 64;
+		m->entries = m->entries ? repalloc(m->entries, sizeof(ManifestEntry) * m->cap)
+			: palloc(sizeof(ManifestEntry) * m->cap);
+	}
+	e = &m->entries[m->n++];
+	e->path = pstrdup(path);
+	e->mode = st->st_mode;
+	e->ino = st->st_ino;
+	e->size = st->st_size;
+	e->nlink = st->st_nlink;
+	e->mtime_ns = (int64) st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	e->ctime_ns = (int64) st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
+static void
+scan_dir(Manifest *m, int dfd, const char *prefix, int depth)
+{
+	DIR		   *d;
+	struct dirent *de;
+
+	if (depth > 64)
+	{
+		m->incomplete = true;
+		close(dfd);
+		return;
+	}
+	d = fdopendir(dfd);
+	if (d == NULL)
+	{
+		close(dfd);
+		m->incomplete = true;
+		return;
+	}
+	while ((de = readdir(d)) != NULL)
+	{
+		struct stat st;
+		char		path[MAXPGPATH];
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (m->n >= m->max_entries)
+		{
+			m->incomplete = true;
+			break;
+		}
+		if (snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "/" : "",
+					 de->d_name) >= (int) sizeof(path))
+		{
+			m->incomplete = true;
+			continue;
+		}
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+			continue;
+		manifest_add(m, path, &st);
+		if (S_ISDIR(st.st_mode))
+		{
+			int			sub = openat(dirfd(d), de->d_name,
+									 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+			if (sub >= 0)
+				scan_dir(m, sub, path, depth + 1);
+			else
+				m->incomplete = true;
+		}
+	}
+	closedir(d);
+}
+
+static int
+entry_cmp(const void *a, const void *b)
+{
+	return strcmp(((const ManifestEntry *) a)->path, ((const ManifestEntry *) b)->path);
+}
+
+Manifest *
+manifest_scan(const char *root, int max_entries)
+{
+	Manifest   *m = palloc0(sizeof(Manifest));
+	int			fd;
+
+	m->max_entries = max_entries;
+	fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+	{
+		m->incomplete = true;
+		return m;
+	}
+	scan_dir(m, fd, "", 0);
+	if (m->n > 1)
+		qsort(m->entries, m->n, sizeof(ManifestEntry), entry_cmp);
+	return m;
+}
+
+static const ManifestEntry *
+manifest_find(const Manifest *m, const char *path)
+{
+	ManifestEntry key;
+
+	if (m == NULL || m->n == 0)
+		return NULL;
+	key.path = (char *) path;
+	return bsearch(&key, m->entries, m->n, sizeof(ManifestEntry), entry_cmp);
+}
+
+/* ----------------------------------------------------------------
+ * Produced files
+ * ----------------------------------------------------------------
+ */
+
+static void
+produced_add(List **out, const char *name, const char *status, const char *reason,
+			 char *data, int64 len)
+{
+	ProducedFile *p = palloc0(sizeof(ProducedFile));
+
+	p->name = pstrdup(name);
+	strlcpy(p->status, status, sizeof(p->status));
+	p->reason = reason ? pstrdup(reason) : NULL;
+	p->data = data;
+	p->len = len;
+	*out = lappend(*out, p);
+}
+
+static const char *
+kind_of(mode_t mode)
+{
+	if (S_ISLNK(mode))
+		return "a symbolic link (not followed)";
+	if (S_ISFIFO(mode))
+		return "a fifo";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	if (S_ISCHR(mode) || S_ISBLK(mode))
+		return "a device";
+	return "not a regular file";
+}
+
+/*
+ * Compare the workspace after a run with the manifest taken before it and
+ * return the files the run created or changed, read safely, with caps.
+ * Entries that are not regular files, or that cannot be read, come back
+ * with status "skipped" or "failed" and a reason; nothing is dropped
+ * silently.
+ */
+List *
+collect_produced(const char *root, const Manifest *before, const ProducedCaps *caps)
+{
+	List	   *out = NIL;
+	Manifest   *after;
+	int			rootfd;
+	int			nsaved = 0;
+	int64		total = 0;
+
+	after = manifest_scan(root, caps->max_scan_entries);
+	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (rootfd < 0)
+	{
+		produced_add(&out, "/workspace", "failed", "the workspace could not be opened", NULL, 0);
+		return out;
+	}
+
+	for (int i = 0; i < after->n; i++)
+	{
+		const ManifestEntry *e = &after->entries[i];
+		const ManifestEntry *b = manifest_find(before, e->path);
+		char		reason[256];
+		int			fd;
+		char	   *data;
+		int64		got = 0;
+		struct stat st;
+
+		if (S_ISDIR(e->mode))
+			continue;
+		/* Unchanged since before the run: not produced by it. */
+		if (b && b->ino == e->ino && b->size == e->size && b->mtime_ns == e->mtime_ns &&
+			b->ctime_ns == e->ctime_ns && b->mode == e->mode)
+			continue;
+
+		if (pg_encoding_verifymbstr(PG_UTF8, e->path, strlen(e->path)) != (int) strlen(e->path))
+		{
+			produced_add(&out, "?", "skipped", "the file name is not valid UTF-8", NULL, 0);
+			continue;
+		}
+		if (!S_ISREG(e->mode))
+		{
+			snprintf(reason, sizeof(reason), "%s", kind_of(e->mode));
+			produced_add(&out, e->path, "skipped", reason, NULL, 0);
+			continue;
+		}
+		if (e->nlink > 1)
+		{
+			produced_add(&out, e->path, "skipped", "a hard link (not copied)", NULL, 0);
+			continue;
+		}
+		if (e->size > caps->max_file_bytes)
+		{
+			snprintf(reason, sizeof(reason), "larger than the limit of %lld bytes (%lld bytes)",
+					 (long long) caps->max_file_bytes, (long long) e->size);
+			produced_add(&out, e->path, "skipped", reason, NULL, 0);
+			continue;
+		}
+		if (nsaved >= caps->max_files)
+		{
+			snprintf(reason, sizeof(reason), "more than %d files were produced", caps->max_files);
+			produced_add(&out, e->path, "skipped", reason, NULL, 0);
+			continue;
+		}
+		if (total + e->size > caps->max_total_bytes)
+		{
+			snprintf(reason, sizeof(reason), "the files of this run exceed %lld bytes",
+					 (long long) caps->max_total_bytes);
+			produced_add(&out, e->path, "skipped", reason, NULL, 0);
+			continue;
+		}
+
+		fd = safe_openat(rootfd, e->path, O_RDONLY | O_NONBLOCK, 0);
+		if (fd < 0)
+		{
+			snprintf(reason, sizeof(reason), "could not open: %s", strerror(errno));
+			produced_add(&out, e->path, "failed", reason, NULL, 0);
+			continue;
+		}
+		/* Still the file we scanned, still a single-link regular file. */
+		if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_ino != e->ino || st.st_nlink > 1)
+		{
+			close(fd);
+			produced_add(&out, e->path, "failed", "the file changed while it was being read", NULL, 0);
+			continue;
+		}
+		data = palloc(Max(e->size, 1));
+		while (got < e->size)
+		{
+			ssize_t		r = read(fd, data + got, e->size - got);
+
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0)
+				break;
+			got += r;
+		}
+		close(fd);
+		if (got != e->size)
+		{
+			pfree(data);
+			produced_add(&out, e->path, "failed", "the file could not be read completely", NULL, 0);
+			continue;
+		}
+		produced_add(&out, e->path, "saved", NULL, data, got);
+		nsaved++;
+		total += got;
+	}
+	if (after->incomplete)
+		produced_add(&out, ".", "skipped",
+					 "the workspace holds too many entries or too deep a tree; not all of it was examined",
+					 NULL, 0);
+	close(rootfd);
+	return out;
+}
+
+/* ----------------------------------------------------------------
+ * Placing files
+ * ----------------------------------------------------------------
+ */
+
+/* Remove whatever is at name in dfd (file, link, fifo or tree). */
+static void
+remove_entry(int dfd, const char *name)
+{
+	if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+		return;
+	if (errno == EISDIR || errno == EPERM)
+		(void) remove_tree_at(dfd, name, 0);
+}
+
+/*
+ * Write data at relpath under root, creating directories as needed, never
+ * following a link and replacing whatever the sandbox left at that name.
+ */
+bool
+place_file(const char *root, const char *relpath, const char *data, size_t len,
+		   mode_t mode, char **err)
+{
+	char	   *path = pstrdup(relpath);
+	char	   *slash;
+	char	   *base;
+	int			dfd;
+	int			fd;
+	size_t		off = 0;
+
+	dfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+	{
+		*err = psprintf("could not open workspace \"%s\": %m", root);
+		return false;
+	}
+	/* Walk (and create) the parent directories one component at a time. */
+	base = path;
+	while ((slash = strchr(base, '/')) != NULL)
+	{
+		int			next;
+		struct stat st;
+
+		*slash = '\0';
+		if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode))
+			remove_entry(dfd, base);
+		if (mkdirat(dfd, base, 0755) != 0 && errno != EEXIST)
+		{
+			*err = psprintf("could not create directory for \"%s\": %m", relpath);
+			close(dfd);
+			return false;
+		}
+		next = safe_openat(dfd, base, O_RDONLY | O_DIRECTORY, 0);
+		close(dfd);
+		if (next < 0)
+		{
+			*err = psprintf("could not open directory for \"%s\": %m", relpath);
+			return false;
+		}
+		dfd = next;
+		base = slash + 1;
+	}
+	remove_entry(dfd, base);
+	fd = openat(dfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	close(dfd);
+	if (fd < 0)
+	{
+		*err = psprintf("could not create \"%s\": %m", relpath);
+		return false;
+	}
+	while (off < len)
+	{
+		ssize_t		w = write(fd, data + off, len - off);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+		{
+			*err = psprintf("could not write \"%s\": %m", relpath);
+			close(fd);
+			return false;
+		}
+		off += w;
+	}
+	if (close(fd) != 0)
+	{
+		*err = psprintf("could not write \"%s\": %m", relpath);
+		return false;
+	}
+	return true;
+}

@@ -35,12 +35,13 @@ CREATE FUNCTION agent.current_workspace() RETURNS uuid
 -- Name the tenant for the rest of the current transaction (SET LOCAL
 -- semantics: outside a transaction block it lasts one statement only).
 CREATE FUNCTION agent.set_tenant(org uuid, workspace uuid) RETURNS void
-	LANGUAGE sql VOLATILE
-	SET search_path = pg_catalog, agent
-BEGIN ATOMIC
-	SELECT pg_catalog.set_config('sandbox.org_id', coalesce(org::text, ''), true),
-		   pg_catalog.set_config('sandbox.workspace_id', coalesce(workspace::text, ''), true);
-END;
+	LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+	PERFORM pg_catalog.set_config('sandbox.org_id', coalesce(org::text, ''), true),
+			pg_catalog.set_config('sandbox.workspace_id', coalesce(workspace::text, ''), true);
+END
+$$;
 COMMENT ON FUNCTION agent.set_tenant(uuid, uuid) IS
 	'set sandbox.org_id and sandbox.workspace_id for the current transaction';
 

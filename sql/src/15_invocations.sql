@@ -3,10 +3,10 @@
 -- state machine of an invocation and the binding of an approval to the
 -- exact code it showed.
 
--- The hash an approval is bound to.  Immutable is honest: a database's
--- encoding never changes.
+-- The hash an approval is bound to.  Stable like convert_to(), which lets
+-- the planner inline it.
 CREATE FUNCTION agent.code_sha256(code text) RETURNS text
-	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+	LANGUAGE sql STABLE STRICT PARALLEL SAFE
 	RETURN pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(code, 'UTF8')), 'hex');
 
 CREATE TABLE agent.invocations (
@@ -46,15 +46,14 @@ CREATE TABLE agent.invocations (
 		REFERENCES agent.agents (org_id, workspace_id, id),
 	FOREIGN KEY (org_id, workspace_id, conversation_id)
 		REFERENCES agent.conversations (org_id, workspace_id, id),
-	UNIQUE (org_id, idempotency_key),
-	UNIQUE (org_id, workspace_id, id)
+	UNIQUE (org_id, idempotency_key)
 );
 COMMENT ON TABLE agent.invocations IS 'one requested code execution and its life (see docs/control-plane.md)';
 
 -- The supervisor's queue: approved work, oldest approval first.
+-- (Tenant-scoped reads use the (org_id, idempotency_key) index: org_id leads.)
 CREATE INDEX invocations_approved_idx ON agent.invocations (state, approved_at)
 	WHERE state = 'approved';
-CREATE INDEX invocations_tenant_idx ON agent.invocations (org_id, workspace_id, created_at);
 CREATE INDEX invocations_conversation_idx ON agent.invocations (conversation_id)
 	WHERE conversation_id IS NOT NULL;
 
@@ -75,8 +74,19 @@ CREATE FUNCTION agent._invocations_check_transition() RETURNS trigger
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, agent
 AS $$
+DECLARE
+	allowed boolean;
 BEGIN
-	IF NOT agent.invocation_transition_allowed(OLD.state, NEW.state) THEN
+	-- The same table as agent.invocation_transition_allowed(), spelled out
+	-- here because this runs on every state change.
+	allowed := CASE OLD.state
+		WHEN 'pending_approval' THEN NEW.state IN ('approved', 'denied', 'expired', 'cancelled')
+		WHEN 'approved' THEN NEW.state IN ('provisioning', 'cancelled', 'insufficient_credits', 'provision_failed')
+		WHEN 'provisioning' THEN NEW.state IN ('running', 'provision_failed', 'failed', 'killed', 'cancelled')
+		WHEN 'running' THEN NEW.state IN ('succeeded', 'failed', 'timed_out', 'killed', 'cancelled')
+		ELSE false
+	END;
+	IF NOT allowed THEN
 		RAISE EXCEPTION 'invalid state transition from "%" to "%"', OLD.state, NEW.state
 			USING ERRCODE = 'object_not_in_prerequisite_state',
 				  DETAIL = format('Invocation %s is %s.', OLD.id, OLD.state);
@@ -151,9 +161,7 @@ CREATE TABLE agent.approval_requests (
 	approved_code_sha256 text,
 	expires_at		timestamptz NOT NULL,
 	created_at		timestamptz NOT NULL DEFAULT now(),
-	FOREIGN KEY (org_id, workspace_id, invocation_id)
-		REFERENCES agent.invocations (org_id, workspace_id, id),
-	CHECK (code_sha256 = agent.code_sha256(code)),
+	FOREIGN KEY (invocation_id) REFERENCES agent.invocations (id),
 	CHECK ((status = 'approved') = (approved_code_sha256 IS NOT NULL)),
 	CHECK (approved_code_sha256 IS NULL OR approved_code_sha256 = code_sha256),
 	CHECK ((status = 'pending') = (decided_at IS NULL))
@@ -161,12 +169,10 @@ CREATE TABLE agent.approval_requests (
 COMMENT ON TABLE agent.approval_requests IS 'the approval card of an invocation and its decision';
 CREATE INDEX approval_requests_pending_idx ON agent.approval_requests (expires_at)
 	WHERE status = 'pending';
-CREATE INDEX approval_requests_tenant_idx ON agent.approval_requests (org_id, workspace_id, created_at);
 
--- invocations.approval_id points back at the card; deferred because both
--- rows are written in one transaction.
-ALTER TABLE agent.invocations ADD FOREIGN KEY (approval_id)
-	REFERENCES agent.approval_requests (id) DEFERRABLE INITIALLY DEFERRED;
+-- invocations.approval_id is a convenience pointer back at the card; the
+-- authoritative link is approval_requests.invocation_id (unique, a foreign
+-- key).  Both are written by request_execution() in one statement pair.
 
 -- A card's content never changes and a decision is final.
 CREATE FUNCTION agent._approval_requests_guard() RETURNS trigger

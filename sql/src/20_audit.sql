@@ -3,7 +3,7 @@
 -- Each event's hash covers its own content and the hash of the org's
 -- previous event, so changing, removing or reordering any event breaks
 -- every later link.  agent.audit_heads holds the tip of each org's chain;
--- an append locks that row (INSERT ... ON CONFLICT DO UPDATE), so appends of
+-- an append locks that row (SELECT ... FOR UPDATE), so appends of
 -- one org are serialised until the appending transaction ends and the chain
 -- never forks, while different orgs never wait for each other.  Event ids
 -- are drawn while the lock is held, so within an org id order is chain
@@ -42,7 +42,7 @@ CREATE FUNCTION agent._audit_hash(prev_hash text, id bigint, org_id uuid,
 								  invocation_id uuid, actor text, details jsonb,
 								  created_at timestamptz)
 	RETURNS text
-	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	LANGUAGE sql STABLE PARALLEL SAFE
 	RETURN pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
 		pg_catalog.concat_ws(E'\x1f',
 			coalesce(prev_hash, ''), id::text, org_id::text,
@@ -72,23 +72,30 @@ BEGIN
 		RAISE EXCEPTION 'an audit event needs an org and an event type'
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	-- Take (or create) the org's head row and keep it locked to commit.
-	INSERT INTO agent.audit_heads AS h (org_id, last_id, last_hash, events)
-		VALUES (org, 0, '', 0)
-		ON CONFLICT (org_id) DO UPDATE SET events = h.events
-		RETURNING nullif(h.last_hash, '') INTO v_prev;
+	-- Lock the org's head row to commit (creating it on the org's first
+	-- event).  A lock, not an upsert: one new row version per append.
+	SELECT nullif(h.last_hash, '') INTO v_prev
+	  FROM agent.audit_heads h WHERE h.org_id = org FOR UPDATE;
+	IF NOT FOUND THEN
+		INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events)
+			VALUES (org, 0, '', 0) ON CONFLICT (org_id) DO NOTHING;
+		SELECT nullif(h.last_hash, '') INTO v_prev
+		  FROM agent.audit_heads h WHERE h.org_id = org FOR UPDATE;
+	END IF;
 
 	v_id := nextval('agent.audit_events_id_seq');
 	v_hash := agent._audit_hash(v_prev, v_id, org, workspace, event_type,
 								invocation, actor, v_details, v_at);
-	INSERT INTO agent.audit_events (id, org_id, workspace_id, event_type,
-									invocation_id, actor, details, created_at,
-									prev_hash, hash)
-		VALUES (v_id, org, workspace, event_type, invocation, actor, v_details,
-				v_at, v_prev, v_hash);
-	UPDATE agent.audit_heads
-	   SET last_id = v_id, last_hash = v_hash, events = events + 1
-	 WHERE audit_heads.org_id = org;
+	-- The event and the new tip in one statement.
+	WITH ev AS (
+		INSERT INTO agent.audit_events (id, org_id, workspace_id, event_type,
+										invocation_id, actor, details, created_at,
+										prev_hash, hash)
+			VALUES (v_id, org, workspace, event_type, invocation, actor, v_details,
+					v_at, v_prev, v_hash))
+	UPDATE agent.audit_heads h
+	   SET last_id = v_id, last_hash = v_hash, events = h.events + 1
+	 WHERE h.org_id = org;
 	RETURN v_id;
 END
 $$;

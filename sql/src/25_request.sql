@@ -50,6 +50,8 @@ DECLARE
 	v_runtime	text;
 	v_sha		text;
 	v_bytes		integer;
+	v_max_bytes integer;
+	v_timeout	interval;
 	v_inv		uuid;
 	v_appr		uuid;
 	r			agent.execution_request;
@@ -146,6 +148,10 @@ BEGIN
 	END IF;
 
 	---- IAM, in order; the first failure decides ----
+	SELECT max(s.value) FILTER (WHERE s.key = 'max_code_bytes')::integer,
+		   max(s.value) FILTER (WHERE s.key = 'approval_timeout')::interval
+	  INTO v_max_bytes, v_timeout
+	  FROM agent.settings s WHERE s.key IN ('max_code_bytes', 'approval_timeout');
 	v_bytes := octet_length(code);
 	IF NOT v_ctx.plan_ok THEN
 		v_reason := 'plan_excludes_code_execution'; v_sqlstate := '42501';
@@ -171,15 +177,14 @@ BEGIN
 		ELSIF code !~ '\S' THEN
 			v_reason := 'code_empty'; v_sqlstate := '22023';
 			v_message := 'The code is empty.';
-		ELSIF v_bytes > agent.setting('max_code_bytes')::integer THEN
+		ELSIF v_bytes > v_max_bytes THEN
 			v_reason := 'code_too_large'; v_sqlstate := '54000';
-			v_message := format('The code is %s bytes; the limit is %s.', v_bytes,
-								agent.setting('max_code_bytes'));
+			v_message := format('The code is %s bytes; the limit is %s.', v_bytes, v_max_bytes);
 		END IF;
 	END IF;
 
-	v_sha := agent.code_sha256(code);
 	IF v_reason IS NOT NULL THEN
+		v_sha := agent.code_sha256(code);
 		PERFORM agent._audit(v_org, workspace, 'capability.invoke_denied', NULL, requested_by,
 			jsonb_build_object('reason', v_reason, 'message', v_message,
 							   'agent_id', agent, 'conversation_id', conversation,
@@ -197,14 +202,15 @@ BEGIN
 								   requested_by, language, code, code_sha256, description,
 								   idempotency_key, state, approval_id, wall_time_s, memory_mb)
 		VALUES (v_inv, v_org, workspace, agent, conversation, requested_by, language, code,
-				v_sha, description, idempotency_key, 'pending_approval', v_appr,
-				wall_time_s, memory_mb);
+				NULL, description, idempotency_key, 'pending_approval', v_appr,
+				wall_time_s, memory_mb)
+		RETURNING invocations.code_sha256 INTO v_sha;	-- set by the trigger
 	INSERT INTO agent.approval_requests (id, invocation_id, org_id, workspace_id, status,
 										 code, code_sha256, language, runtime, risk_level,
 										 description, requested_by, expires_at)
 		VALUES (v_appr, v_inv, v_org, workspace, 'pending', code, v_sha, language, v_runtime,
 				'high', description, requested_by,
-				now() + agent.setting('approval_timeout')::interval);
+				now() + v_timeout);
 	-- Last, so the org's audit chain is held for as short a time as possible.
 	PERFORM agent._audit(v_org, workspace, 'capability.invoke_allowed', v_inv, requested_by,
 		jsonb_build_object('agent_id', agent, 'conversation_id', conversation,

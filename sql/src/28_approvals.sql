@@ -55,7 +55,10 @@ DECLARE
 	v agent.invocations;
 BEGIN
 	SELECT * INTO STRICT v FROM agent.invocations i WHERE i.id = card.invocation_id FOR UPDATE;
-	IF v.code_sha256 <> card.code_sha256 OR agent.code_sha256(v.code) <> card.code_sha256 THEN
+	-- The card shows the invocation's code and its hash; both must still
+	-- be what will run.
+	IF v.code IS DISTINCT FROM card.code OR v.code_sha256 <> card.code_sha256
+	   OR agent.code_sha256(v.code) <> card.code_sha256 THEN
 		RAISE EXCEPTION 'approval request % does not match the code of invocation %', card.id, v.id
 			USING ERRCODE = 'data_corrupted',
 				  DETAIL = 'The code was changed after the card was shown; it cannot be approved.';

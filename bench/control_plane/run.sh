@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Control-plane benchmark: request+approve pairs per second and charges per
+# second, with pgbench against a throwaway cluster (scripts/cluster.sh; note
+# that cluster runs with fsync=off, so the figures measure CPU and locking,
+# not the disk).
+#
+#   bench/control_plane/run.sh            8 clients, 20 s per script
+#   CLIENTS=8 DURATION=20 ORGS=8 bench/control_plane/run.sh
+#
+# Uses PG_CONFIG, SANDBOX_CLUSTER_DIR and SANDBOX_PGPORT like test/run.sh;
+# the extension must already be installed (make install).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
+export SANDBOX_CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_bench}
+export SANDBOX_PGPORT=${SANDBOX_PGPORT:-55433}
+export SANDBOX_DB=${SANDBOX_DB:-sandbox_test}
+CLIENTS=${CLIENTS:-8}
+THREADS=${THREADS:-2}
+DURATION=${DURATION:-20}
+ORGS=${ORGS:-$CLIENTS}
+CHARGES=${CHARGES:-100000}
+
+as_pg() {
+	if [ "$(id -un)" = postgres ]; then "$@"
+	elif [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"
+	else sudo -u postgres -- "$@"; fi
+}
+
+work=$(mktemp -d /tmp/sandbox_bench.XXXXXX)
+cp "$here"/*.sql "$work/"
+chmod -R a+rX "$work"
+cleanup() { "$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+"$top/scripts/cluster.sh" start
+conn=(-h "$SANDBOX_CLUSTER_DIR" -p "$SANDBOX_PGPORT" -U postgres)
+as_pg env PGOPTIONS="-c bench.orgs=$ORGS -c bench.charges=$CHARGES" \
+	"$PGBIN/psql" -X -q "${conn[@]}" -d "$SANDBOX_DB" -v orgs="$ORGS" -f "$work/setup.sql"
+
+run() {		# label script pgbench-length-options...
+	local label=$1 script=$2 out
+	shift 2
+	out=$(as_pg "$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$THREADS" "$@" \
+		-D orgs="$ORGS" -f "$work/$script" "${conn[@]}" "$SANDBOX_DB" 2>&1) || { echo "$out"; exit 1; }
+	local tps lat
+	tps=$(sed -nE 's/^tps = ([0-9.]+) .*/\1/p' <<<"$out")
+	lat=$(sed -nE 's/^latency average = ([0-9.]+) ms/\1/p' <<<"$out")
+	printf '%-18s %10s per second  (latency %s ms, %s clients, %s orgs; load average %s)\n' \
+		"$label" "$tps" "$lat" "$CLIENTS" "$ORGS" "$(cut -d' ' -f1 /proc/loadavg)"
+}
+
+echo "== control plane benchmark"
+run "request+approve" request_approve.sql -T "$DURATION"
+# Each charge takes the next queued invocation: run exactly the queue.
+run "charge" charge.sql -t $((CHARGES / CLIENTS))
+
+# The invariants held under load.
+as_pg "$PGBIN/psql" -X -q -At "${conn[@]}" -d "$SANDBOX_DB" -c "
+	SELECT 'balances consistent: ' || bool_and(consistent) FROM agent.credit_overview;
+	SELECT 'audit chains intact: ' || bool_and(v.ok) FROM agent.orgs o, agent.verify_audit_chain(o.id) v;
+	SELECT 'queued invocations charged: ' || count(*) FILTER (WHERE i.credits_charged = 2) || ' of ' || count(*)
+	  FROM bench.charge_queue q JOIN agent.invocations i ON i.id = q.invocation_id;"

@@ -187,7 +187,19 @@ set_rlimits(const JailChildArgs *a, char *err)
 	for (int i = 0; i < n; i++)
 	{
 		struct rlimit rl = {lim[i].soft, lim[i].hard};
+		struct rlimit cur;
 
+		/*
+		 * Without privilege a hard limit can only go down; if the caller
+		 * already runs with a tighter one, keep that (it is stricter).
+		 */
+		if (getrlimit(lim[i].res, &cur) == 0 && cur.rlim_max != RLIM_INFINITY)
+		{
+			if (rl.rlim_max > cur.rlim_max)
+				rl.rlim_max = cur.rlim_max;
+			if (rl.rlim_cur > rl.rlim_max)
+				rl.rlim_cur = rl.rlim_max;
+		}
 		if (setrlimit(lim[i].res, &rl) < 0)
 		{
 			jail_seterr(err, "setrlimit %s: %s", lim[i].name, strerror(errno));

@@ -193,6 +193,22 @@ jail_filter_build(JailFilter *filter, char *err)
 	int			rc;
 	off_t		size;
 
+	/*
+	 * libseccomp learns which actions the kernel supports by calling
+	 * seccomp(2); under valgrind that call is unknown and it concludes
+	 * that KILL_PROCESS is unsupported.  The kernel's own list is the
+	 * better witness; we load the program ourselves anyway.
+	 */
+	{
+		char		avail[256];
+
+		if (seccomp_api_get() < 3 &&
+			jail_read_fileat(AT_FDCWD, "/proc/sys/kernel/seccomp/actions_avail",
+							 avail, sizeof(avail)) > 0 &&
+			strstr(avail, "kill_process"))
+			seccomp_api_set(3);
+	}
+
 	ctx = seccomp_init(SCMP_ACT_ALLOW);
 	if (!ctx)
 	{

@@ -134,7 +134,7 @@ typedef struct JailChildArgs
 	const char *code;
 	size_t		code_len;
 	const JailFilter *filter;
-	int			go_fd;			/* read: parent finished maps/cgroup */
+	int			go_fd;			/* read: 1st byte maps done, 2nd cgroup */
 	int			err_fd;			/* write: setup error text, CLOEXEC */
 	int			status_fd;		/* write: payload wait status */
 	int			out_fd;			/* write end of stdout pipe */

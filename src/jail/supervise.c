@@ -544,15 +544,24 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	close_fd(&statp[1]);
 	close_fd(&life[0]);
 
+	/*
+	 * Two go bytes: the first after the id maps (the child can then build
+	 * its root), the second after the cgroup move, which on v1 is slow
+	 * and so overlaps with the child's mount work.  The payload is forked
+	 * only after the second.
+	 */
 	if (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
+		write(gop[1], "g", 1) != 1 ||
 		jail_cgroup_attach(&run.cg, run.pid, err) < 0)
 	{
+		if (!err[0])
+			jail_seterr(err, "signal the sandbox: %s", strerror(errno));
 		kill_sandbox(&run);
 		waitpid(run.pid, &run.wstatus, 0);
 		run.reaped = true;
 		goto out;
 	}
-	if (write(gop[1], "g", 1) != 1)
+	if (write(gop[1], "c", 1) != 1)
 	{
 		jail_seterr(err, "signal the sandbox: %s", strerror(errno));
 		kill_sandbox(&run);

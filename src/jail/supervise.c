@@ -453,6 +453,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	gid_t		ogid;
 	int			payload_status;
 	bool		have_status = false;
+	bool		big_before = false;
 	int			rc = -1;
 
 	memset(&run, 0, sizeof(run));
@@ -478,6 +479,30 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		goto out;
 	}
 	outer_ids(opts, &ouid, &ogid, run.wsfd);
+
+	/*
+	 * What the workspace holds before the run: over the total limit
+	 * already is the caller's problem (a setup error, not the payload's
+	 * fault), and a file already at the size limit must not be blamed on
+	 * the payload afterwards.
+	 */
+	{
+		uint64_t	total = 0;
+
+		if (jail_workspace_usage(run.wsfd, opts->file_size, &total, &big_before) < 0)
+		{
+			jail_seterr(err, "workspace %s could not be measured (too deep or too many entries)",
+						opts->workspace);
+			goto out;
+		}
+		if (opts->workspace_size && total > opts->workspace_size)
+		{
+			jail_seterr(err, "workspace %s already holds %llu bytes, more than --workspace-size %llu",
+						opts->workspace, (unsigned long long) total,
+						(unsigned long long) opts->workspace_size);
+			goto out;
+		}
+	}
 
 	if (jail_filter_build(&filter, err) < 0)
 		goto out;
@@ -607,7 +632,8 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		bool		big = false;
 
 		if (jail_workspace_usage(run.wsfd, opts->file_size, &total, &big) < 0 ||
-			big || (opts->workspace_size && total > opts->workspace_size))
+			(big && !big_before) ||
+			(opts->workspace_size && total > opts->workspace_size))
 			res->file_too_large = true;
 	}
 	if (run.over_workspace)

@@ -193,6 +193,12 @@ sleep $MARK" --wall-time 1
 	jr "$u" shell 'for i in $(seq 1 40); do head -c 900K /dev/zero > /workspace/f$i || break; sleep 0.05; done; echo wrote' --file-size 1M --workspace-size 4M
 	t "$u: workspace size cap (many small files)" '[ $RC = 0 ] && [ "$(v file_too_large)" = true ] && [ "$(du -sk "$WS" | cut -f1)" -lt 20000 ]'
 	fresh_ws "$u"
+	head -c 3M /dev/zero > "$WS/input.bin"
+	jr "$u" shell 'echo small > /workspace/out.txt' --file-size 1M --workspace-size 2M
+	t "$u: workspace already over --workspace-size -> setup error" '[ $RC = 1 ] && [ "$(v status)" = setup_error ] && [ ! -e "$WS/out.txt" ]'
+	jr "$u" shell 'wc -c < /workspace/input.bin; echo small > /workspace/out.txt' --file-size 1M
+	t "$u: a big input file put there by the caller is not blamed on the payload" '[ $RC = 0 ] && out_has 3145728 && [ "$(v file_too_large)" = false ]'
+	fresh_ws "$u"
 	jr "$u" python 'open("/tmp/t", "wb").write(b"q" * (3 << 20))' --tmp-size 1M
 	t "$u: /tmp is size-limited" 'err_has "No space left" && [ "$(v exit_code)" = 1 ]'
 

@@ -64,6 +64,7 @@ typedef struct Run
 	pid_t		pid;			/* the sandbox's init, seen from here */
 	int			pidfd;
 	bool		reaped;
+	uint64_t	reaped_at;		/* ms, for wall_ms (not the flush) */
 	int			wstatus;		/* of init */
 	struct rusage ru;
 	bool		kill_sent;
@@ -384,6 +385,7 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 						/* wait4 semantics via getrusage of children */
 						getrusage(RUSAGE_CHILDREN, &run->ru);
 						run->reaped = true;
+						run->reaped_at = jail_now_ms();
 					}
 					break;
 				case 1:
@@ -610,8 +612,9 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		waitpid(run.pid, &run.wstatus, 0);
 		getrusage(RUSAGE_CHILDREN, &run.ru);
 		run.reaped = true;
+		run.reaped_at = jail_now_ms();
 	}
-	res->wall_ms = jail_now_ms() - start;
+	res->wall_ms = run.reaped_at - start;
 	res->cpu_ms = (run.ru.ru_utime.tv_sec + run.ru.ru_stime.tv_sec) * 1000ULL +
 		(run.ru.ru_utime.tv_usec + run.ru.ru_stime.tv_usec) / 1000;
 	res->peak_memory_bytes = (uint64_t) run.ru.ru_maxrss * 1024;

@@ -170,6 +170,7 @@ extern void jail_cgroup_destroy(JailCgroup *cg);
 
 /* seccomp.c */
 extern int	jail_filter_build(JailFilter *filter, char *err);
+extern int	jail_filter_get(JailFilter *filter, char *err);
 extern int	jail_filter_load(const JailFilter *filter);
 
 /* rootfs.c */

@@ -1,10 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * seccomp.c
- *	  The system-call filter: built with libseccomp once, in the parent,
- *	  exported as raw BPF, and installed by the child as the very last step
- *	  before execve (so no setup step of ours runs under it, and no
- *	  libseccomp allocation happens after fork).
+ *	  The system-call filter: built with libseccomp and exported as raw
+ *	  BPF, and installed by the child as the very last step before execve
+ *	  (so no setup step of ours runs under it, and no libseccomp
+ *	  allocation happens after fork).  The build compiles it once
+ *	  (gen_filter.c -> filter_bpf.h, used by filter.c); a run compiles it
+ *	  afresh only when the architecture differs from the build's.
  *
  * Policy: default allow, with a deny list of the calls that widen the
  * kernel attack surface or reach outside the sandbox.  An allow list

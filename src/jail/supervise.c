@@ -506,7 +506,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		}
 	}
 
-	if (jail_filter_build(&filter, err) < 0)
+	if (jail_filter_get(&filter, err) < 0)
 		goto out;
 
 	if (jail_cgroup_create(opts, &run.cg, err) < 0)

@@ -134,7 +134,7 @@ typedef struct JailChildArgs
 	const char *code;
 	size_t		code_len;
 	const JailFilter *filter;
-	int			go_fd;			/* read: parent finished maps/cgroup */
+	int			go_fd;			/* read: 1st byte maps done, 2nd cgroup */
 	int			err_fd;			/* write: setup error text, CLOEXEC */
 	int			status_fd;		/* write: payload wait status */
 	int			out_fd;			/* write end of stdout pipe */
@@ -170,6 +170,7 @@ extern void jail_cgroup_destroy(JailCgroup *cg);
 
 /* seccomp.c */
 extern int	jail_filter_build(JailFilter *filter, char *err);
+extern int	jail_filter_get(JailFilter *filter, char *err);
 extern int	jail_filter_load(const JailFilter *filter);
 
 /* rootfs.c */

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -41,6 +42,52 @@
 #define NEWROOT "/tmp"
 
 #define SYSTEM_FLAGS (MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+
+/*
+ * Old-API fallback for kernels before 5.12 (and valgrind, which does not
+ * know mount_setattr): a bind remount of the top mount only, repeating
+ * the flags the kernel locked, since a remount may not clear them.
+ */
+static int
+remount_flags(const char *path, unsigned int attrs, char *err)
+{
+	struct statvfs sv;
+	unsigned long flags = MS_BIND | MS_REMOUNT;
+
+	if (statvfs(path, &sv) < 0)
+	{
+		jail_seterr(err, "statvfs %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (sv.f_flag & ST_RDONLY)
+		flags |= MS_RDONLY;
+	if (sv.f_flag & ST_NOSUID)
+		flags |= MS_NOSUID;
+	if (sv.f_flag & ST_NODEV)
+		flags |= MS_NODEV;
+	if (sv.f_flag & ST_NOEXEC)
+		flags |= MS_NOEXEC;
+	if (sv.f_flag & ST_NOATIME)
+		flags |= MS_NOATIME;
+	if (sv.f_flag & ST_NODIRATIME)
+		flags |= MS_NODIRATIME;
+	if (sv.f_flag & ST_RELATIME)
+		flags |= MS_RELATIME;
+	if (attrs & MOUNT_ATTR_RDONLY)
+		flags |= MS_RDONLY;
+	if (attrs & MOUNT_ATTR_NOSUID)
+		flags |= MS_NOSUID;
+	if (attrs & MOUNT_ATTR_NODEV)
+		flags |= MS_NODEV;
+	if (attrs & MOUNT_ATTR_NOEXEC)
+		flags |= MS_NOEXEC;
+	if (mount(NULL, path, NULL, flags, NULL) < 0)
+	{
+		jail_seterr(err, "remount %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
 
 static int
 set_attr(const char *path, unsigned int attrs, bool recursive, char *err)
@@ -55,6 +102,8 @@ set_attr(const char *path, unsigned int attrs, bool recursive, char *err)
 	if (mount_setattr(AT_FDCWD, path, recursive ? AT_RECURSIVE : 0,
 					  &attr, sizeof(attr)) < 0)
 	{
+		if (errno == ENOSYS)
+			return remount_flags(path, attrs, err);
 		jail_seterr(err, "mount_setattr %s: %s", path, strerror(errno));
 		return -1;
 	}

@@ -5,9 +5,10 @@
  *	  (pid 1) and the payload it starts (pid 2).
  *
  * Lifecycle, as a short list of steps (after isolate):
- *	  init:    wait for the parent (uid/gid maps, cgroup) -> become the
- *			   mapped uid -> die-with-parent -> cgroup ns -> hostname ->
- *			   loopback up -> root filesystem -> fork payload -> drop
+ *	  init:    wait for the parent (uid/gid maps) -> become the mapped
+ *			   uid -> die-with-parent -> hostname -> loopback up -> root
+ *			   filesystem -> wait for the parent (cgroup) -> cgroup ns ->
+ *			   fork payload -> drop
  *			   everything -> reap until the payload exits -> report its
  *			   status -> exit (the kernel then kills every process left
  *			   in the pid namespace: daemons do not survive)
@@ -187,7 +188,19 @@ set_rlimits(const JailChildArgs *a, char *err)
 	for (int i = 0; i < n; i++)
 	{
 		struct rlimit rl = {lim[i].soft, lim[i].hard};
+		struct rlimit cur;
 
+		/*
+		 * Without privilege a hard limit can only go down; if the caller
+		 * already runs with a tighter one, keep that (it is stricter).
+		 */
+		if (getrlimit(lim[i].res, &cur) == 0 && cur.rlim_max != RLIM_INFINITY)
+		{
+			if (rl.rlim_max > cur.rlim_max)
+				rl.rlim_max = cur.rlim_max;
+			if (rl.rlim_cur > rl.rlim_max)
+				rl.rlim_cur = rl.rlim_max;
+		}
 		if (setrlimit(lim[i].res, &rl) < 0)
 		{
 			jail_seterr(err, "setrlimit %s: %s", lim[i].name, strerror(errno));
@@ -347,10 +360,9 @@ jail_child_main(void *arg)
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 
-	/* The parent writes our uid/gid maps and cgroup, then says go. */
+	/* The parent writes our uid/gid maps, then says go (first byte). */
 	if (read(a->go_fd, &go, 1) != 1)
 		_exit(1);
-	close(a->go_fd);
 
 	/*
 	 * Become the mapped unprivileged identity.  When the jail runs as root
@@ -373,11 +385,6 @@ jail_child_main(void *arg)
 		_exit(1);
 	close(a->lifeline_fd);
 
-	if (unshare(CLONE_NEWCGROUP) < 0)
-	{
-		jail_seterr(err, "cgroup namespace: %s", strerror(errno));
-		child_fail(a, err);
-	}
 	if (sethostname("sandbox", 7) < 0)
 	{
 		jail_seterr(err, "sethostname: %s", strerror(errno));
@@ -385,6 +392,22 @@ jail_child_main(void *arg)
 	}
 	if (loopback_up(err) < 0 || jail_rootfs_setup(a, err) < 0)
 		child_fail(a, err);
+
+	/*
+	 * Meanwhile the parent has been moving us into the run's cgroup (on
+	 * cgroup v1 that write can take ~10 ms, which is why it overlaps with
+	 * the mount work above).  Nothing untrusted runs before this second
+	 * go; the cgroup namespace is created only now so that its root is
+	 * the run's cgroup.
+	 */
+	if (read(a->go_fd, &go, 1) != 1)
+		_exit(1);
+	close(a->go_fd);
+	if (unshare(CLONE_NEWCGROUP) < 0)
+	{
+		jail_seterr(err, "cgroup namespace: %s", strerror(errno));
+		child_fail(a, err);
+	}
 
 	payload = fork();
 	if (payload < 0)

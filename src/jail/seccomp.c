@@ -1,10 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * seccomp.c
- *	  The system-call filter: built with libseccomp once, in the parent,
- *	  exported as raw BPF, and installed by the child as the very last step
- *	  before execve (so no setup step of ours runs under it, and no
- *	  libseccomp allocation happens after fork).
+ *	  The system-call filter: built with libseccomp and exported as raw
+ *	  BPF, and installed by the child as the very last step before execve
+ *	  (so no setup step of ours runs under it, and no libseccomp
+ *	  allocation happens after fork).  The build compiles it once
+ *	  (gen_filter.c -> filter_bpf.h, used by filter.c); a run compiles it
+ *	  afresh only when the architecture differs from the build's.
  *
  * Policy: default allow, with a deny list of the calls that widen the
  * kernel attack surface or reach outside the sandbox.  An allow list
@@ -192,6 +194,22 @@ jail_filter_build(JailFilter *filter, char *err)
 	int			memfd = -1;
 	int			rc;
 	off_t		size;
+
+	/*
+	 * libseccomp learns which actions the kernel supports by calling
+	 * seccomp(2); under valgrind that call is unknown and it concludes
+	 * that KILL_PROCESS is unsupported.  The kernel's own list is the
+	 * better witness; we load the program ourselves anyway.
+	 */
+	{
+		char		avail[256];
+
+		if (seccomp_api_get() < 3 &&
+			jail_read_fileat(AT_FDCWD, "/proc/sys/kernel/seccomp/actions_avail",
+							 avail, sizeof(avail)) > 0 &&
+			strstr(avail, "kill_process"))
+			seccomp_api_set(3);
+	}
 
 	ctx = seccomp_init(SCMP_ACT_ALLOW);
 	if (!ctx)

@@ -64,6 +64,7 @@ typedef struct Run
 	pid_t		pid;			/* the sandbox's init, seen from here */
 	int			pidfd;
 	bool		reaped;
+	uint64_t	reaped_at;		/* ms, for wall_ms (not the flush) */
 	int			wstatus;		/* of init */
 	struct rusage ru;
 	bool		kill_sent;
@@ -384,6 +385,7 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 						/* wait4 semantics via getrusage of children */
 						getrusage(RUSAGE_CHILDREN, &run->ru);
 						run->reaped = true;
+						run->reaped_at = jail_now_ms();
 					}
 					break;
 				case 1:
@@ -453,6 +455,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	gid_t		ogid;
 	int			payload_status;
 	bool		have_status = false;
+	bool		big_before = false;
 	int			rc = -1;
 
 	memset(&run, 0, sizeof(run));
@@ -479,7 +482,31 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	}
 	outer_ids(opts, &ouid, &ogid, run.wsfd);
 
-	if (jail_filter_build(&filter, err) < 0)
+	/*
+	 * What the workspace holds before the run: over the total limit
+	 * already is the caller's problem (a setup error, not the payload's
+	 * fault), and a file already at the size limit must not be blamed on
+	 * the payload afterwards.
+	 */
+	{
+		uint64_t	total = 0;
+
+		if (jail_workspace_usage(run.wsfd, opts->file_size, &total, &big_before) < 0)
+		{
+			jail_seterr(err, "workspace %s could not be measured (too deep or too many entries)",
+						opts->workspace);
+			goto out;
+		}
+		if (opts->workspace_size && total > opts->workspace_size)
+		{
+			jail_seterr(err, "workspace %s already holds %llu bytes, more than --workspace-size %llu",
+						opts->workspace, (unsigned long long) total,
+						(unsigned long long) opts->workspace_size);
+			goto out;
+		}
+	}
+
+	if (jail_filter_get(&filter, err) < 0)
 		goto out;
 
 	if (jail_cgroup_create(opts, &run.cg, err) < 0)
@@ -544,15 +571,24 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	close_fd(&statp[1]);
 	close_fd(&life[0]);
 
+	/*
+	 * Two go bytes: the first after the id maps (the child can then build
+	 * its root), the second after the cgroup move, which on v1 is slow
+	 * and so overlaps with the child's mount work.  The payload is forked
+	 * only after the second.
+	 */
 	if (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
+		write(gop[1], "g", 1) != 1 ||
 		jail_cgroup_attach(&run.cg, run.pid, err) < 0)
 	{
+		if (!err[0])
+			jail_seterr(err, "signal the sandbox: %s", strerror(errno));
 		kill_sandbox(&run);
 		waitpid(run.pid, &run.wstatus, 0);
 		run.reaped = true;
 		goto out;
 	}
-	if (write(gop[1], "g", 1) != 1)
+	if (write(gop[1], "c", 1) != 1)
 	{
 		jail_seterr(err, "signal the sandbox: %s", strerror(errno));
 		kill_sandbox(&run);
@@ -576,8 +612,9 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		waitpid(run.pid, &run.wstatus, 0);
 		getrusage(RUSAGE_CHILDREN, &run.ru);
 		run.reaped = true;
+		run.reaped_at = jail_now_ms();
 	}
-	res->wall_ms = jail_now_ms() - start;
+	res->wall_ms = run.reaped_at - start;
 	res->cpu_ms = (run.ru.ru_utime.tv_sec + run.ru.ru_stime.tv_sec) * 1000ULL +
 		(run.ru.ru_utime.tv_usec + run.ru.ru_stime.tv_usec) / 1000;
 	res->peak_memory_bytes = (uint64_t) run.ru.ru_maxrss * 1024;
@@ -598,7 +635,8 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		bool		big = false;
 
 		if (jail_workspace_usage(run.wsfd, opts->file_size, &total, &big) < 0 ||
-			big || (opts->workspace_size && total > opts->workspace_size))
+			(big && !big_before) ||
+			(opts->workspace_size && total > opts->workspace_size))
 			res->file_too_large = true;
 	}
 	if (run.over_workspace)

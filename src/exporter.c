@@ -753,12 +753,15 @@ stream_batch(ExportObjects *o, ExportBatch *b)
 		note_success(b->rows);
 		fault_point(EXPORT_FAULT_PAUSE_AFTER_WATERMARK);
 	}
-	else if (b->txns > 0)
+	if (b->skipped_txns > 0)
 	{
-		/* Everything was at or below the watermark: delivered before. */
+		/* Replayed after a crash: delivered before, not sent again. */
 		ereport(DEBUG1,
 				(errmsg("skipped " UINT64_FORMAT " transactions already in ClickHouse",
 						b->skipped_txns)));
+		SpinLockAcquire(&sandbox_shared->mutex);
+		sandbox_shared->export.txns_skipped += b->skipped_txns;
+		SpinLockRelease(&sandbox_shared->mutex);
 	}
 	if (b->dropped_deletes > 0)
 		ereport(WARNING,
@@ -1233,8 +1236,8 @@ Datum
 sandbox_export_worker_state(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[10];
-	bool		nulls[10];
+	Datum		values[11];
+	bool		nulls[11];
 	SandboxExportShared s;
 	int			pid;
 	TimestampTz oldest;
@@ -1277,5 +1280,6 @@ sandbox_export_worker_state(PG_FUNCTION_ARGS)
 	nulls[8] = oldest == 0;
 	values[9] = TimestampTzGetDatum(s.backoff_until);
 	nulls[9] = s.backoff_until == 0 || s.state != SANDBOX_EXPORT_BACKOFF;
+	values[10] = Int64GetDatum((int64) s.txns_skipped);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

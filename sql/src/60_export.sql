@@ -33,7 +33,7 @@ CREATE FUNCTION agent._export_worker_state(
 	OUT state text, OUT pid integer, OUT rows_exported bigint, OUT batches bigint,
 	OUT exported_lsn pg_lsn, OUT last_success timestamptz, OUT last_error text,
 	OUT last_error_at timestamptz, OUT oldest_pending timestamptz,
-	OUT retry_at timestamptz)
+	OUT retry_at timestamptz, OUT txns_skipped bigint)
 	AS 'MODULE_PATHNAME', 'sandbox_export_worker_state'
 	LANGUAGE C VOLATILE STRICT;
 
@@ -120,7 +120,7 @@ CREATE FUNCTION agent.export_status(
 	OUT confirmed_flush_lsn pg_lsn, OUT exported_lsn pg_lsn,
 	OUT lag_bytes numeric, OUT lag_seconds double precision,
 	OUT last_success timestamptz, OUT last_error text, OUT last_error_at timestamptz,
-	OUT rows_exported bigint, OUT batches bigint, OUT retry_at timestamptz,
+	OUT rows_exported bigint, OUT batches bigint, OUT txns_skipped bigint, OUT retry_at timestamptz,
 	OUT wal_status text, OUT copy_pending boolean, OUT copied_rows bigint)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 	SELECT n.slot, w.state, w.pid,
@@ -128,7 +128,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 	       pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn),
 	       coalesce(extract(epoch FROM clock_timestamp() - w.oldest_pending)::float8, 0),
 	       w.last_success, w.last_error, w.last_error_at,
-	       w.rows_exported, w.batches, w.retry_at,
+	       w.rows_exported, w.batches, w.txns_skipped, w.retry_at,
 	       s.wal_status, coalesce(e.copy_lsn IS NOT NULL, false), e.copied_rows
 	  FROM (SELECT current_setting('sandbox.export_slot')::name AS slot) AS n
 	  CROSS JOIN agent._export_worker_state() AS w

@@ -226,6 +226,8 @@ if wait_for 60 caught_up; then
 else
 	not_ok "after an immediate PostgreSQL crash the export resumes" "state=$(state) pg=$(pg_count) ch=$(ch_final_count)"
 fi
+check "PostgreSQL crash: the slot replayed delivered transactions and the watermark skipped them" t \
+	"$(sql "SELECT txns_skipped > 0 FROM agent.export_status()")"
 check "PostgreSQL crash: replayed transactions are not inserted again" "$((raw_before + 50))" "$(ch_raw_count)"
 check "PostgreSQL crash: every row exactly once" "150|150|50|50" \
 	"$(chq "SELECT countIf(status = 'before_crash'), uniqExactIf(invocation_id, status = 'before_crash'),

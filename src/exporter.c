@@ -68,6 +68,7 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "storage/standby.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -80,6 +81,9 @@
 #include "exporter.h"
 
 #define EXPORT_PUBLICATION "sandbox_ext_tool_invocations"
+
+/* WAL between restart_lsn and the advance target that prompts a snapshot. */
+#define EXPORT_RESTART_GAP ((XLogRecPtr) 64 * 1024)
 
 typedef enum ExportFault
 {
@@ -116,6 +120,7 @@ typedef struct ExportObjects
 	bool		resync_requested;
 	bool		copy_pending;
 	XLogRecPtr	confirmed_flush;
+	XLogRecPtr	restart_lsn;
 	XLogRecPtr	copy_lsn;
 	char		copy_after[40];
 	bool		has_copy_after;
@@ -126,8 +131,9 @@ static char *export_url = NULL;
 static char *export_table = NULL;
 static char *export_progress_table = NULL;
 static char *export_slot = NULL;
-static int	export_batch_rows = 10000;
+static int	export_batch_rows = 50000;
 static int	export_poll_interval_ms = 10000;
+static int	export_min_interval_ms = 100;
 static int	export_timeout_s = 30;
 static int	export_max_backoff_s = 60;
 static int	export_fault = EXPORT_FAULT_NONE;
@@ -137,6 +143,7 @@ static MemoryContext export_cxt = NULL;
 static bool watermark_known = false;
 static XLogRecPtr watermark = InvalidXLogRecPtr;
 static int	backoff_ms = 0;
+static TimestampTz last_insert_at = 0;	/* for sandbox.export_min_interval */
 static char step_err[SANDBOX_EXPORT_ERRLEN];
 static bool step_permanent = false;	/* set just before a permanent ERROR */
 static char *seen_url = NULL;
@@ -229,13 +236,19 @@ sandbox_export_define_gucs(void)
 	DefineCustomIntVariable("sandbox.export_batch_rows",
 							"Most pgoutput messages decoded, and rows sent, per export batch.",
 							"Kept below ClickHouse's max_insert_block_size so each batch is inserted atomically.",
-							&export_batch_rows, 10000, 1, 1000000,
+							&export_batch_rows, 50000, 1, 1000000,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("sandbox.export_poll_interval",
 							"Longest sleep of the exporter between two looks at the slot.",
 							"Commits wake the exporter at once; this is a backstop.",
 							&export_poll_interval_ms, 10000, 100, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.export_min_interval",
+							"Shortest time between two ClickHouse inserts of the exporter.",
+							"Each insert makes a part in ClickHouse; this bounds parts per second under a trickle of commits, at the cost of that much latency.",
+							&export_min_interval_ms, 100, 0, 60 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("sandbox.export_timeout",
@@ -297,6 +310,7 @@ set_error(SandboxExportState st, const char *msg)
 static void
 note_success(uint64 rows)
 {
+	last_insert_at = GetCurrentTimestamp();
 	SpinLockAcquire(&sandbox_shared->mutex);
 	sandbox_shared->export.rows_exported += rows;
 	sandbox_shared->export.batches++;
@@ -482,7 +496,8 @@ read_objects(ExportObjects *o)
 			 " s.slot_name IS NOT NULL, coalesce(s.wal_status = 'lost', false),"
 			 " s.confirmed_flush_lsn,"
 			 " e.slot_name IS NOT NULL, coalesce(e.slot_created_at IS NOT NULL, false),"
-			 " coalesce(e.resync_requested, false), e.copy_lsn, e.copy_after::text"
+			 " coalesce(e.resync_requested, false), e.copy_lsn, e.copy_after::text,"
+			 " s.restart_lsn"
 			 " FROM (SELECT 1) AS one"
 			 " LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = $1"
 			 " LEFT JOIN agent.export_state e ON e.slot_name = $1",
@@ -509,6 +524,8 @@ read_objects(ExportObjects *o)
 		o->has_copy_after = !isnull;
 		if (!isnull)
 			text_to_cstring_buffer(DatumGetTextPP(v), o->copy_after, sizeof(o->copy_after));
+		v = SPI_getbinval(t, d, 11, &isnull);
+		o->restart_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(v);
 	}
 	xact_end();
 }
@@ -771,6 +788,17 @@ stream_batch(ExportObjects *o, ExportBatch *b)
 
 	if (target != InvalidXLogRecPtr && target > o->confirmed_flush)
 		advance_slot(target);
+
+	/*
+	 * Every peek and advance decodes from the slot's restart_lsn, which
+	 * moves only past a running-transactions record; the bgwriter logs one
+	 * every 15 s at best.  Under load that makes each round re-read up to
+	 * 15 s of WAL, so log one ourselves once the gap grows: the next round
+	 * decodes it and the advance after that moves restart_lsn up.
+	 */
+	if (o->restart_lsn != InvalidXLogRecPtr &&
+		target > o->restart_lsn + EXPORT_RESTART_GAP)
+		(void) LogStandbySnapshot();
 	if (drained)
 	{
 		lag_poll_drained();
@@ -976,7 +1004,9 @@ export_round(ExportBatch *b)
 	switch (r)
 	{
 		case STEP_MORE:
+			/* A backlog goes out at full speed. */
 			backoff_ms = 0;
+			last_insert_at = 0;
 			return 0;
 		case STEP_CAUGHT_UP:
 			backoff_ms = 0;
@@ -1082,6 +1112,25 @@ sandbox_export_main(Datum main_arg)
 
 			TimestampDifference(GetCurrentTimestamp(), backoff_until, &secs, &usecs);
 			wait_ms = secs * 1000 + usecs / 1000 + 1;
+		}
+		else if (export_min_interval_ms > 0 && last_insert_at != 0 &&
+				 !TimestampDifferenceExceeds(last_insert_at, GetCurrentTimestamp(),
+											 export_min_interval_ms))
+		{
+			/*
+			 * Let commits gather into one insert.  Commits arriving now
+			 * only shorten this sleep to re-check it; a round follows
+			 * anyway once the interval is over.
+			 */
+			long		remain;
+
+			remain = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+													 TimestampTzPlusMilliseconds(last_insert_at,
+																				 export_min_interval_ms));
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 remain + 1, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			continue;
 		}
 		else
 			wait_ms = export_round(batch);

@@ -41,7 +41,8 @@ as_pg() {
 	else sudo -u postgres -- "$@"; fi
 }
 sql() { as_pg "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$SANDBOX_CLUSTER_DIR" -p "$SANDBOX_PGPORT" -d "$SANDBOX_DB" -c "$1"; }
-chq() { "$CH" query "$1"; }
+# HTTP, not clickhouse-client: its start-up would dominate the probe.
+chq() { curl -sS --data-binary "$1" "http://127.0.0.1:$CLICKHOUSE_HTTP_PORT/"; }
 now_ms() { date +%s%3N; }
 
 cleanup() {
@@ -154,6 +155,7 @@ echo "baseline COPY | clickhouse-client: $base_rows rows in $base_ms ms = $base_
 # ---- 3: lag at ~RATE rows/s ----
 echo "== lag: $RATE rows/s for ${LAG_SECONDS}s (pgbench -R)"
 wait_until 60 '[ "$(sql "SELECT state FROM agent.export_status()")" = idle ]'
+batches0=$(sql "SELECT batches FROM agent.export_status()")
 cat >"$work/lag.sql" <<EOF
 $ROW_SQL VALUES ($(row_values steady));
 EOF
@@ -187,6 +189,7 @@ steady=$(sql "SELECT count(*) FROM agent.tool_invocations WHERE status = 'steady
 t0=$(now_ms)
 wait_until 120 "[ \"\$(ch_rows steady)\" -ge $steady ]"
 drain_ms=$(($(now_ms) - t0))
+batches1=$(sql "SELECT batches FROM agent.export_status()")
 achieved=$(grep -E '^tps' "$work/pgbench2.log" | head -1 | awk '{printf "%d", $3}')
 read -r lag_max lag_p95 lag_avg < <(sort -g "$work/lag_samples" | awk '{a[NR]=$1; s+=$1} END {
 	if (NR == 0) {print "n/a n/a n/a"; exit}
@@ -198,6 +201,7 @@ echo "committed at ${achieved:-?} rows/s (target $RATE)"
 echo "lag_seconds (status, 10 Hz): max ${lag_max}s p95 ${lag_p95}s mean ${lag_avg}s"
 echo "end-to-end probe (commit -> visible in ClickHouse): max ${probe_max} ms p50 ${probe_p50} ms mean ${probe_avg} ms ($(wc -l <"$work/probe_ms") probes)"
 echo "backlog left when the load stopped drained in ${drain_ms} ms"
+echo "row batches sent to ClickHouse during the load: $((batches1 - batches0)) ($(( (batches1 - batches0) / LAG_SECONDS ))/s, each plus one watermark insert)"
 
 dups=$(chq "SELECT count() - uniqExact(invocation_id) FROM tool_invocations FINAL")
 echo "duplicates in the deduplicated view: $dups"

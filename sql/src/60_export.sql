@@ -106,6 +106,31 @@ $$;
 COMMENT ON FUNCTION agent.export_resync() IS
 	'recreate the export slot and re-copy agent.tool_invocations to ClickHouse';
 
+-- Remove the export's PostgreSQL objects: the slot (which otherwise keeps
+-- WAL forever), the publication, the trigger and the state row.  Turn the
+-- exporter off first, or it would create them again.
+CREATE FUNCTION agent.export_drop() RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	v_slot name := current_setting('sandbox.export_slot');
+BEGIN
+	IF current_setting('sandbox.clickhouse_url') <> '' THEN
+		RAISE EXCEPTION 'cannot drop the export objects while the exporter is on'
+			USING ERRCODE = 'object_in_use',
+			      HINT = 'ALTER SYSTEM RESET sandbox.clickhouse_url; SELECT pg_reload_conf(); then call this again.';
+	END IF;
+	PERFORM pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = v_slot;
+	DROP PUBLICATION IF EXISTS sandbox_ext_tool_invocations;
+	IF to_regclass('agent.tool_invocations') IS NOT NULL THEN
+		DROP TRIGGER IF EXISTS tool_invocations_export_wake ON agent.tool_invocations;
+	END IF;
+	DELETE FROM agent.export_state WHERE slot_name = v_slot;
+	RETURN format('dropped slot %s, publication sandbox_ext_tool_invocations and the wake-up trigger', v_slot);
+END
+$$;
+COMMENT ON FUNCTION agent.export_drop() IS
+	'drop the ClickHouse export slot, publication and trigger (exporter must be off)';
+
 CREATE FUNCTION agent.export_reset() RETURNS boolean
 	AS 'MODULE_PATHNAME', 'sandbox_export_reset'
 	LANGUAGE C VOLATILE STRICT;
@@ -138,5 +163,5 @@ $$;
 COMMENT ON FUNCTION agent.export_status() IS
 	'state, position and lag of the ClickHouse export';
 
-REVOKE ALL ON FUNCTION agent.export_setup(), agent.export_resync(), agent.export_reset(),
+REVOKE ALL ON FUNCTION agent.export_setup(), agent.export_resync(), agent.export_reset(), agent.export_drop(),
 	agent.export_status(), agent._export_wake(), agent._export_worker_state() FROM PUBLIC;

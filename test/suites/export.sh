@@ -285,6 +285,9 @@ if wait_for 20 caught_up; then ok "after resync new rows stream again"; else not
 sql "ALTER SYSTEM RESET sandbox.clickhouse_url" >/dev/null
 sql "SELECT pg_reload_conf()" >/dev/null
 if wait_for 10 '[ "$(state)" = disabled ]'; then ok "an empty URL turns the exporter off"; else not_ok "an empty URL turns the exporter off" "state=$(state)"; fi
+sql "SELECT agent.export_drop()" >/dev/null
+check "agent.export_drop() removes the slot and the publication" "0|0" \
+	"$(sql "SELECT (SELECT count(*) FROM pg_replication_slots), (SELECT count(*) FROM pg_publication)")"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -590,23 +590,48 @@ create_slot(void)
 	record_slot(lsn);
 }
 
+/* Note a copied page: move the cursor, and end the copy after the last. */
+static void
+record_copy_progress(const char *last, uint64 n, bool done)
+{
+	Oid			types[4] = {TEXTOID, TEXTOID, BOOLOID, INT8OID};
+	Datum		vals[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+
+	vals[0] = slot_name_datum();
+	vals[1] = CStringGetTextDatum(last);
+	nulls[1] = n > 0 ? ' ' : 'n';
+	vals[2] = BoolGetDatum(done);
+	vals[3] = Int64GetDatum((int64) n);
+	xact_begin("recording copy progress");
+	spi_exec("UPDATE agent.export_state SET copy_after = coalesce($2::uuid, copy_after),"
+			 " copied_rows = copied_rows + $4,"
+			 " copy_lsn = CASE WHEN $3 THEN NULL ELSE copy_lsn END"
+			 " WHERE slot_name = $1",
+			 4, types, vals, nulls, SPI_OK_UPDATE);
+	xact_end();
+	if (done)
+		ereport(LOG,
+				(errmsg("ClickHouse export: table copy for slot \"%s\" finished", export_slot)));
+}
+
 /*
  * One page of the table copy (initial export or resync).  Pages are keyed
  * on invocation_id, each read in its own short transaction; every row
  * goes out with version copy_lsn - 1, so whatever the slot streams later
  * (version >= copy_lsn) wins, and re-sending a page after a crash is
- * harmless.
+ * harmless.  Rows are read with the types' output functions, the same text
+ * pgoutput sends, so one conversion serves both paths.
  */
 static StepResult
 copy_page(ExportObjects *o, ExportBatch *b)
 {
-	Oid			types[3] = {UUIDOID, INT4OID, TEXTOID};
-	Datum		vals[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Oid			types[2] = {UUIDOID, INT4OID};
+	Datum		vals[2];
+	char		nulls[2] = {' ', ' '};
 	uint64		n;
 	uint64		i;
 	char		last[40] = "";
-	bool		done;
 	StringInfoData sql;
 	StepResult	r;
 	int			j;
@@ -640,41 +665,19 @@ copy_page(ExportObjects *o, ExportBatch *b)
 			row[j] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, j + 1);
 		export_append_row(b, row, false, o->copy_lsn - 1);
 		if (i == n - 1)
-			strlcpy(last, row[2], sizeof(last));
+			strlcpy(last, row[2], sizeof(last));	/* invocation_id */
 	}
 	xact_end();
-	done = n < (uint64) export_batch_rows;
 
-	set_state(SANDBOX_EXPORT_EXPORTING);
 	if (n > 0)
 	{
+		set_state(SANDBOX_EXPORT_EXPORTING);
 		r = send_rows(b);
 		if (r != STEP_MORE)
 			return r;
 		note_success(n);
 	}
-
-	{
-		Oid			utypes[4] = {TEXTOID, TEXTOID, BOOLOID, INT8OID};
-		Datum		uvals[4];
-		char		unulls[4] = {' ', ' ', ' ', ' '};
-
-		uvals[0] = slot_name_datum();
-		uvals[1] = CStringGetTextDatum(last);
-		unulls[1] = n > 0 ? ' ' : 'n';
-		uvals[2] = BoolGetDatum(done);
-		uvals[3] = Int64GetDatum((int64) n);
-		xact_begin("recording copy progress");
-		spi_exec("UPDATE agent.export_state SET copy_after = coalesce($2::uuid, copy_after),"
-				 " copied_rows = copied_rows + $4,"
-				 " copy_lsn = CASE WHEN $3 THEN NULL ELSE copy_lsn END"
-				 " WHERE slot_name = $1",
-				 4, utypes, uvals, unulls, SPI_OK_UPDATE);
-	}
-	xact_end();
-	if (done)
-		ereport(LOG,
-				(errmsg("ClickHouse export: table copy for slot \"%s\" finished", export_slot)));
+	record_copy_progress(last, n, n < (uint64) export_batch_rows);
 	return STEP_MORE;
 }
 

@@ -281,6 +281,25 @@ check "after resync: deduplicated view matches PostgreSQL" "$(pg_count)" \
 insert_rows 5 after_resync
 if wait_for 20 caught_up; then ok "after resync new rows stream again"; else not_ok "after resync new rows stream again"; fi
 
+# ---- schema mismatch on the PostgreSQL side ----
+sql "ALTER TABLE agent.tool_invocations RENAME COLUMN cpu_ms TO cpu_ms_renamed"
+insert_rows 3 pg_schema_change
+if wait_for 20 '[ "$(state)" = error ]'; then
+	ok "a published table without an exported column puts the exporter in state error"
+else
+	not_ok "a published table without an exported column puts the exporter in state error" "state=$(state)"
+fi
+check "the error names the missing column" t \
+	"$(sql "SELECT last_error LIKE '%has no column \"cpu_ms\"%' FROM agent.export_status()")"
+sql "ALTER TABLE agent.tool_invocations RENAME COLUMN cpu_ms_renamed TO cpu_ms"
+# The changes decoded with the old shape are still in the slot: resync.
+sql "SELECT agent.export_resync()" >/dev/null
+if wait_for 30 caught_up; then
+	ok "after the rename back, a resync brings every row"
+else
+	not_ok "after the rename back, a resync brings every row" "state=$(state) pg=$(pg_count) ch=$(ch_final_count)"
+fi
+
 # ---- turning it off ----
 sql "ALTER SYSTEM RESET sandbox.clickhouse_url" >/dev/null
 sql "SELECT pg_reload_conf()" >/dev/null

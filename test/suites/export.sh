@@ -62,11 +62,22 @@ caught_up() {
 		[ "$(ch_final_count)" = "$(pg_count)" ]
 }
 
+created_table=0
+# Leave the shared cluster as later suites expect it: exporter off, no
+# slot holding WAL, none of our rows (or no table, if we made it).
 cleanup() {
 	sql "ALTER SYSTEM RESET sandbox.clickhouse_url" >/dev/null 2>&1
 	sql "ALTER SYSTEM RESET sandbox.export_fault" >/dev/null 2>&1
 	sql "ALTER SYSTEM RESET sandbox.export_poll_interval" >/dev/null 2>&1
 	sql "SELECT pg_reload_conf()" >/dev/null 2>&1
+	sleep 0.5
+	sql "SELECT agent.export_drop()" >/dev/null 2>&1
+	if [ "$created_table" = 1 ]; then
+		sql "DROP TABLE IF EXISTS agent.tool_invocations" >/dev/null 2>&1
+	else
+		sql "DELETE FROM agent.tool_invocations WHERE org_id = '11111111-1111-1111-1111-111111111111'" >/dev/null 2>&1
+		sql "ALTER TABLE agent.tool_invocations REPLICA IDENTITY DEFAULT" >/dev/null 2>&1
+	fi
 	"$CH" stop >/dev/null 2>&1
 }
 trap cleanup EXIT
@@ -96,6 +107,7 @@ ok "clickhouse server starts with the tables of sql/clickhouse/"
 
 # The supervisor issue creates the table; until it lands, make it here
 # with exactly its columns.
+if [ "$(sql "SELECT to_regclass('agent.tool_invocations') IS NULL")" = t ]; then created_table=1; fi
 sql "DO \$\$ BEGIN IF to_regclass('agent.tool_invocations') IS NULL THEN
 	CREATE TABLE agent.tool_invocations (
 		invocation_id uuid PRIMARY KEY, org_id uuid NOT NULL, workspace_id uuid NOT NULL,

@@ -1036,6 +1036,27 @@ sandbox_export_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+
+	SpinLockAcquire(&sandbox_shared->mutex);
+	sandbox_shared->exporter_pid = MyProcPid;
+	sandbox_shared->exporter_latch = MyLatch;
+	sandbox_shared->export.state = SANDBOX_EXPORT_DISABLED;
+	SpinLockRelease(&sandbox_shared->mutex);
+	on_shmem_exit(export_shmem_exit, (Datum) 0);
+
+	/* Off until a URL is set: hold no database connection meanwhile. */
+	while (export_url[0] == '\0')
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH, -1L,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+	}
 	BackgroundWorkerInitializeConnection(sandbox_database, NULL, 0);
 
 	export_cxt = AllocSetContextCreate(TopMemoryContext, "sandbox_ext exporter",
@@ -1048,12 +1069,6 @@ sandbox_export_main(Datum main_arg)
 	SetConfigOption("TimeZone", "UTC", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("DateStyle", "ISO, YMD", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("application_name", "sandbox_ext exporter", PGC_USERSET, PGC_S_OVERRIDE);
-
-	SpinLockAcquire(&sandbox_shared->mutex);
-	sandbox_shared->exporter_pid = MyProcPid;
-	sandbox_shared->exporter_latch = MyLatch;
-	SpinLockRelease(&sandbox_shared->mutex);
-	on_shmem_exit(export_shmem_exit, (Datum) 0);
 
 	(void) config_changed();
 	export_restart();

@@ -141,6 +141,20 @@ ch_code_is_permanent(int code)
 	return false;
 }
 
+/* The URL for messages: without user:password@, which it may carry. */
+static void
+ch_url_for_message(const char *url, char *out, size_t outlen)
+{
+	const char *scheme_end = strstr(url, "://");
+	const char *at = scheme_end ? strchr(scheme_end + 3, '@') : NULL;
+	const char *slash = scheme_end ? strchr(scheme_end + 3, '/') : NULL;
+
+	if (at != NULL && (slash == NULL || at < slash))
+		snprintf(out, outlen, "%.*s%s", (int) (scheme_end + 3 - url), url, at + 1);
+	else
+		strlcpy(out, url, outlen);
+}
+
 /*
  * POST body (may be empty) to base_url with the query in the URL.  On
  * CH_OK the response body is in *response; otherwise err holds a one-line
@@ -196,8 +210,11 @@ ch_post(const char *base_url, const char *query, const char *body, size_t len,
 
 	if (rc != CURLE_OK)
 	{
+		char		shown[256];
+
+		ch_url_for_message(base_url, shown, sizeof(shown));
 		snprintf(err, errlen, "could not reach ClickHouse at %s: %s",
-				 base_url, curlerr[0] ? curlerr : curl_easy_strerror(rc));
+				 shown, curlerr[0] ? curlerr : curl_easy_strerror(rc));
 		/* A broken connection must not be reused. */
 		ch_close();
 		return CH_TRANSIENT;

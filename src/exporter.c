@@ -68,6 +68,7 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "storage/standby.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -80,6 +81,9 @@
 #include "exporter.h"
 
 #define EXPORT_PUBLICATION "sandbox_ext_tool_invocations"
+
+/* WAL between restart_lsn and the advance target that prompts a snapshot. */
+#define EXPORT_RESTART_GAP ((XLogRecPtr) 64 * 1024)
 
 typedef enum ExportFault
 {
@@ -116,6 +120,7 @@ typedef struct ExportObjects
 	bool		resync_requested;
 	bool		copy_pending;
 	XLogRecPtr	confirmed_flush;
+	XLogRecPtr	restart_lsn;
 	XLogRecPtr	copy_lsn;
 	char		copy_after[40];
 	bool		has_copy_after;
@@ -126,8 +131,9 @@ static char *export_url = NULL;
 static char *export_table = NULL;
 static char *export_progress_table = NULL;
 static char *export_slot = NULL;
-static int	export_batch_rows = 10000;
+static int	export_batch_rows = 50000;
 static int	export_poll_interval_ms = 10000;
+static int	export_min_interval_ms = 100;
 static int	export_timeout_s = 30;
 static int	export_max_backoff_s = 60;
 static int	export_fault = EXPORT_FAULT_NONE;
@@ -137,6 +143,7 @@ static MemoryContext export_cxt = NULL;
 static bool watermark_known = false;
 static XLogRecPtr watermark = InvalidXLogRecPtr;
 static int	backoff_ms = 0;
+static TimestampTz last_insert_at = 0;	/* for sandbox.export_min_interval */
 static char step_err[SANDBOX_EXPORT_ERRLEN];
 static bool step_permanent = false;	/* set just before a permanent ERROR */
 static char *seen_url = NULL;
@@ -229,13 +236,19 @@ sandbox_export_define_gucs(void)
 	DefineCustomIntVariable("sandbox.export_batch_rows",
 							"Most pgoutput messages decoded, and rows sent, per export batch.",
 							"Kept below ClickHouse's max_insert_block_size so each batch is inserted atomically.",
-							&export_batch_rows, 10000, 1, 1000000,
+							&export_batch_rows, 50000, 1, 1000000,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("sandbox.export_poll_interval",
 							"Longest sleep of the exporter between two looks at the slot.",
 							"Commits wake the exporter at once; this is a backstop.",
 							&export_poll_interval_ms, 10000, 100, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.export_min_interval",
+							"Shortest time between two ClickHouse inserts of the exporter.",
+							"Each insert makes a part in ClickHouse; this bounds parts per second under a trickle of commits, at the cost of that much latency.",
+							&export_min_interval_ms, 100, 0, 60 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("sandbox.export_timeout",
@@ -297,6 +310,7 @@ set_error(SandboxExportState st, const char *msg)
 static void
 note_success(uint64 rows)
 {
+	last_insert_at = GetCurrentTimestamp();
 	SpinLockAcquire(&sandbox_shared->mutex);
 	sandbox_shared->export.rows_exported += rows;
 	sandbox_shared->export.batches++;
@@ -482,7 +496,8 @@ read_objects(ExportObjects *o)
 			 " s.slot_name IS NOT NULL, coalesce(s.wal_status = 'lost', false),"
 			 " s.confirmed_flush_lsn,"
 			 " e.slot_name IS NOT NULL, coalesce(e.slot_created_at IS NOT NULL, false),"
-			 " coalesce(e.resync_requested, false), e.copy_lsn, e.copy_after::text"
+			 " coalesce(e.resync_requested, false), e.copy_lsn, e.copy_after::text,"
+			 " s.restart_lsn"
 			 " FROM (SELECT 1) AS one"
 			 " LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = $1"
 			 " LEFT JOIN agent.export_state e ON e.slot_name = $1",
@@ -509,6 +524,8 @@ read_objects(ExportObjects *o)
 		o->has_copy_after = !isnull;
 		if (!isnull)
 			text_to_cstring_buffer(DatumGetTextPP(v), o->copy_after, sizeof(o->copy_after));
+		v = SPI_getbinval(t, d, 11, &isnull);
+		o->restart_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(v);
 	}
 	xact_end();
 }
@@ -573,23 +590,48 @@ create_slot(void)
 	record_slot(lsn);
 }
 
+/* Note a copied page: move the cursor, and end the copy after the last. */
+static void
+record_copy_progress(const char *last, uint64 n, bool done)
+{
+	Oid			types[4] = {TEXTOID, TEXTOID, BOOLOID, INT8OID};
+	Datum		vals[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+
+	vals[0] = slot_name_datum();
+	vals[1] = CStringGetTextDatum(last);
+	nulls[1] = n > 0 ? ' ' : 'n';
+	vals[2] = BoolGetDatum(done);
+	vals[3] = Int64GetDatum((int64) n);
+	xact_begin("recording copy progress");
+	spi_exec("UPDATE agent.export_state SET copy_after = coalesce($2::uuid, copy_after),"
+			 " copied_rows = copied_rows + $4,"
+			 " copy_lsn = CASE WHEN $3 THEN NULL ELSE copy_lsn END"
+			 " WHERE slot_name = $1",
+			 4, types, vals, nulls, SPI_OK_UPDATE);
+	xact_end();
+	if (done)
+		ereport(LOG,
+				(errmsg("ClickHouse export: table copy for slot \"%s\" finished", export_slot)));
+}
+
 /*
  * One page of the table copy (initial export or resync).  Pages are keyed
  * on invocation_id, each read in its own short transaction; every row
  * goes out with version copy_lsn - 1, so whatever the slot streams later
  * (version >= copy_lsn) wins, and re-sending a page after a crash is
- * harmless.
+ * harmless.  Rows are read with the types' output functions, the same text
+ * pgoutput sends, so one conversion serves both paths.
  */
 static StepResult
 copy_page(ExportObjects *o, ExportBatch *b)
 {
-	Oid			types[3] = {UUIDOID, INT4OID, TEXTOID};
-	Datum		vals[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Oid			types[2] = {UUIDOID, INT4OID};
+	Datum		vals[2];
+	char		nulls[2] = {' ', ' '};
 	uint64		n;
 	uint64		i;
 	char		last[40] = "";
-	bool		done;
 	StringInfoData sql;
 	StepResult	r;
 	int			j;
@@ -623,41 +665,19 @@ copy_page(ExportObjects *o, ExportBatch *b)
 			row[j] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, j + 1);
 		export_append_row(b, row, false, o->copy_lsn - 1);
 		if (i == n - 1)
-			strlcpy(last, row[2], sizeof(last));
+			strlcpy(last, row[2], sizeof(last));	/* invocation_id */
 	}
 	xact_end();
-	done = n < (uint64) export_batch_rows;
 
-	set_state(SANDBOX_EXPORT_EXPORTING);
 	if (n > 0)
 	{
+		set_state(SANDBOX_EXPORT_EXPORTING);
 		r = send_rows(b);
 		if (r != STEP_MORE)
 			return r;
 		note_success(n);
 	}
-
-	{
-		Oid			utypes[4] = {TEXTOID, TEXTOID, BOOLOID, INT8OID};
-		Datum		uvals[4];
-		char		unulls[4] = {' ', ' ', ' ', ' '};
-
-		uvals[0] = slot_name_datum();
-		uvals[1] = CStringGetTextDatum(last);
-		unulls[1] = n > 0 ? ' ' : 'n';
-		uvals[2] = BoolGetDatum(done);
-		uvals[3] = Int64GetDatum((int64) n);
-		xact_begin("recording copy progress");
-		spi_exec("UPDATE agent.export_state SET copy_after = coalesce($2::uuid, copy_after),"
-				 " copied_rows = copied_rows + $4,"
-				 " copy_lsn = CASE WHEN $3 THEN NULL ELSE copy_lsn END"
-				 " WHERE slot_name = $1",
-				 4, utypes, uvals, unulls, SPI_OK_UPDATE);
-	}
-	xact_end();
-	if (done)
-		ereport(LOG,
-				(errmsg("ClickHouse export: table copy for slot \"%s\" finished", export_slot)));
+	record_copy_progress(last, n, n < (uint64) export_batch_rows);
 	return STEP_MORE;
 }
 
@@ -753,12 +773,15 @@ stream_batch(ExportObjects *o, ExportBatch *b)
 		note_success(b->rows);
 		fault_point(EXPORT_FAULT_PAUSE_AFTER_WATERMARK);
 	}
-	else if (b->txns > 0)
+	if (b->skipped_txns > 0)
 	{
-		/* Everything was at or below the watermark: delivered before. */
+		/* Replayed after a crash: delivered before, not sent again. */
 		ereport(DEBUG1,
 				(errmsg("skipped " UINT64_FORMAT " transactions already in ClickHouse",
 						b->skipped_txns)));
+		SpinLockAcquire(&sandbox_shared->mutex);
+		sandbox_shared->export.txns_skipped += b->skipped_txns;
+		SpinLockRelease(&sandbox_shared->mutex);
 	}
 	if (b->dropped_deletes > 0)
 		ereport(WARNING,
@@ -768,6 +791,17 @@ stream_batch(ExportObjects *o, ExportBatch *b)
 
 	if (target != InvalidXLogRecPtr && target > o->confirmed_flush)
 		advance_slot(target);
+
+	/*
+	 * Every peek and advance decodes from the slot's restart_lsn, which
+	 * moves only past a running-transactions record; the bgwriter logs one
+	 * every 15 s at best.  Under load that makes each round re-read up to
+	 * 15 s of WAL, so log one ourselves once the gap grows: the next round
+	 * decodes it and the advance after that moves restart_lsn up.
+	 */
+	if (o->restart_lsn != InvalidXLogRecPtr &&
+		target > o->restart_lsn + EXPORT_RESTART_GAP)
+		(void) LogStandbySnapshot();
 	if (drained)
 	{
 		lag_poll_drained();
@@ -973,7 +1007,9 @@ export_round(ExportBatch *b)
 	switch (r)
 	{
 		case STEP_MORE:
+			/* A backlog goes out at full speed. */
 			backoff_ms = 0;
+			last_insert_at = 0;
 			return 0;
 		case STEP_CAUGHT_UP:
 			backoff_ms = 0;
@@ -1000,6 +1036,27 @@ sandbox_export_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+
+	SpinLockAcquire(&sandbox_shared->mutex);
+	sandbox_shared->exporter_pid = MyProcPid;
+	sandbox_shared->exporter_latch = MyLatch;
+	sandbox_shared->export.state = SANDBOX_EXPORT_DISABLED;
+	SpinLockRelease(&sandbox_shared->mutex);
+	on_shmem_exit(export_shmem_exit, (Datum) 0);
+
+	/* Off until a URL is set: hold no database connection meanwhile. */
+	while (export_url[0] == '\0')
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH, -1L,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+	}
 	BackgroundWorkerInitializeConnection(sandbox_database, NULL, 0);
 
 	export_cxt = AllocSetContextCreate(TopMemoryContext, "sandbox_ext exporter",
@@ -1012,12 +1069,6 @@ sandbox_export_main(Datum main_arg)
 	SetConfigOption("TimeZone", "UTC", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("DateStyle", "ISO, YMD", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("application_name", "sandbox_ext exporter", PGC_USERSET, PGC_S_OVERRIDE);
-
-	SpinLockAcquire(&sandbox_shared->mutex);
-	sandbox_shared->exporter_pid = MyProcPid;
-	sandbox_shared->exporter_latch = MyLatch;
-	SpinLockRelease(&sandbox_shared->mutex);
-	on_shmem_exit(export_shmem_exit, (Datum) 0);
 
 	(void) config_changed();
 	export_restart();
@@ -1079,6 +1130,25 @@ sandbox_export_main(Datum main_arg)
 
 			TimestampDifference(GetCurrentTimestamp(), backoff_until, &secs, &usecs);
 			wait_ms = secs * 1000 + usecs / 1000 + 1;
+		}
+		else if (export_min_interval_ms > 0 && last_insert_at != 0 &&
+				 !TimestampDifferenceExceeds(last_insert_at, GetCurrentTimestamp(),
+											 export_min_interval_ms))
+		{
+			/*
+			 * Let commits gather into one insert.  Commits arriving now
+			 * only shorten this sleep to re-check it; a round follows
+			 * anyway once the interval is over.
+			 */
+			long		remain;
+
+			remain = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+													 TimestampTzPlusMilliseconds(last_insert_at,
+																				 export_min_interval_ms));
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 remain + 1, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			continue;
 		}
 		else
 			wait_ms = export_round(batch);
@@ -1233,8 +1303,8 @@ Datum
 sandbox_export_worker_state(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[10];
-	bool		nulls[10];
+	Datum		values[11];
+	bool		nulls[11];
 	SandboxExportShared s;
 	int			pid;
 	TimestampTz oldest;
@@ -1277,5 +1347,6 @@ sandbox_export_worker_state(PG_FUNCTION_ARGS)
 	nulls[8] = oldest == 0;
 	values[9] = TimestampTzGetDatum(s.backoff_until);
 	nulls[9] = s.backoff_until == 0 || s.state != SANDBOX_EXPORT_BACKOFF;
+	values[10] = Int64GetDatum((int64) s.txns_skipped);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -41,6 +41,7 @@ typedef struct SandboxExportShared
 	int			state;			/* SandboxExportState */
 	uint64		rows_exported;	/* rows ClickHouse accepted since start */
 	uint64		batches;
+	uint64		txns_skipped;	/* replayed transactions the watermark skipped */
 	XLogRecPtr	watermark;		/* end LSN of the last delivered transaction */
 	TimestampTz last_success;
 	TimestampTz last_error_at;

@@ -33,7 +33,7 @@ CREATE FUNCTION agent._export_worker_state(
 	OUT state text, OUT pid integer, OUT rows_exported bigint, OUT batches bigint,
 	OUT exported_lsn pg_lsn, OUT last_success timestamptz, OUT last_error text,
 	OUT last_error_at timestamptz, OUT oldest_pending timestamptz,
-	OUT retry_at timestamptz)
+	OUT retry_at timestamptz, OUT txns_skipped bigint)
 	AS 'MODULE_PATHNAME', 'sandbox_export_worker_state'
 	LANGUAGE C VOLATILE STRICT;
 
@@ -106,6 +106,31 @@ $$;
 COMMENT ON FUNCTION agent.export_resync() IS
 	'recreate the export slot and re-copy agent.tool_invocations to ClickHouse';
 
+-- Remove the export's PostgreSQL objects: the slot (which otherwise keeps
+-- WAL forever), the publication, the trigger and the state row.  Turn the
+-- exporter off first, or it would create them again.
+CREATE FUNCTION agent.export_drop() RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	v_slot name := current_setting('sandbox.export_slot');
+BEGIN
+	IF current_setting('sandbox.clickhouse_url') <> '' THEN
+		RAISE EXCEPTION 'cannot drop the export objects while the exporter is on'
+			USING ERRCODE = 'object_in_use',
+			      HINT = 'ALTER SYSTEM RESET sandbox.clickhouse_url; SELECT pg_reload_conf(); then call this again.';
+	END IF;
+	PERFORM pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = v_slot;
+	DROP PUBLICATION IF EXISTS sandbox_ext_tool_invocations;
+	IF to_regclass('agent.tool_invocations') IS NOT NULL THEN
+		DROP TRIGGER IF EXISTS tool_invocations_export_wake ON agent.tool_invocations;
+	END IF;
+	DELETE FROM agent.export_state WHERE slot_name = v_slot;
+	RETURN format('dropped slot %s, publication sandbox_ext_tool_invocations and the wake-up trigger', v_slot);
+END
+$$;
+COMMENT ON FUNCTION agent.export_drop() IS
+	'drop the ClickHouse export slot, publication and trigger (exporter must be off)';
+
 CREATE FUNCTION agent.export_reset() RETURNS boolean
 	AS 'MODULE_PATHNAME', 'sandbox_export_reset'
 	LANGUAGE C VOLATILE STRICT;
@@ -120,7 +145,7 @@ CREATE FUNCTION agent.export_status(
 	OUT confirmed_flush_lsn pg_lsn, OUT exported_lsn pg_lsn,
 	OUT lag_bytes numeric, OUT lag_seconds double precision,
 	OUT last_success timestamptz, OUT last_error text, OUT last_error_at timestamptz,
-	OUT rows_exported bigint, OUT batches bigint, OUT retry_at timestamptz,
+	OUT rows_exported bigint, OUT batches bigint, OUT txns_skipped bigint, OUT retry_at timestamptz,
 	OUT wal_status text, OUT copy_pending boolean, OUT copied_rows bigint)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 	SELECT n.slot, w.state, w.pid,
@@ -128,7 +153,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 	       pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn),
 	       coalesce(extract(epoch FROM clock_timestamp() - w.oldest_pending)::float8, 0),
 	       w.last_success, w.last_error, w.last_error_at,
-	       w.rows_exported, w.batches, w.retry_at,
+	       w.rows_exported, w.batches, w.txns_skipped, w.retry_at,
 	       s.wal_status, coalesce(e.copy_lsn IS NOT NULL, false), e.copied_rows
 	  FROM (SELECT current_setting('sandbox.export_slot')::name AS slot) AS n
 	  CROSS JOIN agent._export_worker_state() AS w
@@ -138,5 +163,5 @@ $$;
 COMMENT ON FUNCTION agent.export_status() IS
 	'state, position and lag of the ClickHouse export';
 
-REVOKE ALL ON FUNCTION agent.export_setup(), agent.export_resync(), agent.export_reset(),
+REVOKE ALL ON FUNCTION agent.export_setup(), agent.export_resync(), agent.export_reset(), agent.export_drop(),
 	agent.export_status(), agent._export_wake(), agent._export_worker_state() FROM PUBLIC;

@@ -62,11 +62,22 @@ caught_up() {
 		[ "$(ch_final_count)" = "$(pg_count)" ]
 }
 
+created_table=0
+# Leave the shared cluster as later suites expect it: exporter off, no
+# slot holding WAL, none of our rows (or no table, if we made it).
 cleanup() {
 	sql "ALTER SYSTEM RESET sandbox.clickhouse_url" >/dev/null 2>&1
 	sql "ALTER SYSTEM RESET sandbox.export_fault" >/dev/null 2>&1
 	sql "ALTER SYSTEM RESET sandbox.export_poll_interval" >/dev/null 2>&1
 	sql "SELECT pg_reload_conf()" >/dev/null 2>&1
+	sleep 0.5
+	sql "SELECT agent.export_drop()" >/dev/null 2>&1
+	if [ "$created_table" = 1 ]; then
+		sql "DROP TABLE IF EXISTS agent.tool_invocations" >/dev/null 2>&1
+	else
+		sql "DELETE FROM agent.tool_invocations WHERE org_id = '11111111-1111-1111-1111-111111111111'" >/dev/null 2>&1
+		sql "ALTER TABLE agent.tool_invocations REPLICA IDENTITY DEFAULT" >/dev/null 2>&1
+	fi
 	"$CH" stop >/dev/null 2>&1
 }
 trap cleanup EXIT
@@ -96,6 +107,7 @@ ok "clickhouse server starts with the tables of sql/clickhouse/"
 
 # The supervisor issue creates the table; until it lands, make it here
 # with exactly its columns.
+if [ "$(sql "SELECT to_regclass('agent.tool_invocations') IS NULL")" = t ]; then created_table=1; fi
 sql "DO \$\$ BEGIN IF to_regclass('agent.tool_invocations') IS NULL THEN
 	CREATE TABLE agent.tool_invocations (
 		invocation_id uuid PRIMARY KEY, org_id uuid NOT NULL, workspace_id uuid NOT NULL,
@@ -226,6 +238,8 @@ if wait_for 60 caught_up; then
 else
 	not_ok "after an immediate PostgreSQL crash the export resumes" "state=$(state) pg=$(pg_count) ch=$(ch_final_count)"
 fi
+check "PostgreSQL crash: the slot replayed delivered transactions and the watermark skipped them" t \
+	"$(sql "SELECT txns_skipped > 0 FROM agent.export_status()")"
 check "PostgreSQL crash: replayed transactions are not inserted again" "$((raw_before + 50))" "$(ch_raw_count)"
 check "PostgreSQL crash: every row exactly once" "150|150|50|50" \
 	"$(chq "SELECT countIf(status = 'before_crash'), uniqExactIf(invocation_id, status = 'before_crash'),
@@ -279,10 +293,32 @@ check "after resync: deduplicated view matches PostgreSQL" "$(pg_count)" \
 insert_rows 5 after_resync
 if wait_for 20 caught_up; then ok "after resync new rows stream again"; else not_ok "after resync new rows stream again"; fi
 
+# ---- schema mismatch on the PostgreSQL side ----
+sql "ALTER TABLE agent.tool_invocations RENAME COLUMN cpu_ms TO cpu_ms_renamed"
+insert_rows 3 pg_schema_change
+if wait_for 20 '[ "$(state)" = error ]'; then
+	ok "a published table without an exported column puts the exporter in state error"
+else
+	not_ok "a published table without an exported column puts the exporter in state error" "state=$(state)"
+fi
+check "the error names the missing column" t \
+	"$(sql "SELECT last_error LIKE '%has no column \"cpu_ms\"%' FROM agent.export_status()")"
+sql "ALTER TABLE agent.tool_invocations RENAME COLUMN cpu_ms_renamed TO cpu_ms"
+# The changes decoded with the old shape are still in the slot: resync.
+sql "SELECT agent.export_resync()" >/dev/null
+if wait_for 30 caught_up; then
+	ok "after the rename back, a resync brings every row"
+else
+	not_ok "after the rename back, a resync brings every row" "state=$(state) pg=$(pg_count) ch=$(ch_final_count)"
+fi
+
 # ---- turning it off ----
 sql "ALTER SYSTEM RESET sandbox.clickhouse_url" >/dev/null
 sql "SELECT pg_reload_conf()" >/dev/null
 if wait_for 10 '[ "$(state)" = disabled ]'; then ok "an empty URL turns the exporter off"; else not_ok "an empty URL turns the exporter off" "state=$(state)"; fi
+sql "SELECT agent.export_drop()" >/dev/null
+check "agent.export_drop() removes the slot and the publication" "0|0" \
+	"$(sql "SELECT (SELECT count(*) FROM pg_replication_slots), (SELECT count(*) FROM pg_publication)")"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

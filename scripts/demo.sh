@@ -162,9 +162,9 @@ SELECT id, event_type, actor, left(details::text, 60) AS details
 SELECT * FROM agent.verify_audit_chain('$ORG');
 SQL
 
-if [ -x "$top/scripts/demo-export.sh" ]; then
+if [ -x "$top/scripts/export-demo.sh" ]; then
 	step "Analytics: the row in ClickHouse"
-	"$top/scripts/demo-export.sh" "$INV" || true
+	"$top/scripts/export-demo.sh" "$INV" || true
 fi
 echo
 echo "Demo done. KEEP_CLUSTER=1 make demo keeps the cluster; scripts/cluster.sh env shows how to connect."

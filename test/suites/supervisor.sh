@@ -266,7 +266,7 @@ done
 check "after crash restart the row is resolved" "failed|2" "$st|$(field "$inv" credits_charged)"
 inv=$(run shell 'echo alive')
 check "runs again after the restart" "succeeded|alive" "$(field "$inv" state)|$(output "$inv")"
-check "no leftover work directories" 0 "$(find "$CLUSTER_DIR/data/sandbox_work" -mindepth 1 -maxdepth 1 ! -name sessions 2>/dev/null | wc -l)"
+check "no leftover work directories" 0 "$(find "$CLUSTER_DIR/data/sandbox_work" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills 2>/dev/null | wc -l)"
 
 # ---- invariants -------------------------------------------------------------
 check "balance equals the ledger sum for every org" 0 "$(q <<'SQL'
@@ -275,17 +275,19 @@ SELECT count(*) FROM agent.credit_balances b
 SQL
 )"
 check "no invocation charged twice" 0 "$(q -c "SELECT count(*) FROM (SELECT invocation_id FROM agent.credit_ledger WHERE kind = 'charge' GROUP BY 1 HAVING count(*) > 1) x")"
-check "every finished run has exactly one outcome audit event" 0 "$(q <<'SQL'
+check "every finished run has exactly one outcome audit event" 0 "$(q <<SQL
 SELECT count(*) FROM agent.invocations i
- WHERE i.state IN ('succeeded', 'failed', 'timed_out', 'killed', 'provision_failed')
+ WHERE i.org_id IN ('$ORG', '$O2', '$O3')
+   AND i.state IN ('succeeded', 'failed', 'timed_out', 'killed', 'provision_failed')
    AND (SELECT count(*) FROM agent.audit_events e
 		 WHERE e.invocation_id = i.id
 		   AND e.event_type IN ('invocation.finished', 'invocation.provision_failed', 'invocation.hash_mismatch')) <> 1;
 SQL
 )"
-check "every run has its tool call and analytics row" 0 "$(q <<'SQL'
+check "every run has its tool call and analytics row" 0 "$(q <<SQL
 SELECT count(*) FROM agent.invocations i
- WHERE i.state IN ('succeeded', 'failed', 'timed_out', 'killed', 'cancelled', 'provision_failed')
+ WHERE i.org_id IN ('$ORG', '$O2', '$O3')
+   AND i.state IN ('succeeded', 'failed', 'timed_out', 'killed', 'cancelled', 'provision_failed')
    AND i.started_at IS NOT NULL
    AND (NOT EXISTS (SELECT 1 FROM agent.agent_tool_calls t WHERE t.invocation_id = i.id)
 		OR NOT EXISTS (SELECT 1 FROM agent.tool_invocations t WHERE t.invocation_id = i.id));

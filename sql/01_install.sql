@@ -2,7 +2,7 @@
 SELECT extname, extversion, nspname
   FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
  WHERE extname = 'sandbox_ext';
-SELECT name, setting, unit, context FROM pg_settings
+SELECT name, boot_val, unit, context FROM pg_settings
  WHERE name LIKE 'sandbox.%' AND name NOT IN ('sandbox.database', 'sandbox.jail_path')
  ORDER BY name;
 -- A malformed tenant id is refused when it is set.

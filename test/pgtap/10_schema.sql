@@ -8,7 +8,10 @@ SELECT tables_are('agent', ARRAY[
 	'settings', 'plans', 'orgs', 'workspaces', 'models', 'agents', 'conversations',
 	'runtimes', 'invocations', 'approval_requests', 'agent_tool_calls',
 	'tool_invocations', 'credit_balances', 'credit_ledger', 'audit_events',
-	'audit_heads'], 'schema agent has exactly the control plane''s tables');
+	'audit_heads',
+	-- execution (40_supervisor.sql), conversations (50_sessions.sql), export (60_export.sql)
+	'invocation_output', 'sessions', 'files', 'session_files', 'skills', 'skill_files',
+	'agent_skills', 'export_state'], 'schema agent has exactly the project''s tables');
 SELECT views_are('agent', ARRAY['invocation_overview', 'iam_decisions', 'credit_overview'],
 	'the DBA views exist');
 
@@ -17,7 +20,10 @@ SELECT columns_are('agent', 'invocations', ARRAY[
 	'language', 'code', 'code_sha256', 'description', 'idempotency_key', 'state',
 	'state_reason', 'approval_id', 'credits_charged', 'wall_time_s', 'memory_mb',
 	'exit_code', 'signal', 'timed_out', 'oom_killed', 'output_truncated', 'created_at',
-	'approved_at', 'provisioned_at', 'started_at', 'finished_at', 'session_generation'],
+	'approved_at', 'provisioned_at', 'started_at', 'finished_at', 'session_generation',
+	-- written by the supervisor
+	'cancel_requested_at', 'cancel_requested_by', 'jail_pid', 'cpu_ms', 'peak_memory_bytes',
+	'stdout_bytes', 'stderr_bytes', 'session_id'],
 	'invocations has the contract''s columns');
 SELECT columns_are('agent', 'tool_invocations', ARRAY[
 	'invocation_id', 'org_id', 'workspace_id', 'agent_id', 'conversation_id', 'tool_name',
@@ -27,7 +33,7 @@ SELECT columns_are('agent', 'tool_invocations', ARRAY[
 	'tool_invocations has the contract''s columns');
 SELECT columns_are('agent', 'agent_tool_calls', ARRAY[
 	'id', 'invocation_id', 'org_id', 'workspace_id', 'agent_id', 'conversation_id',
-	'tool_name', 'input_hash', 'status', 'exit_code', 'output_preview', 'created_at'],
+	'tool_name', 'input_hash', 'status', 'exit_code', 'output_preview', 'created_at', 'files'],
 	'agent_tool_calls has the contract''s columns');
 SELECT columns_are('agent', 'approval_requests', ARRAY[
 	'id', 'invocation_id', 'org_id', 'workspace_id', 'status', 'code', 'code_sha256',
@@ -85,7 +91,8 @@ SELECT is((SELECT rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = 'agent_
 SELECT is(ARRAY(SELECT c.relname::text FROM pg_class c
 				 WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind = 'r'
 				   AND NOT c.relrowsecurity ORDER BY 1),
-		  ARRAY['models', 'plans', 'runtimes', 'settings'],
+		  -- global rows, no tenant's data
+		  ARRAY['export_state', 'models', 'plans', 'runtimes', 'settings'],
 		  'row-level security is on for every tenant table');
 
 SELECT is_definer('agent', 'request_execution', 'request_execution is SECURITY DEFINER');

@@ -38,6 +38,8 @@ CREATE FUNCTION agent.request_execution(
 AS $$
 #variable_conflict use_column
 DECLARE
+	v_ok		boolean;
+	v_event	bigint;
 	v_org		uuid := agent.current_org();
 	v_null		text;
 	v_max		integer;
@@ -69,7 +71,7 @@ BEGIN
 	IF btrim(requested_by) = '' THEN
 		RAISE EXCEPTION 'requested_by must not be empty' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	PERFORM agent._require_tenant(true);
+	v_ok := agent._require_tenant(true);
 	IF workspace <> agent.current_workspace() THEN
 		RAISE EXCEPTION 'workspace % is not the current workspace', workspace
 			USING ERRCODE = 'insufficient_privilege',
@@ -185,7 +187,7 @@ BEGIN
 
 	IF v_reason IS NOT NULL THEN
 		v_sha := agent.code_sha256(code);
-		PERFORM agent._audit(v_org, workspace, 'capability.invoke_denied', NULL, requested_by,
+		v_event := agent._audit(v_org, workspace, 'capability.invoke_denied', NULL, requested_by,
 			jsonb_build_object('reason', v_reason, 'message', v_message,
 							   'agent_id', agent, 'conversation_id', conversation,
 							   'language', language, 'code_sha256', v_sha,
@@ -212,7 +214,7 @@ BEGIN
 				'high', description, requested_by,
 				now() + v_timeout);
 	-- Last, so the org's audit chain is held for as short a time as possible.
-	PERFORM agent._audit(v_org, workspace, 'capability.invoke_allowed', v_inv, requested_by,
+	v_event := agent._audit(v_org, workspace, 'capability.invoke_allowed', v_inv, requested_by,
 		jsonb_build_object('agent_id', agent, 'conversation_id', conversation,
 						   'language', language, 'code_sha256', v_sha,
 						   'code_bytes', v_bytes, 'plan', v_ctx.plan,

@@ -92,7 +92,7 @@ SELECT is_definer('agent', 'request_execution', 'request_execution is SECURITY D
 SELECT is_definer('agent', 'approve', 'approve is SECURITY DEFINER');
 SELECT is_definer('agent', 'deny', 'deny is SECURITY DEFINER');
 SELECT is_definer('agent', 'charge_invocation', 'charge_invocation is SECURITY DEFINER');
-SELECT is_definer('agent', '_audit', '_audit is SECURITY DEFINER');
+SELECT isnt_definer('agent', '_audit', '_audit runs as its caller (the owner): it is no API');
 SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
 				 WHERE p.pronamespace = 'agent'::regnamespace AND p.prosecdef
 				   AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, agent'], false)),
@@ -100,8 +100,8 @@ SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
 SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
 				 WHERE p.pronamespace = 'agent'::regnamespace
 				   AND has_function_privilege('public', p.oid, 'EXECUTE') ORDER BY 1),
-		  ARRAY['code_sha256', 'current_org', 'current_workspace'],
-		  'PUBLIC may execute only the tenant accessors and the hash');
+		  ARRAY['code_sha256', 'current_org', 'current_workspace', 'is_invocation_state'],
+		  'PUBLIC may execute only the tenant accessors, the hash and the state check');
 
 SELECT function_privs_are('agent', 'request_execution',
 	ARRAY['uuid', 'uuid', 'uuid', 'text', 'text', 'text', 'text', 'text', 'integer', 'integer'],

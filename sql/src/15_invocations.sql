@@ -147,6 +147,15 @@ CREATE TRIGGER invocations_freeze_request
 		conversation_id, requested_by, idempotency_key ON agent.invocations
 	FOR EACH ROW EXECUTE FUNCTION agent._invocations_freeze_request();
 
+-- Like is_invocation_state(): cheaper for the executor than an IN list.
+CREATE FUNCTION agent.is_approval_status(status text) RETURNS boolean
+	LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+BEGIN
+	RETURN status IN ('pending', 'approved', 'denied', 'expired');
+END
+$$;
+
 -- The approval card.  approved_code_sha256 is what the approver approved;
 -- the CHECK makes an approval of any other code impossible to record.
 CREATE TABLE agent.approval_requests (
@@ -155,7 +164,7 @@ CREATE TABLE agent.approval_requests (
 	org_id			uuid NOT NULL,
 	workspace_id	uuid NOT NULL,
 	status			text NOT NULL DEFAULT 'pending'
-						CHECK (status IN ('pending', 'approved', 'denied', 'expired')),
+						CHECK (agent.is_approval_status(status)),
 	code			text NOT NULL,
 	code_sha256		text NOT NULL,
 	language		text NOT NULL,

@@ -100,8 +100,8 @@ SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
 SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
 				 WHERE p.pronamespace = 'agent'::regnamespace
 				   AND has_function_privilege('public', p.oid, 'EXECUTE') ORDER BY 1),
-		  ARRAY['code_sha256', 'current_org', 'current_workspace', 'is_invocation_state'],
-		  'PUBLIC may execute only the tenant accessors, the hash and the state check');
+		  ARRAY['code_sha256', 'current_org', 'current_workspace', 'is_approval_status', 'is_invocation_state'],
+		  'PUBLIC may execute only the tenant accessors, the hash and the state checks');
 
 SELECT function_privs_are('agent', 'request_execution',
 	ARRAY['uuid', 'uuid', 'uuid', 'text', 'text', 'text', 'text', 'text', 'integer', 'integer'],

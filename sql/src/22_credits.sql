@@ -123,7 +123,8 @@ $$;
 
 -- Charge the plan's price for an invocation, in the caller's transaction.
 -- Returns false, changing nothing, when the balance does not cover it;
--- true when charged now or already charged before.
+-- true when charged now or already charged before.  An invocation whose
+-- charge was refunded cannot be charged again (at most one charge each).
 CREATE FUNCTION agent.charge_invocation(invocation uuid) RETURNS boolean
 	LANGUAGE plpgsql
 	SECURITY DEFINER
@@ -146,6 +147,13 @@ BEGIN
 	PERFORM 1 FROM agent.credit_ledger l
 	 WHERE l.invocation_id = invocation AND l.kind = 'charge';
 	IF FOUND THEN
+		PERFORM 1 FROM agent.credit_ledger l
+		 WHERE l.invocation_id = invocation AND l.kind = 'refund';
+		IF FOUND THEN
+			RAISE EXCEPTION 'invocation % was refunded and cannot be charged again', invocation
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = 'An invocation is charged at most once.';
+		END IF;
 		RETURN true;
 	END IF;
 

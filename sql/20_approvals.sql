@@ -49,6 +49,9 @@ SELECT approval_id = (SELECT approval_id FROM req WHERE k = 1) AS right_card, st
   FROM agent.approval_card((SELECT approval_id FROM req WHERE k = 1));
 SELECT pg_temp.sqlstate_of($$SELECT agent.approval_card('00000000-0000-4000-8000-000000000000')$$);
 
+-- Everything from the first decision on runs in one transaction: a running
+-- supervisor claims approved invocations as soon as they commit, and this
+-- test moves them by hand.
 BEGIN;
 SELECT agent.set_tenant('a2000000-0000-4000-8000-000000000001', 'b2000000-0000-4000-8000-000000000001');
 -- An approver who was shown other code cannot approve this card.
@@ -71,8 +74,8 @@ SELECT pg_temp.sqlstate_of(format($$SELECT agent.deny(%L, 'carol', 'no')$$, (SEL
 SELECT pg_temp.sqlstate_of($$SELECT agent.approve(NULL, 'carol')$$);
 SELECT pg_temp.sqlstate_of(format($$SELECT agent.approve(%L, NULL)$$, (SELECT approval_id FROM req WHERE k = 4)));
 SELECT pg_temp.sqlstate_of(format($$SELECT agent.approve(%L, '  ')$$, (SELECT approval_id FROM req WHERE k = 4)));
-COMMIT;
 -- No tenant, no decision.
+SELECT agent.set_tenant(NULL, NULL);
 SELECT pg_temp.sqlstate_of(format($$SELECT agent.approve(%L, 'carol')$$, (SELECT approval_id FROM req WHERE k = 4)));
 
 SELECT r.k, a.status, a.decided_by, a.decision_reason, a.decided_at IS NOT NULL AS decided,
@@ -89,23 +92,17 @@ SELECT agent.expire_pending_approvals(now() + interval '1 hour');
 SELECT r.k, a.status, a.decision_reason, i.state, i.state_reason
   FROM req r JOIN agent.approval_requests a ON a.id = r.approval_id
   JOIN agent.invocations i ON i.id = r.invocation_id WHERE r.k IN (4, 99) ORDER BY r.k;
-BEGIN;
 SELECT agent.set_tenant('a2000000-0000-4000-8000-000000000001', 'b2000000-0000-4000-8000-000000000001');
 SELECT pg_temp.sqlstate_of(format($$SELECT agent.approve(%L, 'carol')$$, (SELECT approval_id FROM req WHERE k = 4)));
-COMMIT;
 -- The timeout is a setting; a card past it is refused even before expiry ran.
 UPDATE agent.settings SET value = '0 seconds' WHERE key = 'approval_timeout';
-BEGIN;
 SELECT agent.set_tenant('a2000000-0000-4000-8000-000000000001', 'b2000000-0000-4000-8000-000000000001');
 SELECT status FROM agent.request_execution('b2000000-0000-4000-8000-000000000001',
 	'c2000000-0000-4000-8000-000000000001', NULL, 'python', 'print(5)', 'alice', NULL, 'k5');
-COMMIT;
 UPDATE agent.settings SET value = '15 minutes' WHERE key = 'approval_timeout';
-BEGIN;
 SELECT agent.set_tenant('a2000000-0000-4000-8000-000000000001', 'b2000000-0000-4000-8000-000000000001');
 SELECT pg_temp.sqlstate_of(format($$SELECT agent.approve(%L, 'carol')$$,
 	(SELECT approval_id FROM agent.invocations WHERE idempotency_key = 'k5')));
-COMMIT;
 
 -- The audit trail of the decisions.
 SELECT e.event_type, e.actor, e.details ->> 'reason' AS reason,
@@ -144,8 +141,9 @@ SELECT pg_temp.sqlstate_of(format($$UPDATE agent.approval_requests SET code = 'r
 SELECT agent.approved_code_matches((SELECT invocation_id FROM req WHERE k = 1)) AS k1_runnable,
 	   agent.approved_code_matches((SELECT invocation_id FROM req WHERE k = 3)) AS k3_runnable;
 -- Even with the triggers switched off by a superuser, the stored hash tells.
-BEGIN;
+SAVEPOINT tamper;
 SET LOCAL session_replication_role = replica;
 UPDATE agent.invocations SET code = 'print("evil")' WHERE id = (SELECT invocation_id FROM req WHERE k = 1);
 SELECT agent.approved_code_matches((SELECT invocation_id FROM req WHERE k = 1)) AS k1_runnable_after_tamper;
-ROLLBACK;
+ROLLBACK TO SAVEPOINT tamper;
+COMMIT;

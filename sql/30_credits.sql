@@ -22,7 +22,9 @@ INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_e
 	 'b3000000-0000-4000-8000-000000000001', 'Analyst', 'specialist',
 	 '10000000-0000-4000-8000-000000000031', true);
 
--- Three approved invocations.
+-- Three approved invocations.  Everything runs in one transaction: a
+-- running supervisor claims (and charges) approved invocations as soon as
+-- they commit; here the test plays the supervisor.
 BEGIN;
 SELECT agent.set_tenant('a3000000-0000-4000-8000-000000000001', 'b3000000-0000-4000-8000-000000000001');
 CREATE TEMP TABLE inv AS
@@ -30,7 +32,6 @@ SELECT k, agent.approve((agent.request_execution('b3000000-0000-4000-8000-000000
 		'c3000000-0000-4000-8000-000000000001', NULL, 'shell', 'echo ' || k, 'alice')).approval_id,
 		'carol') AS id
   FROM generate_series(1, 3) k;
-COMMIT;
 
 -- Grants return the new balance.
 SELECT agent.grant_credits('a3000000-0000-4000-8000-000000000001', 3, 'welcome');
@@ -49,12 +50,14 @@ SELECT k, credits_charged FROM inv JOIN agent.invocations i USING (id) ORDER BY 
 -- The supervisor records that as the invocation's state.
 UPDATE agent.invocations SET state = 'insufficient_credits', state_reason = 'balance 1, price 2'
  WHERE id = (SELECT id FROM inv WHERE k = 2);
--- Refund (provisioning failed): exactly the charge, once.
+-- Provisioning k=1 fails: refund exactly the charge, once.
+UPDATE agent.invocations SET state = 'provisioning' WHERE id = (SELECT id FROM inv WHERE k = 1);
+UPDATE agent.invocations SET state = 'provision_failed' WHERE id = (SELECT id FROM inv WHERE k = 1);
 SELECT agent.refund_invocation((SELECT id FROM inv WHERE k = 1), 'jail setup failed') AS refunded_1;
 SELECT agent.refund_invocation((SELECT id FROM inv WHERE k = 1), 'jail setup failed') AS refunded_1_again;
 SELECT agent.refund_invocation((SELECT id FROM inv WHERE k = 3), 'never charged') AS refunded_3;
--- A charge after its refund stays refunded: one charge per invocation, ever.
-SELECT agent.charge_invocation((SELECT id FROM inv WHERE k = 1)) AS charged_1_after_refund;
+-- One charge per invocation, ever: a refunded one cannot be charged again.
+SELECT pg_temp.sqlstate_of(format('SELECT agent.charge_invocation(%L)', (SELECT id FROM inv WHERE k = 1)));
 SELECT agent.charge_invocation((SELECT id FROM inv WHERE k = 3)) AS charged_3;
 SELECT pg_temp.sqlstate_of($$SELECT agent.charge_invocation(NULL)$$);
 SELECT pg_temp.sqlstate_of($$SELECT agent.charge_invocation('00000000-0000-4000-8000-000000000000')$$);
@@ -69,12 +72,10 @@ SELECT name, plan, credits_per_invocation, balance, granted, charged, refunded, 
 -- The price is data: a plan at 5 credits charges 5.
 UPDATE agent.plans SET credits_per_invocation = 5 WHERE plan = 'pro';
 SELECT agent.grant_credits('a3000000-0000-4000-8000-000000000001', 10, 'top-up');
-BEGIN;
 SELECT agent.set_tenant('a3000000-0000-4000-8000-000000000001', 'b3000000-0000-4000-8000-000000000001');
 INSERT INTO inv SELECT 4, agent.approve((agent.request_execution('b3000000-0000-4000-8000-000000000001',
 		'c3000000-0000-4000-8000-000000000001', NULL, 'node', 'console.log(4)', 'alice')).approval_id,
 		'carol');
-COMMIT;
 SELECT agent.charge_invocation((SELECT id FROM inv WHERE k = 4)) AS charged_4;
 UPDATE agent.plans SET credits_per_invocation = 2 WHERE plan = 'pro';
 SELECT credits_charged FROM agent.invocations WHERE id = (SELECT id FROM inv WHERE k = 4);
@@ -83,7 +84,7 @@ SELECT credits_charged FROM agent.invocations WHERE id = (SELECT id FROM inv WHE
 -- the owner; the CHECK stops an overdraft written by hand.
 SELECT pg_temp.sqlstate_of($$UPDATE agent.credit_ledger SET amount = 1000 WHERE org_id = 'a3000000-0000-4000-8000-000000000001'$$);
 SELECT pg_temp.sqlstate_of($$DELETE FROM agent.credit_ledger WHERE org_id = 'a3000000-0000-4000-8000-000000000001'$$);
-SELECT pg_temp.sqlstate_of($$TRUNCATE agent.credit_ledger CASCADE$$);
+SELECT pg_temp.sqlstate_of($$TRUNCATE agent.credit_ledger$$);
 SELECT pg_temp.sqlstate_of($$UPDATE agent.credit_balances SET balance = 1000000 WHERE org_id = 'a3000000-0000-4000-8000-000000000001'$$);
 SELECT pg_temp.sqlstate_of($$INSERT INTO agent.credit_ledger (org_id, kind, amount, reason) VALUES ('a3000000-0000-4000-8000-000000000001', 'adjust', -1000, 'overdraft')$$);
 SELECT pg_temp.sqlstate_of(format($$INSERT INTO agent.credit_ledger (org_id, invocation_id, kind, amount) VALUES ('a3000000-0000-4000-8000-000000000001', %L, 'charge', -2)$$, (SELECT id FROM inv WHERE k = 4)));
@@ -92,3 +93,4 @@ SELECT balance, ledger_sum, consistent FROM agent.credit_overview
  WHERE org_id = 'a3000000-0000-4000-8000-000000000001';
 -- Every org's balance equals its ledger sum.
 SELECT count(*) FILTER (WHERE NOT consistent) AS inconsistent_orgs FROM agent.credit_overview;
+COMMIT;

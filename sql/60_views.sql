@@ -12,7 +12,8 @@ INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_e
 SELECT agent.grant_credits('a6000000-0000-4000-8000-000000000001', 10, 'welcome');
 
 -- One run that finished, one provisioning failure (refunded), one denied
--- card, one IAM refusal.
+-- card, one IAM refusal.  One transaction, the test playing the supervisor
+-- (a running one would claim approved invocations as soon as they commit).
 BEGIN;
 SELECT agent.set_tenant('a6000000-0000-4000-8000-000000000001', 'b6000000-0000-4000-8000-000000000001');
 CREATE TEMP TABLE r AS
@@ -24,7 +25,6 @@ SELECT agent.approve(approval_id, 'carol') IS NOT NULL AS approved FROM r WHERE 
 SELECT agent.deny(approval_id, 'carol', 'not today') IS NOT NULL AS denied FROM r WHERE k = 3;
 SELECT status, reason FROM agent.request_execution('b6000000-0000-4000-8000-000000000001',
 		'c6000000-0000-4000-8000-000000000001', NULL, 'cobol', 'DISPLAY 1', 'alice');
-COMMIT;
 -- What the supervisor will do: charge, run, record; or charge, fail, refund.
 SELECT agent.charge_invocation(invocation_id) FROM r WHERE k IN (1, 2) ORDER BY k;
 UPDATE agent.invocations SET state = 'provisioning' WHERE id IN (SELECT invocation_id FROM r WHERE k IN (1, 2));
@@ -47,3 +47,4 @@ SELECT allowed, reason, language, requested_by FROM agent.iam_decisions
  WHERE org_id = 'a6000000-0000-4000-8000-000000000001' ORDER BY event_id;
 SELECT name, plan, balance, granted, charged, refunded, adjusted, ledger_sum, consistent
   FROM agent.credit_overview WHERE org_id = 'a6000000-0000-4000-8000-000000000001';
+COMMIT;

@@ -56,6 +56,13 @@ run "request+approve" request_approve.sql -T "$DURATION"
 # Each charge takes the next queued invocation: run exactly the queue.
 run "charge" charge.sql -t $((CHARGES / CLIENTS))
 
+# A load-independent figure: server CPU per pair (after a warm-up round).
+for round in warmup measured; do
+	line=$(as_pg env PGOPTIONS="-c bench.orgs=$ORGS" "$PGBIN/psql" -X -q -At "${conn[@]}" \
+		-d "$SANDBOX_DB" -f "$work/cpu_per_pair.sql")
+done
+echo "$line"
+
 # The invariants held under load.
 as_pg "$PGBIN/psql" -X -q -At "${conn[@]}" -d "$SANDBOX_DB" -c "
 	SELECT 'balances consistent: ' || bool_and(consistent) FROM agent.credit_overview;

@@ -37,9 +37,11 @@ CREATE FUNCTION agent.current_workspace() RETURNS uuid
 CREATE FUNCTION agent.set_tenant(org uuid, workspace uuid) RETURNS void
 	LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+	ignored text;
 BEGIN
-	PERFORM pg_catalog.set_config('sandbox.org_id', coalesce(org::text, ''), true),
-			pg_catalog.set_config('sandbox.workspace_id', coalesce(workspace::text, ''), true);
+	ignored := pg_catalog.set_config('sandbox.org_id', coalesce(org::text, ''), true);
+	ignored := pg_catalog.set_config('sandbox.workspace_id', coalesce(workspace::text, ''), true);
 END
 $$;
 COMMENT ON FUNCTION agent.set_tenant(uuid, uuid) IS
@@ -49,9 +51,8 @@ COMMENT ON FUNCTION agent.set_tenant(uuid, uuid) IS
 -- instead of returning NULL so that a forgotten set_tenant() is a clear
 -- error, not an empty result.
 CREATE FUNCTION agent._require_tenant(need_workspace boolean DEFAULT true)
-	RETURNS void
+	RETURNS boolean
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent
 AS $$
 BEGIN
 	IF agent.current_org() IS NULL
@@ -60,6 +61,7 @@ BEGIN
 			USING ERRCODE = 'insufficient_privilege',
 				  HINT = 'Call agent.set_tenant(org, workspace) at the start of the transaction.';
 	END IF;
+	RETURN true;
 END
 $$;
 
@@ -81,7 +83,6 @@ INSERT INTO agent.settings (key, value, description) VALUES
 -- A typed read of one setting; a missing key is a broken install.
 CREATE FUNCTION agent.setting(key text) RETURNS text
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent
 AS $$
 DECLARE
 	v text;

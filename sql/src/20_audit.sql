@@ -53,13 +53,13 @@ CREATE FUNCTION agent._audit_hash(prev_hash text, id bigint, org_id uuid,
 		'UTF8')), 'hex');
 
 -- Append one event to its org's chain and return its id.  Runs in the
--- caller's transaction: if that rolls back, so does the event.
+-- caller's transaction: if that rolls back, so does the event.  Not a
+-- security definer: only the owner (the API functions, the supervisor) may
+-- execute it, and every name in it is schema-qualified.
 CREATE FUNCTION agent._audit(org uuid, workspace uuid, event_type text,
 							 invocation uuid, actor text, details jsonb)
 	RETURNS bigint
 	LANGUAGE plpgsql
-	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
 AS $$
 DECLARE
 	v_id	bigint;
@@ -109,7 +109,6 @@ CREATE FUNCTION agent.verify_audit_chain(org uuid,
 	OUT ok boolean, OUT events_checked bigint, OUT broken_event_id bigint,
 	OUT problem text)
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent
 AS $$
 DECLARE
 	e		record;
@@ -160,7 +159,6 @@ COMMENT ON FUNCTION agent.verify_audit_chain(uuid) IS
 -- disable triggers; verify_audit_chain() then shows what was changed.)
 CREATE FUNCTION agent._refuse_change() RETURNS trigger
 	LANGUAGE plpgsql
-	SET search_path = pg_catalog, agent
 AS $$
 BEGIN
 	RAISE EXCEPTION 'cannot % %.%: it is append-only', lower(TG_OP), TG_TABLE_SCHEMA, TG_TABLE_NAME

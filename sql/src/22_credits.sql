@@ -39,7 +39,6 @@ CREATE UNIQUE INDEX credit_ledger_once_per_invocation
 -- Fold each ledger row into the balance.
 CREATE FUNCTION agent._credit_ledger_apply() RETURNS trigger
 	LANGUAGE plpgsql
-	SET search_path = pg_catalog, agent
 AS $$
 BEGIN
 	-- Update first: an INSERT ... ON CONFLICT would check the CHECK against
@@ -71,7 +70,6 @@ CREATE TRIGGER credit_ledger_no_truncate
 -- the trigger above, which runs one trigger level down.
 CREATE FUNCTION agent._credit_balances_guard() RETURNS trigger
 	LANGUAGE plpgsql
-	SET search_path = pg_catalog, agent
 AS $$
 BEGIN
 	IF pg_trigger_depth() < 2 THEN
@@ -97,6 +95,7 @@ CREATE FUNCTION agent.grant_credits(org uuid, amount bigint, reason text)
 	SET search_path = pg_catalog, agent
 AS $$
 DECLARE
+	v_event	bigint;
 	v_balance bigint;
 BEGIN
 	IF org IS NULL OR amount IS NULL THEN
@@ -115,7 +114,7 @@ BEGIN
 	INSERT INTO agent.credit_ledger (org_id, kind, amount, reason)
 		VALUES (org, 'grant', amount, reason);
 	SELECT b.balance INTO v_balance FROM agent.credit_balances b WHERE b.org_id = org;
-	PERFORM agent._audit(org, NULL, 'credits.granted', NULL, current_user::text,
+	v_event := agent._audit(org, NULL, 'credits.granted', NULL, current_user::text,
 						 jsonb_build_object('amount', amount, 'reason', reason,
 											'balance', v_balance));
 	RETURN v_balance;
@@ -124,7 +123,8 @@ $$;
 
 -- Charge the plan's price for an invocation, in the caller's transaction.
 -- Returns false, changing nothing, when the balance does not cover it;
--- true when charged now or already charged before.
+-- true when charged now or already charged before.  An invocation whose
+-- charge was refunded cannot be charged again (at most one charge each).
 CREATE FUNCTION agent.charge_invocation(invocation uuid) RETURNS boolean
 	LANGUAGE plpgsql
 	SECURITY DEFINER
@@ -147,6 +147,13 @@ BEGIN
 	PERFORM 1 FROM agent.credit_ledger l
 	 WHERE l.invocation_id = invocation AND l.kind = 'charge';
 	IF FOUND THEN
+		PERFORM 1 FROM agent.credit_ledger l
+		 WHERE l.invocation_id = invocation AND l.kind = 'refund';
+		IF FOUND THEN
+			RAISE EXCEPTION 'invocation % was refunded and cannot be charged again', invocation
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = 'An invocation is charged at most once.';
+		END IF;
 		RETURN true;
 	END IF;
 

@@ -38,6 +38,8 @@ CREATE FUNCTION agent.request_execution(
 AS $$
 #variable_conflict use_column
 DECLARE
+	v_ok		boolean;
+	v_event	bigint;
 	v_org		uuid := agent.current_org();
 	v_null		text;
 	v_max		integer;
@@ -50,8 +52,6 @@ DECLARE
 	v_runtime	text;
 	v_sha		text;
 	v_bytes		integer;
-	v_max_bytes integer;
-	v_timeout	interval;
 	v_inv		uuid;
 	v_appr		uuid;
 	r			agent.execution_request;
@@ -69,7 +69,7 @@ BEGIN
 	IF btrim(requested_by) = '' THEN
 		RAISE EXCEPTION 'requested_by must not be empty' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	PERFORM agent._require_tenant(true);
+	v_ok := agent._require_tenant(true);
 	IF workspace <> agent.current_workspace() THEN
 		RAISE EXCEPTION 'workspace % is not the current workspace', workspace
 			USING ERRCODE = 'insufficient_privilege',
@@ -97,7 +97,10 @@ BEGIN
 	SELECT o.plan, p.code_execution AS plan_ok,
 		   o.personal_agents_code_execution AS personal_ok,
 		   a.id AS agent_id, a.kind, a.code_execution_enabled AS agent_ok,
-		   coalesce(m.supports_code_execution, false) AS model_ok
+		   coalesce(m.supports_code_execution, false) AS model_ok,
+		   rt.interpreter || ' ' || rt.version AS runtime,
+		   (SELECT s.value::integer FROM agent.settings s WHERE s.key = 'max_code_bytes') AS max_code_bytes,
+		   (SELECT s.value::interval FROM agent.settings s WHERE s.key = 'approval_timeout') AS approval_timeout
 	  INTO v_ctx
 	  FROM agent.workspaces w
 	  JOIN agent.orgs o ON o.id = w.org_id
@@ -105,6 +108,7 @@ BEGIN
 	  LEFT JOIN agent.agents a ON a.id = request_execution.agent
 							  AND a.org_id = w.org_id AND a.workspace_id = w.id
 	  LEFT JOIN agent.models m ON m.id = a.model_id
+	  LEFT JOIN agent.runtimes rt ON rt.language = request_execution.language
 	 WHERE w.id = request_execution.workspace AND w.org_id = v_org;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'workspace % does not exist', workspace USING ERRCODE = 'undefined_object';
@@ -148,10 +152,6 @@ BEGIN
 	END IF;
 
 	---- IAM, in order; the first failure decides ----
-	SELECT max(s.value) FILTER (WHERE s.key = 'max_code_bytes')::integer,
-		   max(s.value) FILTER (WHERE s.key = 'approval_timeout')::interval
-	  INTO v_max_bytes, v_timeout
-	  FROM agent.settings s WHERE s.key IN ('max_code_bytes', 'approval_timeout');
 	v_bytes := octet_length(code);
 	IF NOT v_ctx.plan_ok THEN
 		v_reason := 'plan_excludes_code_execution'; v_sqlstate := '42501';
@@ -169,23 +169,22 @@ BEGIN
 		v_reason := 'model_lacks_code_execution'; v_sqlstate := '0A000';
 		v_message := 'The agent''s model does not support code execution.';
 	ELSE
-		SELECT rt.interpreter || ' ' || rt.version INTO v_runtime
-		  FROM agent.runtimes rt WHERE rt.language = request_execution.language;
+		v_runtime := v_ctx.runtime;
 		IF v_runtime IS NULL THEN
 			v_reason := 'language_not_supported'; v_sqlstate := '22023';
 			v_message := format('Language "%s" is not supported; use python, node or shell.', language);
 		ELSIF code !~ '\S' THEN
 			v_reason := 'code_empty'; v_sqlstate := '22023';
 			v_message := 'The code is empty.';
-		ELSIF v_bytes > v_max_bytes THEN
+		ELSIF v_bytes > v_ctx.max_code_bytes THEN
 			v_reason := 'code_too_large'; v_sqlstate := '54000';
-			v_message := format('The code is %s bytes; the limit is %s.', v_bytes, v_max_bytes);
+			v_message := format('The code is %s bytes; the limit is %s.', v_bytes, v_ctx.max_code_bytes);
 		END IF;
 	END IF;
 
 	IF v_reason IS NOT NULL THEN
 		v_sha := agent.code_sha256(code);
-		PERFORM agent._audit(v_org, workspace, 'capability.invoke_denied', NULL, requested_by,
+		v_event := agent._audit(v_org, workspace, 'capability.invoke_denied', NULL, requested_by,
 			jsonb_build_object('reason', v_reason, 'message', v_message,
 							   'agent_id', agent, 'conversation_id', conversation,
 							   'language', language, 'code_sha256', v_sha,
@@ -210,9 +209,9 @@ BEGIN
 										 description, requested_by, expires_at)
 		VALUES (v_appr, v_inv, v_org, workspace, 'pending', code, v_sha, language, v_runtime,
 				'high', description, requested_by,
-				now() + v_timeout);
+				now() + v_ctx.approval_timeout);
 	-- Last, so the org's audit chain is held for as short a time as possible.
-	PERFORM agent._audit(v_org, workspace, 'capability.invoke_allowed', v_inv, requested_by,
+	v_event := agent._audit(v_org, workspace, 'capability.invoke_allowed', v_inv, requested_by,
 		jsonb_build_object('agent_id', agent, 'conversation_id', conversation,
 						   'language', language, 'code_sha256', v_sha,
 						   'code_bytes', v_bytes, 'plan', v_ctx.plan,

@@ -11,15 +11,15 @@
 CREATE FUNCTION agent._lock_pending_approval(approval uuid)
 	RETURNS agent.approval_requests
 	LANGUAGE plpgsql
-	SET search_path = pg_catalog, agent
 AS $$
 DECLARE
+	v_ok		boolean;
 	v agent.approval_requests;
 BEGIN
 	IF approval IS NULL THEN
 		RAISE EXCEPTION 'approval request id must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	PERFORM agent._require_tenant(true);
+	v_ok := agent._require_tenant(true);
 	-- Another tenant's card is indistinguishable from a missing one.
 	SELECT * INTO v FROM agent.approval_requests a
 	 WHERE a.id = approval AND a.org_id = agent.current_org()
@@ -49,7 +49,6 @@ $$;
 CREATE FUNCTION agent._lock_waiting_invocation(card agent.approval_requests)
 	RETURNS agent.invocations
 	LANGUAGE plpgsql
-	SET search_path = pg_catalog, agent
 AS $$
 DECLARE
 	v agent.invocations;
@@ -83,6 +82,8 @@ CREATE FUNCTION agent.approve(approval uuid, approver text, code_sha256 text DEF
 AS $$
 #variable_conflict use_variable
 DECLARE
+	v_ok		boolean;
+	v_event	bigint;
 	v_card	agent.approval_requests;
 	v_inv	agent.invocations;
 BEGIN
@@ -105,11 +106,11 @@ BEGIN
 	UPDATE agent.invocations i
 	   SET state = 'approved', approved_at = now()
 	 WHERE i.id = v_inv.id;
-	PERFORM agent._audit(v_card.org_id, v_card.workspace_id, 'approval.approved', v_inv.id,
+	v_event := agent._audit(v_card.org_id, v_card.workspace_id, 'approval.approved', v_inv.id,
 						 approver, jsonb_build_object('approval_id', v_card.id,
 													  'code_sha256', v_card.code_sha256));
 	-- The supervisor claims approved work when this transaction commits.
-	PERFORM agent._wake_supervisor();
+	v_ok := agent._wake_supervisor();
 	RETURN v_inv.id;
 END
 $$;
@@ -123,6 +124,7 @@ CREATE FUNCTION agent.deny(approval uuid, approver text, reason text DEFAULT NUL
 AS $$
 #variable_conflict use_variable
 DECLARE
+	v_event	bigint;
 	v_card	agent.approval_requests;
 	v_inv	agent.invocations;
 BEGIN
@@ -139,7 +141,7 @@ BEGIN
 	UPDATE agent.invocations i
 	   SET state = 'denied', state_reason = coalesce(reason, 'denied by the approver')
 	 WHERE i.id = v_inv.id;
-	PERFORM agent._audit(v_card.org_id, v_card.workspace_id, 'approval.denied', v_inv.id,
+	v_event := agent._audit(v_card.org_id, v_card.workspace_id, 'approval.denied', v_inv.id,
 						 approver, jsonb_build_object('approval_id', v_card.id,
 													  'code_sha256', v_card.code_sha256,
 													  'reason', reason));
@@ -158,6 +160,7 @@ CREATE FUNCTION agent.expire_pending_approvals(as_of timestamptz DEFAULT now())
 	SET search_path = pg_catalog, agent
 AS $$
 DECLARE
+	v_event	bigint;
 	c	record;
 	n	integer := 0;
 BEGIN
@@ -180,7 +183,7 @@ BEGIN
 		UPDATE agent.invocations i
 		   SET state = 'expired', state_reason = 'approval not decided in time'
 		 WHERE i.id = c.invocation_id AND i.state = 'pending_approval';
-		PERFORM agent._audit(c.org_id, c.workspace_id, 'approval.expired', c.invocation_id,
+		v_event := agent._audit(c.org_id, c.workspace_id, 'approval.expired', c.invocation_id,
 							 'system', jsonb_build_object('approval_id', c.id,
 														  'code_sha256', c.code_sha256,
 														  'expires_at', c.expires_at));
@@ -216,7 +219,6 @@ CREATE TYPE agent.approval_card AS (
 
 CREATE FUNCTION agent.approval_card(approval uuid) RETURNS agent.approval_card
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent
 AS $$
 DECLARE
 	v agent.approval_card;
@@ -248,7 +250,6 @@ $$;
 -- its approval is approved and bound to the hash of the code as it is now.
 CREATE FUNCTION agent.approved_code_matches(invocation uuid) RETURNS boolean
 	LANGUAGE sql STABLE
-	SET search_path = pg_catalog, agent
 	RETURN EXISTS (
 		SELECT 1 FROM agent.invocations i
 		  JOIN agent.approval_requests a ON a.id = i.approval_id AND a.invocation_id = i.id

@@ -8,7 +8,9 @@
 # anything: waits are bounded only so a broken jail cannot hang the suite.
 #
 # Environment: JAIL_USERS="root postgres" (default) restricts the users;
-# JAIL_SKIP_ASAN=1 / JAIL_SKIP_VALGRIND=1 skip the sanitizer/valgrind part.
+# JAIL_SKIP_ASAN=1 / JAIL_SKIP_VALGRIND=1 skip the sanitizer/valgrind part;
+# JAIL_ASAN_FULL=1 also runs the whole suite against the ASan/UBSan build
+# (by default only a handful of runs use it).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -370,6 +372,16 @@ t "no run-* cgroups left behind" '! ls -d /sys/fs/cgroup/*/sandbox_ext/run-* >/d
 if [ "${JAIL_SKIP_ASAN:-0}" != 1 ]; then
 	if make -s -C "$ROOT/src/jail" SANITIZE=1 >"$WORK/asan-build" 2>&1; then
 		ASAN_BIN=$ROOT/src/jail/sandbox-jail-asan
+		if [ "${JAIL_ASAN_FULL:-0}" = 1 ]; then
+			# the whole suite against the sanitizer build; an ASan/UBSan
+			# report aborts the jail, which fails the test that ran it
+			JAIL_SKIP_ASAN=1 JAIL_SKIP_VALGRIND=1 "$0" "$ASAN_BIN" > "$WORK/asan-full.log" 2>&1
+			sed 's/^/  asan: /' "$WORK/asan-full.log" | grep -v "^  asan: ok"
+			read -r ap _ af _ < <(tail -1 "$WORK/asan-full.log")
+			PASS=$((PASS + ${ap:-0}))
+			FAIL=$((FAIL + ${af:-1}))
+			echo "# full suite under ASan/UBSan: ${ap:-?} passed, ${af:-?} failed"
+		fi
 		for u in $USERS; do
 			fresh_ws "$u"
 			asan_bad=no

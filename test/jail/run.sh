@@ -362,10 +362,40 @@ for args in "" "--language perl --workspace $WS" "--language python" \
 	RC=$?
 	t "usage error exits 2: '${args:-<none>}'" '[ $RC = 2 ] && err_has usage'
 done
+fresh_ws root
+printf 'print("from-file")\n' > "$WORK/code.py"
+"$BIN" --language python --workspace "$WS" --code-file "$WORK/code.py" --verdict-file "$WORK/verdict" \
+	</dev/null >"$WORK/out" 2>"$WORK/err"
+RC=$?
+t "--code-file and --verdict-file" '[ $RC = 0 ] && out_has from-file && [ "$(v exit_code)" = 0 ]'
+echo keep > "$WORK/target"
+ln -sf "$WORK/target" "$WORK/vlink"
+"$BIN" --language python --workspace "$WS" --code-file "$WORK/code.py" --verdict-file "$WORK/vlink" \
+	</dev/null >"$WORK/out" 2>"$WORK/err"
+RC=$?
+t "--verdict-file never writes through a symlink" '[ $RC = 1 ] && [ "$(cat "$WORK/target")" = keep ] && ! out_has from-file'
+"$BIN" --language shell --workspace "$WORK/nope" --quiet --verdict-fd 3 </dev/null >"$WORK/out" 2>"$WORK/err" 3>"$WORK/verdict"
+RC=$?
+t "--quiet: setup error only in the verdict" '[ $RC = 1 ] && [ ! -s "$WORK/err" ] && [ "$(v status)" = setup_error ]'
 WS="$WORK/no\"such
 dir"
 jr root shell 'true'
 t "verdict JSON escapes quotes and newlines" '[ "$(v status)" = setup_error ] && [ $RC = 1 ]'
+# a cgroup2 directory without memory/pids (this host binds them to v1):
+# fallback to rlimits, or a setup error with --require-cgroup; the per-run
+# directory is removed either way
+V2=$(awk '{ for (i = 1; i <= NF; i++) if ($i == "-") break;
+	if ($(i+1) == "cgroup2") { print $5; exit } }' /proc/self/mountinfo)
+if [ -n "$V2" ] && ! grep -qw memory "$V2/cgroup.controllers" 2>/dev/null &&
+	mkdir -p "$V2/jailtest-$$" 2>/dev/null; then
+	fresh_ws root
+	jr root shell 'echo v2-fallback' --cgroup-parent "$V2/jailtest-$$"
+	t "v2 parent without controllers -> rlimits only, cgroup none" '[ $RC = 0 ] && out_has v2-fallback && [ "$(v cgroup)" = none ]'
+	jr root shell 'echo never' --cgroup-parent "$V2/jailtest-$$" --require-cgroup
+	t "v2 parent without controllers + --require-cgroup -> setup error" '[ $RC = 1 ] && [ "$(v status)" = setup_error ] && ! out_has never'
+	t "v2 per-run cgroups removed" '! ls -d "$V2/jailtest-$$"/run-* >/dev/null 2>&1'
+	rmdir "$V2/jailtest-$$"
+fi
 t "no run-* cgroups left behind" '! ls -d /sys/fs/cgroup/*/sandbox_ext/run-* >/dev/null 2>&1'
 
 # --- sanitizer and valgrind runs --------------------------------------------------

@@ -66,7 +66,13 @@ for ctl in memory pids cpuacct; do
 	for run in "$dir"/run-*; do
 		[ -d "$run" ] || continue
 		pid=${run##*/run-}
-		kill -0 "$pid" 2>/dev/null || rmdir "$run" 2>/dev/null
+		kill -0 "$pid" 2>/dev/null && continue
+		# tasks of a just-killed sandbox may still be exiting
+		for _ in 1 2 3 4 5; do
+			rmdir "$run" 2>/dev/null && break
+			[ -s "$run/cgroup.procs" ] || sleep 0.1
+			[ -s "$run/cgroup.procs" ] && break
+		done
 	done
 	did_something=1
 	note "v1 $ctl: $dir owned by $USER_NAME"

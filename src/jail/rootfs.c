@@ -254,15 +254,18 @@ tmpfs_at(const char *path, const char *opts, unsigned long flags, char *err)
 	return 0;
 }
 
-/* Host /etc entries a Python/Node/bash program reasonably needs. */
+/*
+ * Host /etc entries a Python/Node/bash program needs at run time, and no
+ * more (each is a mount to make and to tear down, and a thing to read):
+ * loader cache, CA certificates, the alternatives symlink farm that
+ * /usr/bin points into, time zone, Python's site config, the protocol and
+ * service tables, os-release (platform module) and mime.types.
+ */
 static const char *const etc_files[] = {
-	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
-	"/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ca-certificates",
-	"/etc/ca-certificates.conf", "/etc/alternatives", "/etc/localtime",
-	"/etc/timezone", "/etc/mime.types", "/etc/python3", "/etc/python3.11",
-	"/etc/protocols", "/etc/services", "/etc/gai.conf", "/etc/host.conf",
-	"/etc/debian_version", "/etc/os-release", "/etc/magic",
-	"/etc/inputrc", "/etc/terminfo",
+	"/etc/ld.so.cache", "/etc/ssl/certs", "/etc/ssl/openssl.cnf",
+	"/etc/alternatives", "/etc/localtime", "/etc/timezone",
+	"/etc/python3", "/etc/python3.11", "/etc/protocols", "/etc/services",
+	"/etc/os-release", "/etc/mime.types",
 	NULL
 };
 

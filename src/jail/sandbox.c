@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <net/if.h>
 #include <poll.h>
 #include <sched.h>
@@ -349,6 +350,35 @@ init_reap(const JailChildArgs *a, pid_t payload)
 	}
 }
 
+static int
+cmp_int(const void *x, const void *y)
+{
+	return *(const int *) x - *(const int *) y;
+}
+
+/*
+ * Close every descriptor but stdio and our own pipe ends.  This matters
+ * beyond hygiene: the parent's ends of the go and lifeline pipes must not
+ * stay open here, or a dead parent would never look dead (no EOF, no
+ * HUP); and init must not sit on descriptors the caller gave the jail.
+ */
+static void
+close_inherited(const JailChildArgs *a)
+{
+	int			keep[] = {a->go_fd, a->err_fd, a->status_fd, a->out_fd,
+		a->errout_fd, a->lifeline_fd, INT_MAX};
+	int			from = 3;
+
+	qsort(keep, 6, sizeof(int), cmp_int);
+	for (int i = 0; i < 7; i++)
+	{
+		if (keep[i] > from)
+			syscall(SYS_close_range, (unsigned) from, (unsigned) keep[i] - 1, 0U);
+		if (keep[i] >= from && keep[i] != INT_MAX)
+			from = keep[i] + 1;
+	}
+}
+
 int
 jail_child_main(void *arg)
 {
@@ -359,6 +389,7 @@ jail_child_main(void *arg)
 	pid_t		payload;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	close_inherited(a);
 
 	/* The parent writes our uid/gid maps, then says go (first byte). */
 	if (read(a->go_fd, &go, 1) != 1)

@@ -214,8 +214,8 @@ stream_read(Stream *s, uint64_t cap, JailResult *res)
 		s->off = 0;
 		s->len = keep;
 	}
-	else if (s->forwarded >= cap)
-		res->output_truncated = true;
+	else
+		res->output_truncated = true;	/* over the cap, or nobody reads */
 }
 
 static void

@@ -22,23 +22,21 @@ void
 jail_warn(const char *fmt,...)
 {
 	va_list		ap;
-	char		buf[1024];
-	int			n;
+	char		buf[1024] = "sandbox-jail: ";
+	size_t		n = strlen(buf);
 
 	if (jail_quiet)
 		return;
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
+	vsnprintf(buf + n, sizeof(buf) - n - 1, fmt, ap);
 	va_end(ap);
 	n = strlen(buf);
 	buf[n++] = '\n';
-	/* one write(2) so the line is not interleaved with payload output */
-	(void) jail_write_all(STDERR_FILENO, "sandbox-jail: ", 14);
+	/* one write(2), so the line is not interleaved with payload output */
 	(void) jail_write_all(STDERR_FILENO, buf, n);
 }
 
-/* Format an error message into a JAIL_ERRLEN buffer, appending errno text
- * when the format ends in ": %m"-style is wanted by the caller. */
+/* Format an error message into a JAIL_ERRLEN buffer. */
 void
 jail_seterr(char *buf, const char *fmt,...)
 {

@@ -69,6 +69,7 @@ cleanup() {
 	sql "ALTER SYSTEM RESET sandbox.clickhouse_url" >/dev/null 2>&1
 	sql "ALTER SYSTEM RESET sandbox.export_fault" >/dev/null 2>&1
 	sql "ALTER SYSTEM RESET sandbox.export_poll_interval" >/dev/null 2>&1
+	sql "ALTER SYSTEM RESET max_slot_wal_keep_size" >/dev/null 2>&1
 	sql "SELECT pg_reload_conf()" >/dev/null 2>&1
 	sleep 0.5
 	sql "SELECT agent.export_drop()" >/dev/null 2>&1
@@ -310,6 +311,34 @@ if wait_for 30 caught_up; then
 	ok "after the rename back, a resync brings every row"
 else
 	not_ok "after the rename back, a resync brings every row" "state=$(state) pg=$(pg_count) ch=$(ch_final_count)"
+fi
+
+# ---- slot invalidated by max_slot_wal_keep_size ----
+"$CH" kill >/dev/null
+sql "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'" >/dev/null
+sql "SELECT pg_reload_conf()" >/dev/null
+insert_rows 30 while_slot_lost
+for _ in 1 2 3 4; do
+	sql "CREATE TEMP TABLE w AS SELECT g FROM generate_series(1, 1000) g; SELECT pg_switch_wal()" >/dev/null
+done
+sql "CHECKPOINT" >/dev/null
+check "an outage longer than max_slot_wal_keep_size loses the slot" lost \
+	"$(sql "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'sandbox_ext_export'")"
+sql "ALTER SYSTEM RESET max_slot_wal_keep_size" >/dev/null
+sql "SELECT pg_reload_conf()" >/dev/null
+"$CH" restart >/dev/null
+if wait_for 60 '[ "$(state)" = error ]'; then
+	ok "a lost slot puts the exporter in state error"
+else
+	not_ok "a lost slot puts the exporter in state error" "state=$(state)"
+fi
+check "the error says to resync" t \
+	"$(sql "SELECT last_error LIKE '%invalidated%export_resync()%' FROM agent.export_status()")"
+sql "SELECT agent.export_resync()" >/dev/null
+if wait_for 30 caught_up; then
+	ok "after a lost slot, agent.export_resync() brings every row"
+else
+	not_ok "after a lost slot, agent.export_resync() brings every row" "state=$(state) pg=$(pg_count) ch=$(ch_final_count)"
 fi
 
 # ---- turning it off ----

@@ -17,8 +17,10 @@ PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
 CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_cluster}
 PGPORT_=${SANDBOX_PGPORT:-55432}
 DB=${SANDBOX_DB:-sandbox_test}
-export CLICKHOUSE_HTTP_PORT=${CLICKHOUSE_HTTP_PORT:-58123}
-export CLICKHOUSE_TCP_PORT=${CLICKHOUSE_TCP_PORT:-59000}
+# ClickHouse ports follow the cluster's port (+2000 http, +3000 tcp), so
+# parallel runs on distinct clusters do not share a server.
+export CLICKHOUSE_HTTP_PORT=${CLICKHOUSE_HTTP_PORT:-$((PGPORT_ + 2000))}
+export CLICKHOUSE_TCP_PORT=${CLICKHOUSE_TCP_PORT:-$((PGPORT_ + 3000))}
 export CLICKHOUSE_DIR=${CLICKHOUSE_DIR:-/tmp/sandbox_ch_test.$PGPORT_}
 CH="$top/scripts/clickhouse.sh"
 

@@ -14,6 +14,7 @@
 #
 # Ports: CLICKHOUSE_HTTP_PORT (default 58123) and CLICKHOUSE_TCP_PORT
 # (default 59000); directory CLICKHOUSE_DIR (default /tmp/sandbox_ch_server).
+# start refuses ports already in use rather than share another server.
 # The server runs as the clickhouse user (or postgres, or the caller when not
 # root), never as root, and never touches the system's /var/lib/clickhouse.
 set -euo pipefail
@@ -133,9 +134,20 @@ create_tables() {
 	done
 }
 
+port_busy() {		# port
+	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
 case "${1:-}" in
 start)
 	terminate TERM
+	# Never talk to somebody else's server on our ports.
+	for p in "$HTTP_PORT" "$TCP_PORT"; do
+		if port_busy "$p"; then
+			echo "clickhouse: port $p on 127.0.0.1 is in use by another process" >&2
+			exit 1
+		fi
+	done
 	rm -rf "$DIR"
 	write_config
 	launch

@@ -152,6 +152,7 @@ static char *seen_slot = NULL;
 
 /* Backend-local: wake the exporter when this transaction commits. */
 static bool export_wake_pending = false;
+static bool export_reset_pending = false;
 static bool export_callback_registered = false;
 
 PGDLLEXPORT void sandbox_export_main(Datum main_arg);
@@ -1172,7 +1173,7 @@ sandbox_export_main(Datum main_arg)
 /* ---- commit-time wake-up ---- */
 
 static void
-export_wake_now(void)
+export_wake_now(bool reset)
 {
 	Latch	   *latch;
 
@@ -1180,6 +1181,8 @@ export_wake_now(void)
 	latch = sandbox_shared->exporter_latch;
 	if (sandbox_shared->export.pending_since == 0)
 		sandbox_shared->export.pending_since = GetCurrentTimestamp();
+	if (reset)
+		sandbox_shared->export.reset_requested = true;
 	SpinLockRelease(&sandbox_shared->mutex);
 	if (latch)
 		SetLatch(latch);
@@ -1194,13 +1197,15 @@ export_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (export_wake_pending)
 			{
+				export_wake_now(export_reset_pending);
 				export_wake_pending = false;
-				export_wake_now();
+				export_reset_pending = false;
 			}
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			export_wake_pending = false;
+			export_reset_pending = false;
 			break;
 		default:
 			break;
@@ -1208,7 +1213,7 @@ export_xact_callback(XactEvent event, void *arg)
 }
 
 static void
-export_wake_at_commit(void)
+export_wake_at_commit(bool reset)
 {
 	if (sandbox_shared == NULL)
 		return;
@@ -1218,6 +1223,8 @@ export_wake_at_commit(void)
 		export_callback_registered = true;
 	}
 	export_wake_pending = true;
+	if (reset)
+		export_reset_pending = true;
 }
 
 /* ---- SQL-callable functions ---- */
@@ -1235,17 +1242,22 @@ sandbox_export_wake_trigger(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("agent._export_wake_trigger() must be called as a trigger")));
-	export_wake_at_commit();
+	export_wake_at_commit(false);
 	return PointerGetDatum(NULL);
 }
 
 PG_FUNCTION_INFO_V1(sandbox_export_wake);
 
-/* agent._export_wake(): wake the exporter when this transaction commits. */
+/*
+ * agent._export_wake(reset): wake the exporter when this transaction
+ * commits, and with reset also leave its error state then.  At commit, not
+ * now: the exporter must see what the transaction wrote (a resync request)
+ * when it looks again.
+ */
 Datum
 sandbox_export_wake(PG_FUNCTION_ARGS)
 {
-	export_wake_at_commit();
+	export_wake_at_commit(PG_GETARG_BOOL(0));
 	PG_RETURN_BOOL(sandbox_shared != NULL);
 }
 

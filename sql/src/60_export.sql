@@ -25,7 +25,7 @@ CREATE FUNCTION agent._export_wake_trigger() RETURNS trigger
 	AS 'MODULE_PATHNAME', 'sandbox_export_wake_trigger'
 	LANGUAGE C;
 
-CREATE FUNCTION agent._export_wake() RETURNS boolean
+CREATE FUNCTION agent._export_wake(reset boolean DEFAULT false) RETURNS boolean
 	AS 'MODULE_PATHNAME', 'sandbox_export_wake'
 	LANGUAGE C VOLATILE STRICT;
 
@@ -95,11 +95,9 @@ DECLARE
 BEGIN
 	INSERT INTO agent.export_state AS e (slot_name, resync_requested) VALUES (v_slot, true)
 		ON CONFLICT (slot_name) DO UPDATE SET resync_requested = true;
-	PERFORM agent._export_wake();
-	-- A resync also clears the error state that sent the caller here.
-	IF agent.supervisor_available() THEN
-		PERFORM agent.export_reset();
-	END IF;
+	-- At commit: wake the exporter and clear the error state that sent the
+	-- caller here (a lost or missing slot), once the request is visible.
+	PERFORM agent._export_wake(true);
 	RETURN format('resync of slot %s requested: the exporter recreates it and copies agent.tool_invocations', v_slot);
 END
 $$;
@@ -164,4 +162,4 @@ COMMENT ON FUNCTION agent.export_status() IS
 	'state, position and lag of the ClickHouse export';
 
 REVOKE ALL ON FUNCTION agent.export_setup(), agent.export_resync(), agent.export_reset(), agent.export_drop(),
-	agent.export_status(), agent._export_wake(), agent._export_worker_state() FROM PUBLIC;
+	agent.export_status(), agent._export_wake(boolean), agent._export_worker_state() FROM PUBLIC;

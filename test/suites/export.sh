@@ -17,8 +17,10 @@ PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
 CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_cluster}
 PGPORT_=${SANDBOX_PGPORT:-55432}
 DB=${SANDBOX_DB:-sandbox_test}
-export CLICKHOUSE_HTTP_PORT=${CLICKHOUSE_HTTP_PORT:-58123}
-export CLICKHOUSE_TCP_PORT=${CLICKHOUSE_TCP_PORT:-59000}
+# ClickHouse ports follow the cluster's port (+2000 http, +3000 tcp), so
+# parallel runs on distinct clusters do not share a server.
+export CLICKHOUSE_HTTP_PORT=${CLICKHOUSE_HTTP_PORT:-$((PGPORT_ + 2000))}
+export CLICKHOUSE_TCP_PORT=${CLICKHOUSE_TCP_PORT:-$((PGPORT_ + 3000))}
 export CLICKHOUSE_DIR=${CLICKHOUSE_DIR:-/tmp/sandbox_ch_test.$PGPORT_}
 CH="$top/scripts/clickhouse.sh"
 
@@ -69,6 +71,7 @@ cleanup() {
 	sql "ALTER SYSTEM RESET sandbox.clickhouse_url" >/dev/null 2>&1
 	sql "ALTER SYSTEM RESET sandbox.export_fault" >/dev/null 2>&1
 	sql "ALTER SYSTEM RESET sandbox.export_poll_interval" >/dev/null 2>&1
+	sql "ALTER SYSTEM RESET max_slot_wal_keep_size" >/dev/null 2>&1
 	sql "SELECT pg_reload_conf()" >/dev/null 2>&1
 	sleep 0.5
 	sql "SELECT agent.export_drop()" >/dev/null 2>&1
@@ -310,6 +313,34 @@ if wait_for 30 caught_up; then
 	ok "after the rename back, a resync brings every row"
 else
 	not_ok "after the rename back, a resync brings every row" "state=$(state) pg=$(pg_count) ch=$(ch_final_count)"
+fi
+
+# ---- slot invalidated by max_slot_wal_keep_size ----
+"$CH" kill >/dev/null
+sql "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'" >/dev/null
+sql "SELECT pg_reload_conf()" >/dev/null
+insert_rows 30 while_slot_lost
+for _ in 1 2 3 4; do
+	sql "CREATE TEMP TABLE w AS SELECT g FROM generate_series(1, 1000) g; SELECT pg_switch_wal()" >/dev/null
+done
+sql "CHECKPOINT" >/dev/null
+check "an outage longer than max_slot_wal_keep_size loses the slot" lost \
+	"$(sql "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'sandbox_ext_export'")"
+sql "ALTER SYSTEM RESET max_slot_wal_keep_size" >/dev/null
+sql "SELECT pg_reload_conf()" >/dev/null
+"$CH" restart >/dev/null
+if wait_for 60 '[ "$(state)" = error ]'; then
+	ok "a lost slot puts the exporter in state error"
+else
+	not_ok "a lost slot puts the exporter in state error" "state=$(state)"
+fi
+check "the error says to resync" t \
+	"$(sql "SELECT last_error LIKE '%invalidated%export_resync()%' FROM agent.export_status()")"
+sql "SELECT agent.export_resync()" >/dev/null
+if wait_for 30 caught_up; then
+	ok "after a lost slot, agent.export_resync() brings every row"
+else
+	not_ok "after a lost slot, agent.export_resync() brings every row" "state=$(state) pg=$(pg_count) ch=$(ch_final_count)"
 fi
 
 # ---- turning it off ----

@@ -12,7 +12,10 @@ ALTER TABLE agent.invocations
 	ADD COLUMN cpu_ms bigint,
 	ADD COLUMN peak_memory_bytes bigint,
 	ADD COLUMN stdout_bytes bigint,
-	ADD COLUMN stderr_bytes bigint;
+	ADD COLUMN stderr_bytes bigint,
+	-- Request order: breaks ties between invocations approved at the same
+	-- instant (one transaction), so a conversation's runs keep their order.
+	ADD COLUMN request_seq bigint GENERATED ALWAYS AS IDENTITY;
 
 -- Terminal states: nothing happens to an invocation after these.
 CREATE FUNCTION agent._state_is_terminal(state text) RETURNS boolean
@@ -89,8 +92,8 @@ BEGIN
 					AND NOT EXISTS (SELECT 1 FROM agent.invocations j
 									 WHERE j.conversation_id = i.conversation_id
 									   AND j.state = 'approved'
-									   AND (j.approved_at, j.id) < (i.approved_at, i.id))))
-		 ORDER BY i.approved_at, i.id
+									   AND (j.approved_at, j.request_seq) < (i.approved_at, i.request_seq))))
+		 ORDER BY i.approved_at, i.request_seq
 		 LIMIT max_rows
 		   FOR UPDATE SKIP LOCKED
 	LOOP
@@ -372,8 +375,13 @@ BEGIN
 			ELSE NULL END;
 	END IF;
 
-	-- A run that never started cannot be "running": provisioning goes
-	-- straight to provision_failed.
+	-- The jail ran but the row was never marked running (that short
+	-- transaction failed, or the run ended first): it did start.
+	IF r.state = 'provisioning' AND new_state <> 'provision_failed' THEN
+		UPDATE agent.invocations i SET state = 'running', started_at = coalesce(i.started_at, now())
+		 WHERE i.id = invocation;
+	END IF;
+
 	UPDATE agent.invocations i
 	   SET state = new_state,
 		   state_reason = reason,

@@ -219,8 +219,8 @@ SQL
 check "runs of one conversation never overlap" 0 "$overlaps"
 check "they ran in approval order" t "$(q <<SQL
 SELECT bool_and(ok) FROM (
-  SELECT (lag(started_at) OVER (ORDER BY approved_at, id) IS NULL
-		  OR lag(started_at) OVER (ORDER BY approved_at, id) < started_at) AS ok
+  SELECT (lag(started_at) OVER (ORDER BY approved_at, request_seq) IS NULL
+		  OR lag(started_at) OVER (ORDER BY approved_at, request_seq) < started_at) AS ok
 	FROM agent.invocations WHERE id IN ('${ids[0]}', '${ids[1]}', '${ids[2]}')) x;
 SQL
 )"

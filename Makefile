@@ -13,7 +13,7 @@ OBJS = src/sandbox_ext.o src/shmem.o src/supervisor.o src/api.o src/files.o \
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*--*.sql))
-DOCS = docs/sandbox_ext.md docs/export.md
+DOCS = $(wildcard docs/*.md)
 
 # pg_regress inputs are every sql/*.sql that is not an install script;
 # test/run.sh drives them (and the other suites) against a throwaway cluster.

@@ -18,7 +18,8 @@
 # the same bash script, and the bare "sh-true" row shows that bash cost.
 #
 # Uses per-run timestamps from bash's EPOCHREALTIME (no extra fork per
-# sample), contenders interleaved round-robin; hyperfine is not required.
+# sample), contenders interleaved round-robin; hyperfine is not required,
+# but when installed it adds a cross-check of the sh-true row.
 set -u
 
 # A clean environment for every contender (some variables make node alone
@@ -117,3 +118,15 @@ if [ -x /usr/bin/node ]; then
 	JAILFN=jail_js JAILNCFN=jailnc_js row node
 fi
 echo "# ratios use medians; jail/bare for 'true' includes the bash start-up (see sh-true)"
+
+# Cross-check with hyperfine when it is installed (not required): the same
+# bash-script payload, each contender measured in its own batch.
+if command -v hyperfine >/dev/null; then
+	echo "# hyperfine cross-check (sh-true), N=$N"
+	hyperfine -N -w 3 -r "$N" --style basic \
+		-n bare "/bin/bash --noprofile --norc $WORK/true.sh" \
+		-n bwrap "${BWRAP[*]} /bin/bash --noprofile --norc /sandbox/true.sh" \
+		-n jail "${JAIL[*]} --language shell --code-file $WORK/true.sh" \
+		-n jail-nocg "${JAIL[*]} --cgroup-parent /nonexistent --language shell --code-file $WORK/true.sh" 2>&1 |
+		grep -E "^(Benchmark|  Time|Summary|.* ran$|    [0-9.]+ ± )"
+fi

@@ -386,8 +386,19 @@ jail_cgroup_collect(const JailCgroup *cg, JailResult *res)
 	{
 		if (read_u64(cg->mem_dir, "memory.max_usage_in_bytes", &v))
 			res->peak_memory_bytes = v;
-		if (read_keyed(cg->mem_dir, "memory.oom_control", "oom_kill", &v) && v > 0)
+		if (read_keyed(cg->mem_dir, "memory.oom_control", "oom_kill", &v))
+		{
+			if (v > 0)
+				res->oom_killed = true;
+		}
+		else if (read_u64(cg->mem_dir, "memory.failcnt", &v) && v > 0)
+		{
+			/*
+			 * Kernels before 4.13 have no oom_kill counter; the limit
+			 * having been hit is the best evidence left.
+			 */
 			res->oom_killed = true;
+		}
 	}
 	v = jail_cgroup_cpu_ms(cg);
 	if (v > res->cpu_ms)

@@ -32,10 +32,13 @@ as_pg() {
 	else sudo -u postgres -- "$@"; fi
 }
 
+# Seconds since the previous record (each suite's own time, for CI budgets).
+mark=$SECONDS
 record() {			# suite passed failed
 	total_pass=$((total_pass + $2))
 	total_fail=$((total_fail + $3))
-	summary+=("$(printf '%-10s %4d passed, %d failed' "$1" "$2" "$3")")
+	summary+=("$(printf '%-10s %4d passed, %d failed  (%ds)' "$1" "$2" "$3" $((SECONDS - mark)))")
+	mark=$SECONDS
 }
 
 # Count a pg_regress-style log: "... ok" / "... FAILED" per test.

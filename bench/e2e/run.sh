@@ -50,6 +50,7 @@ conninfo="host=$SANDBOX_CLUSTER_DIR port=$SANDBOX_PGPORT user=postgres dbname=$S
 # Mean ms of N sequential runs of a command (bash loop, as postgres).
 loop_ms() {
 	as_pg bash -c '
+		cd /tmp
 		n=$1; shift
 		s=$(date +%s%N)
 		for ((i = 0; i < n; i++)); do "$@" >/dev/null 2>&1 </dev/null; done

@@ -79,6 +79,9 @@ PGDLLEXPORT void sandbox_supervisor_main(Datum main_arg);
 #define BACKSTOP_GRACE_MS	10000
 /* How long to wait for pipes to drain after the jail has exited. */
 #define DRAIN_GRACE_MS		2000
+/* Output that does not end a line waits this long for the rest of it. */
+#define OUTPUT_COALESCE_MS	20
+#define OUTPUT_COALESCE_BYTES	16384
 /* Delay before retrying a finish whose transaction failed. */
 #define FINISH_RETRY_MS		5000
 /* Most skills mounted into one sandbox. */
@@ -121,6 +124,7 @@ typedef struct Run
 	StringInfoData pending[NSTREAMS];	/* valid UTF-8 waiting to be stored */
 	char		partial[NSTREAMS][4];	/* incomplete UTF-8 tail of a read */
 	int			partial_len[NSTREAMS];
+	TimestampTz pending_at[NSTREAMS];	/* when pending[] became non-empty */
 	int64		bytes[NSTREAMS];	/* read from the jail */
 	int64		kept[NSTREAMS];		/* accepted for storage */
 	bool		truncated;		/* we dropped output over the limit */
@@ -350,11 +354,25 @@ append_utf8(Run *run, int stream, const char *buf, int len, bool eof)
 	}
 }
 
+/*
+ * Is a stream's pending output ready to be stored?  Output is stored a line
+ * at a time where it can be: a chunk that does not end a line waits up to
+ * OUTPUT_COALESCE_MS for the rest (an unbuffered interpreter writes "a" and
+ * "\n" separately), unless the stream ended or the chunk is large.
+ */
 static bool
-run_has_pending(Run *run)
+stream_ready(Run *run, int st, TimestampTz now)
 {
-	return run->pending[0].len > 0 || run->pending[1].len > 0;
+	StringInfo	p = &run->pending[st];
+
+	if (p->len == 0)
+		return false;
+	return run->fd[st] < 0 || run->exited ||
+		p->data[p->len - 1] == '\n' ||
+		p->len >= OUTPUT_COALESCE_BYTES ||
+		TimestampDifferenceExceeds(run->pending_at[st], now, OUTPUT_COALESCE_MS);
 }
+
 
 /*
  * Store the pending output of every run in one transaction: one row per
@@ -368,10 +386,15 @@ flush_output(void)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	bool		any = false;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		ready[SANDBOX_MAX_SLOTS][NSTREAMS];
 
 	for (int i = 0; i < nruns_alloc; i++)
-		if (runs[i].active && run_has_pending(&runs[i]))
-			any = true;
+		for (int st = 0; st < NSTREAMS; st++)
+		{
+			ready[i][st] = runs[i].active && stream_ready(&runs[i], st, now);
+			any |= ready[i][st];
+		}
 	if (!any)
 		return;
 
@@ -398,7 +421,7 @@ flush_output(void)
 				Datum		values[3];
 				int			rc;
 
-				if (run->pending[st].len == 0)
+				if (!ready[i][st])
 					continue;
 				values[0] = UUIDPGetDatum(&run->id);
 				values[1] = CStringGetTextDatum(stream_names[st]);
@@ -411,12 +434,9 @@ flush_output(void)
 		}
 		xact_commit();
 		for (int i = 0; i < nruns_alloc; i++)
-		{
-			if (!runs[i].active)
-				continue;
-			resetStringInfo(&runs[i].pending[0]);
-			resetStringInfo(&runs[i].pending[1]);
-		}
+			for (int st = 0; st < NSTREAMS; st++)
+				if (ready[i][st])
+					resetStringInfo(&runs[i].pending[st]);
 	}
 	PG_CATCH();
 	{
@@ -1203,6 +1223,8 @@ read_stream(Run *run, int st)
 			if (keep == 0)
 				continue;
 			run->kept[st] += keep;
+			if (run->pending[st].len == 0)
+				run->pending_at[st] = GetCurrentTimestamp();
 			append_utf8(run, st, buf, keep, false);
 			if (run->pending[st].len >= OUTPUT_READ_SIZE)
 				break;			/* store it before reading more */
@@ -1620,6 +1642,12 @@ sandbox_supervisor_main(Datum main_arg)
 				AddWaitEventToSet(wes, WL_SOCKET_READABLE, run->verdict_fd, NULL, run);
 			if (run->pidfd >= 0)
 				AddWaitEventToSet(wes, WL_SOCKET_READABLE, run->pidfd, NULL, run);
+			for (int st = 0; st < NSTREAMS; st++)
+				if (run->pending[st].len > 0)
+					timeout = Min(timeout,
+								  Max(TimestampDifferenceMilliseconds(now,
+																	  TimestampTzPlusMilliseconds(run->pending_at[st],
+																								  OUTPUT_COALESCE_MS)), 0));
 			else if (!run->exited)
 				timeout = Min(timeout, 100);	/* no pidfd: poll waitpid */
 			if (run->finish_retry_at != 0)

@@ -217,11 +217,19 @@ SELECT count(*) FROM r a JOIN r b ON a.id < b.id AND a.s < b.f AND b.s < a.f;
 SQL
 )
 check "runs of one conversation never overlap" 0 "$overlaps"
-check "they ran in approval order" t "$(q <<SQL
-SELECT bool_and(ok) FROM (
-  SELECT (lag(started_at) OVER (ORDER BY approved_at, request_seq) IS NULL
-		  OR lag(started_at) OVER (ORDER BY approved_at, request_seq) < started_at) AS ok
-	FROM agent.invocations WHERE id IN ('${ids[0]}', '${ids[1]}', '${ids[2]}')) x;
+# Approved one after the other, in reverse request order: they run in
+# approval order, not request order.
+ids=()
+apprs=()
+for i in 1 2 3; do
+	read -r inv appr < <(request shell "echo $i >> order2.txt; sleep 0.3")
+	ids+=("$inv"); apprs+=("$appr")
+done
+for k in 2 1 0; do approve "${apprs[$k]}"; done
+for inv in "${ids[@]}"; do await "$inv" >/dev/null; done
+check "they ran in approval order" "3,2,1" "$(q <<SQL
+SELECT string_agg(split_part(code, ' ', 2), ',' ORDER BY started_at)
+  FROM agent.invocations WHERE id IN ('${ids[0]}', '${ids[1]}', '${ids[2]}');
 SQL
 )"
 

@@ -121,6 +121,9 @@ SELECT pg_temp.sqlstate_of(format($$UPDATE agent.invocations SET state = 'provis
 	(SELECT invocation_id FROM req WHERE k = 2)));
 SELECT pg_temp.sqlstate_of(format($$UPDATE agent.invocations SET state = 'approved' WHERE id = %L$$,
 	(SELECT invocation_id FROM req WHERE k = 2)));
+-- Leave k=2 cancelled rather than provisioning: nothing is working on it.
+SELECT pg_temp.sqlstate_of(format($$UPDATE agent.invocations SET state = 'cancelled', state_reason = 'test' WHERE id = %L$$,
+	(SELECT invocation_id FROM req WHERE k = 2)));
 SELECT f.s AS from_state, string_agg(t.s, ', ' ORDER BY t.n) AS may_become
   FROM (VALUES (1, 'pending_approval'), (2, 'approved'), (3, 'provisioning'), (4, 'running'),
 			   (5, 'succeeded'), (6, 'failed'), (7, 'timed_out'), (8, 'killed'), (9, 'denied'),

@@ -53,6 +53,8 @@ UPDATE agent.invocations SET state = 'insufficient_credits', state_reason = 'bal
 -- Provisioning k=1 fails: refund exactly the charge, once.
 UPDATE agent.invocations SET state = 'provisioning' WHERE id = (SELECT id FROM inv WHERE k = 1);
 UPDATE agent.invocations SET state = 'provision_failed' WHERE id = (SELECT id FROM inv WHERE k = 1);
+SELECT agent._audit('a3000000-0000-4000-8000-000000000001', 'b3000000-0000-4000-8000-000000000001',
+	'invocation.provision_failed', (SELECT id FROM inv WHERE k = 1), 'supervisor', '{}') > 0 AS audited;
 SELECT agent.refund_invocation((SELECT id FROM inv WHERE k = 1), 'jail setup failed') AS refunded_1;
 SELECT agent.refund_invocation((SELECT id FROM inv WHERE k = 1), 'jail setup failed') AS refunded_1_again;
 SELECT agent.refund_invocation((SELECT id FROM inv WHERE k = 3), 'never charged') AS refunded_3;

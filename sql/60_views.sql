@@ -30,12 +30,16 @@ SELECT agent.charge_invocation(invocation_id) FROM r WHERE k IN (1, 2) ORDER BY 
 UPDATE agent.invocations SET state = 'provisioning' WHERE id IN (SELECT invocation_id FROM r WHERE k IN (1, 2));
 UPDATE agent.invocations SET state = 'running' WHERE id = (SELECT invocation_id FROM r WHERE k = 1);
 UPDATE agent.invocations SET state = 'succeeded', exit_code = 0 WHERE id = (SELECT invocation_id FROM r WHERE k = 1);
+SELECT agent._audit('a6000000-0000-4000-8000-000000000001', 'b6000000-0000-4000-8000-000000000001',
+	'invocation.finished', invocation_id, 'supervisor', '{}') > 0 AS audited FROM r WHERE k = 1;
 INSERT INTO agent.agent_tool_calls (invocation_id, org_id, workspace_id, agent_id, status, exit_code, output_preview)
 	SELECT invocation_id, 'a6000000-0000-4000-8000-000000000001', 'b6000000-0000-4000-8000-000000000001',
 		   'c6000000-0000-4000-8000-000000000001', 'succeeded', 0, '1'
 	  FROM r WHERE k = 1;
 UPDATE agent.invocations SET state = 'provision_failed', state_reason = 'no cgroup'
  WHERE id = (SELECT invocation_id FROM r WHERE k = 2);
+SELECT agent._audit('a6000000-0000-4000-8000-000000000001', 'b6000000-0000-4000-8000-000000000001',
+	'invocation.provision_failed', invocation_id, 'supervisor', '{}') > 0 AS audited FROM r WHERE k = 2;
 SELECT agent.refund_invocation(invocation_id, 'provisioning failed') FROM r WHERE k = 2;
 
 SELECT r.k, o.state, o.iam_decision, o.approval_status, o.decided_by,

@@ -83,10 +83,11 @@ GRANT SELECT ON ALL TABLES IN SCHEMA agent TO agent_auditor;
 
 -- Function privileges: nothing by default, then the API.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA agent FROM PUBLIC;
--- Policies and CHECK constraints call these as the current user.
+-- Policies call these as the current user.  (The CHECK functions
+-- is_invocation_state / is_approval_status need no grant: only the owner
+-- writes those tables.)
 GRANT EXECUTE ON FUNCTION agent.current_org(), agent.current_workspace(),
-	agent.code_sha256(text), agent.is_invocation_state(text),
-	agent.is_approval_status(text) TO PUBLIC;
+	agent.code_sha256(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
 	agent.set_tenant(uuid, uuid),
 	agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer),

@@ -58,13 +58,19 @@ wal_level = logical
 max_replication_slots = 8
 max_wal_senders = 8
 sandbox.database = '$DB'
+sandbox.jail_path = '$PGBIN/sandbox-jail'
 log_min_messages = warning
 log_line_prefix = '%m [%p] %b '
 CONF
 	if [ -n "${SANDBOX_EXTRA_CONF:-}" ]; then
 		printf '%s\n' "$SANDBOX_EXTRA_CONF" >>"$CLUSTER_DIR/data/postgresql.conf"
 	fi
-	as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null
+	# A previous cluster on the same port may still be releasing it.
+	if ! as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null; then
+		tail -n 5 "$CLUSTER_DIR/server.log" >&2
+		sleep 2
+		as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null
+	fi
 	psql_db -d postgres -c "CREATE DATABASE $DB"
 	psql_db -d "$DB" -c "CREATE EXTENSION pg_cron" \
 		-c "CREATE EXTENSION pgtap" \

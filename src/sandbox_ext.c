@@ -105,12 +105,18 @@ sandbox_define_gucs(void)
 							   PGC_USERSET, 0,
 							   sandbox_check_uuid, NULL, NULL);
 
-	DefineCustomStringVariable("sandbox.database",
-							   "Database the sandbox supervisor connects to.",
-							   NULL,
-							   &sandbox_database, "postgres",
-							   PGC_POSTMASTER, 0,
-							   NULL, NULL, NULL);
+	/*
+	 * A PGC_POSTMASTER setting may only be defined while the postmaster
+	 * preloads us (a backend loading the library later would die with a
+	 * FATAL); it only matters to the workers, which exist only then.
+	 */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomStringVariable("sandbox.database",
+								   "Database the sandbox supervisor connects to.",
+								   NULL,
+								   &sandbox_database, "postgres",
+								   PGC_POSTMASTER, 0,
+								   NULL, NULL, NULL);
 	DefineCustomStringVariable("sandbox.jail_path",
 							   "Path of the sandbox-jail executable.",
 							   NULL,

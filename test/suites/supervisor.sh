@@ -132,6 +132,16 @@ check "missing jail is provision_failed" provision_failed "$(field "$inv" state)
 check "provision_failed is refunded (net 0)" "0|$before" "$(field "$inv" credits_charged)|$(balance)"
 check "ledger has charge and refund" "charge:-2,refund:2" \
 	"$(q -c "SELECT string_agg(kind || ':' || amount, ',' ORDER BY id) FROM agent.credit_ledger WHERE invocation_id = '$inv'")"
+# An unusable work directory: refunded, with the reason.
+before=$(balance)
+q -c "ALTER SYSTEM SET sandbox.work_dir = '/proc/sandbox_not_here'" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+inv=$(run shell 'echo never')
+q -c "ALTER SYSTEM RESET sandbox.work_dir" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+check "unwritable work directory is provision_failed, refunded" "provision_failed|0|$before" \
+	"$(field "$inv" state)|$(field "$inv" credits_charged)|$(balance)"
+check "the reason names the directory" t "$(field "$inv" "state_reason LIKE '%/proc/sandbox_not_here%'")"
 inv=$(run shell 'echo back')
 check "supervisor keeps serving after a bad invocation" "succeeded|back" "$(field "$inv" state)|$(output "$inv")"
 
@@ -267,6 +277,26 @@ check "after crash restart the row is resolved" "failed|2" "$st|$(field "$inv" c
 inv=$(run shell 'echo alive')
 check "runs again after the restart" "succeeded|alive" "$(field "$inv" state)|$(output "$inv")"
 check "no leftover work directories" 0 "$(find "$CLUSTER_DIR/data/sandbox_work" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills 2>/dev/null | wc -l)"
+
+# ---- not preloaded -----------------------------------------------------------
+q -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_cron'" >/dev/null
+pg_ctl -m fast -w stop >/dev/null 2>&1
+pg_ctl -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null
+notice=$(q <<SQL 2>&1
+BEGIN;
+SELECT agent.set_tenant('$ORG', '$WS');
+SELECT status FROM agent.request_execution('$WS', '$AGENT', NULL, 'shell', 'echo queued', 'tester');
+COMMIT;
+SQL
+)
+check "without preloading, requests still work" 1 "$(grep -c '^pending_approval$' <<<"$notice")"
+check "... and say with a hint that nothing will run" 1 "$(grep -c 'HINT:.*shared_preload_libraries' <<<"$notice")"
+check "worker_status says not preloaded" "f|f" "$(q -c "SELECT preloaded || '|' || running FROM agent.worker_status()" | sed 's/true/t/g; s/false/f/g')"
+q -c "ALTER SYSTEM RESET shared_preload_libraries" >/dev/null
+pg_ctl -m fast -w stop >/dev/null 2>&1
+pg_ctl -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null
+for _ in $(seq 1 50); do [ "$(q -c 'SELECT running FROM agent.worker_status()')" = t ] && break; sleep 0.2; done
+check "preloaded again, the supervisor is back" t "$(q -c 'SELECT running FROM agent.worker_status()')"
 
 # ---- invariants -------------------------------------------------------------
 check "balance equals the ledger sum for every org" 0 "$(q <<'SQL'

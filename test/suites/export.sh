@@ -65,6 +65,8 @@ caught_up() {
 }
 
 created_table=0
+work=$(mktemp -d /tmp/sandbox_export_test.XXXXXX)
+chmod 0755 "$work"
 # Leave the shared cluster as later suites expect it: exporter off, no
 # slot holding WAL, none of our rows (or no table, if we made it).
 cleanup() {
@@ -82,6 +84,7 @@ cleanup() {
 		sql "ALTER TABLE agent.tool_invocations REPLICA IDENTITY DEFAULT" >/dev/null 2>&1
 	fi
 	"$CH" stop >/dev/null 2>&1
+	rm -rf "$work"
 }
 trap cleanup EXIT
 
@@ -295,6 +298,31 @@ check "after resync: deduplicated view matches PostgreSQL" "$(pg_count)" \
 	"$(chq "SELECT uniqExact(invocation_id) FROM tool_invocations FINAL WHERE _deleted = 0")"
 insert_rows 5 after_resync
 if wait_for 20 caught_up; then ok "after resync new rows stream again"; else not_ok "after resync new rows stream again"; fi
+
+# ---- repeated exporter kills under load ----
+printf '%s\n' \
+	"INSERT INTO agent.tool_invocations (invocation_id, org_id, workspace_id, language, status)" \
+	"SELECT gen_random_uuid(), '11111111-1111-1111-1111-111111111111'," \
+	"       '22222222-2222-2222-2222-222222222222', 'python', 'chaos'" \
+	"  FROM generate_series(1, (random() * 4)::int + 1);" >"$work/chaos.sql"
+chmod 0644 "$work/chaos.sql"
+as_pg "$PGBIN/pgbench" -n -h "$CLUSTER_DIR" -p "$PGPORT_" -c 2 -j 2 -R 200 -T 8 \
+	-f "$work/chaos.sql" "$DB" >"$work/chaos.log" 2>&1 &
+chaos_pid=$!
+for _ in 1 2 3 4 5 6 7; do
+	sleep 1
+	pid=$(sql "SELECT exporter_pid FROM agent.export_status()")
+	[ -n "$pid" ] && sql "SELECT pg_terminate_backend($pid)" >/dev/null
+done
+wait "$chaos_pid"
+if wait_for 60 caught_up; then
+	ok "seven exporter kills under load: export catches up"
+else
+	not_ok "seven exporter kills under load: export catches up" "state=$(state) pg=$(pg_count) ch=$(ch_final_count)"
+fi
+chaos_pg=$(sql "SELECT count(*) FROM agent.tool_invocations WHERE status = 'chaos'")
+check "seven exporter kills under load: every row exactly once" "$chaos_pg|$chaos_pg" \
+	"$(chq "SELECT count(), uniqExact(invocation_id) FROM tool_invocations FINAL WHERE status = 'chaos' FORMAT TabSeparated" | tr '\t' '|')"
 
 # ---- schema mismatch on the PostgreSQL side ----
 sql "ALTER TABLE agent.tool_invocations RENAME COLUMN cpu_ms TO cpu_ms_renamed"

@@ -139,7 +139,9 @@ static int	export_max_backoff_s = 60;
 static int	export_fault = EXPORT_FAULT_NONE;
 
 /* Worker-local state */
-static MemoryContext export_cxt = NULL;
+static MemoryContext export_cxt = NULL;	/* lives as long as the worker */
+static MemoryContext round_cxt = NULL;	/* reset before every round */
+static MemoryContext xact_caller_cxt = NULL;
 static bool watermark_known = false;
 static XLogRecPtr watermark = InvalidXLogRecPtr;
 static int	backoff_ms = 0;
@@ -334,9 +336,15 @@ export_shmem_exit(int code, Datum arg)
 
 /* ---- transactions ---- */
 
+/*
+ * Short transactions.  Commit leaves CurrentMemoryContext at
+ * TopMemoryContext, so xact_end() returns to the caller's context (the
+ * round's), or every round would leak into TopMemoryContext.
+ */
 static void
 xact_begin(const char *activity)
 {
+	xact_caller_cxt = CurrentMemoryContext;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -363,6 +371,7 @@ xact_end(void)
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(xact_caller_cxt);
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
@@ -975,6 +984,8 @@ export_round(ExportBatch *b)
 
 	step_err[0] = '\0';
 	step_permanent = false;
+	MemoryContextReset(round_cxt);
+	MemoryContextSwitchTo(round_cxt);
 	PG_TRY();
 	{
 		r = export_step(b);
@@ -1062,6 +1073,8 @@ sandbox_export_main(Datum main_arg)
 
 	export_cxt = AllocSetContextCreate(TopMemoryContext, "sandbox_ext exporter",
 									   ALLOCSET_DEFAULT_SIZES);
+	round_cxt = AllocSetContextCreate(export_cxt, "sandbox_ext export round",
+									  ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(export_cxt);
 	batch = palloc(sizeof(ExportBatch));
 	export_batch_init(batch, InvalidXLogRecPtr);

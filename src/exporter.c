@@ -356,7 +356,8 @@ xact_begin(const char *activity)
 /*
  * Logical decoding logs "starting logical decoding for slot" at LOG level
  * each time it starts, i.e. on every peek and advance; keep that out of
- * the server log for this transaction only.  Errors are still logged.
+ * the server log for this transaction only.  Errors are still logged;
+ * warnings found while decoding are counted and reported after commit.
  */
 static void
 quiet_decoding_logs(void)
@@ -793,6 +794,11 @@ stream_batch(ExportObjects *o, ExportBatch *b)
 		sandbox_shared->export.txns_skipped += b->skipped_txns;
 		SpinLockRelease(&sandbox_shared->mutex);
 	}
+	/* Reported here: the peek transaction kept WARNINGs out of the log. */
+	if (b->truncates > 0)
+		ereport(WARNING,
+				(errmsg("truncate of agent.tool_invocations is not exported"),
+				 errhint("Rows removed by TRUNCATE stay in ClickHouse; agent.export_resync() re-copies the table.")));
 	if (b->dropped_deletes > 0)
 		ereport(WARNING,
 				(errmsg("ClickHouse export skipped " UINT64_FORMAT " deletes that carried only the key",

@@ -542,9 +542,7 @@ export_decode_message(ExportBatch *b, const char *data, int len)
 			break;
 		case 'T':
 			/* Not published; if it ever is, it is not mirrored. */
-			ereport(WARNING,
-					(errmsg("truncate of agent.tool_invocations is not exported"),
-					 errhint("Rows removed by TRUNCATE stay in ClickHouse; agent.export_resync() re-copies the table.")));
+			b->truncates++;
 			break;
 		case 'O':				/* origin */
 		case 'Y':				/* type */

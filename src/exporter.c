@@ -23,8 +23,9 @@
  * ReplacingMergeTree version, so a batch sent twice collapses.  The
  * watermark (read from ClickHouse once at start) makes the worker skip
  * transactions it already delivered, so a crash between 2 and 3, or a
- * slot that lost its last advance in a PostgreSQL crash (advances are
- * flushed at checkpoints), does not even insert them twice.  Rows are
+ * slot that lost its last advance in a PostgreSQL crash (an advance
+ * reaches disk at the next checkpoint, or at once only when restart_lsn
+ * moves), does not even insert them twice.  Rows are
  * written before the watermark: a crash between the two re-sends rows
  * that then collapse.
  *

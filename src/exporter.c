@@ -23,8 +23,9 @@
  * ReplacingMergeTree version, so a batch sent twice collapses.  The
  * watermark (read from ClickHouse once at start) makes the worker skip
  * transactions it already delivered, so a crash between 2 and 3, or a
- * slot that lost its last advance in a PostgreSQL crash (advances are
- * flushed at checkpoints), does not even insert them twice.  Rows are
+ * slot that lost its last advance in a PostgreSQL crash (an advance
+ * reaches disk at the next checkpoint, or at once only when restart_lsn
+ * moves), does not even insert them twice.  Rows are
  * written before the watermark: a crash between the two re-sends rows
  * that then collapse.
  *
@@ -139,7 +140,9 @@ static int	export_max_backoff_s = 60;
 static int	export_fault = EXPORT_FAULT_NONE;
 
 /* Worker-local state */
-static MemoryContext export_cxt = NULL;
+static MemoryContext export_cxt = NULL;	/* lives as long as the worker */
+static MemoryContext round_cxt = NULL;	/* reset before every round */
+static MemoryContext xact_caller_cxt = NULL;
 static bool watermark_known = false;
 static XLogRecPtr watermark = InvalidXLogRecPtr;
 static int	backoff_ms = 0;
@@ -334,9 +337,15 @@ export_shmem_exit(int code, Datum arg)
 
 /* ---- transactions ---- */
 
+/*
+ * Short transactions.  Commit leaves CurrentMemoryContext at
+ * TopMemoryContext, so xact_end() returns to the caller's context (the
+ * round's), or every round would leak into TopMemoryContext.
+ */
 static void
 xact_begin(const char *activity)
 {
+	xact_caller_cxt = CurrentMemoryContext;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -348,7 +357,8 @@ xact_begin(const char *activity)
 /*
  * Logical decoding logs "starting logical decoding for slot" at LOG level
  * each time it starts, i.e. on every peek and advance; keep that out of
- * the server log for this transaction only.  Errors are still logged.
+ * the server log for this transaction only.  Errors are still logged;
+ * warnings found while decoding are counted and reported after commit.
  */
 static void
 quiet_decoding_logs(void)
@@ -363,6 +373,7 @@ xact_end(void)
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(xact_caller_cxt);
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
@@ -784,6 +795,11 @@ stream_batch(ExportObjects *o, ExportBatch *b)
 		sandbox_shared->export.txns_skipped += b->skipped_txns;
 		SpinLockRelease(&sandbox_shared->mutex);
 	}
+	/* Reported here: the peek transaction kept WARNINGs out of the log. */
+	if (b->truncates > 0)
+		ereport(WARNING,
+				(errmsg("truncate of agent.tool_invocations is not exported"),
+				 errhint("Rows removed by TRUNCATE stay in ClickHouse; agent.export_resync() re-copies the table.")));
 	if (b->dropped_deletes > 0)
 		ereport(WARNING,
 				(errmsg("ClickHouse export skipped " UINT64_FORMAT " deletes that carried only the key",
@@ -975,6 +991,8 @@ export_round(ExportBatch *b)
 
 	step_err[0] = '\0';
 	step_permanent = false;
+	MemoryContextReset(round_cxt);
+	MemoryContextSwitchTo(round_cxt);
 	PG_TRY();
 	{
 		r = export_step(b);
@@ -1062,6 +1080,8 @@ sandbox_export_main(Datum main_arg)
 
 	export_cxt = AllocSetContextCreate(TopMemoryContext, "sandbox_ext exporter",
 									   ALLOCSET_DEFAULT_SIZES);
+	round_cxt = AllocSetContextCreate(export_cxt, "sandbox_ext export round",
+									  ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(export_cxt);
 	batch = palloc(sizeof(ExportBatch));
 	export_batch_init(batch, InvalidXLogRecPtr);

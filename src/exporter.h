@@ -82,6 +82,7 @@ typedef struct ExportBatch
 	uint64		txns;			/* transactions seen (delivered or skipped) */
 	uint64		skipped_txns;	/* at or below the watermark */
 	uint64		dropped_deletes;	/* deletes without the old row */
+	uint64		truncates;		/* Truncate messages (not mirrored) */
 	XLogRecPtr	skip_below;		/* skip transactions committed before this */
 	XLogRecPtr	last_end_lsn;	/* end of the last complete transaction */
 	/* decoder state */

@@ -29,6 +29,7 @@
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "exporter.h"
@@ -100,11 +101,20 @@ export_batch_init(ExportBatch *b, XLogRecPtr skip_below)
 	b->skip_below = skip_below;
 }
 
+/* Start a new batch; the buffer is kept unless one huge batch grew it. */
 void
 export_batch_reset(ExportBatch *b, XLogRecPtr skip_below)
 {
 	StringInfoData keep = b->tsv;
 
+	if (keep.maxlen > 64 * 1024 * 1024)
+	{
+		MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(keep.data));
+
+		pfree(keep.data);
+		initStringInfo(&keep);
+		MemoryContextSwitchTo(old);
+	}
 	memset(b, 0, sizeof(*b));
 	b->tsv = keep;
 	resetStringInfo(&b->tsv);
@@ -532,9 +542,7 @@ export_decode_message(ExportBatch *b, const char *data, int len)
 			break;
 		case 'T':
 			/* Not published; if it ever is, it is not mirrored. */
-			ereport(WARNING,
-					(errmsg("truncate of agent.tool_invocations is not exported"),
-					 errhint("Rows removed by TRUNCATE stay in ClickHouse; agent.export_resync() re-copies the table.")));
+			b->truncates++;
 			break;
 		case 'O':				/* origin */
 		case 'Y':				/* type */

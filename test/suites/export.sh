@@ -55,8 +55,6 @@ state() { sql "SELECT state FROM agent.export_status()"; }
 pg_count() { sql "SELECT count(*) FROM agent.tool_invocations"; }
 # Deduplicated rows, as a reader sees them.
 ch_final_count() { chq "SELECT count() FROM tool_invocations FINAL WHERE _deleted = 0"; }
-# Every stored version, duplicates included.
-ch_raw_count() { chq "SELECT count() FROM tool_invocations"; }
 # Caught up: nothing committed is waiting, and ClickHouse has every row.
 caught_up() {
 	[ "$(state)" = idle ] &&
@@ -65,6 +63,8 @@ caught_up() {
 }
 
 created_table=0
+work=$(mktemp -d /tmp/sandbox_export_test.XXXXXX)
+chmod 0755 "$work"
 # Leave the shared cluster as later suites expect it: exporter off, no
 # slot holding WAL, none of our rows (or no table, if we made it).
 cleanup() {
@@ -82,6 +82,7 @@ cleanup() {
 		sql "ALTER TABLE agent.tool_invocations REPLICA IDENTITY DEFAULT" >/dev/null 2>&1
 	fi
 	"$CH" stop >/dev/null 2>&1
+	rm -rf "$work"
 }
 trap cleanup EXIT
 
@@ -227,25 +228,46 @@ check "killed after the watermark, before the advance: not even re-inserted" "10
 	"$(chq "SELECT count(), uniqExact(invocation_id) FROM tool_invocations WHERE status = 'killed_after_watermark' FORMAT TabSeparated" | tr '\t' '|')"
 
 # ---- immediate-mode PostgreSQL crash ----
-# Slot advances reach disk at checkpoints only: after the crash the slot
-# replays transactions ClickHouse already has, and the watermark skips them.
-sql "CHECKPOINT" >/dev/null
+pg_crash() {
+	as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -m immediate -w stop >/dev/null
+	as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null
+}
+# (a) Crash once caught up.  Slot advances reach disk at the next
+# checkpoint (or when restart_lsn moves), so the slot may replay what
+# ClickHouse already has; only the new rows may be sent.
 insert_rows 150 before_crash
 wait_for 30 caught_up
-raw_before=$(ch_raw_count)
-as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -m immediate -w stop >/dev/null
-as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null
+pg_crash
 insert_rows 50 after_crash
 if wait_for 60 caught_up; then
 	ok "after an immediate PostgreSQL crash the export resumes"
 else
 	not_ok "after an immediate PostgreSQL crash the export resumes" "state=$(state) pg=$(pg_count) ch=$(ch_final_count)"
 fi
-check "PostgreSQL crash: the slot replayed delivered transactions and the watermark skipped them" t \
-	"$(sql "SELECT txns_skipped > 0 FROM agent.export_status()")"
-check "PostgreSQL crash: replayed transactions are not inserted again" "$((raw_before + 50))" "$(ch_raw_count)"
-check "PostgreSQL crash: every row exactly once" "150|150|50|50" \
+# Raw rows, not FINAL: a re-sent row shows until a merge collapses it.
+check "PostgreSQL crash: delivered rows are not sent again" "150|50" \
+	"$(chq "SELECT countIf(status = 'before_crash'), countIf(status = 'after_crash') FROM tool_invocations FORMAT TabSeparated" | tr '\t' '|')"
+# (b) Crash between the ClickHouse insert and the slot advance: the slot
+# replays the delivered transactions for sure; the watermark skips them.
+sql "ALTER SYSTEM SET sandbox.export_fault = 'pause_after_watermark'" >/dev/null
+sql "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+insert_rows 100 crash_before_advance
+if wait_for 20 '[ "$(state)" = paused ]'; then
+	sql "ALTER SYSTEM RESET sandbox.export_fault" >/dev/null
+	pg_crash
+	insert_rows 50 after_crash
+	wait_for 60 caught_up
+	check "PostgreSQL crash before the advance: the slot replayed and the watermark skipped it" "t|100" \
+		"$(sql "SELECT txns_skipped > 0 FROM agent.export_status()")|$(chq "SELECT count() FROM tool_invocations WHERE status = 'crash_before_advance'")"
+else
+	not_ok "fault pause_after_watermark reached before the crash" "state=$(state)"
+	sql "ALTER SYSTEM RESET sandbox.export_fault" >/dev/null
+	sql "SELECT pg_reload_conf()" >/dev/null
+fi
+check "PostgreSQL crashes: every row exactly once" "150|150|100|100|100|100" \
 	"$(chq "SELECT countIf(status = 'before_crash'), uniqExactIf(invocation_id, status = 'before_crash'),
+	            countIf(status = 'crash_before_advance'), uniqExactIf(invocation_id, status = 'crash_before_advance'),
 	            countIf(status = 'after_crash'), uniqExactIf(invocation_id, status = 'after_crash')
 	       FROM tool_invocations FINAL FORMAT TabSeparated" | tr '\t' '|')"
 
@@ -295,6 +317,31 @@ check "after resync: deduplicated view matches PostgreSQL" "$(pg_count)" \
 	"$(chq "SELECT uniqExact(invocation_id) FROM tool_invocations FINAL WHERE _deleted = 0")"
 insert_rows 5 after_resync
 if wait_for 20 caught_up; then ok "after resync new rows stream again"; else not_ok "after resync new rows stream again"; fi
+
+# ---- repeated exporter kills under load ----
+printf '%s\n' \
+	"INSERT INTO agent.tool_invocations (invocation_id, org_id, workspace_id, language, status)" \
+	"SELECT gen_random_uuid(), '11111111-1111-1111-1111-111111111111'," \
+	"       '22222222-2222-2222-2222-222222222222', 'python', 'chaos'" \
+	"  FROM generate_series(1, (random() * 4)::int + 1);" >"$work/chaos.sql"
+chmod 0644 "$work/chaos.sql"
+as_pg "$PGBIN/pgbench" -n -h "$CLUSTER_DIR" -p "$PGPORT_" -c 2 -j 2 -R 200 -T 8 \
+	-f "$work/chaos.sql" "$DB" >"$work/chaos.log" 2>&1 &
+chaos_pid=$!
+for _ in 1 2 3 4 5 6 7; do
+	sleep 1
+	pid=$(sql "SELECT exporter_pid FROM agent.export_status()")
+	[ -n "$pid" ] && sql "SELECT pg_terminate_backend($pid)" >/dev/null
+done
+wait "$chaos_pid"
+if wait_for 60 caught_up; then
+	ok "seven exporter kills under load: export catches up"
+else
+	not_ok "seven exporter kills under load: export catches up" "state=$(state) pg=$(pg_count) ch=$(ch_final_count)"
+fi
+chaos_pg=$(sql "SELECT count(*) FROM agent.tool_invocations WHERE status = 'chaos'")
+check "seven exporter kills under load: every row exactly once" "$chaos_pg|$chaos_pg" \
+	"$(chq "SELECT count(), uniqExact(invocation_id) FROM tool_invocations FINAL WHERE status = 'chaos' FORMAT TabSeparated" | tr '\t' '|')"
 
 # ---- schema mismatch on the PostgreSQL side ----
 sql "ALTER TABLE agent.tool_invocations RENAME COLUMN cpu_ms TO cpu_ms_renamed"

@@ -3,7 +3,8 @@
  * plane plus supervisor plus jail, measured from a libpq client.
  *
  *	client latency CONNINFO ORG WS AGENT LANGUAGE CODE N
- *		N sequential request+approve; for each, the time from approve's
+ *		N sequential request+approve (after 3 uncounted warm-up runs); for
+ *		each, the time from approve's
  *		COMMIT returning to the "done" notification (LISTEN on the
  *		invocation's channel, subscribed before approving).  Prints
  *		"p50_ms p99_ms mean_ms".
@@ -113,7 +114,8 @@ latency(char **argv)
 	double		sum = 0;
 	PGconn	   *conn = connect_tenant(conninfo, org, ws);
 
-	for (int i = 0; i < n; i++)
+	/* The first runs warm caches (plans, page cache); they are not counted. */
+	for (int i = -3; i < n; i++)
 	{
 		char		inv[37],
 					appr[37],
@@ -148,8 +150,11 @@ latency(char **argv)
 				PQfreemem(note);
 			}
 		}
-		ms[i] = now_ms() - t0;
-		sum += ms[i];
+		if (i >= 0)
+		{
+			ms[i] = now_ms() - t0;
+			sum += ms[i];
+		}
 		snprintf(sql, sizeof(sql), "UNLISTEN \"sandbox_output_%s\"", inv);
 		PQclear(exec_ok(conn, sql, 0, NULL));
 	}

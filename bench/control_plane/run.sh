@@ -16,6 +16,9 @@ PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
 export SANDBOX_CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_bench}
 export SANDBOX_PGPORT=${SANDBOX_PGPORT:-55433}
 export SANDBOX_DB=${SANDBOX_DB:-sandbox_test}
+# The control plane alone: the supervisor is paused (0 = claim nothing), so
+# the approved pairs are not also run in jails while we measure.
+export SANDBOX_EXTRA_CONF=${SANDBOX_EXTRA_CONF:-"sandbox.max_concurrent_runs = 0"}
 CLIENTS=${CLIENTS:-8}
 THREADS=${THREADS:-2}
 DURATION=${DURATION:-20}

@@ -278,17 +278,7 @@ sandbox_export_define_gucs(void)
 void
 sandbox_export_register(void)
 {
-	BackgroundWorker worker;
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 1;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "sandbox_ext");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "sandbox_export_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "sandbox_ext exporter");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "sandbox_ext exporter");
-	RegisterBackgroundWorker(&worker);
+	sandbox_register_worker("sandbox_export_main", "sandbox_ext exporter");
 }
 
 /* ---- shared state ---- */

@@ -22,6 +22,7 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "postmaster/bgworker.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/uuid.h"
@@ -181,6 +182,28 @@ sandbox_define_gucs(void)
 	sandbox_export_define_gucs();
 
 	MarkGUCPrefixReserved("sandbox");
+}
+
+/*
+ * Register one of the module's background workers: connected to
+ * sandbox.database, restarted one second after it exits with a failure
+ * (an exit with status 1, a crash) so that recovery runs.
+ */
+void
+sandbox_register_worker(const char *function, const char *name)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "sandbox_ext");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "%s", name);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "%s", name);
+	worker.bgw_main_arg = (Datum) 0;
+	RegisterBackgroundWorker(&worker);
 }
 
 void

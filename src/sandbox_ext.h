@@ -71,5 +71,6 @@ extern SandboxShared *sandbox_shared;
 extern void sandbox_shmem_init(void);
 extern void sandbox_wake_supervisor_now(void);
 extern void sandbox_supervisor_register(void);
+extern void sandbox_register_worker(const char *function, const char *name);
 
 #endif							/* SANDBOX_EXT_H */

@@ -1736,16 +1736,5 @@ sandbox_supervisor_main(Datum main_arg)
 void
 sandbox_supervisor_register(void)
 {
-	BackgroundWorker worker;
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 1;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "sandbox_ext");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "sandbox_supervisor_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "sandbox_ext supervisor");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "sandbox_ext supervisor");
-	worker.bgw_main_arg = (Datum) 0;
-	RegisterBackgroundWorker(&worker);
+	sandbox_register_worker("sandbox_supervisor_main", "sandbox_ext supervisor");
 }

@@ -101,40 +101,33 @@ if want regress || want isolation || want pgtap || want scripts; then
 		}
 		pause_supervisor 0
 
+		# pg_regress or pg_isolation_regress over the inputs in a directory.
+		run_regress() {		# suite driver inputdir tests...
+			local suite=$1 driver=$2 dir=$3 rc
+			shift 3
+			[ $# -gt 0 ] || return 0
+			echo "== $suite"
+			(cd "$dir" && as_pg "$driver" \
+				--inputdir=. --outputdir="$work/$suite" --bindir="$PGBIN" \
+				"${conn[@]}" --use-existing --dbname="$SANDBOX_DB" \
+				"$@") 2>&1 | tee "$work/$suite.log"
+			rc=${PIPESTATUS[0]}
+			if [ "$rc" -ne 0 ] && [ -f "$work/$suite/regression.diffs" ]; then
+				head -c 20000 "$work/$suite/regression.diffs"
+				# Keep the outputs so a developer can review and accept them.
+				mkdir -p "$top/build" && rm -rf "$top/build/$suite" && cp -r "$work/$suite" "$top/build/$suite"
+			fi
+			record_regress "$suite" "$work/$suite.log" "$rc"
+		}
 		if want regress; then
-			echo "== regress"
-			tests=$(cd "$top/sql" && ls *.sql 2>/dev/null | grep -v '^sandbox_ext--' | sed 's/\.sql$//' | sort)
-			if [ -n "$tests" ]; then
-				(cd "$work" && as_pg "$PGXSDIR/src/test/regress/pg_regress" \
-					--inputdir=. --outputdir="$work/regress" --bindir="$PGBIN" \
-					"${conn[@]}" --use-existing --dbname="$SANDBOX_DB" \
-					$tests) 2>&1 | tee "$work/regress.log"
-				rc=${PIPESTATUS[0]}
-				if [ "$rc" -ne 0 ] && [ -f "$work/regress/regression.diffs" ]; then
-					head -c 20000 "$work/regress/regression.diffs"
-					# Keep the outputs so a developer can review and accept them.
-					mkdir -p "$top/build" && rm -rf "$top/build/regress" && cp -r "$work/regress" "$top/build/regress"
-				fi
-				record_regress regress "$work/regress.log" "$rc"
-			fi
+			# shellcheck disable=SC2046
+			run_regress regress "$PGXSDIR/src/test/regress/pg_regress" "$work" \
+				$(cd "$top/sql" && ls *.sql 2>/dev/null | grep -v '^sandbox_ext--' | sed 's/\.sql$//' | sort)
 		fi
-
-
 		if want isolation; then
-			echo "== isolation"
-			specs=$(cd "$top/test/isolation/specs" 2>/dev/null && ls *.spec 2>/dev/null | sed 's/\.spec$//' | sort)
-			if [ -n "$specs" ]; then
-				(cd "$work/test/isolation" && as_pg "$PGXSDIR/src/test/isolation/pg_isolation_regress" \
-					--inputdir=. --outputdir="$work/isolation" --bindir="$PGBIN" \
-					"${conn[@]}" --use-existing --dbname="$SANDBOX_DB" \
-					$specs) 2>&1 | tee "$work/isolation.log"
-				rc=${PIPESTATUS[0]}
-				if [ "$rc" -ne 0 ] && [ -f "$work/isolation/regression.diffs" ]; then
-					head -c 20000 "$work/isolation/regression.diffs"
-					mkdir -p "$top/build" && rm -rf "$top/build/isolation" && cp -r "$work/isolation" "$top/build/isolation"
-				fi
-				record_regress isolation "$work/isolation.log" "$rc"
-			fi
+			# shellcheck disable=SC2046
+			run_regress isolation "$PGXSDIR/src/test/isolation/pg_isolation_regress" "$work/test/isolation" \
+				$(cd "$top/test/isolation/specs" 2>/dev/null && ls *.spec 2>/dev/null | sed 's/\.spec$//' | sort)
 		fi
 
 		if want pgtap; then

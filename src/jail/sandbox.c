@@ -60,8 +60,8 @@ child_fail(const JailChildArgs *a, const char *msg)
 	_exit(127);
 }
 
-static int
-loopback_up(char *err)
+int
+jail_loopback_up(char *err)
 {
 	struct ifreq ifr;
 	int			fd;
@@ -391,6 +391,15 @@ jail_child_main(void *arg)
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	close_inherited(a);
 
+	/*
+	 * A served run shares its cgroup with the worker that supervises it;
+	 * should the memory limit strike, the kernel must pick the sandbox,
+	 * never the worker (which would lose the verdict).  Raising the score
+	 * needs no privilege; the payload inherits it.
+	 */
+	if (a->served)
+		(void) jail_write_file("/proc/self/oom_score_adj", "1000");
+
 	/* The parent writes our uid/gid maps, then says go (first byte). */
 	if (read(a->go_fd, &go, 1) != 1)
 		_exit(1);
@@ -421,7 +430,9 @@ jail_child_main(void *arg)
 		jail_seterr(err, "sethostname: %s", strerror(errno));
 		child_fail(a, err);
 	}
-	if (loopback_up(err) < 0 || jail_rootfs_setup(a, err) < 0)
+	/* a launcher's worker already made our (fresh, unshared) netns */
+	if ((!a->netns_ready && jail_loopback_up(err) < 0) ||
+		jail_rootfs_setup(a, err) < 0)
 		child_fail(a, err);
 
 	/*

@@ -70,6 +70,8 @@ typedef struct Run
 	bool		kill_sent;
 	int			wsfd;			/* workspace, O_PATH, for size checks */
 	bool		over_workspace;
+	bool		cg_borrowed;	/* the launcher's slot: not ours to remove */
+	int			cancel_fd;		/* the launcher's client: EOF = stop */
 } Run;
 
 static void
@@ -168,10 +170,13 @@ static pid_t
 spawn_child(JailChildArgs *args, int *pidfd)
 {
 	uint64_t	flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS |
-		CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
+		CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
 	struct clone_args ca;
 	pid_t		pid;
 
+	/* A launcher's worker hands over a fresh netns it made for this run. */
+	if (!args->netns_ready)
+		flags |= CLONE_NEWNET;
 	memset(&ca, 0, sizeof(ca));
 	ca.flags = flags;
 	ca.pidfd = (uint64_t) (uintptr_t) pidfd;
@@ -285,8 +290,8 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 
 	for (;;)
 	{
-		struct pollfd pfd[7];
-		int			idx[7];
+		struct pollfd pfd[8];
+		int			idx[8];
 		int			n = 0;
 		uint64_t	now = jail_now_ms();
 		int			timeout;
@@ -355,6 +360,12 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 		pfd[n].fd = sigfd;
 		pfd[n].events = POLLIN;
 		idx[n++] = 2;
+		if (run->cancel_fd >= 0 && !run->reaped)
+		{
+			pfd[n].fd = run->cancel_fd;
+			pfd[n].events = POLLIN | POLLRDHUP;
+			idx[n++] = 3;
+		}
 
 		wake = run->reaped ? flush_deadline : deadline;
 		if (!run->reaped && watch_cpu && next_cpu < wake)
@@ -412,6 +423,16 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 						}
 						break;
 					}
+				case 3:
+					/*
+					 * The launcher's client hung up or asked to stop
+					 * (nothing else is ever sent mid-run): like SIGTERM
+					 * to a one-shot jail.
+					 */
+					res->killed = true;
+					kill_sandbox(run);
+					run->cancel_fd = -1;
+					break;
 				case 10:
 				case 11:
 					stream_write(&streams[idx[i] - 10]);
@@ -432,8 +453,11 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
  */
 int
 jail_run(const JailOptions *opts, const char *code, size_t code_len,
-		 JailResult *res)
+		 const JailRunEnv *env, JailResult *res)
 {
+	static const JailRunEnv oneshot = {
+		.stdout_fd = STDOUT_FILENO, .stderr_fd = STDERR_FILENO, .cancel_fd = -1,
+	};
 	Run			run;
 	JailFilter	filter = {0};
 	JailChildArgs args;
@@ -465,6 +489,9 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	run.pidfd = -1;
 	run.wsfd = -1;
 	run.cg.v2_dirfd = -1;
+	if (!env)
+		env = &oneshot;
+	run.cancel_fd = env->cancel_fd;
 
 	streams = calloc(2, sizeof(Stream));
 	if (!streams)
@@ -506,10 +533,25 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		}
 	}
 
-	if (jail_filter_get(&filter, err) < 0)
+	if (env->filter)
+		filter = *env->filter;	/* borrowed: not freed below */
+	else if (jail_filter_get(&filter, err) < 0)
 		goto out;
 
-	if (jail_cgroup_create(opts, &run.cg, err) < 0)
+	/*
+	 * A launcher slot (we already sit in it, so the sandbox is born
+	 * there: no slow move) serves runs under the launcher's parent; a
+	 * request for another parent gets its own cgroup as a one-shot would.
+	 */
+	if (env->slot && env->slot->mode != CGROUP_NONE &&
+		(!opts->cgroup_parent || !env->slot_parent ||
+		 strcmp(opts->cgroup_parent, env->slot_parent) == 0))
+	{
+		run.cg = *env->slot;
+		run.cg_borrowed = true;
+		jail_cgroup_reset_counters(&run.cg);
+	}
+	else if (jail_cgroup_create(opts, &run.cg, err) < 0)
 	{
 		jail_cgroup_destroy(&run.cg);
 		if (opts->require_cgroup)
@@ -556,6 +598,8 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	args.errout_fd = errout[1];
 	args.lifeline_fd = life[0];
 	args.cgroup_none = run.cg.mode == CGROUP_NONE;
+	args.netns_ready = env->netns_ready;
+	args.served = env != &oneshot;
 
 	start = jail_now_ms();
 	run.pid = spawn_child(&args, &run.pidfd);
@@ -579,7 +623,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 */
 	if (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
 		write(gop[1], "g", 1) != 1 ||
-		jail_cgroup_attach(&run.cg, run.pid, err) < 0)
+		(!run.cg_borrowed && jail_cgroup_attach(&run.cg, run.pid, err) < 0))
 	{
 		if (!err[0])
 			jail_seterr(err, "signal the sandbox: %s", strerror(errno));
@@ -599,9 +643,9 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	close_fd(&gop[1]);
 
 	streams[0].in = outp[0];
-	streams[0].out = STDOUT_FILENO;
+	streams[0].out = env->stdout_fd;
 	streams[1].in = errout[0];
-	streams[1].out = STDERR_FILENO;
+	streams[1].out = env->stderr_fd;
 	supervise(&run, streams, errp[0], sigfd, start, child_err, &child_err_len);
 	errp[0] = -1;				/* closed by supervise */
 
@@ -697,7 +741,8 @@ out:
 	}
 	if (res->cgroup == CGROUP_NONE)
 		res->cgroup = run.cg.mode;
-	jail_cgroup_destroy(&run.cg);
+	if (!run.cg_borrowed)
+		jail_cgroup_destroy(&run.cg);
 	close_fd(&outp[0]);
 	close_fd(&outp[1]);
 	close_fd(&errout[0]);
@@ -713,7 +758,8 @@ out:
 	close_fd(&sigfd);
 	close_fd(&run.pidfd);
 	close_fd(&run.wsfd);
-	free(filter.insns);
+	if (!env->filter)
+		free(filter.insns);
 	free(streams);
 	return rc;
 }

@@ -129,6 +129,25 @@ typedef struct JailFilter
 } JailFilter;
 
 /*
+ * A sandbox cloned ahead of its request by a launcher's worker (serve.c):
+ * its namespaces exist and it waits for its first go byte; the request
+ * (options and code) is put in reqfd before that byte is sent.
+ */
+typedef struct JailPrespawn
+{
+	pid_t		pid;
+	int			pidfd;
+	int			outp[2];
+	int			errout[2];
+	int			gop[2];
+	int			errp[2];
+	int			statp[2];
+	int			life[2];
+	int			sigfd;
+	int			reqfd;			/* memfd: u32 length, options, then code */
+} JailPrespawn;
+
+/*
  * What the caller of jail_run may have prepared ahead of the run (the
  * resident launcher, serve.c); NULL means a one-shot run that prepares
  * everything itself and copies output to our stdout/stderr.
@@ -142,6 +161,7 @@ typedef struct JailRunEnv
 	const char *slot_parent;	/* the launcher's --cgroup-parent, or NULL */
 	bool		netns_ready;	/* we sit in a fresh netns, lo up: join it */
 	const JailFilter *filter;	/* compiled once by the launcher, or NULL */
+	JailPrespawn *pre;			/* a sandbox already cloned, or NULL */
 } JailRunEnv;
 
 /* What the child needs to build the sandbox; shared by fork. */
@@ -157,6 +177,7 @@ typedef struct JailChildArgs
 	int			out_fd;			/* write end of stdout pipe */
 	int			errout_fd;		/* write end of stderr pipe */
 	int			lifeline_fd;	/* read: HUP when the parent is gone */
+	int			req_fd;			/* prespawned: where the request waits, or -1 */
 	bool		cgroup_none;	/* no cgroup: fall back to RLIMIT_NPROC */
 	bool		netns_ready;	/* network namespace inherited, lo already up */
 	bool		served;			/* run by the launcher's worker (serve.c) */
@@ -210,6 +231,7 @@ extern int	jail_loopback_up(char *err);
 /* supervise.c */
 extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,
 					 const JailRunEnv *env, JailResult *res);
+extern int	jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err);
 
 /* wire.c: the launcher's protocol (docs/jail.md, "Resident launcher") */
 #define JAIL_WIRE_MAGIC		"sandbox-jail/1"

@@ -240,12 +240,27 @@ check_output_fd(int conn, int fd, const char *name)
  * here crosses a privilege boundary; it is validated as if it did, since
  * a confused caller is still a caller.
  */
-static void handle_request(int conn, JailCgroup *slot, bool netns_ready) __attribute__((noreturn));
+static void handle_request(int conn, JailCgroup *slot, bool netns_ready,
+						   JailPrespawn *pre) __attribute__((noreturn));
+
+/* The request for a prespawned sandbox: u32 length, options, code. */
+static void
+fill_request(int conn, JailPrespawn *pre, const char *args, uint32_t alen,
+			 const char *code, size_t code_len)
+{
+	if (pwrite(pre->reqfd, &alen, sizeof(alen), 0) != sizeof(alen) ||
+		pwrite(pre->reqfd, args, alen, sizeof(alen)) != (ssize_t) alen ||
+		(code_len > 0 &&
+		 pwrite(pre->reqfd, code, code_len, sizeof(alen) + alen) != (ssize_t) code_len))
+		refuse(conn, "could not pass the request to the sandbox: %s", strerror(errno));
+}
 
 static void
-handle_request(int conn, JailCgroup *slot, bool netns_ready)
+handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 {
 	static char buf[JAIL_WIRE_MAX + 1];
+	static char raw[JAIL_WIRE_MAX + 1];	/* the options, before parsing */
+	uint32_t	raw_len = 0;
 	char	   *args[MAX_REQ_ARGS + 2];
 	int			fds[JAIL_WIRE_NFDS];
 	int			nfds = 0;
@@ -279,6 +294,9 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready)
 			   JAIL_WIRE_NFDS, nfds);
 	if (buf[n - 1] != '\0')
 		refuse(conn, "request is not a list of NUL-terminated strings");
+	/* parsing writes into the strings (SRC:DST); keep them as they came */
+	raw_len = n - strnlen(buf, n) - 1;
+	memcpy(raw, buf + (n - raw_len), raw_len);
 
 	/* "sandbox-jail/1\0" then the run options, one string each */
 	args[nargs++] = "sandbox-jail";
@@ -333,6 +351,11 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready)
 	else
 	{
 		env.slot = slot;
+		if (pre)
+		{
+			fill_request(conn, pre, raw, raw_len, code, code_len);
+			env.pre = pre;
+		}
 		rc = jail_run(&opts, code, code_len, &env, &res);
 	}
 	if (rc < 0)
@@ -399,6 +422,9 @@ worker_main(int lfd, Worker *w)
 	char		err[JAIL_ERRLEN] = "";
 	bool		netns_ready = false;
 	sigset_t	none;
+	JailPrespawn pre;
+	JailRunEnv	penv;
+	bool		have_pre;
 	int			conn;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
@@ -423,13 +449,24 @@ worker_main(int lfd, Worker *w)
 	if (netns_pool)
 		netns_ready = prepare_netns();
 
+	/*
+	 * And the sandbox itself, as far as it does not depend on the request:
+	 * cloned into its namespaces (in the slot, in our netns), waiting.
+	 */
+	memset(&penv, 0, sizeof(penv));
+	penv.filter = &filter;
+	penv.netns_ready = netns_ready;
+	have_pre = jail_prespawn(&pre, &penv, err) == 0;
+	if (!have_pre)
+		jail_warn("worker: could not clone a sandbox ahead: %s", err);
+
 	do
 		conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 	while (conn < 0 && (errno == EINTR || errno == ECONNABORTED));
 	if (conn < 0)
 		_exit(1);
 	close(lfd);
-	handle_request(conn, slot, netns_ready);
+	handle_request(conn, slot, netns_ready, have_pre ? &pre : NULL);
 }
 
 /* -------------------------------------------------------------- launcher */

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -448,6 +449,74 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 }
 
 /*
+ * Clone a sandbox before its request exists (serve.c's workers): the
+ * clone of six namespaces is the largest fixed cost of a run, and none of
+ * it depends on the request.  The child waits for its first go byte and
+ * then reads the request from reqfd; jail_run (env->pre) does the rest
+ * exactly as for a sandbox cloned on the spot.
+ */
+int
+jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
+{
+	JailChildArgs args;
+	sigset_t	mask;
+
+	memset(p, 0, sizeof(*p));
+	p->pid = -1;
+	p->pidfd = -1;
+	p->sigfd = -1;
+	p->reqfd = -1;
+	for (int i = 0; i < 2; i++)
+		p->outp[i] = p->errout[i] = p->gop[i] = p->errp[i] = p->statp[i] = p->life[i] = -1;
+
+	if (pipe2(p->outp, O_CLOEXEC) < 0 || pipe2(p->errout, O_CLOEXEC) < 0 ||
+		pipe2(p->gop, O_CLOEXEC) < 0 || pipe2(p->errp, O_CLOEXEC) < 0 ||
+		pipe2(p->statp, O_CLOEXEC) < 0 || pipe2(p->life, O_CLOEXEC) < 0 ||
+		(p->reqfd = memfd_create("sandbox-request", MFD_CLOEXEC)) < 0)
+	{
+		jail_seterr(err, "pipe: %s", strerror(errno));
+		return -1;
+	}
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGQUIT);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	p->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (p->sigfd < 0)
+	{
+		jail_seterr(err, "signalfd: %s", strerror(errno));
+		return -1;
+	}
+
+	memset(&args, 0, sizeof(args));
+	args.filter = env->filter;
+	args.go_fd = p->gop[0];
+	args.err_fd = p->errp[1];
+	args.status_fd = p->statp[1];
+	args.out_fd = p->outp[1];
+	args.errout_fd = p->errout[1];
+	args.lifeline_fd = p->life[0];
+	args.req_fd = p->reqfd;
+	args.netns_ready = env->netns_ready;
+	args.served = true;
+	p->pid = spawn_child(&args, &p->pidfd);
+	if (p->pid < 0)
+	{
+		jail_seterr(err, "clone: %s", strerror(errno));
+		return -1;
+	}
+	close_fd(&p->outp[1]);
+	close_fd(&p->errout[1]);
+	close_fd(&p->gop[0]);
+	close_fd(&p->errp[1]);
+	close_fd(&p->statp[1]);
+	close_fd(&p->life[0]);
+	return 0;
+}
+
+/*
  * Run the payload once.  Returns 0 when it ran (whatever it did) and -1 on
  * a setup error, with res->setup_error set.  res is always filled in.
  */
@@ -492,6 +561,11 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	if (!env)
 		env = &oneshot;
 	run.cancel_fd = env->cancel_fd;
+	if (env->pre)
+	{
+		run.pid = env->pre->pid;	/* killed and reaped at "out" on failure */
+		run.pidfd = env->pre->pidfd;
+	}
 
 	streams = calloc(2, sizeof(Stream));
 	if (!streams)
@@ -560,53 +634,71 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		err[0] = '\0';
 	}
 
-	if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errout, O_CLOEXEC) < 0 ||
-		pipe2(gop, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
-		pipe2(statp, O_CLOEXEC) < 0 || pipe2(life, O_CLOEXEC) < 0)
+	if (env->pre)
 	{
-		jail_seterr(err, "pipe: %s", strerror(errno));
-		goto out;
+		/* cloned before the request came: take over its descriptors */
+		JailPrespawn *p = env->pre;
+
+		memcpy(outp, p->outp, sizeof(outp));
+		memcpy(errout, p->errout, sizeof(errout));
+		memcpy(gop, p->gop, sizeof(gop));
+		memcpy(errp, p->errp, sizeof(errp));
+		memcpy(statp, p->statp, sizeof(statp));
+		memcpy(life, p->life, sizeof(life));
+		sigfd = p->sigfd;
+		start = jail_now_ms();
 	}
-
-	/*
-	 * Termination requests arrive through a signalfd, so they are handled
-	 * in the loop like everything else; blocked before the clone so none
-	 * is lost in between (the payload unblocks them before execve).
-	 */
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
-	sigaddset(&mask, SIGQUIT);
-	sigprocmask(SIG_BLOCK, &mask, &oldmask);
-	sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (sigfd < 0)
+	else
 	{
-		jail_seterr(err, "signalfd: %s", strerror(errno));
-		goto out;
-	}
+		if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errout, O_CLOEXEC) < 0 ||
+			pipe2(gop, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
+			pipe2(statp, O_CLOEXEC) < 0 || pipe2(life, O_CLOEXEC) < 0)
+		{
+			jail_seterr(err, "pipe: %s", strerror(errno));
+			goto out;
+		}
 
-	memset(&args, 0, sizeof(args));
-	args.opts = opts;
-	args.code = code;
-	args.code_len = code_len;
-	args.filter = &filter;
-	args.go_fd = gop[0];
-	args.err_fd = errp[1];
-	args.status_fd = statp[1];
-	args.out_fd = outp[1];
-	args.errout_fd = errout[1];
-	args.lifeline_fd = life[0];
-	args.cgroup_none = run.cg.mode == CGROUP_NONE;
-	args.netns_ready = env->netns_ready;
-	args.served = env != &oneshot;
+		/*
+		 * Termination requests arrive through a signalfd, so they are handled
+		 * in the loop like everything else; blocked before the clone so none
+		 * is lost in between (the payload unblocks them before execve).
+		 */
+		sigemptyset(&mask);
+		sigaddset(&mask, SIGTERM);
+		sigaddset(&mask, SIGINT);
+		sigaddset(&mask, SIGHUP);
+		sigaddset(&mask, SIGQUIT);
+		sigprocmask(SIG_BLOCK, &mask, &oldmask);
+		sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+		if (sigfd < 0)
+		{
+			jail_seterr(err, "signalfd: %s", strerror(errno));
+			goto out;
+		}
 
-	start = jail_now_ms();
-	run.pid = spawn_child(&args, &run.pidfd);
-	if (run.pid < 0)
-	{
-		jail_seterr(err, "clone: %s", strerror(errno));
-		goto out;
+		memset(&args, 0, sizeof(args));
+		args.opts = opts;
+		args.code = code;
+		args.code_len = code_len;
+		args.filter = &filter;
+		args.go_fd = gop[0];
+		args.err_fd = errp[1];
+		args.status_fd = statp[1];
+		args.out_fd = outp[1];
+		args.errout_fd = errout[1];
+		args.lifeline_fd = life[0];
+		args.req_fd = -1;
+		args.cgroup_none = run.cg.mode == CGROUP_NONE;
+		args.netns_ready = env->netns_ready;
+		args.served = env != &oneshot;
+
+		start = jail_now_ms();
+		run.pid = spawn_child(&args, &run.pidfd);
+		if (run.pid < 0)
+		{
+			jail_seterr(err, "clone: %s", strerror(errno));
+			goto out;
+		}
 	}
 	close_fd(&outp[1]);
 	close_fd(&errout[1]);
@@ -622,7 +714,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * only after the second.
 	 */
 	if (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
-		write(gop[1], "g", 1) != 1 ||
+		write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "g", 1) != 1 ||
 		(!run.cg_borrowed && jail_cgroup_attach(&run.cg, run.pid, err) < 0))
 	{
 		if (!err[0])

@@ -145,6 +145,7 @@ typedef struct JailPrespawn
 	int			life[2];
 	int			sigfd;
 	int			reqfd;			/* memfd: u32 length, options, then code */
+	bool		prebuilt;		/* ids mapped and root built ahead */
 } JailPrespawn;
 
 /*
@@ -178,6 +179,7 @@ typedef struct JailChildArgs
 	int			errout_fd;		/* write end of stderr pipe */
 	int			lifeline_fd;	/* read: HUP when the parent is gone */
 	int			req_fd;			/* prespawned: where the request waits, or -1 */
+	bool		prebuild;		/* prespawned with maps: build the root ahead */
 	bool		cgroup_none;	/* no cgroup: fall back to RLIMIT_NPROC */
 	bool		netns_ready;	/* network namespace inherited, lo already up */
 	bool		served;			/* run by the launcher's worker (serve.c) */
@@ -223,6 +225,8 @@ extern int	jail_filter_load(const JailFilter *filter);
 
 /* rootfs.c */
 extern int	jail_rootfs_setup(const JailChildArgs *args, char *err);
+extern int	jail_rootfs_prepare(char *err);
+extern int	jail_rootfs_complete(const JailChildArgs *args, char *err);
 
 /* sandbox.c */
 extern int	jail_child_main(void *arg);

@@ -445,7 +445,7 @@ jail_child_main(void *arg)
 		_exit(1);
 	if (go == 'n')
 		a->cgroup_none = true;	/* decided after a prespawned clone */
-	if (a->req_fd >= 0)
+	if (a->req_fd >= 0 && !a->prebuild)
 		load_request(a);
 
 	/*
@@ -475,8 +475,26 @@ jail_child_main(void *arg)
 		child_fail(a, err);
 	}
 	/* a launcher's worker already made our (fresh, unshared) netns */
-	if ((!a->netns_ready && jail_loopback_up(err) < 0) ||
-		jail_rootfs_setup(a, err) < 0)
+	if (!a->netns_ready && jail_loopback_up(err) < 0)
+		child_fail(a, err);
+	if (a->prebuild)
+	{
+		/*
+		 * Built ahead of the request (serve.c): the fixed part of the
+		 * root now, then wait for the request (its byte also says
+		 * whether there is a cgroup), then the run's own part.
+		 */
+		if (jail_rootfs_prepare(err) < 0)
+			child_fail(a, err);
+		if (read(a->go_fd, &go, 1) != 1)
+			_exit(1);
+		if (go == 'n')
+			a->cgroup_none = true;
+		load_request(a);
+		if (jail_rootfs_complete(a, err) < 0)
+			child_fail(a, err);
+	}
+	else if (jail_rootfs_setup(a, err) < 0)
 		child_fail(a, err);
 
 	/*

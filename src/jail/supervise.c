@@ -501,6 +501,14 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	args.req_fd = p->reqfd;
 	args.netns_ready = env->netns_ready;
 	args.served = true;
+
+	/*
+	 * Unprivileged, the id maps are always our own ids, so they can be
+	 * written now and the child can build its root ahead too.  Started
+	 * by root, the outer uid is the workspace's owner: that waits for the
+	 * request, and so does the root.
+	 */
+	args.prebuild = geteuid() != 0;
 	p->pid = spawn_child(&args, &p->pidfd);
 	if (p->pid < 0)
 	{
@@ -513,6 +521,19 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	close_fd(&p->errp[1]);
 	close_fd(&p->statp[1]);
 	close_fd(&p->life[0]);
+	if (args.prebuild)
+	{
+		if (write_id_maps(p->pid, geteuid(), getegid(), err) < 0 ||
+			write(p->gop[1], "g", 1) != 1)
+		{
+			if (!err[0])
+				jail_seterr(err, "signal the sandbox: %s", strerror(errno));
+			(void) syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0);
+			waitpid(p->pid, NULL, 0);
+			return -1;
+		}
+		p->prebuilt = true;
+	}
 	return 0;
 }
 
@@ -713,8 +734,10 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * and so overlaps with the child's mount work.  The payload is forked
 	 * only after the second.
 	 */
-	if (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
-		write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "g", 1) != 1 ||
+	if ((env->pre && env->pre->prebuilt ?
+		 write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "r", 1) != 1 :
+		 (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
+		  write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "g", 1) != 1)) ||
 		(!run.cg_borrowed && jail_cgroup_attach(&run.cg, run.pid, err) < 0))
 	{
 		if (!err[0])

@@ -168,33 +168,49 @@ set_knob(const char *dir, const char *knob, uint64_t value, bool optional,
  * into the payload's allowance.
  */
 int
-jail_cgroup_set_limits(const JailCgroup *cg, const JailOptions *opts,
+jail_cgroup_set_limits(JailCgroup *cg, const JailOptions *opts,
 					   uint64_t extra_pids, char *err)
 {
+	uint64_t	pids = opts->pids + extra_pids;
+	bool		mem_same = cg->memory_set == opts->memory_bytes;
+	bool		pids_same = cg->pids_set == pids;
+
+	/* each cgroupfs write costs ~50-100 us on v1: skip what is set */
 	if (cg->mode == CGROUP_V2)
-		return (set_knob(cg->v2_dir, "memory.max", opts->memory_bytes, false, err) < 0 ||
-				set_knob(cg->v2_dir, "memory.swap.max", 0, true, err) < 0 ||
-				set_knob(cg->v2_dir, "pids.max", opts->pids + extra_pids, false, err) < 0) ? -1 : 0;
-	if (cg->mode != CGROUP_V1)
-		return 0;
-
-	/*
-	 * memsw (memory+swap) may never be below the memory limit, so when
-	 * lowering, memory goes first, and when raising, memsw: try the
-	 * memory limit, then memsw, then the memory limit again.  memsw is
-	 * absent when swap accounting is off, and then swap is simply not
-	 * limited (documented).
-	 */
 	{
-		char		dummy[JAIL_ERRLEN];
-		bool		first = set_knob(cg->mem_dir, "memory.limit_in_bytes",
-									 opts->memory_bytes, false, dummy) == 0;
-
-		if (set_knob(cg->mem_dir, "memory.memsw.limit_in_bytes", opts->memory_bytes, true, err) < 0 ||
-			(!first && set_knob(cg->mem_dir, "memory.limit_in_bytes", opts->memory_bytes, false, err) < 0))
+		if ((!mem_same &&
+			 (set_knob(cg->v2_dir, "memory.max", opts->memory_bytes, false, err) < 0 ||
+			  set_knob(cg->v2_dir, "memory.swap.max", 0, true, err) < 0)) ||
+			(!pids_same && set_knob(cg->v2_dir, "pids.max", pids, false, err) < 0))
 			return -1;
 	}
-	return set_knob(cg->pids_dir, "pids.max", opts->pids + extra_pids, false, err);
+	else if (cg->mode == CGROUP_V1)
+	{
+		/*
+		 * memsw (memory+swap) may never be below the memory limit, so
+		 * when lowering, memory goes first, and when raising, memsw: try
+		 * the memory limit, then memsw, then the memory limit again.
+		 * memsw is absent when swap accounting is off, and then swap is
+		 * simply not limited (documented).
+		 */
+		if (!mem_same)
+		{
+			char		dummy[JAIL_ERRLEN];
+			bool		first = set_knob(cg->mem_dir, "memory.limit_in_bytes",
+										 opts->memory_bytes, false, dummy) == 0;
+
+			if (set_knob(cg->mem_dir, "memory.memsw.limit_in_bytes", opts->memory_bytes, true, err) < 0 ||
+				(!first && set_knob(cg->mem_dir, "memory.limit_in_bytes", opts->memory_bytes, false, err) < 0))
+				return -1;
+		}
+		if (!pids_same && set_knob(cg->pids_dir, "pids.max", pids, false, err) < 0)
+			return -1;
+	}
+	else
+		return 0;
+	cg->memory_set = opts->memory_bytes;
+	cg->pids_set = pids;
+	return 0;
 }
 
 /*

@@ -119,6 +119,8 @@ typedef struct JailCgroup
 	char		mem_dir[512];	/* v1 */
 	char		pids_dir[512];	/* v1 */
 	char		cpu_dir[512];	/* v1 cpuacct */
+	uint64_t	memory_set;		/* limits last written (0: none yet), so */
+	uint64_t	pids_set;		/* a launcher slot skips unchanged ones */
 } JailCgroup;
 
 /* The compiled seccomp program, built once in the parent. */
@@ -209,7 +211,7 @@ extern int	jail_write_verdict(int fd, const JailResult *res);
 extern int	jail_cgroup_create(const JailOptions *opts, JailCgroup *cg, char *err);
 extern int	jail_cgroup_create_named(const JailOptions *opts, const char *name,
 									 JailCgroup *cg, char *err);
-extern int	jail_cgroup_set_limits(const JailCgroup *cg, const JailOptions *opts,
+extern int	jail_cgroup_set_limits(JailCgroup *cg, const JailOptions *opts,
 								   uint64_t extra_pids, char *err);
 extern void jail_cgroup_reset_counters(const JailCgroup *cg);
 extern int	jail_cgroup_attach(JailCgroup *cg, pid_t pid, char *err);

@@ -460,6 +460,15 @@ worker_main(int lfd, Worker *w)
 	if (!have_pre)
 		jail_warn("worker: could not clone a sandbox ahead: %s", err);
 
+	/*
+	 * What the slot counted so far (our own set-up, the sandbox's fixed
+	 * root) is not the run's: start its peak memory and CPU from zero.
+	 * The slot was made with the default limits (and one pid for us),
+	 * which a request asking for the same then keeps without a write.
+	 */
+	if (slot)
+		jail_cgroup_reset_counters(slot);
+
 	do
 		conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 	while (conn < 0 && (errno == EINTR || errno == ECONNABORTED));
@@ -629,6 +638,7 @@ jail_serve_main(int argc, char **argv)
 	if (jail_parse_options(5, dargv, &slot_defaults, false) < 0)
 		return JAIL_EXIT_SETUP;
 	slot_defaults.cgroup_parent = cfg.cgroup_parent;
+	slot_defaults.pids += 1;	/* the worker that sits in the slot */
 
 	if (jail_filter_get(&filter, err) < 0)
 	{

@@ -642,9 +642,8 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		(!opts->cgroup_parent || !env->slot_parent ||
 		 strcmp(opts->cgroup_parent, env->slot_parent) == 0))
 	{
-		run.cg = *env->slot;
+		run.cg = *env->slot;	/* counters reset by the worker (serve.c) */
 		run.cg_borrowed = true;
-		jail_cgroup_reset_counters(&run.cg);
 	}
 	else if (jail_cgroup_create(opts, &run.cg, err) < 0)
 	{

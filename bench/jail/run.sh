@@ -41,7 +41,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${2:-$ROOT/src/jail/sandbox-jail}
 WORK=$(mktemp -d /tmp/jailbench.XXXXXX)
 LAUNCHER=
-trap '[ -n "$LAUNCHER" ] && kill "$LAUNCHER"; rm -rf "$WORK"' EXIT
+trap '[ -n "$LAUNCHER" ] && kill "$LAUNCHER" && wait "$LAUNCHER"; rm -rf "$WORK"' EXIT
 mkdir "$WORK/ws"
 [ "$(id -u)" = 0 ] && chown 65534:65534 "$WORK/ws"
 chmod 755 "$WORK"

@@ -161,6 +161,7 @@ jail_client_main(int argc, char **argv)
 		free(rargv);
 		return JAIL_EXIT_USAGE;
 	}
+	free(rargv);				/* opts points into argv's strings, not here */
 	jail_quiet = opts.quiet;
 
 	/* as the one-shot jail: die with our caller (and so end the run) */
@@ -228,6 +229,7 @@ jail_client_main(int argc, char **argv)
 	if (memfd < 0 || jail_write_all(memfd, code, code_len) < 0)
 	{
 		jail_seterr(err, "memfd for the code: %s", strerror(errno));
+		free(code);
 		return local_setup_error(verdict_fd, err);
 	}
 	free(code);

@@ -706,6 +706,9 @@ jail_serve_main(int argc, char **argv)
 		{
 			if (si.ssi_signo != SIGCHLD)
 			{
+				/* asked to stop: finish the clean-up even if our parent
+				 * goes away meanwhile (its death signal would cut it) */
+				prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
 				shutdown_pool();
 				unlink(cfg.path);
 				return JAIL_EXIT_OK;

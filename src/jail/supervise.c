@@ -449,6 +449,24 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 }
 
 /*
+ * A go byte could not be sent because the sandbox already gave up: its
+ * own reason (on the error pipe, whose write ends are all closed once it
+ * is reaped, so this cannot block) says more than our EPIPE.
+ */
+static void
+take_child_error(int fd, char *err)
+{
+	char		buf[JAIL_ERRLEN];
+	ssize_t		n = read(fd, buf, sizeof(buf) - 1);
+
+	if (n > 0)
+	{
+		buf[n] = '\0';
+		snprintf(err, JAIL_ERRLEN, "%s", buf);
+	}
+}
+
+/*
  * Clone a sandbox before its request exists (serve.c's workers): the
  * clone of six namespaces is the largest fixed cost of a run, and none of
  * it depends on the request.  The child waits for its first go byte and
@@ -744,6 +762,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		kill_sandbox(&run);
 		waitpid(run.pid, &run.wstatus, 0);
 		run.reaped = true;
+		take_child_error(errp[0], err);
 		goto out;
 	}
 	if (write(gop[1], "c", 1) != 1)
@@ -752,6 +771,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		kill_sandbox(&run);
 		waitpid(run.pid, &run.wstatus, 0);
 		run.reaped = true;
+		take_child_error(errp[0], err);
 		goto out;
 	}
 	close_fd(&gop[1]);

@@ -20,12 +20,12 @@ start_launcher() {
 	chown "$u": "$SDIR"
 	chmod 700 "$SDIR"
 	SOCK=$SDIR/jail.sock
-	runuser -u "$u" -- "$REALBIN" --serve "$SOCK" --pool 3 "${CGOPT[@]}" 2>>"$WORK/launcher.log" &
+	runuser -u "$u" -- "${LBIN:-$REALBIN}" --serve "$SOCK" --pool 3 "${CGOPT[@]}" 2>>"${LLOG:-$WORK/launcher.log}" &
 	LPARENT=$!
 	while [ ! -S "$SOCK" ] && [ $n -lt 100 ]; do sleep 0.05; n=$((n + 1)); done
 	LPID=$(pgrep -P "$LPARENT" -f -- "--serve $SOCK")
 	LAUNCHERS+=("$LPID")
-	printf '#!/bin/sh\nexec "%s" --client "%s" "$@"\n' "$REALBIN" "$SOCK" > "$WORK/client-$u"
+	printf '#!/bin/sh\nexec "%s" --client "%s" "$@"\n' "${LBIN:-$REALBIN}" "$SOCK" > "$WORK/client-$u"
 	chmod 755 "$WORK/client-$u"
 }
 # the launcher is gone (bounded wait)
@@ -279,3 +279,35 @@ for u in $USERS; do
 	lifetime_checks "$u"
 done
 BIN=$REALBIN
+
+# The launcher and client under ASan/UBSan: a few runs of each kind, a
+# malformed request, a stop; no sanitizer report in the launcher's or the
+# client's stderr.
+if [ "${JAIL_SKIP_ASAN:-0}" != 1 ] && make -s -C "$ROOT/src/jail" SANITIZE=1 >"$WORK/asan-build" 2>&1; then
+	for u in $USERS; do
+		LBIN=$ROOT/src/jail/sandbox-jail-asan
+		LLOG=$WORK/launcher-asan-$u.log
+		: > "$LLOG"
+		start_launcher "$u"
+		BIN=$WORK/client-$u
+		asan_bad=no
+		fresh_ws "$u"
+		for c in 'print("asan-ok")' 'import time; time.sleep(10)' 'x = bytearray(1 << 30)' 'import sys; sys.stdout.write("y" * 3000000)'; do
+			jr "$u" python "$c" --wall-time 2 --memory 128M --output-limit 64K
+			if [ $RC != 0 ] || grep -Eq "AddressSanitizer|runtime error|LeakSanitizer" "$WORK/err" ||
+				[ "$(v status)" = INVALID ]; then asan_bad=yes; fi
+		done
+		WS=$WORK/nope
+		jr "$u" shell true
+		[ $RC = 1 ] || asan_bad=yes
+		runuser -u "$u" -- "$PY" -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.connect(sys.argv[1]); s.send(b"junk"); s.recv(9999)' "$SOCK"
+		kill -TERM "$LPID"
+		wait "$LPARENT" 2>/dev/null
+		grep -Eq "AddressSanitizer|runtime error|LeakSanitizer" "$LLOG" && asan_bad=yes
+		t "$u: ASan/UBSan launcher and client: print, timeout, oom, truncation, setup error, junk request are clean" '[ $asan_bad = no ]'
+		BIN=$REALBIN
+		unset LBIN LLOG
+	done
+fi
+

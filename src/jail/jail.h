@@ -148,6 +148,7 @@ typedef struct JailPrespawn
 	int			sigfd;
 	int			reqfd;			/* memfd: u32 length, options, then code */
 	bool		prebuilt;		/* ids mapped and root built ahead */
+	int			mntns;			/* the sandbox's mount namespace, held */
 } JailPrespawn;
 
 /*

@@ -484,6 +484,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	p->pidfd = -1;
 	p->sigfd = -1;
 	p->reqfd = -1;
+	p->mntns = -1;
 	for (int i = 0; i < 2; i++)
 		p->outp[i] = p->errout[i] = p->gop[i] = p->errp[i] = p->statp[i] = p->life[i] = -1;
 
@@ -539,6 +540,19 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	close_fd(&p->errp[1]);
 	close_fd(&p->statp[1]);
 	close_fd(&p->life[0]);
+
+	/*
+	 * Tearing down a mount namespace waits for an RCU grace period, paid
+	 * by whoever drops the last reference: without this, the sandbox's
+	 * init, before it can be reaped, i.e. before the verdict.  The worker
+	 * keeps one and drops it when it exits, after the verdict is sent.
+	 */
+	{
+		char		path[64];
+
+		snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int) p->pid);
+		p->mntns = open(path, O_RDONLY | O_CLOEXEC);
+	}
 	if (args.prebuild)
 	{
 		if (write_id_maps(p->pid, geteuid(), getegid(), err) < 0 ||

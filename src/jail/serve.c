@@ -53,6 +53,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,6 +63,7 @@
 #define MAX_POOL		64
 #define MAX_REQ_ARGS	256
 #define WORKER_PREP_FAILED	3	/* exit code: the netns could not be made */
+#define REQUEST_TIMEOUT_S	10	/* from accept to the whole request */
 
 typedef struct ServeConfig
 {
@@ -282,9 +284,21 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 		cred.uid != launcher_uid)
 		refuse(conn, "peer uid %d is not the launcher's owner", (int) cred.uid);
 
+	/*
+	 * A caller that connects and never sends would hold this worker (one
+	 * place in the pool) forever.  Only the request read is bounded; the
+	 * run itself watches the connection with poll.
+	 */
+	{
+		struct timeval tv = {.tv_sec = REQUEST_TIMEOUT_S};
+
+		setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	}
 	n = jail_wire_recv(conn, buf, JAIL_WIRE_MAX, fds, JAIL_WIRE_NFDS, &nfds, &truncated);
 	if (n == 0)
 		_exit(0);				/* connected and left: nothing to do */
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		refuse(conn, "no request within %d s of connecting", REQUEST_TIMEOUT_S);
 	if (n < 0)
 		refuse(conn, "could not receive the request: %s", strerror(errno));
 	if (truncated)

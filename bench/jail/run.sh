@@ -11,7 +11,15 @@
 #   jail         sandbox-jail with its defaults (cgroup limits if the host
 #                has delegated cgroups, seccomp, rlimits)
 #   jail-nocg    sandbox-jail with no cgroup (rlimits only)
-# and prints mean and median ms per run plus jail/bare and jail/bwrap.
+#   client       sandbox-jail --client against a resident launcher
+#                (sandbox-jail --serve, started once for the benchmark):
+#                the same command line, served; includes the client's exec
+#   resident     a resident caller (bench/jail/served-client.c, one process
+#                for all samples) talking to the same launcher: request to
+#                verdict as the PostgreSQL worker would see it; the time is
+#                the caller's own clock from connect to verdict
+# and prints the median ms per run of each, plus ratios and, for the
+# resident caller, the ms over bare.
 #
 # sandbox-jail has no raw-exec mode: its "true" row runs a shell payload
 # "exec /bin/true", so it includes a bash start-up; bwrap's "true" row runs
@@ -32,7 +40,8 @@ N=${1:-50}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${2:-$ROOT/src/jail/sandbox-jail}
 WORK=$(mktemp -d /tmp/jailbench.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+LAUNCHER=
+trap '[ -n "$LAUNCHER" ] && kill "$LAUNCHER" && wait "$LAUNCHER"; rm -rf "$WORK"' EXIT
 mkdir "$WORK/ws"
 [ "$(id -u)" = 0 ] && chown 65534:65534 "$WORK/ws"
 chmod 755 "$WORK"
@@ -49,23 +58,42 @@ BWRAP=(bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL
 	--ro-bind "$WORK" /sandbox --chdir /workspace --clearenv
 	--setenv PATH /usr/bin:/bin --setenv HOME /tmp --uid 1000 --gid 1000)
 JAIL=("$BIN" --workspace "$WORK/ws" --verdict-file /dev/null --quiet)
+CLIENT=("$BIN" --client "$WORK/jail.sock" --workspace "$WORK/ws" --verdict-file /dev/null --quiet)
 
-# measure: runs the four contenders round-robin N times (so a change in
+# The resident launcher (default cgroup parent, like the jail column) and
+# the resident caller.
+"$BIN" --serve "$WORK/jail.sock" --pool 4 --quiet &
+LAUNCHER=$!
+gcc -O2 -o "$WORK/served-client" "$ROOT/bench/jail/served-client.c" || exit 1
+for _ in $(seq 100); do [ -S "$WORK/jail.sock" ] && break; sleep 0.05; done
+
+# measure: runs the six contenders round-robin N times (so a change in
 # machine load hits all of them alike) and prints "mean median" in ms for
-# each, in order: bare bwrap jail jail-nocg.
+# each, in order: bare bwrap jail jail-nocg client resident.  The
+# resident caller (a coprocess started per row: RESIDENT=(LANG CODEFILE))
+# runs one request per line it reads and reports its own time.
 measure() {
-	local i k t0 t1
-	local -a s0=() s1=() s2=() s3=()
-	for k in 0 1 2 3; do run_k $k >/dev/null 2>&1 </dev/null; done	# warm-up
+	local i k t0 t1 us st
+	local -a s0=() s1=() s2=() s3=() s4=() s5=()
+	coproc RC { exec "$WORK/served-client" "$WORK/jail.sock" "${RESIDENT[0]}" "${RESIDENT[1]}" "$WORK/ws"; }
+	for k in 0 1 2 3 4; do run_k $k >/dev/null 2>&1 </dev/null; done	# warm-up
+	echo >&"${RC[1]}"
+	read -r us st <&"${RC[0]}"
 	for ((i = 0; i < N; i++)); do
-		for k in 0 1 2 3; do
+		for k in 0 1 2 3 4; do
 			t0=$EPOCHREALTIME
 			run_k $k >/dev/null 2>&1 </dev/null
 			t1=$EPOCHREALTIME
 			eval "s$k+=(\$(( \${t1/./} - \${t0/./} )))"
 		done
+		echo >&"${RC[1]}"
+		read -r us st <&"${RC[0]}"
+		[ "$st" = exited ] || echo "# resident caller: verdict status $st" >&2
+		s5+=("$us")
 	done
-	for k in 0 1 2 3; do
+	eval "exec ${RC[1]}>&-"
+	wait "$RC_PID" 2>/dev/null
+	for k in 0 1 2 3 4 5; do
 		eval 'printf "%s\n" "${s'$k'[@]}"' | sort -n | awk '
 			{ v[NR] = $1; s += $1 }
 			END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2;
@@ -79,6 +107,7 @@ run_k() {
 	1) "${BWRAP[@]}" "${BWCMD[@]}" ;;
 	2) $JAILFN ;;
 	3) $JAILNCFN ;;
+	4) $CLIENTFN ;;
 	esac
 }
 
@@ -89,35 +118,45 @@ jail_js() { "${JAIL[@]}" --language node < "$WORK/zero.js"; }
 jailnc_true() { "${JAIL[@]}" --cgroup-parent /nonexistent --language shell < "$WORK/true.sh"; }
 jailnc_py() { "${JAIL[@]}" --cgroup-parent /nonexistent --language python < "$WORK/pass.py"; }
 jailnc_js() { "${JAIL[@]}" --cgroup-parent /nonexistent --language node < "$WORK/zero.js"; }
+client_true() { "${CLIENT[@]}" --language shell < "$WORK/true.sh"; }
+client_py() { "${CLIENT[@]}" --language python < "$WORK/pass.py"; }
+client_js() { "${CLIENT[@]}" --language node < "$WORK/zero.js"; }
 
 echo "# sandbox-jail start-up benchmark: N=$N, user $(id -un), kernel $(uname -r), $(nproc) cpus"
 echo "# $("$BIN" --language shell --workspace "$WORK/ws" --verdict-fd 3 3>&1 >/dev/null 2>&1 </dev/null | sed -n 's/.*"cgroup":"\([a-z0-9]*\)".*/jail cgroup mode: \1/p')"
-printf '%-10s %17s %17s %17s %17s %10s %11s\n' program "bare mean/med" "bwrap mean/med" \
-	"jail mean/med" "jail-nocg mean/med" "jail/bare" "jail/bwrap"
+printf '%-9s %7s %7s %7s %9s %7s %8s | %9s %11s %10s %10s %8s\n' program bare bwrap jail jail-nocg client resident \
+	"jail/bwrap" "client/bwrap" "resid/bwrap" "resid/bare" "resid-bare"
 
 row() {
-	local name=$1
-	read -r bare_mean bare_med bw_mean bw_med jl_mean jl_med jn_mean jn_med < <(measure)
-	printf '%-10s %8s/%-8s %8s/%-8s %8s/%-8s %8s/%-8s %10s %11s\n' "$name" \
-		"$bare_mean" "$bare_med" "$bw_mean" "$bw_med" "$jl_mean" "$jl_med" "$jn_mean" "$jn_med" \
-		"$(awk -v a="$jl_med" -v b="$bare_med" 'BEGIN { printf "%.1fx", a / b }')" \
-		"$(awk -v a="$jl_med" -v b="$bw_med" 'BEGIN { printf "%.2fx", a / b }')"
+	local name=$1 bare_mean bare_med bw_mean bw_med jl_mean jl_med jn_mean jn_med cl_mean cl_med rs_mean rs_med
+	read -r bare_mean bare_med bw_mean bw_med jl_mean jl_med jn_mean jn_med cl_mean cl_med rs_mean rs_med < <(measure)
+	printf '%-9s %7s %7s %7s %9s %7s %8s | %9s %11s %10s %10s %8s\n' "$name" \
+		"$bare_med" "$bw_med" "$jl_med" "$jn_med" "$cl_med" "$rs_med" \
+		"$(awk -v a="$jl_med" -v b="$bw_med" 'BEGIN { printf "%.2fx", a / b }')" \
+		"$(awk -v a="$cl_med" -v b="$bw_med" 'BEGIN { printf "%.2fx", a / b }')" \
+		"$(awk -v a="$rs_med" -v b="$bw_med" 'BEGIN { printf "%.2fx", a / b }')" \
+		"$(awk -v a="$rs_med" -v b="$bare_med" 'BEGIN { printf "%.2fx", a / b }')" \
+		"$(awk -v a="$rs_med" -v b="$bare_med" 'BEGIN { printf "%+.2f", a - b }')"
 }
 
 BARE=(/bin/true)
 BWCMD=(/bin/bash --noprofile --norc /sandbox/true.sh)
-JAILFN=jail_true JAILNCFN=jailnc_true row true
+RESIDENT=(shell "$WORK/true.sh")
+JAILFN=jail_true JAILNCFN=jailnc_true CLIENTFN=client_true row true
 BARE=(/bin/bash --noprofile --norc "$WORK/true.sh")
-JAILFN=jail_true JAILNCFN=jailnc_true row sh-true
+JAILFN=jail_true JAILNCFN=jailnc_true CLIENTFN=client_true row sh-true
 BARE=(/usr/bin/python3 -I -c pass)
 BWCMD=(/usr/bin/python3 -I -c pass)
-JAILFN=jail_py JAILNCFN=jailnc_py row python3
+RESIDENT=(python "$WORK/pass.py")
+JAILFN=jail_py JAILNCFN=jailnc_py CLIENTFN=client_py row python3
 if [ -x /usr/bin/node ]; then
 	BARE=(/usr/bin/node -e 0)
 	BWCMD=(/usr/bin/node -e 0)
-	JAILFN=jail_js JAILNCFN=jailnc_js row node
+	RESIDENT=(node "$WORK/zero.js")
+	JAILFN=jail_js JAILNCFN=jailnc_js CLIENTFN=client_js row node
 fi
-echo "# ratios use medians; jail/bare for 'true' includes the bash start-up (see sh-true)"
+echo "# medians in ms; every sandboxed 'true' runs a bash script 'exec /bin/true' (sh-true"
+echo "# is that script bare), so resid-bare of sh-true is the launcher's own cost"
 
 # Cross-check with hyperfine when it is installed (not required): the same
 # bash-script payload, each contender measured in its own batch.

@@ -121,11 +121,12 @@ v2_parent_usable(const char *dir)
 }
 
 static int
-make_run_dir(char *out, size_t outlen, const char *parent, char *err)
+make_run_dir(char *out, size_t outlen, const char *parent, const char *name,
+			 char *err)
 {
 	int			n;
 
-	n = snprintf(out, outlen, "%s/run-%d", parent, (int) getpid());
+	n = snprintf(out, outlen, "%s/%s", parent, name);
 	if (n < 0 || (size_t) n >= outlen)
 	{
 		jail_seterr(err, "cgroup path too long under %s", parent);
@@ -161,15 +162,94 @@ set_knob(const char *dir, const char *knob, uint64_t value, bool optional,
 	return 0;
 }
 
-static int
-setup_v2(const JailOptions *opts, JailCgroup *cg, const char *parent, char *err)
+/*
+ * The run's limits.  extra_pids: processes of ours that share the cgroup
+ * (a launcher worker supervising from inside its slot) and must not eat
+ * into the payload's allowance.
+ */
+int
+jail_cgroup_set_limits(JailCgroup *cg, const JailOptions *opts,
+					   uint64_t extra_pids, char *err)
 {
-	if (make_run_dir(cg->v2_dir, sizeof(cg->v2_dir), parent, err) < 0)
+	uint64_t	pids = opts->pids + extra_pids;
+	bool		mem_same = cg->memory_set == opts->memory_bytes;
+	bool		pids_same = cg->pids_set == pids;
+
+	/* each cgroupfs write costs ~50-100 us on v1: skip what is set */
+	if (cg->mode == CGROUP_V2)
+	{
+		if ((!mem_same &&
+			 (set_knob(cg->v2_dir, "memory.max", opts->memory_bytes, false, err) < 0 ||
+			  set_knob(cg->v2_dir, "memory.swap.max", 0, true, err) < 0)) ||
+			(!pids_same && set_knob(cg->v2_dir, "pids.max", pids, false, err) < 0))
+			return -1;
+	}
+	else if (cg->mode == CGROUP_V1)
+	{
+		/*
+		 * memsw (memory+swap) may never be below the memory limit, so
+		 * when lowering, memory goes first, and when raising, memsw: try
+		 * the memory limit, then memsw, then the memory limit again.
+		 * memsw is absent when swap accounting is off, and then swap is
+		 * simply not limited (documented).
+		 */
+		if (!mem_same)
+		{
+			char		dummy[JAIL_ERRLEN];
+			bool		first = set_knob(cg->mem_dir, "memory.limit_in_bytes",
+										 opts->memory_bytes, false, dummy) == 0;
+
+			if (set_knob(cg->mem_dir, "memory.memsw.limit_in_bytes", opts->memory_bytes, true, err) < 0 ||
+				(!first && set_knob(cg->mem_dir, "memory.limit_in_bytes", opts->memory_bytes, false, err) < 0))
+				return -1;
+		}
+		if (!pids_same && set_knob(cg->pids_dir, "pids.max", pids, false, err) < 0)
+			return -1;
+	}
+	else
+		return 0;
+	cg->memory_set = opts->memory_bytes;
+	cg->pids_set = pids;
+	return 0;
+}
+
+/*
+ * A slot made before its run: forget what the worker did in it while
+ * waiting (peak memory, CPU), so the verdict is the payload's.  v2 has no
+ * reset for cpu.stat; there the worker's few milliseconds stay counted.
+ */
+void
+jail_cgroup_reset_counters(const JailCgroup *cg)
+{
+	char		path[640];
+
+	if (cg->mode == CGROUP_V2)
+	{
+		snprintf(path, sizeof(path), "%s/memory.peak", cg->v2_dir);
+		(void) jail_write_file(path, "0");
+		return;
+	}
+	if (cg->mode != CGROUP_V1)
+		return;
+	snprintf(path, sizeof(path), "%s/memory.max_usage_in_bytes", cg->mem_dir);
+	(void) jail_write_file(path, "0");
+	snprintf(path, sizeof(path), "%s/memory.failcnt", cg->mem_dir);
+	(void) jail_write_file(path, "0");
+	if (cg->cpu_dir[0])
+	{
+		snprintf(path, sizeof(path), "%s/cpuacct.usage", cg->cpu_dir);
+		(void) jail_write_file(path, "0");
+	}
+}
+
+static int
+setup_v2(const JailOptions *opts, JailCgroup *cg, const char *parent,
+		 const char *name, char *err)
+{
+	if (make_run_dir(cg->v2_dir, sizeof(cg->v2_dir), parent, name, err) < 0)
 		return -1;
 	cg->mode = CGROUP_V2;
-	if (set_knob(cg->v2_dir, "memory.max", opts->memory_bytes, false, err) < 0 ||
-		set_knob(cg->v2_dir, "memory.swap.max", 0, true, err) < 0 ||
-		set_knob(cg->v2_dir, "pids.max", opts->pids, false, err) < 0)
+	if (jail_cgroup_set_limits(cg, opts, 0, err) < 0)
 		return -1;
 	cg->v2_dirfd = open(cg->v2_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	return 0;
@@ -177,34 +257,36 @@ setup_v2(const JailOptions *opts, JailCgroup *cg, const char *parent, char *err)
 
 static int
 setup_v1(const JailOptions *opts, JailCgroup *cg, const char *mem_parent,
-		 const char *pids_parent, const char *cpu_parent, char *err)
+		 const char *pids_parent, const char *cpu_parent, const char *name,
+		 char *err)
 {
 	cg->mode = CGROUP_V1;
-	if (make_run_dir(cg->mem_dir, sizeof(cg->mem_dir), mem_parent, err) < 0 ||
-		make_run_dir(cg->pids_dir, sizeof(cg->pids_dir), pids_parent, err) < 0)
+	if (make_run_dir(cg->mem_dir, sizeof(cg->mem_dir), mem_parent, name, err) < 0 ||
+		make_run_dir(cg->pids_dir, sizeof(cg->pids_dir), pids_parent, name, err) < 0)
 		return -1;
 	/* cpuacct only measures; without it CPU time comes from rusage. */
 	if (cpu_parent && writable_dir(cpu_parent))
 	{
 		char		dummy[JAIL_ERRLEN];
 
-		(void) make_run_dir(cg->cpu_dir, sizeof(cg->cpu_dir), cpu_parent, dummy);
+		(void) make_run_dir(cg->cpu_dir, sizeof(cg->cpu_dir), cpu_parent, name, dummy);
 	}
+	return jail_cgroup_set_limits(cg, opts, 0, err);
+}
 
-	/*
-	 * memsw (memory+swap) must be set after the memory limit, since it may
-	 * never be below it; it is absent when swap accounting is off, and then
-	 * swap is simply not limited (documented).
-	 */
-	if (set_knob(cg->mem_dir, "memory.limit_in_bytes", opts->memory_bytes, false, err) < 0 ||
-		set_knob(cg->mem_dir, "memory.memsw.limit_in_bytes", opts->memory_bytes, true, err) < 0 ||
-		set_knob(cg->pids_dir, "pids.max", opts->pids, false, err) < 0)
-		return -1;
-	return 0;
+/* The one-shot run's cgroup, "run-<jail pid>". */
+int
+jail_cgroup_create(const JailOptions *opts, JailCgroup *cg, char *err)
+{
+	char		name[32];
+
+	snprintf(name, sizeof(name), "run-%d", (int) getpid());
+	return jail_cgroup_create_named(opts, name, cg, err);
 }
 
 int
-jail_cgroup_create(const JailOptions *opts, JailCgroup *cg, char *err)
+jail_cgroup_create_named(const JailOptions *opts, const char *name,
+						 JailCgroup *cg, char *err)
 {
 	CgroupMounts m;
 	char		p1[512],
@@ -226,7 +308,7 @@ jail_cgroup_create(const JailOptions *opts, JailCgroup *cg, char *err)
 			return -1;
 		}
 		if (sfs.f_type == CGROUP2_SUPER_MAGIC)
-			return setup_v2(opts, cg, parent, err);
+			return setup_v2(opts, cg, parent, name, err);
 		if (sfs.f_type == CGROUP_SUPER_MAGIC)
 		{
 			/*
@@ -252,7 +334,7 @@ jail_cgroup_create(const JailOptions *opts, JailCgroup *cg, char *err)
 			snprintf(p1, sizeof(p1), "%s%s", m.memory, rel);
 			snprintf(p2, sizeof(p2), "%s%s", m.pids, rel);
 			snprintf(p3, sizeof(p3), "%s%s", m.cpuacct, rel);
-			return setup_v1(opts, cg, p1, p2, m.cpuacct[0] ? p3 : NULL, err);
+			return setup_v1(opts, cg, p1, p2, m.cpuacct[0] ? p3 : NULL, name, err);
 		}
 		jail_seterr(err, "%s is not a cgroup directory", parent);
 		return -1;
@@ -263,7 +345,7 @@ jail_cgroup_create(const JailOptions *opts, JailCgroup *cg, char *err)
 	{
 		snprintf(p1, sizeof(p1), "%s/%s", m.v2, V2_DEFAULT_NAME);
 		if (v2_parent_usable(p1))
-			return setup_v2(opts, cg, p1, err);
+			return setup_v2(opts, cg, p1, name, err);
 	}
 	if (m.memory[0] && m.pids[0])
 	{
@@ -271,7 +353,7 @@ jail_cgroup_create(const JailOptions *opts, JailCgroup *cg, char *err)
 		snprintf(p2, sizeof(p2), "%s/%s", m.pids, V2_DEFAULT_NAME);
 		snprintf(p3, sizeof(p3), "%s/%s", m.cpuacct, V2_DEFAULT_NAME);
 		if (writable_dir(p1) && writable_dir(p2))
-			return setup_v1(opts, cg, p1, p2, m.cpuacct[0] ? p3 : NULL, err);
+			return setup_v1(opts, cg, p1, p2, m.cpuacct[0] ? p3 : NULL, name, err);
 	}
 	jail_seterr(err, "no writable cgroup parent (run scripts/jail-host-setup.sh)");
 	return -1;

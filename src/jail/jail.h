@@ -35,6 +35,7 @@
 #define JAIL_ERRLEN			512
 #define JAIL_MAX_BINDS		32
 #define JAIL_MAX_CODE		(16 * 1024 * 1024)
+#define JAIL_VERDICT_MAX	4400	/* a formatted verdict line fits */
 
 typedef enum JailLanguage
 {
@@ -118,6 +119,8 @@ typedef struct JailCgroup
 	char		mem_dir[512];	/* v1 */
 	char		pids_dir[512];	/* v1 */
 	char		cpu_dir[512];	/* v1 cpuacct */
+	uint64_t	memory_set;		/* limits last written (0: none yet), so */
+	uint64_t	pids_set;		/* a launcher slot skips unchanged ones */
 } JailCgroup;
 
 /* The compiled seccomp program, built once in the parent. */
@@ -126,6 +129,44 @@ typedef struct JailFilter
 	struct sock_filter *insns;
 	unsigned short len;
 } JailFilter;
+
+/*
+ * A sandbox cloned ahead of its request by a launcher's worker (serve.c):
+ * its namespaces exist and it waits for its first go byte; the request
+ * (options and code) is put in reqfd before that byte is sent.
+ */
+typedef struct JailPrespawn
+{
+	pid_t		pid;
+	int			pidfd;
+	int			outp[2];
+	int			errout[2];
+	int			gop[2];
+	int			errp[2];
+	int			statp[2];
+	int			life[2];
+	int			sigfd;
+	int			reqfd;			/* memfd: u32 length, options, then code */
+	bool		prebuilt;		/* ids mapped and root built ahead */
+	int			mntns;			/* the sandbox's mount namespace, held */
+} JailPrespawn;
+
+/*
+ * What the caller of jail_run may have prepared ahead of the run (the
+ * resident launcher, serve.c); NULL means a one-shot run that prepares
+ * everything itself and copies output to our stdout/stderr.
+ */
+typedef struct JailRunEnv
+{
+	int			stdout_fd;		/* where the payload's stdout goes */
+	int			stderr_fd;
+	int			cancel_fd;		/* -1, or readable/EOF: stop the run (killed) */
+	JailCgroup *slot;			/* this process already sits in it, or NULL */
+	const char *slot_parent;	/* the launcher's --cgroup-parent, or NULL */
+	bool		netns_ready;	/* we sit in a fresh netns, lo up: join it */
+	const JailFilter *filter;	/* compiled once by the launcher, or NULL */
+	JailPrespawn *pre;			/* a sandbox already cloned, or NULL */
+} JailRunEnv;
 
 /* What the child needs to build the sandbox; shared by fork. */
 typedef struct JailChildArgs
@@ -140,7 +181,11 @@ typedef struct JailChildArgs
 	int			out_fd;			/* write end of stdout pipe */
 	int			errout_fd;		/* write end of stderr pipe */
 	int			lifeline_fd;	/* read: HUP when the parent is gone */
+	int			req_fd;			/* prespawned: where the request waits, or -1 */
+	bool		prebuild;		/* prespawned with maps: build the root ahead */
 	bool		cgroup_none;	/* no cgroup: fall back to RLIMIT_NPROC */
+	bool		netns_ready;	/* network namespace inherited, lo already up */
+	bool		served;			/* run by the launcher's worker (serve.c) */
 } JailChildArgs;
 
 /* util.c */
@@ -152,16 +197,24 @@ extern int	jail_write_fileat(int dirfd, const char *name, const char *data);
 extern int	jail_read_fileat(int dirfd, const char *name, char *buf, size_t len);
 extern int	jail_write_all(int fd, const void *buf, size_t len);
 extern uint64_t jail_now_ms(void);
+extern char *jail_read_code(int fd, size_t *len, char *err);
 
 /* options.c */
-extern int	jail_parse_options(int argc, char **argv, JailOptions *opts);
+extern char jail_option_error[JAIL_ERRLEN];
+extern int	jail_parse_options(int argc, char **argv, JailOptions *opts, bool allow_help);
 extern void jail_usage(FILE *out);
 
 /* verdict.c */
+extern int	jail_format_verdict(char *line, size_t len, const JailResult *res);
 extern int	jail_write_verdict(int fd, const JailResult *res);
 
 /* cgroup.c */
 extern int	jail_cgroup_create(const JailOptions *opts, JailCgroup *cg, char *err);
+extern int	jail_cgroup_create_named(const JailOptions *opts, const char *name,
+									 JailCgroup *cg, char *err);
+extern int	jail_cgroup_set_limits(JailCgroup *cg, const JailOptions *opts,
+								   uint64_t extra_pids, char *err);
+extern void jail_cgroup_reset_counters(const JailCgroup *cg);
 extern int	jail_cgroup_attach(JailCgroup *cg, pid_t pid, char *err);
 extern uint64_t jail_cgroup_cpu_ms(const JailCgroup *cg);
 extern void jail_cgroup_collect(const JailCgroup *cg, JailResult *res);
@@ -175,13 +228,30 @@ extern int	jail_filter_load(const JailFilter *filter);
 
 /* rootfs.c */
 extern int	jail_rootfs_setup(const JailChildArgs *args, char *err);
+extern int	jail_rootfs_prepare(char *err);
+extern int	jail_rootfs_complete(const JailChildArgs *args, char *err);
 
 /* sandbox.c */
 extern int	jail_child_main(void *arg);
+extern int	jail_loopback_up(char *err);
 
 /* supervise.c */
 extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,
-					 JailResult *res);
+					 const JailRunEnv *env, JailResult *res);
+extern int	jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err);
+
+/* wire.c: the launcher's protocol (docs/jail.md, "Resident launcher") */
+#define JAIL_WIRE_MAGIC		"sandbox-jail/1"
+#define JAIL_WIRE_MAX		65536	/* one request or response message */
+#define JAIL_WIRE_NFDS		3		/* code, stdout, stderr */
+extern ssize_t jail_wire_send(int sock, const void *buf, size_t len,
+							  const int *fds, int nfds);
+extern ssize_t jail_wire_recv(int sock, void *buf, size_t len, int *fds,
+							  int maxfds, int *nfds, bool *truncated);
+
+/* serve.c, client.c */
+extern int	jail_serve_main(int argc, char **argv);
+extern int	jail_client_main(int argc, char **argv);
 
 /* workspace.c */
 extern int	jail_workspace_usage(int dirfd, uint64_t file_limit,

@@ -23,60 +23,6 @@
 
 #include "jail.h"
 
-/* Read all of fd into a malloc'd buffer, at most JAIL_MAX_CODE bytes. */
-static char *
-read_code(int fd, size_t *len, char *err)
-{
-	size_t		cap = 65536;
-	size_t		n = 0;
-	char	   *buf = malloc(cap);
-
-	if (!buf)
-	{
-		jail_seterr(err, "out of memory");
-		return NULL;
-	}
-	for (;;)
-	{
-		ssize_t		r;
-
-		if (n == cap)
-		{
-			char	   *nb;
-
-			if (cap >= JAIL_MAX_CODE)
-			{
-				jail_seterr(err, "code is larger than %d bytes", JAIL_MAX_CODE);
-				free(buf);
-				return NULL;
-			}
-			cap *= 2;
-			nb = realloc(buf, cap);
-			if (!nb)
-			{
-				jail_seterr(err, "out of memory");
-				free(buf);
-				return NULL;
-			}
-			buf = nb;
-		}
-		r = read(fd, buf + n, cap - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-		{
-			jail_seterr(err, "read code: %s", strerror(errno));
-			free(buf);
-			return NULL;
-		}
-		if (r == 0)
-			break;
-		n += r;
-	}
-	*len = n;
-	return buf;
-}
-
 /* Make sure 0, 1, 2 are open, so no pipe of ours lands on them. */
 static void
 ensure_stdio(void)
@@ -109,8 +55,13 @@ main(int argc, char **argv)
 	int			rc;
 
 	ensure_stdio();
-	if (jail_parse_options(argc, argv, &opts) < 0)
+	if (argc >= 2 && strcmp(argv[1], "--serve") == 0)
+		return jail_serve_main(argc, argv);
+	if (argc >= 2 && strcmp(argv[1], "--client") == 0)
+		return jail_client_main(argc, argv);
+	if (jail_parse_options(argc, argv, &opts, true) < 0)
 	{
+		fprintf(stderr, "sandbox-jail: %s\n", jail_option_error);
 		jail_usage(stderr);
 		return JAIL_EXIT_USAGE;
 	}
@@ -168,12 +119,12 @@ main(int argc, char **argv)
 				jail_seterr(err, "code file %s: %s", opts.code_file, strerror(errno));
 			else
 			{
-				code = read_code(fd, &code_len, err);
+				code = jail_read_code(fd, &code_len, err);
 				close(fd);
 			}
 		}
 		else
-			code = read_code(STDIN_FILENO, &code_len, err);
+			code = jail_read_code(STDIN_FILENO, &code_len, err);
 	}
 
 	if (err[0])
@@ -183,7 +134,7 @@ main(int argc, char **argv)
 		rc = -1;
 	}
 	else
-		rc = jail_run(&opts, code, code_len, &res);
+		rc = jail_run(&opts, code, code_len, NULL, &res);
 
 	if (rc < 0)
 		jail_warn("setup error: %s", res.setup_error);

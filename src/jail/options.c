@@ -71,6 +71,9 @@ jail_usage(FILE *out)
 			"         [--workspace-size BYTES] [--tmp-size BYTES]\n"
 			"         [--verdict-fd N | --verdict-file PATH]\n"
 			"         [--cgroup-parent DIR] [--require-cgroup] [--quiet]\n"
+			"       sandbox-jail --serve SOCKET [--pool N] [--cgroup-parent DIR]\n"
+			"         [--require-cgroup] [--keep-running] [--quiet]\n"
+			"       sandbox-jail --client SOCKET <run options as above>\n"
 			"exit: 0 payload ran (see verdict), 1 setup error, 2 usage error\n");
 }
 
@@ -182,11 +185,17 @@ reserved_inner_path(const char *p)
 	return false;
 }
 
-#define BAD(...) do { fprintf(stderr, "sandbox-jail: " __VA_ARGS__); \
-		fputc('\n', stderr); return -1; } while (0)
+/*
+ * The reason of the last refusal; the caller decides where it goes (the
+ * command line prints it, the launcher sends it back to its client).
+ */
+char		jail_option_error[JAIL_ERRLEN];
+
+#define BAD(...) do { snprintf(jail_option_error, sizeof(jail_option_error), \
+		__VA_ARGS__); return -1; } while (0)
 
 int
-jail_parse_options(int argc, char **argv, JailOptions *o)
+jail_parse_options(int argc, char **argv, JailOptions *o, bool allow_help)
 {
 	int			c;
 	bool		have_lang = false;
@@ -202,7 +211,9 @@ jail_parse_options(int argc, char **argv, JailOptions *o)
 	o->tmp_size = 64 * MiB;
 	o->verdict_fd = -1;
 
+	jail_option_error[0] = '\0';
 	opterr = 0;
+	optind = 0;					/* full rescan: the launcher parses many times */
 	while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1)
 	{
 		switch (c)
@@ -301,6 +312,8 @@ jail_parse_options(int argc, char **argv, JailOptions *o)
 				o->quiet = true;
 				break;
 			case OPT_HELP:
+				if (!allow_help)
+					BAD("--help is not a run option");
 				jail_usage(stdout);
 				exit(0);
 			default:

@@ -38,8 +38,14 @@
 
 #include "jail.h"
 
-/* The new root is built on a tmpfs mounted here (in our private ns). */
-#define NEWROOT "/tmp"
+/*
+ * The new root is built on a tmpfs mounted here (in our private ns).  Not
+ * /tmp: a sandbox built ahead of its request (serve.c) must still reach
+ * the workspace by its host path afterwards, and workspaces live in
+ * places like /tmp or /var, never in /sys, which the sandbox does not
+ * get anyway.
+ */
+#define NEWROOT "/sys"
 
 #define SYSTEM_FLAGS (MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
 
@@ -317,6 +323,18 @@ setup_etc(char *err)
 	return 0;
 }
 
+/* /dev/shm: POSIX shm and semaphores (multiprocessing) want one. */
+static int
+mount_dev_shm(const JailOptions *opts, char *err)
+{
+	char		shmopts[64];
+
+	snprintf(shmopts, sizeof(shmopts), "mode=1777,size=%llu",
+			 (unsigned long long) opts->tmp_size);
+	return tmpfs_at(NEWROOT "/dev/shm", shmopts, MS_NOSUID | MS_NODEV | MS_NOEXEC, err);
+}
+
+/* /dev; its shm tmpfs only with opts (otherwise the caller mounts it). */
 static int
 setup_dev(const JailOptions *opts, char *err)
 {
@@ -326,7 +344,6 @@ setup_dev(const JailOptions *opts, char *err)
 		{"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"},
 	};
 	char		path[128];
-	char		shmopts[64];
 
 	if (mkdir(NEWROOT "/dev", 0755) < 0 ||
 		tmpfs_at(NEWROOT "/dev", "mode=0755,size=64k,nr_inodes=64",
@@ -366,12 +383,8 @@ setup_dev(const JailOptions *opts, char *err)
 			return -1;
 		}
 	}
-	/* POSIX shm and semaphores (multiprocessing) want a /dev/shm. */
-	snprintf(shmopts, sizeof(shmopts), "mode=1777,size=%llu",
-			 (unsigned long long) opts->tmp_size);
 	if (make_mountpoint(NEWROOT "/dev/shm", true, err) < 0 ||
-		tmpfs_at(NEWROOT "/dev/shm", shmopts,
-				 MS_NOSUID | MS_NODEV | MS_NOEXEC, err) < 0)
+		(opts && mount_dev_shm(opts, err) < 0))
 		return -1;
 	return set_attr(NEWROOT "/dev", MOUNT_ATTR_RDONLY, false, err);
 }
@@ -427,56 +440,42 @@ setup_code(const JailChildArgs *args, char *err)
 	return 0;
 }
 
-int
-jail_rootfs_setup(const JailChildArgs *args, char *err)
+/*
+ * The part of the root that no request changes: system directories, /etc,
+ * /dev (without its shm), /proc.  root_size bounds the root tmpfs, which
+ * also holds the code.
+ */
+static int
+rootfs_common(uint64_t root_size, char *err)
 {
-	const JailOptions *opts = args->opts;
 	static const char *const sysdirs[] = {
 		"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", NULL
 	};
-	int			wsfd;
-	int			bindfds[JAIL_MAX_BINDS];
-	char		buf[512];
-	int			i;
-
-	/* Nothing we mount may propagate back to the host. */
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-	{
-		jail_seterr(err, "make / private: %s", strerror(errno));
-		return -1;
-	}
-
-	/*
-	 * Open the workspace and the extra sources now, before NEWROOT hides
-	 * anything.  The workspace's last component must not be a symlink:
-	 * the caller created the directory, a symlink there was planted.
-	 */
-	wsfd = open(opts->workspace, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (wsfd < 0)
-	{
-		jail_seterr(err, "workspace %s: %s", opts->workspace, strerror(errno));
-		return -1;
-	}
-	for (i = 0; i < opts->nbinds; i++)
-	{
-		bindfds[i] = open(opts->binds[i].src, O_PATH | O_CLOEXEC);
-		if (bindfds[i] < 0)
-		{
-			jail_seterr(err, "--ro-bind source %s: %s", opts->binds[i].src, strerror(errno));
-			return -1;
-		}
-	}
+	char		buf[128];
 
 	snprintf(buf, sizeof(buf), "mode=0755,size=%llu,nr_inodes=4096",
-			 (unsigned long long) (args->code_len + 1024 * 1024));
+			 (unsigned long long) root_size);
 	if (tmpfs_at(NEWROOT, buf, MS_NOSUID | MS_NODEV, err) < 0)
 		return -1;
-
-	for (i = 0; sysdirs[i]; i++)
+	for (int i = 0; sysdirs[i]; i++)
 		if (bind_host(sysdirs[i], strcmp(sysdirs[i], "/usr") == 0, err) < 0)
 			return -1;
-	if (setup_etc(err) < 0 || setup_dev(opts, err) < 0 || setup_proc(err) < 0)
+	if (setup_etc(err) < 0 || setup_dev(NULL, err) < 0 || setup_proc(err) < 0)
 		return -1;
+	return 0;
+}
+
+/*
+ * The run's own part, from the host-side sources opened by the caller:
+ * /tmp, /workspace, the --ro-bind mounts, the code; then the root goes
+ * read-only and we pivot into it.
+ */
+static int
+rootfs_finish(const JailChildArgs *args, int wsfd, int *bindfds, char *err)
+{
+	const JailOptions *opts = args->opts;
+	char		buf[512];
+	int			i;
 
 	snprintf(buf, sizeof(buf), "mode=1777,size=%llu,nr_inodes=65536",
 			 (unsigned long long) opts->tmp_size);
@@ -526,4 +525,95 @@ jail_rootfs_setup(const JailChildArgs *args, char *err)
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * Open the workspace and the extra sources.  The workspace's last
+ * component must not be a symlink: the caller created the directory, a
+ * symlink there was planted.  A prepared root sits on /sys, so a source
+ * there would resolve into the sandbox's own tree: refused.
+ */
+static int
+open_sources(const JailOptions *opts, bool prepared, int *wsfd, int *bindfds,
+			 char *err)
+{
+	if (prepared && strncmp(opts->workspace, "/sys", 4) == 0 &&
+		(opts->workspace[4] == '/' || opts->workspace[4] == '\0'))
+	{
+		jail_seterr(err, "workspace %s: not under /sys", opts->workspace);
+		return -1;
+	}
+	*wsfd = open(opts->workspace, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (*wsfd < 0)
+	{
+		jail_seterr(err, "workspace %s: %s", opts->workspace, strerror(errno));
+		return -1;
+	}
+	for (int i = 0; i < opts->nbinds; i++)
+	{
+		const char *src = opts->binds[i].src;
+
+		if (prepared && strncmp(src, "/sys", 4) == 0 && (src[4] == '/' || src[4] == '\0'))
+		{
+			jail_seterr(err, "--ro-bind source %s: not under /sys", src);
+			return -1;
+		}
+		bindfds[i] = open(src, O_PATH | O_CLOEXEC);
+		if (bindfds[i] < 0)
+		{
+			jail_seterr(err, "--ro-bind source %s: %s", src, strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int
+make_private(char *err)
+{
+	/* Nothing we mount may propagate back to the host. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+	{
+		jail_seterr(err, "make / private: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* One-shot: everything, with the sources opened before anything is mounted. */
+int
+jail_rootfs_setup(const JailChildArgs *args, char *err)
+{
+	int			wsfd;
+	int			bindfds[JAIL_MAX_BINDS];
+
+	if (make_private(err) < 0 ||
+		open_sources(args->opts, false, &wsfd, bindfds, err) < 0 ||
+		rootfs_common(args->code_len + 1024 * 1024, err) < 0 ||
+		mount_dev_shm(args->opts, err) < 0)
+		return -1;
+	return rootfs_finish(args, wsfd, bindfds, err);
+}
+
+/* Ahead of the request (serve.c): the part no request changes. */
+int
+jail_rootfs_prepare(char *err)
+{
+	if (make_private(err) < 0 ||
+		rootfs_common(JAIL_MAX_CODE + 1024 * 1024, err) < 0)
+		return -1;
+	return 0;
+}
+
+/* After jail_rootfs_prepare, once the request is known. */
+int
+jail_rootfs_complete(const JailChildArgs *args, char *err)
+{
+	int			wsfd;
+	int			bindfds[JAIL_MAX_BINDS];
+
+	if (open_sources(args->opts, true, &wsfd, bindfds, err) < 0 ||
+		mount_dev_shm(args->opts, err) < 0)
+		return -1;
+	return rootfs_finish(args, wsfd, bindfds, err);
 }

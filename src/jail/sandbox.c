@@ -39,6 +39,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -60,8 +61,8 @@ child_fail(const JailChildArgs *a, const char *msg)
 	_exit(127);
 }
 
-static int
-loopback_up(char *err)
+int
+jail_loopback_up(char *err)
 {
 	struct ifreq ifr;
 	int			fd;
@@ -366,11 +367,11 @@ static void
 close_inherited(const JailChildArgs *a)
 {
 	int			keep[] = {a->go_fd, a->err_fd, a->status_fd, a->out_fd,
-		a->errout_fd, a->lifeline_fd, INT_MAX};
+		a->errout_fd, a->lifeline_fd, a->req_fd, INT_MAX};
 	int			from = 3;
 
-	qsort(keep, 6, sizeof(int), cmp_int);
-	for (int i = 0; i < 7; i++)
+	qsort(keep, 7, sizeof(int), cmp_int);
+	for (int i = 0; i < 8; i++)
 	{
 		if (keep[i] > from)
 			syscall(SYS_close_range, (unsigned) from, (unsigned) keep[i] - 1, 0U);
@@ -379,10 +380,49 @@ close_inherited(const JailChildArgs *a)
 	}
 }
 
+/*
+ * A sandbox cloned ahead of its request (serve.c) reads it here: a u32
+ * length, the run options as NUL-terminated strings (already validated by
+ * the worker, parsed again the same way), then the code to the end.
+ */
+static void
+load_request(JailChildArgs *a)
+{
+	static JailOptions opts;
+	static char *argv[300];
+	char		err[JAIL_ERRLEN] = "";
+	uint32_t	alen;
+	struct stat st;
+	char	   *buf;
+	int			argc = 0;
+
+	if (pread(a->req_fd, &alen, sizeof(alen), 0) != sizeof(alen) ||
+		fstat(a->req_fd, &st) < 0 || (uint64_t) st.st_size < sizeof(alen) + (uint64_t) alen ||
+		!(buf = malloc(st.st_size + 1)) ||
+		pread(a->req_fd, buf, st.st_size, 0) != st.st_size)
+		child_fail(a, "could not read the request");
+	buf[st.st_size] = '\0';
+	argv[argc++] = "sandbox-jail";
+	for (char *p = buf + sizeof(alen); p < buf + sizeof(alen) + alen && argc < 298;
+		 p += strlen(p) + 1)
+		argv[argc++] = p;
+	argv[argc] = NULL;
+	if (jail_parse_options(argc, argv, &opts, false) < 0)
+	{
+		jail_seterr(err, "request: %s", jail_option_error);
+		child_fail(a, err);
+	}
+	a->opts = &opts;
+	a->code = buf + sizeof(alen) + alen;
+	a->code_len = st.st_size - sizeof(alen) - alen;
+	close(a->req_fd);
+	a->req_fd = -1;
+}
+
 int
 jail_child_main(void *arg)
 {
-	const JailChildArgs *a = arg;
+	JailChildArgs *a = arg;		/* our own copy (clone without CLONE_VM) */
 	char		err[JAIL_ERRLEN] = "";
 	char		go;
 	struct pollfd pfd;
@@ -391,9 +431,22 @@ jail_child_main(void *arg)
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	close_inherited(a);
 
+	/*
+	 * A served run shares its cgroup with the worker that supervises it;
+	 * should the memory limit strike, the kernel must pick the sandbox,
+	 * never the worker (which would lose the verdict).  Raising the score
+	 * needs no privilege; the payload inherits it.
+	 */
+	if (a->served)
+		(void) jail_write_file("/proc/self/oom_score_adj", "1000");
+
 	/* The parent writes our uid/gid maps, then says go (first byte). */
 	if (read(a->go_fd, &go, 1) != 1)
 		_exit(1);
+	if (go == 'n')
+		a->cgroup_none = true;	/* decided after a prespawned clone */
+	if (a->req_fd >= 0 && !a->prebuild)
+		load_request(a);
 
 	/*
 	 * Become the mapped unprivileged identity.  When the jail runs as root
@@ -421,7 +474,27 @@ jail_child_main(void *arg)
 		jail_seterr(err, "sethostname: %s", strerror(errno));
 		child_fail(a, err);
 	}
-	if (loopback_up(err) < 0 || jail_rootfs_setup(a, err) < 0)
+	/* a launcher's worker already made our (fresh, unshared) netns */
+	if (!a->netns_ready && jail_loopback_up(err) < 0)
+		child_fail(a, err);
+	if (a->prebuild)
+	{
+		/*
+		 * Built ahead of the request (serve.c): the fixed part of the
+		 * root now, then wait for the request (its byte also says
+		 * whether there is a cgroup), then the run's own part.
+		 */
+		if (jail_rootfs_prepare(err) < 0)
+			child_fail(a, err);
+		if (read(a->go_fd, &go, 1) != 1)
+			_exit(1);
+		if (go == 'n')
+			a->cgroup_none = true;
+		load_request(a);
+		if (jail_rootfs_complete(a, err) < 0)
+			child_fail(a, err);
+	}
+	else if (jail_rootfs_setup(a, err) < 0)
 		child_fail(a, err);
 
 	/*

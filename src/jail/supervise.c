@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -70,6 +71,8 @@ typedef struct Run
 	bool		kill_sent;
 	int			wsfd;			/* workspace, O_PATH, for size checks */
 	bool		over_workspace;
+	bool		cg_borrowed;	/* the launcher's slot: not ours to remove */
+	int			cancel_fd;		/* the launcher's client: EOF = stop */
 } Run;
 
 static void
@@ -168,10 +171,13 @@ static pid_t
 spawn_child(JailChildArgs *args, int *pidfd)
 {
 	uint64_t	flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS |
-		CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
+		CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
 	struct clone_args ca;
 	pid_t		pid;
 
+	/* A launcher's worker hands over a fresh netns it made for this run. */
+	if (!args->netns_ready)
+		flags |= CLONE_NEWNET;
 	memset(&ca, 0, sizeof(ca));
 	ca.flags = flags;
 	ca.pidfd = (uint64_t) (uintptr_t) pidfd;
@@ -285,8 +291,8 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 
 	for (;;)
 	{
-		struct pollfd pfd[7];
-		int			idx[7];
+		struct pollfd pfd[8];
+		int			idx[8];
 		int			n = 0;
 		uint64_t	now = jail_now_ms();
 		int			timeout;
@@ -355,6 +361,12 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 		pfd[n].fd = sigfd;
 		pfd[n].events = POLLIN;
 		idx[n++] = 2;
+		if (run->cancel_fd >= 0 && !run->reaped)
+		{
+			pfd[n].fd = run->cancel_fd;
+			pfd[n].events = POLLIN | POLLRDHUP;
+			idx[n++] = 3;
+		}
 
 		wake = run->reaped ? flush_deadline : deadline;
 		if (!run->reaped && watch_cpu && next_cpu < wake)
@@ -412,6 +424,16 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 						}
 						break;
 					}
+				case 3:
+					/*
+					 * The launcher's client hung up or asked to stop
+					 * (nothing else is ever sent mid-run): like SIGTERM
+					 * to a one-shot jail.
+					 */
+					res->killed = true;
+					kill_sandbox(run);
+					run->cancel_fd = -1;
+					break;
 				case 10:
 				case 11:
 					stream_write(&streams[idx[i] - 10]);
@@ -427,13 +449,137 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 }
 
 /*
+ * A go byte could not be sent because the sandbox already gave up: its
+ * own reason (on the error pipe, whose write ends are all closed once it
+ * is reaped, so this cannot block) says more than our EPIPE.
+ */
+static void
+take_child_error(int fd, char *err)
+{
+	char		buf[JAIL_ERRLEN];
+	ssize_t		n = read(fd, buf, sizeof(buf) - 1);
+
+	if (n > 0)
+	{
+		buf[n] = '\0';
+		snprintf(err, JAIL_ERRLEN, "%s", buf);
+	}
+}
+
+/*
+ * Clone a sandbox before its request exists (serve.c's workers): the
+ * clone of six namespaces is the largest fixed cost of a run, and none of
+ * it depends on the request.  The child waits for its first go byte and
+ * then reads the request from reqfd; jail_run (env->pre) does the rest
+ * exactly as for a sandbox cloned on the spot.
+ */
+int
+jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
+{
+	JailChildArgs args;
+	sigset_t	mask;
+
+	memset(p, 0, sizeof(*p));
+	p->pid = -1;
+	p->pidfd = -1;
+	p->sigfd = -1;
+	p->reqfd = -1;
+	p->mntns = -1;
+	for (int i = 0; i < 2; i++)
+		p->outp[i] = p->errout[i] = p->gop[i] = p->errp[i] = p->statp[i] = p->life[i] = -1;
+
+	if (pipe2(p->outp, O_CLOEXEC) < 0 || pipe2(p->errout, O_CLOEXEC) < 0 ||
+		pipe2(p->gop, O_CLOEXEC) < 0 || pipe2(p->errp, O_CLOEXEC) < 0 ||
+		pipe2(p->statp, O_CLOEXEC) < 0 || pipe2(p->life, O_CLOEXEC) < 0 ||
+		(p->reqfd = memfd_create("sandbox-request", MFD_CLOEXEC)) < 0)
+	{
+		jail_seterr(err, "pipe: %s", strerror(errno));
+		return -1;
+	}
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGQUIT);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	p->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (p->sigfd < 0)
+	{
+		jail_seterr(err, "signalfd: %s", strerror(errno));
+		return -1;
+	}
+
+	memset(&args, 0, sizeof(args));
+	args.filter = env->filter;
+	args.go_fd = p->gop[0];
+	args.err_fd = p->errp[1];
+	args.status_fd = p->statp[1];
+	args.out_fd = p->outp[1];
+	args.errout_fd = p->errout[1];
+	args.lifeline_fd = p->life[0];
+	args.req_fd = p->reqfd;
+	args.netns_ready = env->netns_ready;
+	args.served = true;
+
+	/*
+	 * Unprivileged, the id maps are always our own ids, so they can be
+	 * written now and the child can build its root ahead too.  Started
+	 * by root, the outer uid is the workspace's owner: that waits for the
+	 * request, and so does the root.
+	 */
+	args.prebuild = geteuid() != 0;
+	p->pid = spawn_child(&args, &p->pidfd);
+	if (p->pid < 0)
+	{
+		jail_seterr(err, "clone: %s", strerror(errno));
+		return -1;
+	}
+	close_fd(&p->outp[1]);
+	close_fd(&p->errout[1]);
+	close_fd(&p->gop[0]);
+	close_fd(&p->errp[1]);
+	close_fd(&p->statp[1]);
+	close_fd(&p->life[0]);
+
+	/*
+	 * Tearing down a mount namespace waits for an RCU grace period, paid
+	 * by whoever drops the last reference: without this, the sandbox's
+	 * init, before it can be reaped, i.e. before the verdict.  The worker
+	 * keeps one and drops it when it exits, after the verdict is sent.
+	 */
+	{
+		char		path[64];
+
+		snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int) p->pid);
+		p->mntns = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	if (args.prebuild)
+	{
+		if (write_id_maps(p->pid, geteuid(), getegid(), err) < 0 ||
+			write(p->gop[1], "g", 1) != 1)
+		{
+			if (!err[0])
+				jail_seterr(err, "signal the sandbox: %s", strerror(errno));
+			(void) syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0);
+			waitpid(p->pid, NULL, 0);
+			return -1;
+		}
+		p->prebuilt = true;
+	}
+	return 0;
+}
+
+/*
  * Run the payload once.  Returns 0 when it ran (whatever it did) and -1 on
  * a setup error, with res->setup_error set.  res is always filled in.
  */
 int
 jail_run(const JailOptions *opts, const char *code, size_t code_len,
-		 JailResult *res)
+		 const JailRunEnv *env, JailResult *res)
 {
+	static const JailRunEnv oneshot = {
+		.stdout_fd = STDOUT_FILENO, .stderr_fd = STDERR_FILENO, .cancel_fd = -1,
+	};
 	Run			run;
 	JailFilter	filter = {0};
 	JailChildArgs args;
@@ -465,6 +611,14 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	run.pidfd = -1;
 	run.wsfd = -1;
 	run.cg.v2_dirfd = -1;
+	if (!env)
+		env = &oneshot;
+	run.cancel_fd = env->cancel_fd;
+	if (env->pre)
+	{
+		run.pid = env->pre->pid;	/* killed and reaped at "out" on failure */
+		run.pidfd = env->pre->pidfd;
+	}
 
 	streams = calloc(2, sizeof(Stream));
 	if (!streams)
@@ -506,10 +660,24 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		}
 	}
 
-	if (jail_filter_get(&filter, err) < 0)
+	if (env->filter)
+		filter = *env->filter;	/* borrowed: not freed below */
+	else if (jail_filter_get(&filter, err) < 0)
 		goto out;
 
-	if (jail_cgroup_create(opts, &run.cg, err) < 0)
+	/*
+	 * A launcher slot (we already sit in it, so the sandbox is born
+	 * there: no slow move) serves runs under the launcher's parent; a
+	 * request for another parent gets its own cgroup as a one-shot would.
+	 */
+	if (env->slot && env->slot->mode != CGROUP_NONE &&
+		(!opts->cgroup_parent || !env->slot_parent ||
+		 strcmp(opts->cgroup_parent, env->slot_parent) == 0))
+	{
+		run.cg = *env->slot;	/* counters reset by the worker (serve.c) */
+		run.cg_borrowed = true;
+	}
+	else if (jail_cgroup_create(opts, &run.cg, err) < 0)
 	{
 		jail_cgroup_destroy(&run.cg);
 		if (opts->require_cgroup)
@@ -518,51 +686,71 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		err[0] = '\0';
 	}
 
-	if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errout, O_CLOEXEC) < 0 ||
-		pipe2(gop, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
-		pipe2(statp, O_CLOEXEC) < 0 || pipe2(life, O_CLOEXEC) < 0)
+	if (env->pre)
 	{
-		jail_seterr(err, "pipe: %s", strerror(errno));
-		goto out;
+		/* cloned before the request came: take over its descriptors */
+		JailPrespawn *p = env->pre;
+
+		memcpy(outp, p->outp, sizeof(outp));
+		memcpy(errout, p->errout, sizeof(errout));
+		memcpy(gop, p->gop, sizeof(gop));
+		memcpy(errp, p->errp, sizeof(errp));
+		memcpy(statp, p->statp, sizeof(statp));
+		memcpy(life, p->life, sizeof(life));
+		sigfd = p->sigfd;
+		start = jail_now_ms();
 	}
-
-	/*
-	 * Termination requests arrive through a signalfd, so they are handled
-	 * in the loop like everything else; blocked before the clone so none
-	 * is lost in between (the payload unblocks them before execve).
-	 */
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
-	sigaddset(&mask, SIGQUIT);
-	sigprocmask(SIG_BLOCK, &mask, &oldmask);
-	sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (sigfd < 0)
+	else
 	{
-		jail_seterr(err, "signalfd: %s", strerror(errno));
-		goto out;
-	}
+		if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errout, O_CLOEXEC) < 0 ||
+			pipe2(gop, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
+			pipe2(statp, O_CLOEXEC) < 0 || pipe2(life, O_CLOEXEC) < 0)
+		{
+			jail_seterr(err, "pipe: %s", strerror(errno));
+			goto out;
+		}
 
-	memset(&args, 0, sizeof(args));
-	args.opts = opts;
-	args.code = code;
-	args.code_len = code_len;
-	args.filter = &filter;
-	args.go_fd = gop[0];
-	args.err_fd = errp[1];
-	args.status_fd = statp[1];
-	args.out_fd = outp[1];
-	args.errout_fd = errout[1];
-	args.lifeline_fd = life[0];
-	args.cgroup_none = run.cg.mode == CGROUP_NONE;
+		/*
+		 * Termination requests arrive through a signalfd, so they are handled
+		 * in the loop like everything else; blocked before the clone so none
+		 * is lost in between (the payload unblocks them before execve).
+		 */
+		sigemptyset(&mask);
+		sigaddset(&mask, SIGTERM);
+		sigaddset(&mask, SIGINT);
+		sigaddset(&mask, SIGHUP);
+		sigaddset(&mask, SIGQUIT);
+		sigprocmask(SIG_BLOCK, &mask, &oldmask);
+		sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+		if (sigfd < 0)
+		{
+			jail_seterr(err, "signalfd: %s", strerror(errno));
+			goto out;
+		}
 
-	start = jail_now_ms();
-	run.pid = spawn_child(&args, &run.pidfd);
-	if (run.pid < 0)
-	{
-		jail_seterr(err, "clone: %s", strerror(errno));
-		goto out;
+		memset(&args, 0, sizeof(args));
+		args.opts = opts;
+		args.code = code;
+		args.code_len = code_len;
+		args.filter = &filter;
+		args.go_fd = gop[0];
+		args.err_fd = errp[1];
+		args.status_fd = statp[1];
+		args.out_fd = outp[1];
+		args.errout_fd = errout[1];
+		args.lifeline_fd = life[0];
+		args.req_fd = -1;
+		args.cgroup_none = run.cg.mode == CGROUP_NONE;
+		args.netns_ready = env->netns_ready;
+		args.served = env != &oneshot;
+
+		start = jail_now_ms();
+		run.pid = spawn_child(&args, &run.pidfd);
+		if (run.pid < 0)
+		{
+			jail_seterr(err, "clone: %s", strerror(errno));
+			goto out;
+		}
 	}
 	close_fd(&outp[1]);
 	close_fd(&errout[1]);
@@ -577,15 +765,18 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * and so overlaps with the child's mount work.  The payload is forked
 	 * only after the second.
 	 */
-	if (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
-		write(gop[1], "g", 1) != 1 ||
-		jail_cgroup_attach(&run.cg, run.pid, err) < 0)
+	if ((env->pre && env->pre->prebuilt ?
+		 write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "r", 1) != 1 :
+		 (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
+		  write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "g", 1) != 1)) ||
+		(!run.cg_borrowed && jail_cgroup_attach(&run.cg, run.pid, err) < 0))
 	{
 		if (!err[0])
 			jail_seterr(err, "signal the sandbox: %s", strerror(errno));
 		kill_sandbox(&run);
 		waitpid(run.pid, &run.wstatus, 0);
 		run.reaped = true;
+		take_child_error(errp[0], err);
 		goto out;
 	}
 	if (write(gop[1], "c", 1) != 1)
@@ -594,14 +785,15 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		kill_sandbox(&run);
 		waitpid(run.pid, &run.wstatus, 0);
 		run.reaped = true;
+		take_child_error(errp[0], err);
 		goto out;
 	}
 	close_fd(&gop[1]);
 
 	streams[0].in = outp[0];
-	streams[0].out = STDOUT_FILENO;
+	streams[0].out = env->stdout_fd;
 	streams[1].in = errout[0];
-	streams[1].out = STDERR_FILENO;
+	streams[1].out = env->stderr_fd;
 	supervise(&run, streams, errp[0], sigfd, start, child_err, &child_err_len);
 	errp[0] = -1;				/* closed by supervise */
 
@@ -697,7 +889,8 @@ out:
 	}
 	if (res->cgroup == CGROUP_NONE)
 		res->cgroup = run.cg.mode;
-	jail_cgroup_destroy(&run.cg);
+	if (!run.cg_borrowed)
+		jail_cgroup_destroy(&run.cg);
 	close_fd(&outp[0]);
 	close_fd(&outp[1]);
 	close_fd(&errout[0]);
@@ -713,7 +906,8 @@ out:
 	close_fd(&sigfd);
 	close_fd(&run.pidfd);
 	close_fd(&run.wsfd);
-	free(filter.insns);
+	if (!env->filter)
+		free(filter.insns);
 	free(streams);
 	return rc;
 }

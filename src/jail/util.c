@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -128,4 +129,58 @@ jail_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Read all of fd into a malloc'd buffer, at most JAIL_MAX_CODE bytes. */
+char *
+jail_read_code(int fd, size_t *len, char *err)
+{
+	size_t		cap = 65536;
+	size_t		n = 0;
+	char	   *buf = malloc(cap);
+
+	if (!buf)
+	{
+		jail_seterr(err, "out of memory");
+		return NULL;
+	}
+	for (;;)
+	{
+		ssize_t		r;
+
+		if (n == cap)
+		{
+			char	   *nb;
+
+			if (cap >= JAIL_MAX_CODE)
+			{
+				jail_seterr(err, "code is larger than %d bytes", JAIL_MAX_CODE);
+				free(buf);
+				return NULL;
+			}
+			cap *= 2;
+			nb = realloc(buf, cap);
+			if (!nb)
+			{
+				jail_seterr(err, "out of memory");
+				free(buf);
+				return NULL;
+			}
+			buf = nb;
+		}
+		r = read(fd, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+		{
+			jail_seterr(err, "read code: %s", strerror(errno));
+			free(buf);
+			return NULL;
+		}
+		if (r == 0)
+			break;
+		n += r;
+	}
+	*len = n;
+	return buf;
 }

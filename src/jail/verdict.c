@@ -69,13 +69,13 @@ json_escape(char *dst, size_t dstlen, const char *src)
 
 #define B(x) ((x) ? "true" : "false")
 
+/* The verdict line (with its newline) into line; its length, or -1. */
 int
-jail_write_verdict(int fd, const JailResult *r)
+jail_format_verdict(char *line, size_t len, const JailResult *r)
 {
 	char		code[32];
 	char		sig[32];
 	char		err[JAIL_ERRLEN * 6 + 4];
-	char		line[sizeof(err) + 1024];
 	int			n;
 
 	if (r->have_exit_code)
@@ -95,7 +95,7 @@ jail_write_verdict(int fd, const JailResult *r)
 	else
 		strcpy(err, "null");
 
-	n = snprintf(line, sizeof(line),
+	n = snprintf(line, len,
 				 "{\"version\":1,\"status\":\"%s\",\"exit_code\":%s,"
 				 "\"signal\":%s,\"wall_ms\":%llu,\"cpu_ms\":%llu,"
 				 "\"peak_memory_bytes\":%llu,\"timed_out\":%s,"
@@ -112,7 +112,18 @@ jail_write_verdict(int fd, const JailResult *r)
 				 (unsigned long long) r->stdout_bytes,
 				 (unsigned long long) r->stderr_bytes,
 				 cgroup_name(r->cgroup), err);
-	if (n < 0 || (size_t) n >= sizeof(line))
+	if (n < 0 || (size_t) n >= len)
+		return -1;
+	return n;
+}
+
+int
+jail_write_verdict(int fd, const JailResult *r)
+{
+	char		line[JAIL_VERDICT_MAX];
+	int			n = jail_format_verdict(line, sizeof(line), r);
+
+	if (n < 0)
 		return -1;
 	return jail_write_all(fd, line, n);
 }

@@ -10,7 +10,9 @@
 # Environment: JAIL_USERS="root postgres" (default) restricts the users;
 # JAIL_SKIP_ASAN=1 / JAIL_SKIP_VALGRIND=1 skip the sanitizer/valgrind part;
 # JAIL_ASAN_FULL=1 also runs the whole suite against the ASan/UBSan build
-# (by default only a handful of runs use it).
+# (by default only a handful of runs use it); JAIL_SKIP_SERVED=1 skips the
+# served-mode half (test/jail/served.sh: the same suite through
+# `--client` against a `--serve` launcher, plus cross-run checks).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,12 +24,16 @@ USERS=${JAIL_USERS:-root postgres}
 PASS=0
 FAIL=0
 KILLED_JAILS=
+LAUNCHERS=()
+TAG=				# "served " while the suite runs through a launcher
 WORK=$(mktemp -d /tmp/jailtest.XXXXXX)
 chmod 755 "$WORK"
 MARK=$((RANDOM * 32768 + RANDOM + 100000))	# unique sleep durations
 cleanup() {
 	pkill -KILL -f "sleep $MARK" 2>/dev/null
-	for d in "${TESTCG_DIRS[@]}"; do rmdir "$d"/run-* "$d" 2>/dev/null; done
+	for p in "${LAUNCHERS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+	sleep 0.1
+	for d in "${TESTCG_DIRS[@]}"; do rmdir "$d"/run-* "$d"/srv-* "$d" 2>/dev/null; done
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -62,10 +68,10 @@ if [ -d /sys/fs/cgroup/memory/sandbox_ext ] && [ -d /sys/fs/cgroup/pids/sandbox_
 	CGOPT=(--cgroup-parent /sys/fs/cgroup/memory/sandbox_ext/jailtest-$$)
 fi
 
-ok() { PASS=$((PASS + 1)); echo "ok   - $*"; }
+ok() { PASS=$((PASS + 1)); echo "ok   - $TAG$*"; }
 fail() {
 	FAIL=$((FAIL + 1))
-	echo "FAIL - $*"
+	echo "FAIL - $TAG$*"
 	echo "       verdict: $(cat "$WORK/verdict" 2>/dev/null)"
 	echo "       rc=$RC stdout: $(head -c 300 "$WORK/out" | tr '\n' '|')"
 	echo "       stderr: $(head -c 400 "$WORK/err" | tr '\n' '|')"
@@ -398,6 +404,11 @@ except OSError as e:
 for u in $USERS; do
 	suite "$u"
 done
+
+# The same suite through a resident launcher, and what only it can break.
+if [ "${JAIL_SKIP_SERVED:-0}" != 1 ]; then
+	. "$ROOT/test/jail/served.sh"
+fi
 
 # --- usage errors (user-independent) ---------------------------------------------
 fresh_ws root

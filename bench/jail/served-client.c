@@ -1,0 +1,141 @@
+/*-------------------------------------------------------------------------
+ *
+ * served-client.c
+ *	  A resident caller of `sandbox-jail --serve`, for bench/jail/run.sh:
+ *	  measures request -> verdict the way the PostgreSQL worker would see
+ *	  it (no exec of a client per run).  Speaks the wire format of
+ *	  docs/jail.md ("Resident launcher") by hand, so it needs nothing of
+ *	  src/jail.
+ *
+ *	  served-client SOCKET LANGUAGE CODEFILE WORKSPACE [run options...]
+ *
+ * For every line read on stdin it runs the code once (payload output to
+ * /dev/null) and prints the microseconds from connect to the verdict and
+ * the verdict's status; EOF on stdin ends it.  One run per line lets the
+ * benchmark interleave it with the other contenders.
+ *
+ *-------------------------------------------------------------------------
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+static size_t
+put(char *buf, size_t off, const char *s)
+{
+	size_t		n = strlen(s) + 1;
+
+	if (off + n > 65536)
+	{
+		fprintf(stderr, "served-client: request too large\n");
+		exit(2);
+	}
+	memcpy(buf + off, s, n);
+	return off + n;
+}
+
+int
+main(int argc, char **argv)
+{
+	static char req[65536];
+	static char resp[65537];
+	struct sockaddr_un sa;
+	char		line[64];
+	char		data[65536];
+	size_t		len = 0;
+	ssize_t		n;
+	int			codefd, memfd, devnull;
+
+	if (argc < 5)
+	{
+		fprintf(stderr, "usage: served-client SOCKET LANGUAGE CODEFILE WORKSPACE [opts]\n");
+		return 2;
+	}
+	codefd = open(argv[3], O_RDONLY);
+	memfd = memfd_create("code", MFD_CLOEXEC);
+	devnull = open("/dev/null", O_WRONLY);
+	if (codefd < 0 || memfd < 0 || devnull < 0)
+	{
+		perror("served-client");
+		return 2;
+	}
+	while ((n = read(codefd, data, sizeof(data))) > 0)
+		if (write(memfd, data, n) != n)
+			return 2;
+	len = put(req, len, "sandbox-jail/1");
+	len = put(req, len, "--language");
+	len = put(req, len, argv[2]);
+	len = put(req, len, "--workspace");
+	len = put(req, len, argv[4]);
+	for (int i = 5; i < argc; i++)
+		len = put(req, len, argv[i]);
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", argv[1]);
+
+	while (fgets(line, sizeof(line), stdin))
+	{
+		struct timespec t0, t1;
+		struct msghdr msg;
+		struct iovec iov;
+		union
+		{
+			char		buf[CMSG_SPACE(3 * sizeof(int))];
+			struct cmsghdr align;
+		}			ctl;
+		struct cmsghdr *c;
+		int			fds[3] = {memfd, devnull, devnull};
+		int			s;
+		const char *status = "?";
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (s < 0 || connect(s, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+		{
+			perror("served-client: connect");
+			return 1;
+		}
+		memset(&msg, 0, sizeof(msg));
+		iov.iov_base = req;
+		iov.iov_len = len;
+		msg.msg_iov = &iov;
+		msg.msg_iovlen = 1;
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = sizeof(ctl.buf);
+		c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(3 * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, sizeof(fds));
+		if (sendmsg(s, &msg, 0) < 0)
+		{
+			perror("served-client: sendmsg");
+			return 1;
+		}
+		n = recv(s, resp, sizeof(resp) - 1, 0);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		close(s);
+		if (n > 0)
+		{
+			char	   *p;
+
+			resp[n] = '\0';
+			p = strstr(resp + strlen(resp) + 3, "\"status\":\"");
+			status = p ? p + 10 : "no-verdict";
+			if (p && strchr(status, '"'))
+				*strchr((char *) status, '"') = '\0';
+		}
+		printf("%ld %s\n", (long) ((t1.tv_sec - t0.tv_sec) * 1000000 +
+								   (t1.tv_nsec - t0.tv_nsec) / 1000), status);
+		fflush(stdout);
+	}
+	return 0;
+}

@@ -1,0 +1,300 @@
+/*-------------------------------------------------------------------------
+ *
+ * client.c
+ *	  `sandbox-jail --client SOCKET <run options>`: the one-shot command
+ *	  line, served by a resident launcher (serve.c) instead of building
+ *	  the sandbox itself.  Same options, same output, same verdict, same
+ *	  exit codes; so tests, benchmarks and operators can use the served
+ *	  path exactly like the one-shot one.
+ *
+ * What stays here: option parsing (the same parser), the verdict
+ * destination, reading the code.  The request carries the code in a
+ * memfd and our own stdout and stderr; the launcher's worker copies the
+ * payload's output straight into them (with the caps) and sends back the
+ * verdict, which we write where the caller asked.  SIGTERM & co. to us
+ * half-close the connection, which the worker takes as "stop the run";
+ * it still answers, with a "killed" verdict.  If we die, the connection
+ * closes and the run is killed the same way.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "jail.h"
+
+static volatile int client_sock = -1;
+
+/* Async-signal-safe: shutdown(2) is on the list. */
+static void
+on_stop(int sig)
+{
+	if (client_sock >= 0)
+		shutdown(client_sock, SHUT_WR);
+}
+
+/* Append one NUL-terminated string to the request; false if it is full. */
+static bool
+put(char *buf, size_t *len, const char *fmt,...) __attribute__((format(printf, 3, 4)));
+
+static bool
+put(char *buf, size_t *len, const char *fmt,...)
+{
+	va_list		ap;
+	int			n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf + *len, JAIL_WIRE_MAX - *len, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t) n + 1 > JAIL_WIRE_MAX - *len)
+		return false;
+	*len += n + 1;
+	return true;
+}
+
+#define SEC(ms) (unsigned long long) ((ms) / 1000), (unsigned long long) ((ms) % 1000)
+#define ULL(v) (unsigned long long) (v)
+
+/* The request: magic, then the options in canonical form. */
+static bool
+build_request(const JailOptions *o, const char *workspace, char *buf, size_t *len)
+{
+	static const char *const langs[] = {"python", "node", "shell"};
+	bool		ok;
+
+	*len = 0;
+	ok = put(buf, len, "%s", JAIL_WIRE_MAGIC) &&
+		put(buf, len, "--language") && put(buf, len, "%s", langs[o->language]) &&
+		put(buf, len, "--workspace") && put(buf, len, "%s", workspace) &&
+		put(buf, len, "--wall-time") && put(buf, len, "%llu.%03llu", SEC(o->wall_ms)) &&
+		put(buf, len, "--cpu-time") && put(buf, len, "%llu.%03llu", SEC(o->cpu_ms)) &&
+		put(buf, len, "--memory") && put(buf, len, "%llu", ULL(o->memory_bytes)) &&
+		put(buf, len, "--pids") && put(buf, len, "%llu", ULL(o->pids)) &&
+		put(buf, len, "--output-limit") && put(buf, len, "%llu", ULL(o->output_limit)) &&
+		put(buf, len, "--file-size") && put(buf, len, "%llu", ULL(o->file_size)) &&
+		put(buf, len, "--workspace-size") && put(buf, len, "%llu", ULL(o->workspace_size)) &&
+		put(buf, len, "--tmp-size") && put(buf, len, "%llu", ULL(o->tmp_size));
+	for (int i = 0; ok && i < o->nbinds; i++)
+		ok = put(buf, len, "--ro-bind") &&
+			put(buf, len, "%s:%s", o->binds[i].src, o->binds[i].dst);
+	if (ok && o->cgroup_parent)
+		ok = put(buf, len, "--cgroup-parent") && put(buf, len, "%s", o->cgroup_parent);
+	if (ok && o->require_cgroup)
+		ok = put(buf, len, "--require-cgroup");
+	return ok;
+}
+
+/* A setup error found on our side: a verdict saying so, exit 1. */
+static int
+local_setup_error(int verdict_fd, const char *msg)
+{
+	JailResult	res;
+
+	memset(&res, 0, sizeof(res));
+	res.status = STATUS_SETUP_ERROR;
+	snprintf(res.setup_error, sizeof(res.setup_error), "%s", msg);
+	jail_warn("setup error: %s", msg);
+	if (jail_write_verdict(verdict_fd, &res) < 0)
+		fprintf(stderr, "sandbox-jail: could not write the verdict: %s\n", strerror(errno));
+	return JAIL_EXIT_SETUP;
+}
+
+int
+jail_client_main(int argc, char **argv)
+{
+	static char req[JAIL_WIRE_MAX];
+	static char resp[JAIL_WIRE_MAX + 1];
+	char	  **rargv;
+	const char *path;
+	JailOptions opts;
+	char		err[JAIL_ERRLEN] = "";
+	char		wsbuf[4096];
+	const char *workspace;
+	char	   *code = NULL;
+	size_t		code_len = 0;
+	size_t		req_len;
+	int			verdict_fd = STDERR_FILENO;
+	int			memfd;
+	int			sock;
+	int			fds[JAIL_WIRE_NFDS];
+	int			nfds;
+	bool		truncated;
+	ssize_t		n;
+	pid_t		ppid;
+	struct sockaddr_un sa;
+	struct sigaction sact;
+
+	if (argc < 3 || argv[2][0] == '\0' || argv[2][0] == '-')
+	{
+		fprintf(stderr, "sandbox-jail: --client needs a socket path\n");
+		jail_usage(stderr);
+		return JAIL_EXIT_USAGE;
+	}
+	path = argv[2];
+	if (strlen(path) >= sizeof(sa.sun_path))
+	{
+		fprintf(stderr, "sandbox-jail: socket path too long: %s\n", path);
+		jail_usage(stderr);
+		return JAIL_EXIT_USAGE;
+	}
+	/* the run options, as if they were the whole command line */
+	rargv = calloc(argc, sizeof(char *));
+	if (!rargv)
+		return JAIL_EXIT_SETUP;
+	rargv[0] = argv[0];
+	for (int i = 3; i < argc; i++)
+		rargv[i - 2] = argv[i];
+	if (jail_parse_options(argc - 2, rargv, &opts, true) < 0)
+	{
+		fprintf(stderr, "sandbox-jail: %s\n", jail_option_error);
+		jail_usage(stderr);
+		free(rargv);
+		return JAIL_EXIT_USAGE;
+	}
+	free(rargv);				/* opts points into argv's strings, not here */
+	jail_quiet = opts.quiet;
+
+	/* as the one-shot jail: die with our caller (and so end the run) */
+	ppid = getppid();
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	if (getppid() != ppid)
+		return JAIL_EXIT_SETUP;
+	signal(SIGPIPE, SIG_IGN);
+
+	if (opts.verdict_file)
+	{
+		verdict_fd = open(opts.verdict_file,
+						  O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (verdict_fd < 0)
+		{
+			fprintf(stderr, "sandbox-jail: cannot open verdict file %s: %s\n",
+					opts.verdict_file, strerror(errno));
+			return JAIL_EXIT_SETUP;
+		}
+	}
+	else if (opts.verdict_fd >= 0)
+	{
+		if (fcntl(opts.verdict_fd, F_GETFD) < 0)
+		{
+			fprintf(stderr, "sandbox-jail: verdict fd %d is not open\n", opts.verdict_fd);
+			return JAIL_EXIT_USAGE;
+		}
+		verdict_fd = opts.verdict_fd;
+	}
+
+	/*
+	 * The launcher has its own working directory: send an absolute
+	 * workspace path, but never resolve it (its last component must
+	 * still be checked for being a symlink, on the other side).
+	 */
+	workspace = opts.workspace;
+	if (workspace[0] != '/')
+	{
+		char		cwd[2048];
+
+		if (!getcwd(cwd, sizeof(cwd)) ||
+			(size_t) snprintf(wsbuf, sizeof(wsbuf), "%s/%s", cwd, workspace) >= sizeof(wsbuf))
+			return local_setup_error(verdict_fd, "workspace path could not be made absolute");
+		workspace = wsbuf;
+	}
+
+	if (opts.code_file)
+	{
+		int			fd = open(opts.code_file, O_RDONLY | O_CLOEXEC);
+
+		if (fd < 0)
+			jail_seterr(err, "code file %s: %s", opts.code_file, strerror(errno));
+		else
+		{
+			code = jail_read_code(fd, &code_len, err);
+			close(fd);
+		}
+	}
+	else
+		code = jail_read_code(STDIN_FILENO, &code_len, err);
+	if (err[0])
+		return local_setup_error(verdict_fd, err);
+
+	memfd = memfd_create("sandbox-code", MFD_CLOEXEC);
+	if (memfd < 0 || jail_write_all(memfd, code, code_len) < 0)
+	{
+		jail_seterr(err, "memfd for the code: %s", strerror(errno));
+		free(code);
+		return local_setup_error(verdict_fd, err);
+	}
+	free(code);
+	if (!build_request(&opts, workspace, req, &req_len))
+		return local_setup_error(verdict_fd, "request too large");
+
+	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	strcpy(sa.sun_path, path);
+	if (sock < 0 || connect(sock, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+	{
+		jail_seterr(err, "cannot reach the launcher at %s: %s", path, strerror(errno));
+		return local_setup_error(verdict_fd, err);
+	}
+
+	client_sock = sock;
+	memset(&sact, 0, sizeof(sact));
+	sact.sa_handler = on_stop;	/* no SA_RESTART needed: recv retries */
+	sigaction(SIGTERM, &sact, NULL);
+	sigaction(SIGINT, &sact, NULL);
+	sigaction(SIGHUP, &sact, NULL);
+	sigaction(SIGQUIT, &sact, NULL);
+
+	fds[0] = memfd;
+	fds[1] = STDOUT_FILENO;
+	fds[2] = STDERR_FILENO;
+	if (jail_wire_send(sock, req, req_len, fds, JAIL_WIRE_NFDS) < 0)
+	{
+		jail_seterr(err, "could not send the request: %s", strerror(errno));
+		return local_setup_error(verdict_fd, err);
+	}
+	close(memfd);
+
+	n = jail_wire_recv(sock, resp, JAIL_WIRE_MAX, fds, 0, &nfds, &truncated);
+	if (n <= 0)
+	{
+		jail_seterr(err, "the launcher closed the connection without a verdict%s%s",
+					n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+		return local_setup_error(verdict_fd, err);
+	}
+	resp[n] = '\0';
+
+	/* "sandbox-jail/1\0" rc "\0" verdict "\0" message "\0" */
+	{
+		const char *magic = resp;
+		const char *rcs = magic + strlen(magic) + 1;
+		const char *verdict = rcs < resp + n ? rcs + strlen(rcs) + 1 : NULL;
+		const char *msg = verdict && verdict < resp + n ? verdict + strlen(verdict) + 1 : NULL;
+
+		if (truncated || strcmp(magic, JAIL_WIRE_MAGIC) != 0 || !msg || msg >= resp + n ||
+			rcs[1] != '\0' || rcs[0] < '0' || rcs[0] > '2')
+			return local_setup_error(verdict_fd, "malformed answer from the launcher");
+		if (rcs[0] == '2')
+		{
+			fprintf(stderr, "sandbox-jail: the launcher refused the request: %s\n", msg);
+			return JAIL_EXIT_USAGE;
+		}
+		if (rcs[0] == '1' && msg[0])
+			jail_warn("setup error: %s", msg);
+		if (jail_write_all(verdict_fd, verdict, strlen(verdict)) < 0)
+		{
+			fprintf(stderr, "sandbox-jail: could not write the verdict: %s\n", strerror(errno));
+			return JAIL_EXIT_SETUP;
+		}
+		return rcs[0] - '0';
+	}
+}

@@ -43,6 +43,7 @@ int			sandbox_max_memory_mb = 2048;
 int			sandbox_default_pids = 64;
 int			sandbox_output_limit_kb = 1024;
 int			sandbox_preview_bytes = 4096;
+bool		sandbox_jail_launcher = true;
 static char *sandbox_org_id = NULL;
 static char *sandbox_workspace_id = NULL;
 
@@ -130,6 +131,14 @@ sandbox_define_gucs(void)
 							   &sandbox_work_dir, "sandbox_work",
 							   PGC_SIGHUP, 0,
 							   NULL, NULL, NULL);
+	DefineCustomBoolVariable("sandbox.jail_launcher",
+							 "Run sandboxes through a resident sandbox-jail launcher.",
+							 "The launcher (sandbox-jail --serve, started by the supervisor) "
+							 "builds sandboxes ahead of requests; off starts one jail process per run.",
+							 &sandbox_jail_launcher, true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
 	DefineCustomIntVariable("sandbox.max_concurrent_runs",
 							"Maximum number of jails running at once.",
 							"0 pauses the supervisor: runs in progress finish, nothing new is claimed.",

@@ -26,6 +26,7 @@ extern int	sandbox_max_memory_mb;
 extern int	sandbox_default_pids;
 extern int	sandbox_output_limit_kb;
 extern int	sandbox_preview_bytes;
+extern bool sandbox_jail_launcher;
 extern bool sandbox_preloaded;
 
 /*

@@ -44,6 +44,8 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/pidfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -118,6 +120,9 @@ typedef struct Run
 	bool		killed_by_us;
 	bool		cancel_sent;
 	bool		spawned;
+	bool		served;			/* through the resident launcher's socket */
+	int			served_rc;		/* its answer's rc, -1 before the answer */
+	char	   *served_msg;
 	TimestampTz finish_retry_at;	/* a failed finish is retried after this */
 	char	   *spawn_error;	/* infrastructure failure before/at spawn */
 	StringInfoData verdict;
@@ -270,7 +275,8 @@ clean_work_root(void)
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		/* Sessions (kept across runs) live under "sessions". */
-		if (strcmp(de->d_name, "sessions") == 0 || strcmp(de->d_name, "skills") == 0)
+		if (strcmp(de->d_name, "sessions") == 0 || strcmp(de->d_name, "skills") == 0 ||
+			strcmp(de->d_name, "launcher") == 0)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", work_root(), de->d_name);
 		elog(LOG, "sandbox_ext supervisor: removing leftover work directory \"%s\"", path);
@@ -499,6 +505,276 @@ write_file(const char *path, const char *data, size_t len, char **err)
 	return true;
 }
 
+/* ----------------------------------------------------------------
+ * The resident launcher (sandbox.jail_launcher = on)
+ *
+ * `sandbox-jail --serve` keeps sandboxes half-built ahead of requests (see
+ * docs/jail.md, "Resident launcher"); a run is then one SOCK_SEQPACKET
+ * request carrying the options and [code, stdout, stderr] descriptors, and
+ * one answer (rc, verdict, message) followed by EOF.  It dies with us
+ * (PR_SET_PDEATHSIG), and so do its sandboxes.  If it cannot be reached a
+ * run falls back to the one-shot jail.
+ * ----------------------------------------------------------------
+ */
+
+#define LAUNCHER_MAGIC "sandbox-jail/1"
+
+static pid_t launcher_pid = 0;
+static char launcher_sock[MAXPGPATH];
+static char launcher_path[MAXPGPATH];	/* the jail_path it was started from */
+
+static void
+launcher_stop(void)
+{
+	if (launcher_pid > 0)
+	{
+		(void) kill(launcher_pid, SIGTERM);
+		(void) waitpid(launcher_pid, NULL, 0);
+	}
+	launcher_pid = 0;
+}
+
+/* Is the launcher alive?  Reaps it if it exited. */
+static bool
+launcher_alive(void)
+{
+	if (launcher_pid <= 0)
+		return false;
+	if (waitpid(launcher_pid, NULL, WNOHANG) == launcher_pid)
+	{
+		elog(LOG, "sandbox_ext supervisor: the resident jail launcher (pid %d) exited; it will be restarted",
+			 (int) launcher_pid);
+		launcher_pid = 0;
+		return false;
+	}
+	return true;
+}
+
+static int
+launcher_connect(void)
+{
+	struct sockaddr_un addr;
+	int			sock;
+
+	memset(&addr, 0, sizeof(addr));
+	addr.sun_family = AF_UNIX;
+	strlcpy(addr.sun_path, launcher_sock, sizeof(addr.sun_path));
+	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (sock < 0)
+		return -1;
+	if (connect(sock, (struct sockaddr *) &addr, sizeof(addr)) != 0)
+	{
+		close(sock);
+		return -1;
+	}
+	return sock;
+}
+
+/* Start the launcher if it is wanted and not running; true when usable. */
+static bool
+launcher_ensure(void)
+{
+	char		dir[MAXPGPATH];
+	char		pool[16];
+	char	   *argv[10];
+	char	   *envp[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8", NULL};
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	sigset_t	all,
+				none;
+	int			rc;
+
+	if (!sandbox_jail_launcher)
+	{
+		launcher_stop();
+		return false;
+	}
+	/* sandbox.jail_path changed on reload: the launcher must follow. */
+	if (launcher_pid > 0 && strcmp(launcher_path, sandbox_jail_path) != 0)
+		launcher_stop();
+	if (launcher_alive())
+		return true;
+	strlcpy(launcher_path, sandbox_jail_path, sizeof(launcher_path));
+
+	snprintf(dir, sizeof(dir), "%s/launcher", work_root());
+	(void) mkdir(work_root(), S_IRWXU);
+	(void) mkdir(dir, S_IRWXU);
+	snprintf(launcher_sock, sizeof(launcher_sock), "%s/jail.sock", dir);
+	(void) unlink(launcher_sock);	/* a stale socket of a dead launcher */
+	snprintf(pool, sizeof(pool), "%d", Max(sandbox_max_concurrent_runs, 1));
+
+	argv[0] = sandbox_jail_path;
+	argv[1] = "--serve";
+	argv[2] = launcher_sock;
+	argv[3] = "--pool";
+	argv[4] = pool;
+	argv[5] = "--quiet";
+	argv[6] = NULL;
+
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+	posix_spawnattr_init(&attr);
+	sigfillset(&all);
+	sigemptyset(&none);
+	posix_spawnattr_setsigdefault(&attr, &all);
+	posix_spawnattr_setsigmask(&attr, &none);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+	rc = posix_spawn(&launcher_pid, sandbox_jail_path, &fa, &attr, argv, envp);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&attr);
+	if (rc != 0)
+	{
+		errno = rc;
+		elog(WARNING, "sandbox_ext supervisor: could not start the resident jail launcher \"%s\": %m; using one-shot jails",
+			 sandbox_jail_path);
+		launcher_pid = 0;
+		return false;
+	}
+
+	/* Wait (briefly) until it accepts connections. */
+	for (int i = 0; i < 200; i++)
+	{
+		int			sock = launcher_connect();
+
+		if (sock >= 0)
+		{
+			close(sock);	/* an empty connection is refused and forgotten */
+			elog(LOG, "sandbox_ext supervisor: resident jail launcher started (pid %d, socket \"%s\")",
+				 (int) launcher_pid, launcher_sock);
+			return true;
+		}
+		if (!launcher_alive())
+			break;
+		pg_usleep(10000L);
+	}
+	elog(WARNING, "sandbox_ext supervisor: the resident jail launcher did not come up; using one-shot jails");
+	launcher_stop();
+	return false;
+}
+
+/*
+ * Send one run to the launcher.  On success the run's stdout/stderr read
+ * ends and the connection (as verdict_fd) are set up and true is returned;
+ * false means "use the one-shot jail" (nothing was started).
+ */
+static bool
+spawn_served(Run *run, const char *code_path, const char *ws_path,
+			 const char *wall, const char *mem, const char *npids, const char *outlim)
+{
+	StringInfoData msg;
+	int			outp[NSTREAMS][2] = {{-1, -1}, {-1, -1}};
+	int			codefd = -1;
+	int			sock = -1;
+	struct msghdr mh;
+	struct iovec iov;
+	char		cbuf[CMSG_SPACE(3 * sizeof(int))];
+	struct cmsghdr *cm;
+	int			fds[3];
+	const char *opts[][2] = {
+		{"--language", run->language}, {"--workspace", ws_path}, {"--wall-time", wall},
+		{"--memory", mem}, {"--pids", npids}, {"--output-limit", outlim}};
+
+	if (!launcher_ensure())
+		return false;
+	sock = launcher_connect();
+	if (sock < 0)
+		return false;
+	codefd = open(code_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (codefd < 0 || pipe2(outp[0], O_CLOEXEC) != 0 || pipe2(outp[1], O_CLOEXEC) != 0)
+		goto fail;
+
+	initStringInfo(&msg);
+	appendBinaryStringInfo(&msg, LAUNCHER_MAGIC, sizeof(LAUNCHER_MAGIC));
+	for (int i = 0; i < lengthof(opts); i++)
+	{
+		appendBinaryStringInfo(&msg, opts[i][0], strlen(opts[i][0]) + 1);
+		appendBinaryStringInfo(&msg, opts[i][1], strlen(opts[i][1]) + 1);
+	}
+	for (int i = 0; i < run->nbinds; i++)
+	{
+		appendBinaryStringInfo(&msg, "--ro-bind", sizeof("--ro-bind"));
+		appendBinaryStringInfo(&msg, run->binds[i], strlen(run->binds[i]) + 1);
+	}
+
+	memset(&mh, 0, sizeof(mh));
+	iov.iov_base = msg.data;
+	iov.iov_len = msg.len;
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = cbuf;
+	mh.msg_controllen = sizeof(cbuf);
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(3 * sizeof(int));
+	fds[0] = codefd;
+	fds[1] = outp[0][1];
+	fds[2] = outp[1][1];
+	memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+	if (sendmsg(sock, &mh, MSG_NOSIGNAL) != msg.len)
+	{
+		pfree(msg.data);
+		goto fail;
+	}
+	pfree(msg.data);
+
+	close(codefd);
+	close_fd(&outp[0][1]);
+	close_fd(&outp[1][1]);
+	run->fd[STREAM_STDOUT] = outp[0][0];
+	run->fd[STREAM_STDERR] = outp[1][0];
+	run->verdict_fd = sock;
+	for (int st = 0; st < NSTREAMS; st++)
+		(void) fcntl(run->fd[st], F_SETFL, O_NONBLOCK);
+	(void) fcntl(sock, F_SETFL, O_NONBLOCK);
+	run->served = true;
+	run->spawned = true;
+	run->pid = 0;
+	run->pidfd = -1;
+	return true;
+
+fail:
+	if (codefd >= 0)
+		close(codefd);
+	if (sock >= 0)
+		close(sock);
+	for (int st = 0; st < NSTREAMS; st++)
+	{
+		close_fd(&outp[st][0]);
+		close_fd(&outp[st][1]);
+	}
+	return false;
+}
+
+/*
+ * Parse the launcher's answer: "sandbox-jail/1\0" rc "\0" verdict "\0"
+ * message "\0".
+ */
+static void
+parse_served_answer(Run *run, const char *buf, int len)
+{
+	const char *p = buf;
+	const char *end = buf + len;
+	const char *field[4];
+
+	for (int i = 0; i < 4; i++)
+	{
+		const char *nul = memchr(p, '\0', end - p);
+
+		if (p >= end || nul == NULL)
+			return;				/* malformed: treated as no answer */
+		field[i] = p;
+		p = nul + 1;
+	}
+	if (strcmp(field[0], LAUNCHER_MAGIC) != 0)
+		return;
+	run->served_rc = atoi(field[1]);
+	resetStringInfo(&run->verdict);
+	appendStringInfoString(&run->verdict, field[2]);
+	run->served_msg = MemoryContextStrdup(run->cxt, field[3]);
+}
+
 /*
  * Prepare the work directory and start the jail for a claimed run.  On
  * failure run->spawn_error says why; the run is then finished as
@@ -536,17 +812,25 @@ spawn_jail(Run *run, const char *code, int wall_s, int memory_mb, int pids)
 		MemoryContextSwitchTo(old);
 	}
 
+	snprintf(wall, sizeof(wall), "%d", wall_s);
+	snprintf(mem, sizeof(mem), "%dM", memory_mb);
+	snprintf(npids, sizeof(npids), "%d", pids);
+	snprintf(outlim, sizeof(outlim), "%ld", (long) sandbox_output_limit_kb * 1024L);
+
+	if (sandbox_jail_launcher &&
+		spawn_served(run, code_path, ws_path, wall, mem, npids, outlim))
+	{
+		run->backstop = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													(int64) wall_s * 1000 + BACKSTOP_GRACE_MS);
+		return;
+	}
+
 	if (pipe2(outp[0], O_CLOEXEC) != 0 || pipe2(outp[1], O_CLOEXEC) != 0 ||
 		pipe2(vp, O_CLOEXEC) != 0)
 	{
 		run->spawn_error = psprintf("could not create pipes for the jail: %m");
 		goto fail;
 	}
-
-	snprintf(wall, sizeof(wall), "%d", wall_s);
-	snprintf(mem, sizeof(mem), "%dM", memory_mb);
-	snprintf(npids, sizeof(npids), "%d", pids);
-	snprintf(outlim, sizeof(outlim), "%ld", (long) sandbox_output_limit_kb * 1024L);
 
 	argv[argc++] = sandbox_jail_path;
 	argv[argc++] = "--language";
@@ -641,6 +925,9 @@ run_reset(Run *run)
 	run->killed_by_us = false;
 	run->cancel_sent = false;
 	run->spawned = false;
+	run->served = false;
+	run->served_rc = -1;
+	run->served_msg = NULL;
 	run->finish_retry_at = 0;
 	run->spawn_error = NULL;
 	run->partial_len[0] = run->partial_len[1] = 0;
@@ -1072,6 +1359,18 @@ finish_run(Run *run)
 
 	if (run->spawn_error)
 		error = run->spawn_error;
+	else if (run->served)
+	{
+		if (run->killed_by_us)
+			error = psprintf("the sandbox was killed by the supervisor after its deadline");
+		else if (run->served_rc < 0)
+			error = psprintf("the resident jail launcher closed the connection without a verdict");
+		else if (run->served_rc == 2)
+			error = psprintf("the resident jail launcher refused the request: %s",
+							 run->served_msg ? run->served_msg : "");
+		else
+			jail_status = run->served_rc;
+	}
 	else if (run->exited)
 	{
 		if (WIFEXITED(run->wait_status))
@@ -1245,7 +1544,32 @@ read_stream(Run *run, int st)
 static void
 read_verdict(Run *run)
 {
-	char		buf[4096];
+	static char buf[65536];		/* a whole SOCK_SEQPACKET answer */
+
+	if (run->served)
+	{
+		for (;;)
+		{
+			ssize_t		r = recv(run->verdict_fd, buf, sizeof(buf), 0);
+
+			if (r > 0)
+			{
+				if (run->served_rc < 0)
+					parse_served_answer(run, buf, (int) r);
+				continue;
+			}
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0 && errno == EAGAIN)
+				break;
+			/* EOF (or an error): the run is over, answered or not. */
+			close_fd(&run->verdict_fd);
+			run->exited = true;
+			run->exited_at = GetCurrentTimestamp();
+			break;
+		}
+		goto trim;
+	}
 
 	for (;;)
 	{
@@ -1265,6 +1589,7 @@ read_verdict(Run *run)
 		close_fd(&run->verdict_fd);
 		break;
 	}
+trim:
 	/* Trim the trailing newline so the text casts cleanly to jsonb. */
 	while (run->verdict.len > 0 &&
 		   (run->verdict.data[run->verdict.len - 1] == '\n' ||
@@ -1278,7 +1603,7 @@ reap(Run *run)
 	int			status;
 	pid_t		r;
 
-	if (!run->spawned || run->exited)
+	if (!run->spawned || run->exited || run->served)
 		return;
 	r = waitpid(run->pid, &status, WNOHANG);
 	if (r == run->pid)
@@ -1302,6 +1627,23 @@ signal_run(Run *run, int sig)
 {
 	if (!run->spawned || run->exited)
 		return;
+	if (run->served)
+	{
+		/*
+		 * Shutting down our side asks the launcher to kill the run (it
+		 * still answers with a "killed" verdict); to kill at once, drop
+		 * the connection.
+		 */
+		if (sig == SIGKILL)
+		{
+			close_fd(&run->verdict_fd);
+			run->exited = true;
+			run->exited_at = GetCurrentTimestamp();
+		}
+		else if (run->verdict_fd >= 0)
+			(void) shutdown(run->verdict_fd, SHUT_WR);
+		return;
+	}
 	if (run->pidfd >= 0)
 		(void) pidfd_send_signal(run->pidfd, sig, NULL, 0);
 	else
@@ -1381,8 +1723,9 @@ kill_all_runs(void)
 		if (runs[i].active)
 			signal_run(&runs[i], SIGKILL);
 	for (int i = 0; i < nruns_alloc; i++)
-		if (runs[i].active && runs[i].spawned && !runs[i].exited)
+		if (runs[i].active && runs[i].spawned && !runs[i].exited && !runs[i].served)
 			(void) waitpid(runs[i].pid, NULL, 0);
+	launcher_stop();
 }
 
 /* ----------------------------------------------------------------
@@ -1575,6 +1918,7 @@ sandbox_supervisor_main(Datum main_arg)
 		runs[i].slot = i;
 	}
 	sweep_sessions(true);
+	(void) launcher_ensure();
 	elog(LOG, "sandbox_ext supervisor started (database \"%s\", %d slots, jail \"%s\")",
 		 sandbox_database, sandbox_max_concurrent_runs, sandbox_jail_path);
 
@@ -1599,6 +1943,8 @@ sandbox_supervisor_main(Datum main_arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			if (!sandbox_jail_launcher)
+				launcher_stop();
 		}
 
 		/* Fill free slots.  A full claim means more may be waiting. */
@@ -1648,7 +1994,7 @@ sandbox_supervisor_main(Datum main_arg)
 								  Max(TimestampDifferenceMilliseconds(now,
 																	  TimestampTzPlusMilliseconds(run->pending_at[st],
 																								  OUTPUT_COALESCE_MS)), 0));
-			else if (!run->exited)
+			else if (!run->exited && !run->served)
 				timeout = Min(timeout, 100);	/* no pidfd: poll waitpid */
 			if (run->finish_retry_at != 0)
 				ms = TimestampDifferenceMilliseconds(now, run->finish_retry_at);
@@ -1696,7 +2042,7 @@ sandbox_supervisor_main(Datum main_arg)
 
 			if (!run->active || !run->spawned)
 				continue;
-			if (!run->exited && run->pidfd < 0)
+			if (!run->exited && run->pidfd < 0 && !run->served)
 				reap(run);
 			if (!run->exited && now >= run->backstop && !run->killed_by_us)
 			{

@@ -115,7 +115,7 @@ inv=$(run shell 'ls -A | wc -l' none)
 check "next conversation-less run starts empty" "succeeded|0" "$(field "$inv" state)|$(output "$inv")"
 check "its file was still returned, with no conversation" "left_behind.txt|saved" \
 	"$(q -c "SELECT name || '|' || status FROM agent.files WHERE conversation_id IS NULL AND invocation_id = (SELECT id FROM agent.invocations WHERE code LIKE 'echo secret%' AND workspace_id = '$WS')")"
-check "no per-run work directories left" 0 "$(find "$WORK" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills | wc -l)"
+check "no per-run work directories left" 0 "$(find "$WORK" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills ! -name launcher | wc -l)"
 
 # ---- hostile outputs ---------------------------------------------------------
 inv=$(run shell 'ln -s /etc/shadow shadow_link

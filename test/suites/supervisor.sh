@@ -109,6 +109,20 @@ check "node succeeds" "succeeded|node 42" "$(field "$inv" state)|$(output "$inv"
 inv=$(run shell 'echo "sh $((6 * 7))"; echo oops >&2')
 check "shell succeeds, stderr separate" "succeeded|sh 42|oops" "$(field "$inv" state)|$(output "$inv")|$(output "$inv" stderr)"
 
+# ---- the resident launcher and the one-shot jail ------------------------------
+check "runs go through the resident launcher (sandbox.jail_launcher = on)" t \
+	"$(pgrep -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_work/launcher/jail.sock" >/dev/null && echo t || echo f)"
+q -c "ALTER SYSTEM SET sandbox.jail_launcher = off" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+inv=$(run python 'print("one-shot")')
+check "with the launcher off, one-shot jails run the code" "succeeded|one-shot" "$(field "$inv" state)|$(output "$inv")"
+check "and the launcher is stopped" f \
+	"$(pgrep -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_work/launcher/jail.sock" >/dev/null && echo t || echo f)"
+inv=$(run shell 'sleep 30' 1)
+check "one-shot timeout is timed_out" timed_out "$(field "$inv" state)"
+q -c "ALTER SYSTEM RESET sandbox.jail_launcher" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+
 # ---- outcomes ---------------------------------------------------------------
 inv=$(run shell 'exit 3')
 check "exit code 3 fails, charged" "failed|3|2" "$(field "$inv" "state || '|' || exit_code || '|' || credits_charged")"
@@ -276,7 +290,7 @@ done
 check "after crash restart the row is resolved" "failed|2" "$st|$(field "$inv" credits_charged)"
 inv=$(run shell 'echo alive')
 check "runs again after the restart" "succeeded|alive" "$(field "$inv" state)|$(output "$inv")"
-check "no leftover work directories" 0 "$(find "$CLUSTER_DIR/data/sandbox_work" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills 2>/dev/null | wc -l)"
+check "no leftover work directories" 0 "$(find "$CLUSTER_DIR/data/sandbox_work" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills ! -name launcher 2>/dev/null | wc -l)"
 
 # ---- not preloaded -----------------------------------------------------------
 q -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_cron'" >/dev/null

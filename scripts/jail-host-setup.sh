@@ -74,6 +74,15 @@ for ctl in memory pids cpuacct; do
 			[ -s "$run/cgroup.procs" ] && break
 		done
 	done
+	# and the empty slots of a resident launcher (srv-<launcher pid>-<n>)
+	# that was SIGKILLed
+	for slot in "$dir"/srv-*; do
+		[ -d "$slot" ] || continue
+		pid=${slot##*/srv-}
+		pid=${pid%%-*}
+		kill -0 "$pid" 2>/dev/null && continue
+		rmdir "$slot" 2>/dev/null || true
+	done
 	did_something=1
 	note "v1 $ctl: $dir owned by $USER_NAME"
 done

@@ -211,7 +211,11 @@ sleep $MARK" --wall-time 1
 	jr "$u" python 'x = bytearray(1 << 30); x[::4096] = b"x" * len(x[::4096]); print("survived")' --memory 128M
 	t "$u: memory limit -> oom_killed" '[ $RC = 0 ] && [ "$(v oom_killed)" = true ] && ! out_has survived && [ "$(v cgroup)" != none ]'
 	jr "$u" shell "bomb() { bomb | bomb & }; bomb; sleep 1; echo bomb-done" --pids 32 --wall-time 10
-	t "$u: fork bomb contained by pids" '[ $RC = 0 ] && err_has "Resource temporarily unavailable" && [ "$(v status)" != setup_error ] && out_has bomb-done && ! err_has "could not remove cgroup"'
+	# Contained: forks fail at the limit and the jail tears it all down.
+	# Whether the payload's own "echo bomb-done" still gets a process
+	# before the wall limit depends on bash's fork-retry back-off and on
+	# the machine's load, so a timeout is as good as a clean end here.
+	t "$u: fork bomb contained by pids" '[ $RC = 0 ] && err_has "Resource temporarily unavailable" && [ "$(v status)" != setup_error ] && { out_has bomb-done || [ "$(v timed_out)" = true ]; } && ! err_has "could not remove cgroup"'
 
 	# --- output and files ----------------------------------------------------
 	jr "$u" python 'import sys; sys.stdout.write("y" * 5000000)' --output-limit 100K

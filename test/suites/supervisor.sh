@@ -271,7 +271,8 @@ done
 st=$(await "$inv" 20)
 check "worker killed mid-run: row resolved as failed, charged once" "failed|supervisor restarted|2|1" \
 	"$st|$(field "$inv" state_reason)|$(field "$inv" credits_charged)|$(q -c "SELECT count(*) FROM agent.credit_ledger WHERE invocation_id = '$inv' AND kind = 'charge'")"
-sleep 0.5
+# The payload dies with its jail (PR_SET_PDEATHSIG); give a loaded machine time.
+for _ in $(seq 1 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
 check "no orphan payload after the worker died" 0 "$(pgrep -fc "$marker" || true)"
 check "worker restarted with a new pid" t "$([ "$newpid" != "$oldpid" ] && [ "$newpid" != 0 ] && echo t || echo f)"
 
@@ -279,7 +280,7 @@ read -r inv appr < <(request shell "exec -a $marker-2 sleep 120")
 approve "$appr"
 for _ in $(seq 1 100); do [ "$(field "$inv" state)" = running ] && break; sleep 0.1; done
 pg_ctl -m immediate -w stop >/dev/null 2>&1
-sleep 0.5
+for _ in $(seq 1 50); do pgrep -f "$marker-2" >/dev/null || break; sleep 0.1; done
 check "no orphan payload after an immediate shutdown" 0 "$(pgrep -fc "$marker-2" || true)"
 pg_ctl -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null
 for _ in $(seq 1 100); do

@@ -119,10 +119,17 @@ as_pg "$listen_bin" "host=$SANDBOX_CLUSTER_DIR port=$SANDBOX_PGPORT user=postgre
 		if [[ "$payload" == *'"done"'* ]]; then
 			break
 		fi
-		# Print each new chunk (read under the tenant, like a client would).
-		tq -At -c "SELECT CASE stream WHEN 'stderr' THEN '[stderr] ' ELSE '' END || rtrim(data, E'\n')
-			  FROM agent.read_output('$INV', $last)" | sed 's/^/  │ /' || true
-		last=$(sed -E 's/.*"seq" *: *([0-9]+).*/\1/' <<<"$payload")
+		seq=$(sed -E 's/.*"seq" *: *([0-9]+).*/\1/' <<<"$payload")
+		[ "$seq" -le "$last" ] && continue	# already printed with an earlier batch
+		# Print every chunk not printed yet (read under the tenant, like a
+		# client would), and remember the last one printed.
+		while IFS=$'\t' read -r s line; do
+			printf '  │ %s\n' "$line"
+			last=$s
+		done < <(tq -At -F $'\t' -c "SELECT o.seq, CASE o.stream WHEN 'stderr' THEN '[stderr] ' ELSE '' END || l.line
+			  FROM agent.read_output('$INV', $last) o,
+				   regexp_split_to_table(rtrim(o.data, E'\n'), E'\n') WITH ORDINALITY AS l (line, n)
+			 ORDER BY o.seq, l.n")
 	done
 ) 2>/dev/null &
 listener=$!

@@ -33,6 +33,10 @@ endif
 
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
+# PGXS tracks no header dependencies: the shared-memory struct lives in a
+# header, and an object built against an older layout corrupts it.
+$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h)
+
 sql/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard sql/src/*.sql))
 	cat $^ > $@
 

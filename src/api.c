@@ -72,12 +72,19 @@ PG_FUNCTION_INFO_V1(sandbox_wait);
 Datum
 sandbox_wait(PG_FUNCTION_ARGS)
 {
-	Datum		id = PG_GETARG_DATUM(0);
-	Interval   *timeout = PG_GETARG_INTERVAL_P(1);
+	Datum		id;
+	Interval   *timeout;
 	int64		timeout_ms;
 	TimestampTz deadline;
 	char	   *state;
 	bool		terminal;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("invocation and timeout must not be null")));
+	id = PG_GETARG_DATUM(0);
+	timeout = PG_GETARG_INTERVAL_P(1);
 
 	timeout_ms = (int64) (timeout->time / 1000) +
 		(int64) timeout->day * 86400000 + (int64) timeout->month * 30 * 86400000LL;

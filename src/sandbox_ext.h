@@ -60,6 +60,7 @@ typedef struct SandboxShared
 	int			slots_in_use;
 	SandboxSlot slots[SANDBOX_MAX_SLOTS];
 	uint64		finished_count;		/* bumped after each finish commits */
+	uint64		cancel_generation;	/* bumped when a cancel request commits */
 	ConditionVariable finished_cv;
 	int			exporter_pid;
 	Latch	   *exporter_latch;

@@ -34,6 +34,7 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static bool wake_pending = false;
+static bool cancel_pending = false;
 static bool xact_callback_registered = false;
 
 static void
@@ -97,6 +98,13 @@ sandbox_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			if (cancel_pending && sandbox_shared != NULL)
+			{
+				SpinLockAcquire(&sandbox_shared->mutex);
+				sandbox_shared->cancel_generation++;
+				SpinLockRelease(&sandbox_shared->mutex);
+			}
+			cancel_pending = false;
 			if (wake_pending)
 			{
 				wake_pending = false;
@@ -106,6 +114,7 @@ sandbox_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			wake_pending = false;
+			cancel_pending = false;
 			break;
 		default:
 			break;
@@ -131,6 +140,23 @@ sandbox_wake_supervisor(PG_FUNCTION_ARGS)
 	}
 	wake_pending = true;
 	PG_RETURN_BOOL(true);
+}
+
+PG_FUNCTION_INFO_V1(sandbox_wake_supervisor_cancel);
+
+/*
+ * agent._wake_supervisor_cancel(): like agent._wake_supervisor(), and tell
+ * the supervisor that a cancel request committed, so that it looks for
+ * cancelled runs only then (not on every approval's wake-up).
+ */
+Datum
+sandbox_wake_supervisor_cancel(PG_FUNCTION_ARGS)
+{
+	Datum		result = sandbox_wake_supervisor(fcinfo);
+
+	if (sandbox_shared != NULL)
+		cancel_pending = true;
+	return result;
 }
 
 PG_FUNCTION_INFO_V1(sandbox_is_preloaded);

@@ -1655,15 +1655,27 @@ signal_run(Run *run, int sig)
  * SIGTERM their jails (the jail kills its sandbox and still reports a
  * verdict, which _finish_invocation maps to `cancelled`).
  */
+static uint64 cancel_generation_seen = 0;
+
 static void
 check_cancellations(void)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	Datum	   *ids;
 	int			n = 0;
+	uint64		gen;
 
-	if (nactive == 0)
+	/* Only when a cancel request committed since the last look. */
+	SpinLockAcquire(&sandbox_shared->mutex);
+	gen = sandbox_shared->cancel_generation;
+	SpinLockRelease(&sandbox_shared->mutex);
+	if (gen == cancel_generation_seen)
 		return;
+	if (nactive == 0)
+	{
+		cancel_generation_seen = gen;
+		return;
+	}
 	ids = palloc(sizeof(Datum) * nruns_alloc);
 	for (int i = 0; i < nruns_alloc; i++)
 		if (runs[i].active && runs[i].spawned && !runs[i].cancel_sent)
@@ -1706,6 +1718,7 @@ check_cancellations(void)
 			}
 		}
 		xact_commit();
+		cancel_generation_seen = gen;
 	}
 	PG_CATCH();
 	{
@@ -2064,8 +2077,7 @@ sandbox_supervisor_main(Datum main_arg)
 
 		flush_output();
 
-		if (latch_set)
-			check_cancellations();
+		check_cancellations();
 		if (latch_set || nevents == 0)
 			sweep_sessions(false);
 

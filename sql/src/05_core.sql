@@ -6,6 +6,12 @@ CREATE FUNCTION agent._wake_supervisor() RETURNS boolean
 	AS 'MODULE_PATHNAME', 'sandbox_wake_supervisor'
 	LANGUAGE C VOLATILE STRICT;
 
+-- The same, for a cancel request: the supervisor then looks for cancelled
+-- runs (it does not on other wake-ups).
+CREATE FUNCTION agent._wake_supervisor_cancel() RETURNS boolean
+	AS 'MODULE_PATHNAME', 'sandbox_wake_supervisor_cancel'
+	LANGUAGE C VOLATILE STRICT;
+
 -- True when sandbox_ext is in shared_preload_libraries, so approved
 -- invocations will actually be run by the supervisor.
 CREATE FUNCTION agent.supervisor_available() RETURNS boolean

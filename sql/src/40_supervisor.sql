@@ -573,7 +573,7 @@ BEGIN
 			 WHERE i.id = r.id;
 			PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.cancel_requested', r.id, actor,
 								 jsonb_build_object('reason', reason, 'previous_state', r.state));
-			PERFORM agent._wake_supervisor();
+			PERFORM agent._wake_supervisor_cancel();
 		END IF;
 		RETURN 'cancelling';
 	ELSE
@@ -589,7 +589,7 @@ COMMENT ON FUNCTION agent.cancel(uuid, text, text) IS
 CREATE FUNCTION agent.wait(invocation uuid, timeout interval DEFAULT '30 seconds')
 	RETURNS text
 	AS 'MODULE_PATHNAME', 'sandbox_wait'
-	LANGUAGE C VOLATILE STRICT;
+	LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION agent.wait(uuid, interval) IS
 	'block until the invocation reaches a final state or the timeout passes; returns its state';
 

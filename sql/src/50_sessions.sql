@@ -97,6 +97,11 @@ BEGIN
 		RAISE EXCEPTION 'name and files (a json object of path: base64 content) are required'
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	IF name !~ '^[a-z0-9][a-z0-9_.-]{0,63}$' THEN
+		RAISE EXCEPTION 'invalid skill name "%"', name
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Use 1 to 64 characters: lower-case letters, digits, "_", "." and "-", starting with a letter or digit.';
+	END IF;
 	PERFORM pg_advisory_xact_lock(hashtext('agent.skills:' || agent.current_org() || ':' || name));
 	SELECT coalesce(max(s.version), 0) + 1 INTO v_version
 	  FROM agent.skills s WHERE s.org_id = agent.current_org() AND s.name = create_skill.name;
@@ -109,8 +114,13 @@ BEGIN
 				USING ERRCODE = 'invalid_parameter_value',
 					  HINT = 'Use a relative path without "..", empty components or control characters.';
 		END IF;
-		INSERT INTO agent.skill_files (skill_id, path, content, executable)
-		VALUES (v_id, f.key, decode(f.value, 'base64'), f.key ~ '\.(sh|py|js)$');
+		BEGIN
+			INSERT INTO agent.skill_files (skill_id, path, content, executable)
+			VALUES (v_id, f.key, decode(f.value, 'base64'), f.key ~ '\.(sh|py|js)$');
+		EXCEPTION WHEN invalid_parameter_value THEN
+			RAISE EXCEPTION 'the content of skill file "%" is not valid base64', f.key
+				USING ERRCODE = 'invalid_parameter_value';
+		END;
 	END LOOP;
 	RETURN v_id;
 END

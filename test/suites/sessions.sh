@@ -178,6 +178,10 @@ check "expiry audited" 1 "$(q -c "SELECT count(*) FROM agent.audit_events WHERE 
 # ---- skills ------------------------------------------------------------------
 skill=$(tq "SELECT agent.create_skill('report-kit', jsonb_build_object('template.txt', encode('Dear {name},'::bytea, 'base64'), 'bin/hello.sh', encode(E'#!/bin/bash\necho hello from skill'::bytea, 'base64')))" | tail -n 1)
 tq "SELECT agent.set_agent_skill('$AGENT', '$skill')" >/dev/null
+err=$(tq "SELECT agent.create_skill('../Bad Name', '{}'::jsonb)" 2>&1 | grep -o 'invalid skill name' | head -n 1)
+check "a bad skill name is refused" "invalid skill name" "$err"
+err=$(tq "SELECT agent.create_skill('kit2', '{\"a.txt\": \"!!notbase64\"}'::jsonb)" 2>&1 | grep -o 'is not valid base64' | head -n 1)
+check "skill content that is not base64 is refused" "is not valid base64" "$err"
 inv=$(run shell 'cat /skills/report-kit/template.txt; echo; /skills/report-kit/bin/hello.sh; echo x > /skills/report-kit/new 2>/dev/null || echo read-only')
 check "skill files readable and runnable, read-only" "succeeded|Dear {name},
 hello from skill

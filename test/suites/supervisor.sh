@@ -227,6 +227,8 @@ err=$(q -c "BEGIN; SELECT agent.set_tenant('$O3', '$W3'); SELECT agent.cancel('$
 check "another tenant cannot cancel" "does not exist" "$err"
 err=$(q -c "BEGIN; SELECT agent.set_tenant('$O3', '$W3'); SELECT agent.wait('$inv', '1 s'); COMMIT;" 2>&1 | grep -o 'does not exist' | head -n 1)
 check "another tenant cannot wait on it" "does not exist" "$err"
+err=$(q -c "SELECT agent.wait(NULL)" 2>&1 | grep -o 'must not be null' | head -n 1)
+check "wait on a null invocation is an error" "must not be null" "$err"
 cnt=$(q -c "BEGIN; SELECT agent.set_tenant('$O3', '$W3'); SET LOCAL ROLE agent_backend; SELECT count(*) FROM agent.invocation_output; COMMIT;" | tail -n 1)
 check "another tenant sees no output rows (RLS)" 0 "$cnt"
 

@@ -9,7 +9,7 @@ EXTENSION = sandbox_ext
 EXTVERSION = 0.1.0
 MODULE_big = sandbox_ext
 OBJS = src/sandbox_ext.o src/shmem.o src/supervisor.o src/api.o src/files.o \
-	src/exporter.o src/pgoutput.o src/chclient.o
+	src/exporter.o src/pgoutput.o src/chclient.o src/guards.o src/digest.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*--*.sql))
@@ -23,7 +23,7 @@ PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \
 	-Wno-missing-field-initializers
 SHLIB_LINK =
-SHLIB_LINK += -lcurl
+SHLIB_LINK += -lcurl -lcrypto
 
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(wildcard $(PGXS)),)

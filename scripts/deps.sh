@@ -21,6 +21,7 @@ PACKAGES=(
 	libseccomp-dev
 	libcap-dev
 	libcurl4-openssl-dev
+	libssl-dev
 	bubblewrap
 	python3
 	python3-numpy

@@ -75,4 +75,7 @@ extern void sandbox_wake_supervisor_now(void);
 extern void sandbox_supervisor_register(void);
 extern void sandbox_register_worker(const char *function, const char *name);
 
+/* digest.c */
+extern void sandbox_sha256_hex(const char *data, size_t len, char *hex);
+
 #endif							/* SANDBOX_EXT_H */

@@ -35,15 +35,8 @@ CREATE FUNCTION agent.current_workspace() RETURNS uuid
 -- Name the tenant for the rest of the current transaction (SET LOCAL
 -- semantics: outside a transaction block it lasts one statement only).
 CREATE FUNCTION agent.set_tenant(org uuid, workspace uuid) RETURNS void
-	LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-	ignored text;
-BEGIN
-	ignored := pg_catalog.set_config('sandbox.org_id', coalesce(org::text, ''), true);
-	ignored := pg_catalog.set_config('sandbox.workspace_id', coalesce(workspace::text, ''), true);
-END
-$$;
+	AS 'MODULE_PATHNAME', 'sandbox_set_tenant'
+	LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION agent.set_tenant(uuid, uuid) IS
 	'set sandbox.org_id and sandbox.workspace_id for the current transaction';
 

@@ -3,25 +3,21 @@
 -- state machine of an invocation and the binding of an approval to the
 -- exact code it showed.
 
--- The hash an approval is bound to.  Stable like convert_to(), which lets
--- the planner inline it.
+-- The hash an approval is bound to:
+--   encode(sha256(convert_to(code, 'UTF8')), 'hex')
+-- in C (src/digest.c: SQL's sha256() looks OpenSSL's implementation up
+-- again on every call).
 CREATE FUNCTION agent.code_sha256(code text) RETURNS text
-	LANGUAGE sql STABLE STRICT PARALLEL SAFE
-	RETURN pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(code, 'UTF8')), 'hex');
+	AS 'MODULE_PATHNAME', 'sandbox_code_sha256'
+	LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 -- The states of an invocation.  A function rather than an IN list in the
 -- CHECK: the executor re-reads a table's CHECK expressions for every
 -- statement, and a thirteen-element list is the costliest part of that on
--- the request path.
+-- the request path.  In C (src/guards.c) with the state machine's table.
 CREATE FUNCTION agent.is_invocation_state(state text) RETURNS boolean
-	LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-AS $$
-BEGIN
-	RETURN state IN ('pending_approval', 'approved', 'provisioning', 'running',
-					 'succeeded', 'failed', 'timed_out', 'killed', 'denied',
-					 'expired', 'cancelled', 'provision_failed', 'insufficient_credits');
-END
-$$;
+	AS 'MODULE_PATHNAME', 'sandbox_is_invocation_state'
+	LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 CREATE TABLE agent.invocations (
 	id				uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -72,38 +68,17 @@ CREATE INDEX invocations_conversation_idx ON agent.invocations (conversation_id)
 -- and terminal states never change.
 CREATE FUNCTION agent.invocation_transition_allowed(from_state text, to_state text)
 	RETURNS boolean
-	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-	RETURN from_state = to_state OR CASE from_state
-		WHEN 'pending_approval' THEN to_state IN ('approved', 'denied', 'expired', 'cancelled')
-		WHEN 'approved' THEN to_state IN ('provisioning', 'cancelled', 'insufficient_credits', 'provision_failed')
-		WHEN 'provisioning' THEN to_state IN ('running', 'provision_failed', 'failed', 'killed', 'cancelled')
-		WHEN 'running' THEN to_state IN ('succeeded', 'failed', 'timed_out', 'killed', 'cancelled')
-		ELSE false
-	END;
+	AS 'MODULE_PATHNAME', 'sandbox_invocation_transition_allowed'
+	LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION agent.invocation_transition_allowed(text, text) IS
+	'whether an invocation may go from one state to another (the same table the state trigger enforces)';
 
+-- Refuses any other transition (SQLSTATE 55000), from the same table as
+-- agent.invocation_transition_allowed(); in C (src/guards.c), as it runs on
+-- every state change.
 CREATE FUNCTION agent._invocations_check_transition() RETURNS trigger
-	LANGUAGE plpgsql
-AS $$
-DECLARE
-	allowed boolean;
-BEGIN
-	-- The same table as agent.invocation_transition_allowed(), spelled out
-	-- here because this runs on every state change.
-	allowed := CASE OLD.state
-		WHEN 'pending_approval' THEN NEW.state IN ('approved', 'denied', 'expired', 'cancelled')
-		WHEN 'approved' THEN NEW.state IN ('provisioning', 'cancelled', 'insufficient_credits', 'provision_failed')
-		WHEN 'provisioning' THEN NEW.state IN ('running', 'provision_failed', 'failed', 'killed', 'cancelled')
-		WHEN 'running' THEN NEW.state IN ('succeeded', 'failed', 'timed_out', 'killed', 'cancelled')
-		ELSE false
-	END;
-	IF NOT allowed THEN
-		RAISE EXCEPTION 'invalid state transition from "%" to "%"', OLD.state, NEW.state
-			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = format('Invocation %s is %s.', OLD.id, OLD.state);
-	END IF;
-	RETURN NEW;
-END
-$$;
+	AS 'MODULE_PATHNAME', 'sandbox_invocations_check_transition'
+	LANGUAGE C;
 CREATE TRIGGER invocations_state_transition
 	BEFORE UPDATE OF state ON agent.invocations
 	FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state)
@@ -111,14 +86,10 @@ CREATE TRIGGER invocations_state_transition
 
 -- The hash is derived, never supplied: whoever inserts an invocation (the
 -- API or a test) cannot make it disagree with the code.
+-- code_sha256 := agent.code_sha256(code), in C (src/guards.c).
 CREATE FUNCTION agent._invocations_hash_code() RETURNS trigger
-	LANGUAGE plpgsql
-AS $$
-BEGIN
-	NEW.code_sha256 := agent.code_sha256(NEW.code);
-	RETURN NEW;
-END
-$$;
+	AS 'MODULE_PATHNAME', 'sandbox_invocations_hash_code'
+	LANGUAGE C;
 CREATE TRIGGER invocations_hash_code
 	BEFORE INSERT ON agent.invocations
 	FOR EACH ROW EXECUTE FUNCTION agent._invocations_hash_code();
@@ -147,14 +118,10 @@ CREATE TRIGGER invocations_freeze_request
 		conversation_id, requested_by, idempotency_key ON agent.invocations
 	FOR EACH ROW EXECUTE FUNCTION agent._invocations_freeze_request();
 
--- Like is_invocation_state(): cheaper for the executor than an IN list.
+-- Like is_invocation_state().
 CREATE FUNCTION agent.is_approval_status(status text) RETURNS boolean
-	LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-AS $$
-BEGIN
-	RETURN status IN ('pending', 'approved', 'denied', 'expired');
-END
-$$;
+	AS 'MODULE_PATHNAME', 'sandbox_is_approval_status'
+	LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- The approval card.  approved_code_sha256 is what the approver approved;
 -- the CHECK makes an approval of any other code impossible to record.
@@ -192,26 +159,13 @@ CREATE INDEX approval_requests_pending_idx ON agent.approval_requests (expires_a
 -- key).  Both are written by request_execution() in one statement pair.
 
 -- A card's content never changes and a decision is final.
+-- Refuses (SQLSTATE 55000) a change of code, code_sha256, language,
+-- runtime, invocation_id, org_id, workspace_id, requested_by or created_at,
+-- and any change at all once the status is no longer pending.  In C
+-- (src/guards.c): it runs on every decision.
 CREATE FUNCTION agent._approval_requests_guard() RETURNS trigger
-	LANGUAGE plpgsql
-AS $$
-BEGIN
-	IF (NEW.code, NEW.code_sha256, NEW.language, NEW.runtime, NEW.invocation_id,
-		NEW.org_id, NEW.workspace_id, NEW.requested_by, NEW.created_at)
-		IS DISTINCT FROM
-	   (OLD.code, OLD.code_sha256, OLD.language, OLD.runtime, OLD.invocation_id,
-		OLD.org_id, OLD.workspace_id, OLD.requested_by, OLD.created_at) THEN
-		RAISE EXCEPTION 'cannot change the card of approval request %', OLD.id
-			USING ERRCODE = 'object_not_in_prerequisite_state';
-	END IF;
-	IF OLD.status <> 'pending' AND ROW(NEW.*) IS DISTINCT FROM ROW(OLD.*) THEN
-		RAISE EXCEPTION 'approval request % has already been decided', OLD.id
-			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = format('It was %s.', OLD.status);
-	END IF;
-	RETURN NEW;
-END
-$$;
+	AS 'MODULE_PATHNAME', 'sandbox_approval_requests_guard'
+	LANGUAGE C;
 CREATE TRIGGER approval_requests_guard
 	BEFORE UPDATE ON agent.approval_requests
 	FOR EACH ROW EXECUTE FUNCTION agent._approval_requests_guard();

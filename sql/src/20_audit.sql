@@ -3,7 +3,7 @@
 -- Each event's hash covers its own content and the hash of the org's
 -- previous event, so changing, removing or reordering any event breaks
 -- every later link.  agent.audit_heads holds the tip of each org's chain;
--- an append locks that row (SELECT ... FOR UPDATE), so appends of
+-- an append updates that row (holding its lock to commit), so appends of
 -- one org are serialised until the appending transaction ends and the chain
 -- never forks, while different orgs never wait for each other.  Event ids
 -- are drawn while the lock is held, so within an org id order is chain
@@ -30,32 +30,44 @@ CREATE TABLE agent.audit_heads (
 	org_id		uuid PRIMARY KEY,
 	last_id		bigint NOT NULL,
 	last_hash	text NOT NULL,
-	events		bigint NOT NULL
+	events		bigint NOT NULL,
+	-- the hash before last_hash ('' before the second event): lets an
+	-- append move the tip and learn its predecessor in one statement
+	prev_hash	text NOT NULL DEFAULT ''
 );
 COMMENT ON TABLE agent.audit_heads IS 'the tip of each org''s audit chain (its lock serialises appends)';
 
 -- The hash of one event.  Every field is rendered in a form that does not
 -- depend on session settings (timestamps as epoch microseconds, jsonb in its
--- canonical text form).
+-- canonical text form):
+--   encode(sha256(convert_to(concat_ws(E'\x1f',
+--       coalesce(prev_hash, ''), id::text, org_id::text,
+--       coalesce(workspace_id::text, ''), event_type,
+--       coalesce(invocation_id::text, ''), coalesce(actor, ''),
+--       details::text,
+--       (extract(epoch FROM created_at) * 1000000)::bigint::text),
+--     'UTF8')), 'hex')
+-- computed in C (src/digest.c); pgTAP checks it against this expression.
 CREATE FUNCTION agent._audit_hash(prev_hash text, id bigint, org_id uuid,
 								  workspace_id uuid, event_type text,
 								  invocation_id uuid, actor text, details jsonb,
 								  created_at timestamptz)
 	RETURNS text
-	LANGUAGE sql STABLE PARALLEL SAFE
-	RETURN pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
-		pg_catalog.concat_ws(E'\x1f',
-			coalesce(prev_hash, ''), id::text, org_id::text,
-			coalesce(workspace_id::text, ''), event_type,
-			coalesce(invocation_id::text, ''), coalesce(actor, ''),
-			details::text,
-			(extract(epoch FROM created_at) * 1000000)::bigint::text),
-		'UTF8')), 'hex');
+	AS 'MODULE_PATHNAME', 'sandbox_audit_hash'
+	LANGUAGE C STABLE PARALLEL SAFE;
 
 -- Append one event to its org's chain and return its id.  Runs in the
 -- caller's transaction: if that rolls back, so does the event.  Not a
 -- security definer: only the owner (the API functions, the supervisor) may
 -- execute it, and every name in it is schema-qualified.
+--
+-- One statement: the UPDATE of the org's head row takes its lock (held to
+-- commit) and, in the same projection, draws the event id and hashes the
+-- event onto the previous tip; the event row is inserted from what it
+-- returns.  Under concurrency the UPDATE waits for the head's lock and
+-- re-evaluates its SET list on the newest tip (READ COMMITTED's recheck),
+-- so the id is drawn and the predecessor read only once the lock is ours:
+-- within an org, id order is chain order and the chain never forks.
 CREATE FUNCTION agent._audit(org uuid, workspace uuid, event_type text,
 							 invocation uuid, actor text, details jsonb)
 	RETURNS bigint
@@ -63,40 +75,42 @@ CREATE FUNCTION agent._audit(org uuid, workspace uuid, event_type text,
 AS $$
 DECLARE
 	v_id	bigint;
-	v_prev	text;
 	v_at	timestamptz := now();
-	v_hash	text;
 	v_details jsonb := coalesce(details, '{}');
 BEGIN
 	IF org IS NULL OR event_type IS NULL THEN
 		RAISE EXCEPTION 'an audit event needs an org and an event type'
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	-- Lock the org's head row to commit (creating it on the org's first
-	-- event).  A lock, not an upsert: one new row version per append.
-	SELECT nullif(h.last_hash, '') INTO v_prev
-	  FROM agent.audit_heads h WHERE h.org_id = org FOR UPDATE;
-	IF NOT FOUND THEN
-		INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events)
-			VALUES (org, 0, '', 0) ON CONFLICT (org_id) DO NOTHING;
-		SELECT nullif(h.last_hash, '') INTO v_prev
-		  FROM agent.audit_heads h WHERE h.org_id = org FOR UPDATE;
-	END IF;
-
-	v_id := nextval('agent.audit_events_id_seq');
-	v_hash := agent._audit_hash(v_prev, v_id, org, workspace, event_type,
-								invocation, actor, v_details, v_at);
-	-- The event and the new tip in one statement.
-	WITH ev AS (
+	FOR attempt IN 1 .. 2 LOOP
+		WITH head AS (
+			UPDATE agent.audit_heads h
+			   SET prev_hash = h.last_hash,
+				   (last_id, last_hash) =
+					(SELECT n.id, agent._audit_hash(nullif(h.last_hash, ''), n.id, org,
+													workspace, event_type, invocation,
+													actor, v_details, v_at)
+					   FROM (SELECT pg_catalog.nextval('agent.audit_events_id_seq') AS id) n),
+				   events = h.events + 1
+			 WHERE h.org_id = org
+			RETURNING h.last_id, h.last_hash, h.prev_hash)
 		INSERT INTO agent.audit_events (id, org_id, workspace_id, event_type,
 										invocation_id, actor, details, created_at,
 										prev_hash, hash)
-			VALUES (v_id, org, workspace, event_type, invocation, actor, v_details,
-					v_at, v_prev, v_hash))
-	UPDATE agent.audit_heads h
-	   SET last_id = v_id, last_hash = v_hash, events = h.events + 1
-	 WHERE h.org_id = org;
-	RETURN v_id;
+			SELECT head.last_id, org, workspace, event_type, invocation, actor, v_details,
+				   v_at, nullif(head.prev_hash, ''), head.last_hash
+			  FROM head
+		RETURNING id INTO v_id;
+		IF FOUND THEN
+			RETURN v_id;
+		END IF;
+		-- The org's first event: create its head (a concurrent first event
+		-- may win; then we chain onto it) and try again.
+		INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events)
+			VALUES (org, 0, '', 0) ON CONFLICT (org_id) DO NOTHING;
+	END LOOP;
+	RAISE EXCEPTION 'the audit chain of org % has no head', org
+		USING ERRCODE = 'internal_error';
 END
 $$;
 

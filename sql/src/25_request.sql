@@ -69,7 +69,9 @@ BEGIN
 	IF btrim(requested_by) = '' THEN
 		RAISE EXCEPTION 'requested_by must not be empty' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	v_ok := agent._require_tenant(true);
+	IF v_org IS NULL OR agent.current_workspace() IS NULL THEN
+		v_ok := agent._require_tenant(true);	-- raises
+	END IF;
 	IF workspace <> agent.current_workspace() THEN
 		RAISE EXCEPTION 'workspace % is not the current workspace', workspace
 			USING ERRCODE = 'insufficient_privilege',
@@ -197,19 +199,23 @@ BEGIN
 	---- Allowed: the invocation, its card, and the decision's event ----
 	v_inv := gen_random_uuid();
 	v_appr := gen_random_uuid();
-	INSERT INTO agent.invocations (id, org_id, workspace_id, agent_id, conversation_id,
-								   requested_by, language, code, code_sha256, description,
-								   idempotency_key, state, approval_id, wall_time_s, memory_mb)
-		VALUES (v_inv, v_org, workspace, agent, conversation, requested_by, language, code,
-				NULL, description, idempotency_key, 'pending_approval', v_appr,
-				wall_time_s, memory_mb)
-		RETURNING invocations.code_sha256 INTO v_sha;	-- set by the trigger
+	-- The invocation and its card in one statement (the card's foreign key
+	-- is checked at its end).
+	WITH inv AS (
+		INSERT INTO agent.invocations (id, org_id, workspace_id, agent_id, conversation_id,
+									   requested_by, language, code, code_sha256, description,
+									   idempotency_key, state, approval_id, wall_time_s, memory_mb)
+			VALUES (v_inv, v_org, workspace, agent, conversation, requested_by, language, code,
+					NULL, description, idempotency_key, 'pending_approval', v_appr,
+					wall_time_s, memory_mb)
+			RETURNING invocations.code_sha256)	-- set by the trigger
 	INSERT INTO agent.approval_requests (id, invocation_id, org_id, workspace_id, status,
 										 code, code_sha256, language, runtime, risk_level,
 										 description, requested_by, expires_at)
-		VALUES (v_appr, v_inv, v_org, workspace, 'pending', code, v_sha, language, v_runtime,
-				'high', description, requested_by,
-				now() + v_ctx.approval_timeout);
+		SELECT v_appr, v_inv, v_org, workspace, 'pending', code, inv.code_sha256, language,
+			   v_runtime, 'high', description, requested_by, now() + v_ctx.approval_timeout
+		  FROM inv
+		RETURNING approval_requests.code_sha256 INTO v_sha;
 	-- Last, so the org's audit chain is held for as short a time as possible.
 	v_event := agent._audit(v_org, workspace, 'capability.invoke_allowed', v_inv, requested_by,
 		jsonb_build_object('agent_id', agent, 'conversation_id', conversation,

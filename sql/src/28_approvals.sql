@@ -6,29 +6,37 @@
 -- queue on the card's row lock and the second finds it decided;
 -- expire_pending_approvals() skips cards someone is deciding.
 
--- Lock a pending, unexpired card of the caller's workspace or explain why
--- not.  Internal: called only from the SECURITY DEFINER functions below.
+-- Lock a pending, unexpired card of the caller's workspace and the
+-- invocation behind it (one statement, card first) or explain why not: the
+-- invocation must still be waiting for this decision with the code the
+-- card shows.  Internal: called only from the SECURITY DEFINER functions
+-- below.
 CREATE FUNCTION agent._lock_pending_approval(approval uuid)
 	RETURNS agent.approval_requests
 	LANGUAGE plpgsql
 AS $$
 DECLARE
-	v_ok		boolean;
-	v agent.approval_requests;
+	v			agent.approval_requests;
+	r			record;
 BEGIN
 	IF approval IS NULL THEN
 		RAISE EXCEPTION 'approval request id must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	v_ok := agent._require_tenant(true);
+	IF agent.current_org() IS NULL OR agent.current_workspace() IS NULL THEN
+		PERFORM agent._require_tenant(true);	-- raises
+	END IF;
 	-- Another tenant's card is indistinguishable from a missing one.
-	SELECT * INTO v FROM agent.approval_requests a
+	SELECT a AS card, i.id, i.code, i.code_sha256, i.state INTO r
+	  FROM agent.approval_requests a
+	  JOIN agent.invocations i ON i.id = a.invocation_id
 	 WHERE a.id = approval AND a.org_id = agent.current_org()
 	   AND a.workspace_id = agent.current_workspace()
-	   FOR UPDATE;
+	   FOR UPDATE OF a, i;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'approval request % does not exist in the current workspace', approval
 			USING ERRCODE = 'undefined_object';
 	END IF;
+	v := r.card;
 	IF v.status = 'expired' OR (v.status = 'pending' AND v.expires_at <= now()) THEN
 		RAISE EXCEPTION 'approval request % has expired', approval
 			USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -40,32 +48,18 @@ BEGIN
 			USING ERRCODE = 'object_not_in_prerequisite_state',
 				  DETAIL = format('It was %s by %s.', v.status, v.decided_by);
 	END IF;
-	RETURN v;
-END
-$$;
-
--- Lock the invocation behind a card and check that it is still waiting
--- for this decision with the code the card shows.
-CREATE FUNCTION agent._lock_waiting_invocation(card agent.approval_requests)
-	RETURNS agent.invocations
-	LANGUAGE plpgsql
-AS $$
-DECLARE
-	v agent.invocations;
-BEGIN
-	SELECT * INTO STRICT v FROM agent.invocations i WHERE i.id = card.invocation_id FOR UPDATE;
 	-- The card shows the invocation's code and its hash; both must still
 	-- be what will run.
-	IF v.code IS DISTINCT FROM card.code OR v.code_sha256 <> card.code_sha256
-	   OR agent.code_sha256(v.code) <> card.code_sha256 THEN
-		RAISE EXCEPTION 'approval request % does not match the code of invocation %', card.id, v.id
+	IF r.code IS DISTINCT FROM v.code OR r.code_sha256 <> v.code_sha256
+	   OR agent.code_sha256(r.code) <> v.code_sha256 THEN
+		RAISE EXCEPTION 'approval request % does not match the code of invocation %', v.id, r.id
 			USING ERRCODE = 'data_corrupted',
 				  DETAIL = 'The code was changed after the card was shown; it cannot be approved.';
 	END IF;
-	IF v.state <> 'pending_approval' THEN
-		RAISE EXCEPTION 'invocation % is no longer waiting for approval', v.id
+	IF r.state <> 'pending_approval' THEN
+		RAISE EXCEPTION 'invocation % is no longer waiting for approval', r.id
 			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = format('It is %s.', v.state);
+				  DETAIL = format('It is %s.', r.state);
 	END IF;
 	RETURN v;
 END
@@ -85,7 +79,6 @@ DECLARE
 	v_ok		boolean;
 	v_event	bigint;
 	v_card	agent.approval_requests;
-	v_inv	agent.invocations;
 BEGIN
 	IF approver IS NULL OR btrim(approver) = '' THEN
 		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
@@ -97,21 +90,22 @@ BEGIN
 				  DETAIL = 'The approver was shown different code than the card holds.',
 				  HINT = 'Reload the approval card and review the code again.';
 	END IF;
-	v_inv := agent._lock_waiting_invocation(v_card);
 
-	UPDATE agent.approval_requests a
-	   SET status = 'approved', decided_by = approver, decided_at = now(),
-		   approved_code_sha256 = v_card.code_sha256
-	 WHERE a.id = v_card.id;
+	-- The card and its invocation in one statement.
+	WITH decided AS (
+		UPDATE agent.approval_requests a
+		   SET status = 'approved', decided_by = approver, decided_at = now(),
+			   approved_code_sha256 = v_card.code_sha256
+		 WHERE a.id = v_card.id)
 	UPDATE agent.invocations i
 	   SET state = 'approved', approved_at = now()
-	 WHERE i.id = v_inv.id;
-	v_event := agent._audit(v_card.org_id, v_card.workspace_id, 'approval.approved', v_inv.id,
+	 WHERE i.id = v_card.invocation_id;
+	v_event := agent._audit(v_card.org_id, v_card.workspace_id, 'approval.approved', v_card.invocation_id,
 						 approver, jsonb_build_object('approval_id', v_card.id,
 													  'code_sha256', v_card.code_sha256));
 	-- The supervisor claims approved work when this transaction commits.
 	v_ok := agent._wake_supervisor();
-	RETURN v_inv.id;
+	RETURN v_card.invocation_id;
 END
 $$;
 
@@ -126,26 +120,25 @@ AS $$
 DECLARE
 	v_event	bigint;
 	v_card	agent.approval_requests;
-	v_inv	agent.invocations;
 BEGIN
 	IF approver IS NULL OR btrim(approver) = '' THEN
 		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	v_card := agent._lock_pending_approval(approval);
-	v_inv := agent._lock_waiting_invocation(v_card);
 
-	UPDATE agent.approval_requests a
-	   SET status = 'denied', decided_by = approver, decided_at = now(),
-		   decision_reason = reason
-	 WHERE a.id = v_card.id;
+	WITH decided AS (
+		UPDATE agent.approval_requests a
+		   SET status = 'denied', decided_by = approver, decided_at = now(),
+			   decision_reason = reason
+		 WHERE a.id = v_card.id)
 	UPDATE agent.invocations i
 	   SET state = 'denied', state_reason = coalesce(reason, 'denied by the approver')
-	 WHERE i.id = v_inv.id;
-	v_event := agent._audit(v_card.org_id, v_card.workspace_id, 'approval.denied', v_inv.id,
+	 WHERE i.id = v_card.invocation_id;
+	v_event := agent._audit(v_card.org_id, v_card.workspace_id, 'approval.denied', v_card.invocation_id,
 						 approver, jsonb_build_object('approval_id', v_card.id,
 													  'code_sha256', v_card.code_sha256,
 													  'reason', reason));
-	RETURN v_inv.id;
+	RETURN v_card.invocation_id;
 END
 $$;
 

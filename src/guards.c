@@ -1,0 +1,298 @@
+/*-------------------------------------------------------------------------
+ *
+ * guards.c
+ *	  The control plane's row guards and tenant setter, in C because they
+ *	  run on every request and every approval.
+ *
+ * What is here, and why not PL/pgSQL:
+ *	  agent.set_tenant()				two set_config() calls
+ *	  agent.is_invocation_state()		CHECK of invocations.state
+ *	  agent.is_approval_status()		CHECK of approval_requests.status
+ *	  agent.invocation_transition_allowed()
+ *										the state machine, one table shared
+ *										with the trigger below
+ *	  agent._invocations_check_transition()	BEFORE UPDATE OF state
+ *	  agent._invocations_hash_code()	BEFORE INSERT: code_sha256 derived
+ *	  agent._approval_requests_guard()	BEFORE UPDATE: the card is frozen,
+ *										a decision is final
+ * A PL/pgSQL trigger costs about 8 us a row (a fresh expression state per
+ * transaction, NEW and OLD expanded into records); these cost about one.
+ * The control plane's throughput is bounded by CPU per request+approve
+ * pair (bench/control_plane), so that is worth the C.  Behaviour, SQLSTATEs
+ * and messages are those of the PL/pgSQL versions they replace; pgTAP and
+ * the regression suite check them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/typcache.h"
+#include "utils/uuid.h"
+
+#include "sandbox_ext.h"
+
+/* The states of an invocation (docs/control-plane.md). */
+static const char *const invocation_states[] = {
+	"pending_approval", "approved", "provisioning", "running", "succeeded",
+	"failed", "timed_out", "killed", "denied", "expired", "cancelled",
+	"provision_failed", "insufficient_credits", NULL
+};
+
+static const char *const approval_statuses[] = {
+	"pending", "approved", "denied", "expired", NULL
+};
+
+/*
+ * The state machine: for each state that may still change, where it may
+ * go.  Terminal states are absent (no way out).
+ */
+typedef struct Transition
+{
+	const char *from;
+	const char *const to[6];
+} Transition;
+
+static const Transition transitions[] = {
+	{"pending_approval", {"approved", "denied", "expired", "cancelled", NULL}},
+	{"approved", {"provisioning", "cancelled", "insufficient_credits", "provision_failed", NULL}},
+	{"provisioning", {"running", "provision_failed", "failed", "killed", "cancelled", NULL}},
+	{"running", {"succeeded", "failed", "timed_out", "killed", "cancelled", NULL}},
+	{NULL, {NULL}}
+};
+
+static bool
+in_list(const char *s, const char *const *list)
+{
+	for (; *list; list++)
+		if (strcmp(s, *list) == 0)
+			return true;
+	return false;
+}
+
+static bool
+transition_allowed(const char *from, const char *to)
+{
+	if (strcmp(from, to) == 0)
+		return true;
+	for (const Transition *t = transitions; t->from; t++)
+		if (strcmp(t->from, from) == 0)
+			return in_list(to, t->to);
+	return false;
+}
+
+PG_FUNCTION_INFO_V1(sandbox_is_invocation_state);
+Datum
+sandbox_is_invocation_state(PG_FUNCTION_ARGS)
+{
+	char	   *s = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	PG_RETURN_BOOL(in_list(s, invocation_states));
+}
+
+PG_FUNCTION_INFO_V1(sandbox_is_approval_status);
+Datum
+sandbox_is_approval_status(PG_FUNCTION_ARGS)
+{
+	char	   *s = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	PG_RETURN_BOOL(in_list(s, approval_statuses));
+}
+
+PG_FUNCTION_INFO_V1(sandbox_invocation_transition_allowed);
+Datum
+sandbox_invocation_transition_allowed(PG_FUNCTION_ARGS)
+{
+	char	   *from = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *to = text_to_cstring(PG_GETARG_TEXT_PP(1));
+
+	PG_RETURN_BOOL(transition_allowed(from, to));
+}
+
+/*
+ * agent.set_tenant(org, workspace): SET LOCAL sandbox.org_id and
+ * sandbox.workspace_id; NULL clears.  The GUCs' check hooks validate.
+ */
+PG_FUNCTION_INFO_V1(sandbox_set_tenant);
+Datum
+sandbox_set_tenant(PG_FUNCTION_ARGS)
+{
+	const char *const names[2] = {"sandbox.org_id", "sandbox.workspace_id"};
+
+	for (int i = 0; i < 2; i++)
+	{
+		const char *value = "";
+
+		if (!PG_ARGISNULL(i))
+			value = DatumGetCString(DirectFunctionCall1(uuid_out, PG_GETARG_DATUM(i)));
+		(void) set_config_option(names[i], value,
+								 superuser() ? PGC_SUSET : PGC_USERSET,
+								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	}
+	PG_RETURN_VOID();
+}
+
+/* ---- triggers ---- */
+
+static TriggerData *
+trigger_args(FunctionCallInfo fcinfo, const char *name, TriggerEvent want)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
+		(td->tg_event & TRIGGER_EVENT_OPMASK) != want)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("%s must be fired BEFORE %s FOR EACH ROW", name,
+						want == TRIGGER_EVENT_INSERT ? "INSERT" : "UPDATE")));
+	return td;
+}
+
+static int
+column(Relation rel, const char *name)
+{
+	int			attno = SPI_fnumber(RelationGetDescr(rel), name);
+
+	if (attno <= 0)
+		elog(ERROR, "table \"%s\" has no column \"%s\"",
+			 RelationGetRelationName(rel), name);
+	return attno;
+}
+
+/* A column as a C string, or NULL. */
+static char *
+text_column(HeapTuple tuple, Relation rel, const char *name)
+{
+	bool		isnull;
+	Datum		d = heap_getattr(tuple, column(rel, name), RelationGetDescr(rel), &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+PG_FUNCTION_INFO_V1(sandbox_invocations_check_transition);
+Datum
+sandbox_invocations_check_transition(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = trigger_args(fcinfo, "_invocations_check_transition",
+								   TRIGGER_EVENT_UPDATE);
+	Relation	rel = td->tg_relation;
+	char	   *from = text_column(td->tg_trigtuple, rel, "state");
+	char	   *to = text_column(td->tg_newtuple, rel, "state");
+
+	/* a NULL new state is the NOT NULL constraint's to refuse */
+	if (from && to && !transition_allowed(from, to))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("invalid state transition from \"%s\" to \"%s\"", from, to),
+				 errdetail("Invocation %s is %s.",
+						   SPI_getvalue(td->tg_trigtuple, RelationGetDescr(rel),
+										column(rel, "id")), from)));
+	return PointerGetDatum(td->tg_newtuple);
+}
+
+/*
+ * code_sha256 := encode(sha256(convert_to(code, 'UTF8')), 'hex'), the
+ * same as agent.code_sha256().
+ */
+PG_FUNCTION_INFO_V1(sandbox_invocations_hash_code);
+Datum
+sandbox_invocations_hash_code(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = trigger_args(fcinfo, "_invocations_hash_code",
+								   TRIGGER_EVENT_INSERT);
+	Relation	rel = td->tg_relation;
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			code_att = column(rel, "code");
+	int			hash_att = column(rel, "code_sha256");
+	bool		isnull;
+	Datum		code = heap_getattr(td->tg_trigtuple, code_att, desc, &isnull);
+	Datum		value = (Datum) 0;
+	bool		value_null = true;
+
+	if (!isnull)
+	{
+		text	   *t = DatumGetTextPP(code);
+		const char *src = VARDATA_ANY(t);
+		int			len = VARSIZE_ANY_EXHDR(t);
+		const char *utf8 = pg_server_to_any(src, len, PG_UTF8);
+		char		hex[65];
+
+		sandbox_sha256_hex(utf8, (utf8 == src) ? (size_t) len : strlen(utf8), hex);
+		value = CStringGetTextDatum(hex);
+		value_null = false;
+	}
+	/* a NULL code leaves a NULL hash for the NOT NULL constraints */
+	return PointerGetDatum(heap_modify_tuple_by_cols(td->tg_trigtuple, desc, 1,
+													 &hash_att, &value, &value_null));
+}
+
+/* IS DISTINCT FROM on one column, with the type's own equality. */
+static bool
+column_distinct(HeapTuple a, HeapTuple b, TupleDesc desc, int attno)
+{
+	Form_pg_attribute att = TupleDescAttr(desc, attno - 1);
+	bool		anull,
+				bnull;
+	Datum		ad = heap_getattr(a, attno, desc, &anull);
+	Datum		bd = heap_getattr(b, attno, desc, &bnull);
+	TypeCacheEntry *tc;
+
+	if (anull || bnull)
+		return anull != bnull;
+	tc = lookup_type_cache(att->atttypid, TYPECACHE_EQ_OPR_FINFO);
+	if (!OidIsValid(tc->eq_opr_finfo.fn_oid))
+		return !datumIsEqual(ad, bd, att->attbyval, att->attlen);
+	return !DatumGetBool(FunctionCall2Coll(&tc->eq_opr_finfo, att->attcollation, ad, bd));
+}
+
+PG_FUNCTION_INFO_V1(sandbox_approval_requests_guard);
+Datum
+sandbox_approval_requests_guard(PG_FUNCTION_ARGS)
+{
+	static const char *const frozen[] = {
+		"code", "code_sha256", "language", "runtime", "invocation_id",
+		"org_id", "workspace_id", "requested_by", "created_at", NULL
+	};
+	TriggerData *td = trigger_args(fcinfo, "_approval_requests_guard",
+								   TRIGGER_EVENT_UPDATE);
+	Relation	rel = td->tg_relation;
+	TupleDesc	desc = RelationGetDescr(rel);
+	HeapTuple	old = td->tg_trigtuple;
+	HeapTuple	new = td->tg_newtuple;
+	char	   *status;
+
+	for (const char *const *c = frozen; *c; c++)
+		if (column_distinct(old, new, desc, column(rel, *c)))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("cannot change the card of approval request %s",
+							SPI_getvalue(old, desc, column(rel, "id")))));
+
+	status = text_column(old, rel, "status");
+	if (status && strcmp(status, "pending") != 0)
+	{
+		for (int i = 1; i <= desc->natts; i++)
+		{
+			if (TupleDescAttr(desc, i - 1)->attisdropped)
+				continue;
+			if (column_distinct(old, new, desc, i))
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("approval request %s has already been decided",
+								SPI_getvalue(old, desc, column(rel, "id"))),
+						 errdetail("It was %s.", status)));
+		}
+	}
+	return PointerGetDatum(new);
+}

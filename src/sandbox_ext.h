@@ -56,6 +56,7 @@ typedef struct SandboxShared
 	slock_t		mutex;
 	int			supervisor_pid;
 	Latch	   *supervisor_latch;
+	bool		supervisor_wants_work;	/* a free run slot: wake it on approvals */
 	TimestampTz supervisor_started_at;
 	int			slots_in_use;
 	SandboxSlot slots[SANDBOX_MAX_SLOTS];
@@ -71,7 +72,7 @@ typedef struct SandboxShared
 extern SandboxShared *sandbox_shared;
 
 extern void sandbox_shmem_init(void);
-extern void sandbox_wake_supervisor_now(void);
+extern void sandbox_wake_supervisor_now(bool only_if_free);
 extern void sandbox_supervisor_register(void);
 extern void sandbox_register_worker(const char *function, const char *name);
 

@@ -75,17 +75,25 @@ sandbox_shmem_init(void)
 }
 
 /*
- * Set the supervisor's latch now, if a supervisor is running.
+ * Set the supervisor's latch now, if a supervisor is running.  With
+ * only_if_free, only when it has a free run slot: an approval is of no use
+ * to a supervisor whose slots are all taken (or that is paused by
+ * sandbox.max_concurrent_runs = 0), and it looks at the queue again
+ * anyway when a slot frees.  That is race-free because the flag is read
+ * after this transaction's commit is visible, and the supervisor raises
+ * it before the snapshot of its next look at the queue, both under the
+ * spinlock: if we read "no free slot", its next look sees our commit.
  */
 void
-sandbox_wake_supervisor_now(void)
+sandbox_wake_supervisor_now(bool only_if_free)
 {
 	Latch	   *latch = NULL;
 
 	if (sandbox_shared == NULL)
 		return;
 	SpinLockAcquire(&sandbox_shared->mutex);
-	latch = sandbox_shared->supervisor_latch;
+	if (!only_if_free || sandbox_shared->supervisor_wants_work)
+		latch = sandbox_shared->supervisor_latch;
 	SpinLockRelease(&sandbox_shared->mutex);
 	if (latch)
 		SetLatch(latch);
@@ -104,12 +112,13 @@ sandbox_xact_callback(XactEvent event, void *arg)
 				sandbox_shared->cancel_generation++;
 				SpinLockRelease(&sandbox_shared->mutex);
 			}
-			cancel_pending = false;
 			if (wake_pending)
 			{
 				wake_pending = false;
-				sandbox_wake_supervisor_now();
+				/* a cancel must reach the supervisor even when it is full */
+				sandbox_wake_supervisor_now(!cancel_pending);
 			}
+			cancel_pending = false;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:

@@ -1848,6 +1848,15 @@ recover(void)
  * ----------------------------------------------------------------
  */
 
+/* Publish whether an approval should wake us (shmem.c). */
+static void
+set_wants_work(bool wants)
+{
+	SpinLockAcquire(&sandbox_shared->mutex);
+	sandbox_shared->supervisor_wants_work = wants;
+	SpinLockRelease(&sandbox_shared->mutex);
+}
+
 static void
 supervisor_shmem_exit(int code, Datum arg)
 {
@@ -1893,6 +1902,7 @@ sandbox_supervisor_main(Datum main_arg)
 	SpinLockAcquire(&sandbox_shared->mutex);
 	sandbox_shared->supervisor_pid = MyProcPid;
 	sandbox_shared->supervisor_latch = &MyProc->procLatch;
+	sandbox_shared->supervisor_wants_work = true;
 	sandbox_shared->supervisor_started_at = GetCurrentTimestamp();
 	SpinLockRelease(&sandbox_shared->mutex);
 	before_shmem_exit(supervisor_shmem_exit, (Datum) 0);
@@ -1960,8 +1970,13 @@ sandbox_supervisor_main(Datum main_arg)
 				launcher_stop();
 		}
 
-		/* Fill free slots.  A full claim means more may be waiting. */
+		/*
+		 * Fill free slots.  A full claim means more may be waiting.  Whether
+		 * a slot is free is published first (approvals wake us only then;
+		 * see sandbox_wake_supervisor_now) and again once filled.
+		 */
 		now = GetCurrentTimestamp();
+		set_wants_work(Min(sandbox_max_concurrent_runs, nruns_alloc) > nactive);
 		for (;;)
 		{
 			int			limit = Min(sandbox_max_concurrent_runs, nruns_alloc);
@@ -1974,6 +1989,7 @@ sandbox_supervisor_main(Datum main_arg)
 			if (got < want)
 				break;
 		}
+		set_wants_work(Min(sandbox_max_concurrent_runs, nruns_alloc) > nactive);
 		next_poll = TimestampTzPlusMilliseconds(now, IDLE_POLL_MS);
 
 		/* Finish what failed to start right away. */

@@ -311,6 +311,9 @@ CREATE FUNCTION agent.list_files(conversation uuid)
 	SET search_path = pg_catalog, agent
 AS $$
 BEGIN
+	IF conversation IS NULL THEN
+		RAISE EXCEPTION 'conversation must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
 	PERFORM agent._require_tenant();
 	IF NOT EXISTS (SELECT 1 FROM agent.conversations c WHERE c.id = conversation
 					  AND c.org_id = agent.current_org() AND c.workspace_id = agent.current_workspace()) THEN
@@ -339,6 +342,9 @@ AS $$
 DECLARE
 	f agent.files;
 BEGIN
+	IF file IS NULL THEN
+		RAISE EXCEPTION 'file id must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
 	PERFORM agent._require_tenant();
 	SELECT * INTO f FROM agent.files x
 	 WHERE x.id = file AND x.org_id = agent.current_org() AND x.workspace_id = agent.current_workspace();
@@ -513,6 +519,7 @@ DECLARE
 	s	agent.sessions;
 	n	integer := 0;
 BEGIN
+	as_of := coalesce(as_of, now());	-- like expire_pending_approvals()
 	FOR s IN
 		SELECT x.* FROM agent.sessions x
 		  JOIN agent.conversations c ON c.id = x.conversation_id

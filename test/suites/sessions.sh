@@ -158,12 +158,16 @@ err=$(tq "SELECT agent.upload_file('$CONV', 'x.bin', decode(repeat('00', 1100000
 check "upload over max_upload_bytes refused" "too large" "$err"
 err=$(tq "SELECT agent.upload_file('$CONV', '../escape.txt', 'x'::bytea, 'alice')" 2>&1 | grep -o 'invalid file name' | head -n 1)
 check "upload with .. in the name refused" "invalid file name" "$err"
+err=$(tq "SELECT * FROM agent.list_files(NULL)" 2>&1 | grep -o 'conversation must not be null' | head -n 1)
+check "list_files(NULL) is a null-argument error, not an empty list" "conversation must not be null" "$err"
+err=$(tq "SELECT * FROM agent.download_file(NULL)" 2>&1 | grep -o 'file id must not be null' | head -n 1)
+check "download_file(NULL) is a null-argument error" "file id must not be null" "$err"
 
 # ---- expiry and rebuild ------------------------------------------------------
 sess=$(field "$inv" session_id)
 setting session_idle_timeout '1 second'
 sleep 1.5
-check "expire_idle_sessions ends the idle session" 1 "$(q -c "SELECT agent.expire_idle_sessions()")"
+check "expire_idle_sessions(NULL) (as of now) ends the idle session" 1 "$(q -c "SELECT agent.expire_idle_sessions(NULL)")"
 for _ in $(seq 1 50); do [ -d "$WORK/sessions/$sess" ] || break; sleep 0.1; done
 check "its workspace is deleted" gone "$([ -d "$WORK/sessions/$sess" ] && echo present || echo gone)"
 setting session_idle_timeout '30 minutes'

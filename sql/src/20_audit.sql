@@ -59,60 +59,34 @@ CREATE FUNCTION agent._audit_hash(prev_hash text, id bigint, org_id uuid,
 -- Append one event to its org's chain and return its id.  Runs in the
 -- caller's transaction: if that rolls back, so does the event.  Not a
 -- security definer: only the owner (the API functions, the supervisor) may
--- execute it, and every name in it is schema-qualified.
+-- execute it.  In C (src/audit.c) as one prepared statement:
 --
--- One statement: the UPDATE of the org's head row takes its lock (held to
--- commit) and, in the same projection, draws the event id and hashes the
--- event onto the previous tip; the event row is inserted from what it
--- returns.  Under concurrency the UPDATE waits for the head's lock and
--- re-evaluates its SET list on the newest tip (READ COMMITTED's recheck),
--- so the id is drawn and the predecessor read only once the lock is ours:
--- within an org, id order is chain order and the chain never forks.
+--   WITH head AS (
+--       UPDATE agent.audit_heads h
+--          SET prev_hash = h.last_hash,
+--              (last_id, last_hash) =
+--               (SELECT n.id, agent._audit_hash(nullif(h.last_hash, ''), n.id, org,
+--                           workspace, event_type, invocation, actor, details, now())
+--                  FROM (SELECT nextval('agent.audit_events_id_seq') AS id) n),
+--              events = h.events + 1
+--        WHERE h.org_id = org
+--       RETURNING h.last_id, h.last_hash, h.prev_hash)
+--   INSERT INTO agent.audit_events (...)
+--       SELECT head.last_id, org, ..., nullif(head.prev_hash, ''), head.last_hash
+--         FROM head
+--   RETURNING id
+--
+-- The UPDATE takes the org's head lock (to commit) and, in the same
+-- projection, draws the id and hashes onto the old tip; waiting for the
+-- lock, it re-evaluates its SET list on the newest tip (READ COMMITTED's
+-- recheck), so within an org id order is chain order and the chain never
+-- forks.  The org's first event creates the head row first.  details NULL
+-- is stored as '{}'.
 CREATE FUNCTION agent._audit(org uuid, workspace uuid, event_type text,
 							 invocation uuid, actor text, details jsonb)
 	RETURNS bigint
-	LANGUAGE plpgsql
-AS $$
-DECLARE
-	v_id	bigint;
-	v_at	timestamptz := now();
-	v_details jsonb := coalesce(details, '{}');
-BEGIN
-	IF org IS NULL OR event_type IS NULL THEN
-		RAISE EXCEPTION 'an audit event needs an org and an event type'
-			USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	FOR attempt IN 1 .. 2 LOOP
-		WITH head AS (
-			UPDATE agent.audit_heads h
-			   SET prev_hash = h.last_hash,
-				   (last_id, last_hash) =
-					(SELECT n.id, agent._audit_hash(nullif(h.last_hash, ''), n.id, org,
-													workspace, event_type, invocation,
-													actor, v_details, v_at)
-					   FROM (SELECT pg_catalog.nextval('agent.audit_events_id_seq') AS id) n),
-				   events = h.events + 1
-			 WHERE h.org_id = org
-			RETURNING h.last_id, h.last_hash, h.prev_hash)
-		INSERT INTO agent.audit_events (id, org_id, workspace_id, event_type,
-										invocation_id, actor, details, created_at,
-										prev_hash, hash)
-			SELECT head.last_id, org, workspace, event_type, invocation, actor, v_details,
-				   v_at, nullif(head.prev_hash, ''), head.last_hash
-			  FROM head
-		RETURNING id INTO v_id;
-		IF FOUND THEN
-			RETURN v_id;
-		END IF;
-		-- The org's first event: create its head (a concurrent first event
-		-- may win; then we chain onto it) and try again.
-		INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events)
-			VALUES (org, 0, '', 0) ON CONFLICT (org_id) DO NOTHING;
-	END LOOP;
-	RAISE EXCEPTION 'the audit chain of org % has no head', org
-		USING ERRCODE = 'internal_error';
-END
-$$;
+	AS 'MODULE_PATHNAME', 'sandbox_audit'
+	LANGUAGE C VOLATILE;
 
 -- Walk an org's chain from its first event and report the first broken
 -- link: an event whose hash does not match its content, whose prev_hash is

@@ -1,0 +1,143 @@
+/*-------------------------------------------------------------------------
+ *
+ * audit.c
+ *	  agent._audit(org, workspace, event_type, invocation, actor, details):
+ *	  append one event to its org's hash chain and return its id.
+ *
+ * Every API call and every supervisor step appends at least one event, in
+ * the caller's transaction (if that rolls back, so does the event).  The
+ * append is one statement, prepared once per backend:
+ *
+ *	  WITH head AS (UPDATE agent.audit_heads ... RETURNING ...)
+ *	  INSERT INTO agent.audit_events ... SELECT ... FROM head RETURNING id
+ *
+ * The UPDATE of the org's head row takes its lock (held to commit) and, in
+ * the same projection, draws the event id and hashes the event onto the
+ * previous tip.  Under concurrency it waits for the lock and re-evaluates
+ * its SET list on the newest tip (READ COMMITTED's recheck), so the id is
+ * drawn and the predecessor read only once the lock is ours: within an org
+ * id order is chain order and the chain never forks (isolation spec
+ * audit-chain).  On the org's first event there is no head row yet: it is
+ * created (a concurrent first event may win; then we chain onto it) and the
+ * statement runs again.
+ *
+ * In C rather than PL/pgSQL only for speed: the function is on every
+ * request and every decision (bench/control_plane).  Every name in the
+ * statements is schema-qualified, operators included, so the caller's
+ * search_path plays no part.  Not a security definer: only the owner (the
+ * API functions, the supervisor) may execute it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "sandbox_ext.h"
+
+static const char append_sql[] =
+"WITH head AS ("
+"  UPDATE agent.audit_heads h"
+"     SET prev_hash = h.last_hash,"
+"         (last_id, last_hash) ="
+"          (SELECT n.id, agent._audit_hash(CASE WHEN h.last_hash OPERATOR(pg_catalog.=) '' THEN NULL"
+"                                          ELSE h.last_hash END, n.id, $1, $2, $3, $4, $5, $6, $7)"
+"             FROM (SELECT pg_catalog.nextval('agent.audit_events_id_seq'::pg_catalog.regclass) AS id) n),"
+"         events = h.events OPERATOR(pg_catalog.+) 1"
+"   WHERE h.org_id OPERATOR(pg_catalog.=) $1"
+"  RETURNING h.last_id, h.last_hash, h.prev_hash)"
+" INSERT INTO agent.audit_events (id, org_id, workspace_id, event_type, invocation_id,"
+"                                 actor, details, created_at, prev_hash, hash)"
+"  SELECT head.last_id, $1, $2, $3, $4, $5, $6, $7,"
+"         CASE WHEN head.prev_hash OPERATOR(pg_catalog.=) '' THEN NULL ELSE head.prev_hash END,"
+"         head.last_hash"
+"    FROM head"
+" RETURNING id";
+
+static const char head_sql[] =
+"INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events)"
+" VALUES ($1, 0, '', 0) ON CONFLICT (org_id) DO NOTHING";
+
+static SPIPlanPtr append_plan = NULL;
+static SPIPlanPtr head_plan = NULL;
+
+static SPIPlanPtr
+prepare(const char *sql, int nargs, Oid *types)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	return plan;
+}
+
+PG_FUNCTION_INFO_V1(sandbox_audit);
+Datum
+sandbox_audit(PG_FUNCTION_ARGS)
+{
+	Oid			types[7] = {UUIDOID, UUIDOID, TEXTOID, UUIDOID, TEXTOID, JSONBOID, TIMESTAMPTZOID};
+	Datum		values[7];
+	char		nulls[7];
+	int64		id = 0;
+	bool		done = false;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("an audit event needs an org and an event type")));
+
+	for (int i = 0; i < 5; i++)
+	{
+		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+		values[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+	}
+	nulls[5] = ' ';
+	values[5] = PG_ARGISNULL(5) ?
+		DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")) : PG_GETARG_DATUM(5);
+	nulls[6] = ' ';
+	values[6] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());	/* now() */
+
+	SPI_connect();
+	if (append_plan == NULL)
+		append_plan = prepare(append_sql, 7, types);
+	if (head_plan == NULL)
+		head_plan = prepare(head_sql, 1, types);
+
+	for (int attempt = 0; attempt < 2 && !done; attempt++)
+	{
+		int			rc = SPI_execute_plan(append_plan, values, nulls, false, 0);
+
+		if (rc != SPI_OK_INSERT_RETURNING)
+			elog(ERROR, "audit append failed: %s", SPI_result_code_string(rc));
+		if (SPI_processed == 1)
+		{
+			bool		isnull;
+
+			id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											 SPI_tuptable->tupdesc, 1, &isnull));
+			done = true;
+		}
+		else
+		{
+			rc = SPI_execute_plan(head_plan, values, nulls, false, 0);
+			if (rc != SPI_OK_INSERT)
+				elog(ERROR, "audit head creation failed: %s", SPI_result_code_string(rc));
+		}
+	}
+	SPI_finish();
+	if (!done)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("the audit chain of org %s has no head",
+						DatumGetCString(DirectFunctionCall1(uuid_out, values[0])))));
+	PG_RETURN_INT64(id);
+}

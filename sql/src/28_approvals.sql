@@ -11,13 +11,19 @@
 -- invocation must still be waiting for this decision with the code the
 -- card shows.  Internal: called only from the SECURITY DEFINER functions
 -- below.
-CREATE FUNCTION agent._lock_pending_approval(approval uuid)
-	RETURNS agent.approval_requests
+CREATE FUNCTION agent._lock_pending_approval(approval uuid,
+	OUT id uuid, OUT invocation_id uuid, OUT org_id uuid, OUT workspace_id uuid,
+	OUT code_sha256 text)
 	LANGUAGE plpgsql
 AS $$
 DECLARE
-	v			agent.approval_requests;
-	r			record;
+	v_status	text;
+	v_expires	timestamptz;
+	v_decided_by text;
+	v_code		text;
+	v_inv_code	text;
+	v_inv_sha	text;
+	v_inv_state text;
 BEGIN
 	IF approval IS NULL THEN
 		RAISE EXCEPTION 'approval request id must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -26,7 +32,10 @@ BEGIN
 		PERFORM agent._require_tenant(true);	-- raises
 	END IF;
 	-- Another tenant's card is indistinguishable from a missing one.
-	SELECT a AS card, i.id, i.code, i.code_sha256, i.state INTO r
+	SELECT a.id, a.invocation_id, a.org_id, a.workspace_id, a.code_sha256, a.status,
+		   a.expires_at, a.decided_by, a.code, i.code, i.code_sha256, i.state
+	  INTO id, invocation_id, org_id, workspace_id, code_sha256, v_status,
+		   v_expires, v_decided_by, v_code, v_inv_code, v_inv_sha, v_inv_state
 	  FROM agent.approval_requests a
 	  JOIN agent.invocations i ON i.id = a.invocation_id
 	 WHERE a.id = approval AND a.org_id = agent.current_org()
@@ -36,32 +45,30 @@ BEGIN
 		RAISE EXCEPTION 'approval request % does not exist in the current workspace', approval
 			USING ERRCODE = 'undefined_object';
 	END IF;
-	v := r.card;
-	IF v.status = 'expired' OR (v.status = 'pending' AND v.expires_at <= now()) THEN
+	IF v_status = 'expired' OR (v_status = 'pending' AND v_expires <= now()) THEN
 		RAISE EXCEPTION 'approval request % has expired', approval
 			USING ERRCODE = 'object_not_in_prerequisite_state',
 				  DETAIL = 'It was not decided in time.',
 				  HINT = 'Request the execution again.';
 	END IF;
-	IF v.status <> 'pending' THEN
+	IF v_status <> 'pending' THEN
 		RAISE EXCEPTION 'approval request % has already been decided', approval
 			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = format('It was %s by %s.', v.status, v.decided_by);
+				  DETAIL = format('It was %s by %s.', v_status, v_decided_by);
 	END IF;
 	-- The card shows the invocation's code and its hash; both must still
 	-- be what will run.
-	IF r.code IS DISTINCT FROM v.code OR r.code_sha256 <> v.code_sha256
-	   OR agent.code_sha256(r.code) <> v.code_sha256 THEN
-		RAISE EXCEPTION 'approval request % does not match the code of invocation %', v.id, r.id
+	IF v_inv_code IS DISTINCT FROM v_code OR v_inv_sha <> code_sha256
+	   OR agent.code_sha256(v_inv_code) <> code_sha256 THEN
+		RAISE EXCEPTION 'approval request % does not match the code of invocation %', id, invocation_id
 			USING ERRCODE = 'data_corrupted',
 				  DETAIL = 'The code was changed after the card was shown; it cannot be approved.';
 	END IF;
-	IF r.state <> 'pending_approval' THEN
-		RAISE EXCEPTION 'invocation % is no longer waiting for approval', r.id
+	IF v_inv_state <> 'pending_approval' THEN
+		RAISE EXCEPTION 'invocation % is no longer waiting for approval', invocation_id
 			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = format('It is %s.', r.state);
+				  DETAIL = format('It is %s.', v_inv_state);
 	END IF;
-	RETURN v;
 END
 $$;
 
@@ -78,7 +85,7 @@ AS $$
 DECLARE
 	v_ok		boolean;
 	v_event	bigint;
-	v_card	agent.approval_requests;
+	v_card	record;
 BEGIN
 	IF approver IS NULL OR btrim(approver) = '' THEN
 		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
@@ -119,7 +126,7 @@ AS $$
 #variable_conflict use_variable
 DECLARE
 	v_event	bigint;
-	v_card	agent.approval_requests;
+	v_card	record;
 BEGIN
 	IF approver IS NULL OR btrim(approver) = '' THEN
 		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';

@@ -41,7 +41,8 @@ typedef enum JailLanguage
 {
 	LANG_PYTHON,
 	LANG_NODE,
-	LANG_SHELL
+	LANG_SHELL,
+	LANG_EXEC					/* --exec: a program of the sandbox, no code */
 } JailLanguage;
 
 typedef struct JailBind
@@ -53,6 +54,7 @@ typedef struct JailBind
 typedef struct JailOptions
 {
 	JailLanguage language;
+	const char *exec_path;		/* LANG_EXEC: absolute path inside */
 	const char *code_file;		/* NULL: stdin */
 	const char *workspace;
 	JailBind	binds[JAIL_MAX_BINDS];

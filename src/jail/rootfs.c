@@ -427,6 +427,8 @@ setup_code(const JailChildArgs *args, char *err)
 		jail_seterr(err, "mkdir /sandbox: %s", strerror(errno));
 		return -1;
 	}
+	if (args->opts->language == LANG_EXEC)
+		return 0;				/* no code: /sandbox stays empty */
 	snprintf(path, sizeof(path), NEWROOT "/sandbox/%s", names[args->opts->language]);
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0444);
 	if (fd < 0 || jail_write_all(fd, args->code, args->code_len) < 0)

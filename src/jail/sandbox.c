@@ -255,12 +255,15 @@ payload_exec(const JailChildArgs *a)
 	static char *const argv_py[] = {"/usr/bin/python3", "-I", "-u", "/sandbox/main.py", NULL};
 	static char *const argv_js[] = {"/usr/bin/node", "/sandbox/main.js", NULL};
 	static char *const argv_sh[] = {"/bin/bash", "--noprofile", "--norc", "/sandbox/main.sh", NULL};
+	char	   *argv_exec[] = {(char *) a->opts->exec_path, NULL};
 	char *const *argv;
 	char		err[JAIL_ERRLEN] = "";
 	int			devnull;
 
+	/* --exec: the program alone; its argv[0] is its path, nothing more */
 	argv = a->opts->language == LANG_PYTHON ? argv_py :
-		a->opts->language == LANG_NODE ? argv_js : argv_sh;
+		a->opts->language == LANG_NODE ? argv_js :
+		a->opts->language == LANG_EXEC ? argv_exec : argv_sh;
 
 	/* A new session: no controlling terminal to inject input into. */
 	setsid();

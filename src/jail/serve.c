@@ -95,7 +95,7 @@ static unsigned long serial;
 
 /* Options that only the client side or the launcher itself may use. */
 static const char *const run_options[] = {
-	"--language", "--workspace", "--ro-bind", "--wall-time", "--cpu-time",
+	"--language", "--exec", "--workspace", "--ro-bind", "--wall-time", "--cpu-time",
 	"--memory", "--pids", "--output-limit", "--file-size",
 	"--workspace-size", "--tmp-size", "--cgroup-parent", "--require-cgroup",
 	NULL

@@ -207,6 +207,8 @@ served_checks() {
 	req("abbrev:", b"sandbox-jail/1\0--lang\0shell\0--workspace\0/tmp\0", [code, out, out])
 	req("badvalue:", b"sandbox-jail/1\0--language\0perl\0--workspace\0/tmp\0", [code, out, out])
 	req("relative:", b"sandbox-jail/1\0--language\0shell\0--workspace\0tmp\0", [code, out, out])
+	req("relexec:", b"sandbox-jail/1\0--exec\0bin/true\0--workspace\0/tmp\0", [code, out, out])
+	req("execargs:", b"sandbox-jail/1\0--exec\0/bin/sh\0--workspace\0/tmp\0-c\0id\0", [code, out, out])
 	req("rdonly-out:", ok, [code, rd, out])
 	r, w = os.pipe()
 	req("pipe-code:", ok, [r, out, out])
@@ -218,7 +220,7 @@ served_checks() {
 	print("done")
 	EOF
 	local bad=no l
-	for l in nofds badmagic notnul forbidden abbrev badvalue relative rdonly-out pipe-code fourfds huge; do
+	for l in nofds badmagic notnul forbidden abbrev badvalue relative relexec execargs rdonly-out pipe-code fourfds huge; do
 		grep -q "^$l: 2 ." "$WORK/out" || { bad=yes; echo "       not refused: $(grep "^$l:" "$WORK/out" || echo "$l missing")"; }
 	done
 	t "$u: malformed requests are refused (code 2) with a message" '[ $bad = no ] && out_has "^done" && out_has "exactly 3 descriptors" && out_has "unknown protocol" && out_has "not allowed in a request: --verdict-fd"'

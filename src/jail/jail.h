@@ -150,6 +150,8 @@ typedef struct JailPrespawn
 	int			sigfd;
 	int			reqfd;			/* memfd: u32 length, options, then code */
 	bool		prebuilt;		/* ids mapped and root built ahead */
+	uid_t		ouid;			/* the outer ids its maps were written with */
+	gid_t		ogid;
 	int			mntns;			/* the sandbox's mount namespace, held */
 } JailPrespawn;
 
@@ -168,6 +170,9 @@ typedef struct JailRunEnv
 	bool		netns_ready;	/* we sit in a fresh netns, lo up: join it */
 	const JailFilter *filter;	/* compiled once by the launcher, or NULL */
 	JailPrespawn *pre;			/* a sandbox already cloned, or NULL */
+	uint32_t   *owner_hint;		/* root's launcher: {uid, gid} of the last
+								 * run's outer ids (shared with the launcher),
+								 * the guess for the next prespawn; or NULL */
 } JailRunEnv;
 
 /* What the child needs to build the sandbox; shared by fork. */
@@ -189,6 +194,18 @@ typedef struct JailChildArgs
 	bool		netns_ready;	/* network namespace inherited, lo already up */
 	bool		served;			/* run by the launcher's worker (serve.c) */
 } JailChildArgs;
+
+/*
+ * Step timestamps for profiling a run (`make TIMING=1`): one line
+ * "jail-trace <pid> <monotonic us> <step>" on stderr per step.  Compiled
+ * out otherwise; never in a build that is shipped or tested.
+ */
+#ifdef JAIL_TIMING
+extern void jail_trace(const char *step);
+#define JAIL_TRACE(step) jail_trace(step)
+#else
+#define JAIL_TRACE(step) ((void) 0)
+#endif
 
 /* util.c */
 extern bool jail_quiet;

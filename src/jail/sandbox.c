@@ -302,6 +302,7 @@ payload_exec(const JailChildArgs *a)
 		jail_seterr(err, "load seccomp filter: %s", strerror(errno));
 		child_fail(a, err);
 	}
+	JAIL_TRACE("payload: execve");
 	execve(argv[0], argv, env);
 	jail_seterr(err, "execve %s: %s", argv[0], strerror(errno));
 	child_fail(a, err);
@@ -335,6 +336,7 @@ init_reap(const JailChildArgs *a, pid_t payload)
 		child_fail(a, err);
 	}
 	close(a->err_fd);
+	JAIL_TRACE("init: confined");
 
 	for (;;)
 	{
@@ -347,6 +349,7 @@ init_reap(const JailChildArgs *a, pid_t payload)
 		}
 		if (pid == payload)
 		{
+			JAIL_TRACE("init: payload reaped");
 			(void) jail_write_all(a->status_fd, &status, sizeof(status));
 			/* our exit tears down the pid namespace: nothing survives */
 			_exit(0);
@@ -448,6 +451,7 @@ jail_child_main(void *arg)
 		_exit(1);
 	if (go == 'n')
 		a->cgroup_none = true;	/* decided after a prespawned clone */
+	JAIL_TRACE("child: first go");
 	if (a->req_fd >= 0 && !a->prebuild)
 		load_request(a);
 
@@ -493,12 +497,16 @@ jail_child_main(void *arg)
 			_exit(1);
 		if (go == 'n')
 			a->cgroup_none = true;
+		JAIL_TRACE("child: request go");
 		load_request(a);
 		if (jail_rootfs_complete(a, err) < 0)
 			child_fail(a, err);
+		JAIL_TRACE("child: root complete");
 	}
 	else if (jail_rootfs_setup(a, err) < 0)
 		child_fail(a, err);
+	else
+		JAIL_TRACE("child: root built");
 
 	/*
 	 * Meanwhile the parent has been moving us into the run's cgroup (on
@@ -509,6 +517,7 @@ jail_child_main(void *arg)
 	 */
 	if (read(a->go_fd, &go, 1) != 1)
 		_exit(1);
+	JAIL_TRACE("child: cgroup go");
 	close(a->go_fd);
 	if (unshare(CLONE_NEWCGROUP) < 0)
 	{
@@ -516,6 +525,7 @@ jail_child_main(void *arg)
 		child_fail(a, err);
 	}
 
+	JAIL_TRACE("child: cgroup ns");
 	payload = fork();
 	if (payload < 0)
 	{

@@ -396,6 +396,7 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 					{
 						/* wait4 semantics via getrusage of children */
 						getrusage(RUSAGE_CHILDREN, &run->ru);
+						JAIL_TRACE("init reaped");
 						run->reaped = true;
 						run->reaped_at = jail_now_ms();
 					}
@@ -522,12 +523,30 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	args.served = true;
 
 	/*
-	 * Unprivileged, the id maps are always our own ids, so they can be
-	 * written now and the child can build its root ahead too.  Started
-	 * by root, the outer uid is the workspace's owner: that waits for the
-	 * request, and so does the root.
+	 * The id maps are written now, so that the child can build the fixed
+	 * part of its root ahead too.  Unprivileged, they are always our own
+	 * ids.  Started by root, the outer ids are the workspace's owner's,
+	 * which only the request tells: we guess the ids of the last run
+	 * (nobody's before the first), and jail_run throws this sandbox away
+	 * and clones a fresh one if the request proves the guess wrong.  A
+	 * map is never rewritten, and a sandbox never serves another uid.
 	 */
-	args.prebuild = geteuid() != 0;
+	args.prebuild = true;
+	if (geteuid() != 0)
+	{
+		p->ouid = geteuid();
+		p->ogid = getegid();
+	}
+	else if (env->owner_hint && env->owner_hint[0] != 0)
+	{
+		p->ouid = env->owner_hint[0];
+		p->ogid = env->owner_hint[1];
+	}
+	else
+	{
+		p->ouid = 65534;
+		p->ogid = 65534;
+	}
 	p->pid = spawn_child(&args, &p->pidfd);
 	if (p->pid < 0)
 	{
@@ -555,7 +574,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	}
 	if (args.prebuild)
 	{
-		if (write_id_maps(p->pid, geteuid(), getegid(), err) < 0 ||
+		if (write_id_maps(p->pid, p->ouid, p->ogid, err) < 0 ||
 			write(p->gop[1], "g", 1) != 1)
 		{
 			if (!err[0])
@@ -565,6 +584,55 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 			return -1;
 		}
 		p->prebuilt = true;
+	}
+	return 0;
+}
+
+/* A prespawned sandbox that does not fit the request: kill it, close all. */
+static void
+discard_prespawn(JailPrespawn *p)
+{
+	if (syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0) < 0)
+		kill(p->pid, SIGKILL);
+	waitpid(p->pid, NULL, 0);
+	close_fd(&p->outp[0]);
+	close_fd(&p->errout[0]);
+	close_fd(&p->gop[1]);
+	close_fd(&p->errp[0]);
+	close_fd(&p->statp[0]);
+	close_fd(&p->life[1]);
+	close_fd(&p->sigfd);
+	close_fd(&p->pidfd);
+	close_fd(&p->reqfd);
+	close_fd(&p->mntns);
+	p->pid = -1;
+}
+
+/*
+ * What the workspace holds before the run: over the total limit already
+ * is the caller's problem (a setup error, not the payload's fault), and a
+ * file already at the size limit must not be blamed on the payload
+ * afterwards.  Done while the sandbox builds its root, before it may fork
+ * the payload.
+ */
+static int
+measure_workspace(const Run *run, bool *big_before, char *err)
+{
+	const JailOptions *opts = run->opts;
+	uint64_t	total = 0;
+
+	if (jail_workspace_usage(run->wsfd, opts->file_size, &total, big_before) < 0)
+	{
+		jail_seterr(err, "workspace %s could not be measured (too deep or too many entries)",
+					opts->workspace);
+		return -1;
+	}
+	if (opts->workspace_size && total > opts->workspace_size)
+	{
+		jail_seterr(err, "workspace %s already holds %llu bytes, more than --workspace-size %llu",
+					opts->workspace, (unsigned long long) total,
+					(unsigned long long) opts->workspace_size);
+		return -1;
 	}
 	return 0;
 }
@@ -602,6 +670,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	int			payload_status;
 	bool		have_status = false;
 	bool		big_before = false;
+	JailPrespawn *pre;
 	int			rc = -1;
 
 	memset(&run, 0, sizeof(run));
@@ -614,10 +683,11 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	if (!env)
 		env = &oneshot;
 	run.cancel_fd = env->cancel_fd;
-	if (env->pre)
+	pre = env->pre;
+	if (pre)
 	{
-		run.pid = env->pre->pid;	/* killed and reaped at "out" on failure */
-		run.pidfd = env->pre->pidfd;
+		run.pid = pre->pid;		/* killed and reaped at "out" on failure */
+		run.pidfd = pre->pidfd;
 	}
 
 	streams = calloc(2, sizeof(Stream));
@@ -635,29 +705,25 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		goto out;
 	}
 	outer_ids(opts, &ouid, &ogid, run.wsfd);
+	JAIL_TRACE("workspace opened");
 
 	/*
-	 * What the workspace holds before the run: over the total limit
-	 * already is the caller's problem (a setup error, not the payload's
-	 * fault), and a file already at the size limit must not be blamed on
-	 * the payload afterwards.
+	 * A sandbox cloned ahead was mapped to the outer ids guessed then
+	 * (root's launcher): if the workspace's owner differs, it cannot
+	 * serve this run; a fresh one is cloned below, as without a
+	 * launcher.  Either way the next guess is this run's owner.
 	 */
+	if (env->owner_hint)
 	{
-		uint64_t	total = 0;
-
-		if (jail_workspace_usage(run.wsfd, opts->file_size, &total, &big_before) < 0)
-		{
-			jail_seterr(err, "workspace %s could not be measured (too deep or too many entries)",
-						opts->workspace);
-			goto out;
-		}
-		if (opts->workspace_size && total > opts->workspace_size)
-		{
-			jail_seterr(err, "workspace %s already holds %llu bytes, more than --workspace-size %llu",
-						opts->workspace, (unsigned long long) total,
-						(unsigned long long) opts->workspace_size);
-			goto out;
-		}
+		env->owner_hint[0] = ouid;
+		env->owner_hint[1] = ogid;
+	}
+	if (pre && (pre->ouid != ouid || pre->ogid != ogid))
+	{
+		discard_prespawn(pre);
+		pre = NULL;
+		run.pid = -1;
+		run.pidfd = -1;
 	}
 
 	if (env->filter)
@@ -686,10 +752,10 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		err[0] = '\0';
 	}
 
-	if (env->pre)
+	if (pre)
 	{
 		/* cloned before the request came: take over its descriptors */
-		JailPrespawn *p = env->pre;
+		JailPrespawn *p = pre;
 
 		memcpy(outp, p->outp, sizeof(outp));
 		memcpy(errout, p->errout, sizeof(errout));
@@ -761,11 +827,11 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 
 	/*
 	 * Two go bytes: the first after the id maps (the child can then build
-	 * its root), the second after the cgroup move, which on v1 is slow
-	 * and so overlaps with the child's mount work.  The payload is forked
-	 * only after the second.
+	 * its root), the second after the cgroup move, which on v1 is slow,
+	 * and the workspace check: both overlap with the child's mount work.
+	 * The payload is forked only after the second.
 	 */
-	if ((env->pre && env->pre->prebuilt ?
+	if ((pre && pre->prebuilt ?
 		 write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "r", 1) != 1 :
 		 (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
 		  write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "g", 1) != 1)) ||
@@ -779,6 +845,14 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		take_child_error(errp[0], err);
 		goto out;
 	}
+	if (measure_workspace(&run, &big_before, err) < 0)
+	{
+		kill_sandbox(&run);
+		waitpid(run.pid, &run.wstatus, 0);
+		run.reaped = true;
+		goto out;
+	}
+	JAIL_TRACE("workspace measured");
 	if (write(gop[1], "c", 1) != 1)
 	{
 		jail_seterr(err, "signal the sandbox: %s", strerror(errno));
@@ -789,6 +863,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		goto out;
 	}
 	close_fd(&gop[1]);
+	JAIL_TRACE("go sent");
 
 	streams[0].in = outp[0];
 	streams[0].out = env->stdout_fd;
@@ -796,6 +871,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	streams[1].out = env->stderr_fd;
 	supervise(&run, streams, errp[0], sigfd, start, child_err, &child_err_len);
 	errp[0] = -1;				/* closed by supervise */
+	JAIL_TRACE("supervise done");
 
 	if (!run.reaped)
 	{
@@ -819,6 +895,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		have_status = true;
 
 	jail_cgroup_collect(&run.cg, res);
+	JAIL_TRACE("cgroup collected");
 
 	/* Post-run workspace check: big files and the total. */
 	if (run.wsfd >= 0)
@@ -833,6 +910,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	}
 	if (run.over_workspace)
 		res->file_too_large = true;
+	JAIL_TRACE("workspace rescanned");
 
 	if (child_err_len > 0)
 	{

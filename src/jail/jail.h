@@ -149,6 +149,8 @@ typedef struct JailPrespawn
 	int			life[2];
 	int			sigfd;
 	int			reqfd;			/* memfd: u32 length, options, then code */
+	int			treesock[2];	/* [0] ours: receives the sandbox's copy of
+								 * the host tree, released when we exit */
 	bool		prebuilt;		/* ids mapped and root built ahead */
 	uid_t		ouid;			/* the outer ids its maps were written with */
 	gid_t		ogid;
@@ -189,6 +191,8 @@ typedef struct JailChildArgs
 	int			errout_fd;		/* write end of stderr pipe */
 	int			lifeline_fd;	/* read: HUP when the parent is gone */
 	int			req_fd;			/* prespawned: where the request waits, or -1 */
+	int			tree_sock;		/* prespawned: to hand the worker the copy of
+								 * the host tree (rootfs.c), or -1 */
 	bool		prebuild;		/* prespawned with maps: build the root ahead */
 	bool		cgroup_none;	/* no cgroup: fall back to RLIMIT_NPROC */
 	bool		netns_ready;	/* network namespace inherited, lo already up */

@@ -373,11 +373,12 @@ static void
 close_inherited(const JailChildArgs *a)
 {
 	int			keep[] = {a->go_fd, a->err_fd, a->status_fd, a->out_fd,
-		a->errout_fd, a->lifeline_fd, a->req_fd, INT_MAX};
+		a->errout_fd, a->lifeline_fd, a->req_fd, a->tree_sock, INT_MAX};
+	int			n = sizeof(keep) / sizeof(keep[0]);
 	int			from = 3;
 
-	qsort(keep, 7, sizeof(int), cmp_int);
-	for (int i = 0; i < 8; i++)
+	qsort(keep, n - 1, sizeof(int), cmp_int);
+	for (int i = 0; i < n; i++)
 	{
 		if (keep[i] > from)
 			syscall(SYS_close_range, (unsigned) from, (unsigned) keep[i] - 1, 0U);
@@ -501,6 +502,9 @@ jail_child_main(void *arg)
 		load_request(a);
 		if (jail_rootfs_complete(a, err) < 0)
 			child_fail(a, err);
+		if (a->tree_sock >= 0)
+			close(a->tree_sock);
+		a->tree_sock = -1;
 		JAIL_TRACE("child: root complete");
 	}
 	else if (jail_rootfs_setup(a, err) < 0)

@@ -31,6 +31,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -487,11 +488,13 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	p->reqfd = -1;
 	p->mntns = -1;
 	for (int i = 0; i < 2; i++)
-		p->outp[i] = p->errout[i] = p->gop[i] = p->errp[i] = p->statp[i] = p->life[i] = -1;
+		p->outp[i] = p->errout[i] = p->gop[i] = p->errp[i] = p->statp[i] =
+			p->life[i] = p->treesock[i] = -1;
 
 	if (pipe2(p->outp, O_CLOEXEC) < 0 || pipe2(p->errout, O_CLOEXEC) < 0 ||
 		pipe2(p->gop, O_CLOEXEC) < 0 || pipe2(p->errp, O_CLOEXEC) < 0 ||
 		pipe2(p->statp, O_CLOEXEC) < 0 || pipe2(p->life, O_CLOEXEC) < 0 ||
+		socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, p->treesock) < 0 ||
 		(p->reqfd = memfd_create("sandbox-request", MFD_CLOEXEC)) < 0)
 	{
 		jail_seterr(err, "pipe: %s", strerror(errno));
@@ -519,6 +522,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	args.errout_fd = p->errout[1];
 	args.lifeline_fd = p->life[0];
 	args.req_fd = p->reqfd;
+	args.tree_sock = p->treesock[1];
 	args.netns_ready = env->netns_ready;
 	args.served = true;
 
@@ -559,6 +563,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	close_fd(&p->errp[1]);
 	close_fd(&p->statp[1]);
 	close_fd(&p->life[0]);
+	close_fd(&p->treesock[1]);
 
 	/*
 	 * Tearing down a mount namespace waits for an RCU grace period, paid
@@ -605,6 +610,7 @@ discard_prespawn(JailPrespawn *p)
 	close_fd(&p->pidfd);
 	close_fd(&p->reqfd);
 	close_fd(&p->mntns);
+	close_fd(&p->treesock[0]);
 	p->pid = -1;
 }
 
@@ -806,6 +812,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		args.errout_fd = errout[1];
 		args.lifeline_fd = life[0];
 		args.req_fd = -1;
+		args.tree_sock = -1;
 		args.cgroup_none = run.cg.mode == CGROUP_NONE;
 		args.netns_ready = env->netns_ready;
 		args.served = env != &oneshot;

@@ -172,6 +172,21 @@ served_checks() {
 	for fd in "${fds[@]}"; do exec {fd}<&-; done
 	t "$u: six runs, six network namespaces (never reused)" '[ $dup = no ]'
 
+	# --- root's launcher builds sandboxes ahead for the last run's owner: ----
+	# --- a run for another owner must still get its own owner's uid -------
+	if [ "$u" = root ]; then
+		local owner owners_ok=yes
+		for owner in postgres nobody nobody postgres postgres nobody; do
+			WS=$WORK/ws-owner
+			rm -rf "$WS"
+			mkdir "$WS"
+			chown "$owner": "$WS"
+			jr root shell 'echo made > /workspace/f; id -u'
+			[ $RC = 0 ] && [ "$(stat -c %U "$WS/f")" = "$owner" ] && out_has "^1000$" || owners_ok=no
+		done
+		t "$u: each served run maps to its own workspace's owner (ahead-built or not)" '[ $owners_ok = yes ]'
+	fi
+
 	# --- the launcher survives payloads that misbehave ------------------------
 	fresh_ws "$u"
 	jr "$u" shell 'bomb() { bomb | bomb & }; bomb; sleep 1; echo bomb-done' --pids 32 --wall-time 10

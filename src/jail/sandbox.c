@@ -15,6 +15,11 @@
  *	  payload: session -> stdio -> fds closed -> rlimits -> signals reset ->
  *			   capabilities dropped (all sets, bounding, ambient) ->
  *			   no_new_privs -> seccomp (last) -> execve
+ * A served sandbox (prebuild: cloned by a launcher's worker before its
+ * request) splits this differently: init builds the fixed part of the
+ * root, forks the payload's process and confines itself before any
+ * request; the payload's process waits for the request, completes the
+ * root, enters its cgroup namespace and goes on as above.
  * Any failure before execve is a setup error: its text goes to the parent
  * over err_fd, which is close-on-exec, so EOF there means execve worked.
  *
@@ -426,6 +431,52 @@ load_request(JailChildArgs *a)
 	a->req_fd = -1;
 }
 
+/*
+ * A served sandbox's payload process, forked by init before the request
+ * (jail_child_main): it still holds init's capabilities in the sandbox's
+ * namespaces, and uses them for the run's own part of the root only.
+ * The worker's first byte says the request is in req_fd (and whether
+ * there is a cgroup), the second that the workspace is checked.
+ */
+static void served_payload(JailChildArgs *a) __attribute__((noreturn));
+
+static void
+served_payload(JailChildArgs *a)
+{
+	char		err[JAIL_ERRLEN] = "";
+	char		go;
+
+	if (read(a->go_fd, &go, 1) != 1)
+		_exit(1);
+	if (go == 'n')
+		a->cgroup_none = true;
+	JAIL_TRACE("payload: request go");
+	load_request(a);
+	if (jail_rootfs_complete(a, err) < 0)
+		child_fail(a, err);
+	if (a->tree_sock >= 0)
+		close(a->tree_sock);
+	a->tree_sock = -1;
+	JAIL_TRACE("payload: root complete");
+	if (read(a->go_fd, &go, 1) != 1)
+		_exit(1);
+	close(a->go_fd);
+
+	/*
+	 * Our own cgroup namespace, rooted at the slot we were born in (a
+	 * run that needs another cgroup never gets here: jail_run clones a
+	 * fresh sandbox for it).  Init stays outside it; from in here its
+	 * cgroup shows as "/" as well.
+	 */
+	if (unshare(CLONE_NEWCGROUP) < 0)
+	{
+		jail_seterr(err, "cgroup namespace: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	JAIL_TRACE("payload: confining");
+	payload_exec(a);
+}
+
 int
 jail_child_main(void *arg)
 {
@@ -489,28 +540,32 @@ jail_child_main(void *arg)
 	{
 		/*
 		 * Built ahead of the request (serve.c): the fixed part of the
-		 * root now, then wait for the request (its byte also says
-		 * whether there is a cgroup), then the run's own part.
+		 * root now; then the payload's process is forked, still
+		 * privileged in our namespaces, to wait for the request and do
+		 * the run's own part itself, while init confines itself at once:
+		 * neither the fork nor init's confinement is left for the time
+		 * the caller waits.
 		 */
 		if (jail_rootfs_prepare(err) < 0)
 			child_fail(a, err);
-		if (read(a->go_fd, &go, 1) != 1)
-			_exit(1);
-		if (go == 'n')
-			a->cgroup_none = true;
-		JAIL_TRACE("child: request go");
-		load_request(a);
-		if (jail_rootfs_complete(a, err) < 0)
+		payload = fork();
+		if (payload < 0)
+		{
+			jail_seterr(err, "fork payload: %s", strerror(errno));
 			child_fail(a, err);
+		}
+		if (payload == 0)
+			served_payload(a);
+		/* the request and the go bytes are the payload's business now */
+		close(a->go_fd);
+		close(a->req_fd);
 		if (a->tree_sock >= 0)
 			close(a->tree_sock);
-		a->tree_sock = -1;
-		JAIL_TRACE("child: root complete");
+		init_reap(a, payload);
 	}
-	else if (jail_rootfs_setup(a, err) < 0)
+	if (jail_rootfs_setup(a, err) < 0)
 		child_fail(a, err);
-	else
-		JAIL_TRACE("child: root built");
+	JAIL_TRACE("child: root built");
 
 	/*
 	 * Meanwhile the parent has been moving us into the run's cgroup (on

@@ -758,6 +758,20 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		err[0] = '\0';
 	}
 
+	/*
+	 * A sandbox cloned ahead has its payload's process already, in the
+	 * slot: moving init into a cgroup of its own would leave that one
+	 * behind.  Such a run (a request for another cgroup parent) gets a
+	 * fresh sandbox.
+	 */
+	if (pre && !run.cg_borrowed && run.cg.mode != CGROUP_NONE)
+	{
+		discard_prespawn(pre);
+		pre = NULL;
+		run.pid = -1;
+		run.pidfd = -1;
+	}
+
 	if (pre)
 	{
 		/* cloned before the request came: take over its descriptors */

@@ -187,6 +187,24 @@ served_checks() {
 		t "$u: each served run maps to its own workspace's owner (ahead-built or not)" '[ $owners_ok = yes ]'
 	fi
 
+	# --- a request for another cgroup parent gets a run-* cgroup there, ---
+	# --- and every process of its sandbox is in it (not in the slot) -----
+	if [ ${#CGOPT[@]} -gt 0 ] && [ -d /sys/fs/cgroup/memory/sandbox_ext ]; then
+		local mc=$((MARK + 30)) sc cgc
+		fresh_ws "$u"
+		printf 'sleep %s &\nwhile [ ! -e /workspace/stop ]; do sleep 0.05; done\ngrep memory /proc/self/cgroup\n' $mc > "$WORK/code-c"
+		served_bg "$u" c shell "$WORK/code-c" --workspace "$WS" --wall-time 60 \
+			--cgroup-parent /sys/fs/cgroup/memory/sandbox_ext
+		n=0
+		while ! pgrep -f "^sleep $mc$" >/dev/null && [ $n -lt 100 ]; do sleep 0.05; n=$((n + 1)); done
+		sc=$(pgrep -f "^sleep $mc$")
+		cgc=$(cgroup_of "$sc")
+		touch "$WS/stop"
+		wait "$BGPID"
+		cp "$WORK/c.out" "$WORK/out"
+		t "$u: a request for another cgroup parent runs in a run-* cgroup of its own there" '[ "${cgc%/run-*}" = /sandbox_ext ] && out_has ":memory:/$" && [ "$(vf "$WORK/c.verdict" exit_code)" = 0 ]'
+	fi
+
 	# --- the launcher survives payloads that misbehave ------------------------
 	fresh_ws "$u"
 	jr "$u" shell 'bomb() { bomb | bomb & }; bomb; sleep 1; echo bomb-done' --pids 32 --wall-time 10
@@ -272,7 +290,13 @@ lifetime_checks() {
 		wait "$BGPID"
 		rc=$?
 		cp "$WORK/l.verdict" "$WORK/verdict" 2>/dev/null
-		t "$u: launcher $how: its running sandbox dies, the client reports a setup error" 'grep -q started "$WORK/l.out" && launcher_gone && no_survivors && [ $rc = 1 ] && [ "$(v status)" = setup_error ]'
+		local started=no gone=no clean=no
+		grep -q started "$WORK/l.out" && started=yes
+		launcher_gone && gone=yes
+		no_survivors && clean=yes
+		[ $started$gone$clean = yesyesyes ] ||
+			echo "# launcher $how as $u: started=$started launcher-gone=$gone no-survivors=$clean client-rc=$rc"
+		t "$u: launcher $how: its running sandbox dies, the client reports a setup error" '[ $started$gone$clean = yesyesyes ] && [ $rc = 1 ] && [ "$(v status)" = setup_error ]'
 		if [ $how = TERM ]; then
 			cgdir=${TESTCG_DIRS[0]:-/nonexistent}
 			t "$u: launcher TERM: socket and cgroup slots removed" '[ ! -e "$SOCK" ] && ! ls -d "$cgdir"/srv-"$LPID"-* >/dev/null 2>&1'

@@ -36,6 +36,7 @@
 #define JAIL_MAX_BINDS		32
 #define JAIL_MAX_CODE		(16 * 1024 * 1024)
 #define JAIL_VERDICT_MAX	4400	/* a formatted verdict line fits */
+#define JAIL_DEFAULT_TMP_SIZE	(64 * 1024 * 1024)	/* --tmp-size */
 
 typedef enum JailLanguage
 {
@@ -123,6 +124,8 @@ typedef struct JailCgroup
 	char		cpu_dir[512];	/* v1 cpuacct */
 	uint64_t	memory_set;		/* limits last written (0: none yet), so */
 	uint64_t	pids_set;		/* a launcher slot skips unchanged ones */
+	bool		stats_open;		/* statfd holds the counter files, opened */
+	int			statfd[4];		/* ahead (jail_cgroup_open_stats); -1: none */
 } JailCgroup;
 
 /* The compiled seccomp program, built once in the parent. */
@@ -238,6 +241,7 @@ extern int	jail_cgroup_create_named(const JailOptions *opts, const char *name,
 extern int	jail_cgroup_set_limits(JailCgroup *cg, const JailOptions *opts,
 								   uint64_t extra_pids, char *err);
 extern void jail_cgroup_reset_counters(const JailCgroup *cg);
+extern void jail_cgroup_open_stats(JailCgroup *cg);
 extern int	jail_cgroup_attach(JailCgroup *cg, pid_t pid, char *err);
 extern uint64_t jail_cgroup_cpu_ms(const JailCgroup *cg);
 extern void jail_cgroup_collect(const JailCgroup *cg, JailResult *res);

@@ -212,7 +212,7 @@ jail_parse_options(int argc, char **argv, JailOptions *o, bool allow_help)
 	o->output_limit = 1 * MiB;
 	o->file_size = 256 * MiB;
 	o->workspace_size = 1024 * MiB;
-	o->tmp_size = 64 * MiB;
+	o->tmp_size = JAIL_DEFAULT_TMP_SIZE;
 	o->verdict_fd = -1;
 
 	jail_option_error[0] = '\0';

@@ -361,6 +361,34 @@ mount_dev_shm(const JailOptions *opts, const char *root, char *err)
 	return tmpfs_at(path, shmopts, MS_NOSUID | MS_NODEV | MS_NOEXEC, err);
 }
 
+/* /tmp: its own tmpfs of tmp_size bytes. */
+static int
+mount_tmp(uint64_t tmp_size, const char *root, char *err)
+{
+	char		opts[128];
+	char		path[64];
+
+	snprintf(opts, sizeof(opts), "mode=1777,size=%llu,nr_inodes=65536",
+			 (unsigned long long) tmp_size);
+	snprintf(path, sizeof(path), "%s/tmp", root);
+	return tmpfs_at(path, opts, MS_NOSUID | MS_NODEV, err);
+}
+
+/* A tmpfs mounted ahead with the default size gets the request's. */
+static int
+resize_tmpfs(const char *path, uint64_t size, unsigned long flags, char *err)
+{
+	char		opts[64];
+
+	snprintf(opts, sizeof(opts), "size=%llu", (unsigned long long) size);
+	if (mount(NULL, path, NULL, MS_REMOUNT | flags, opts) < 0)
+	{
+		jail_seterr(err, "resize the tmpfs on %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 /* /dev; its shm tmpfs only with opts (otherwise the caller mounts it). */
 static int
 setup_dev(const JailOptions *opts, char *err)
@@ -507,10 +535,8 @@ rootfs_finish(const JailChildArgs *args, int wsfd, int *bindfds, char *err)
 	char		buf[512];
 	int			i;
 
-	snprintf(buf, sizeof(buf), "mode=1777,size=%llu,nr_inodes=65536",
-			 (unsigned long long) opts->tmp_size);
 	if (make_mountpoint(NEWROOT "/tmp", true, err) < 0 ||
-		tmpfs_at(NEWROOT "/tmp", buf, MS_NOSUID | MS_NODEV, err) < 0)
+		mount_tmp(opts->tmp_size, NEWROOT, err) < 0)
 		return -1;
 
 	if (make_mountpoint(NEWROOT "/workspace", true, err) < 0 ||
@@ -674,10 +700,20 @@ jail_rootfs_prepare(char *err)
 	if (host_tree < 0)
 		return 0;
 
-	/* Enter the new root and let go of the host's tree, now. */
-	if (make_mountpoint(NEWROOT "/tmp", true, err) < 0 ||
-		make_mountpoint(NEWROOT "/workspace", true, err) < 0)
-		return -1;
+	/*
+	 * Enter the new root and let go of the host's tree, now; /tmp and
+	 * /dev/shm get their (fresh, empty) tmpfs with the default size,
+	 * resized if the request asks for another.
+	 */
+	{
+		JailOptions defaults = {.tmp_size = JAIL_DEFAULT_TMP_SIZE};
+
+		if (make_mountpoint(NEWROOT "/tmp", true, err) < 0 ||
+			make_mountpoint(NEWROOT "/workspace", true, err) < 0 ||
+			mount_tmp(JAIL_DEFAULT_TMP_SIZE, NEWROOT, err) < 0 ||
+			mount_dev_shm(&defaults, NEWROOT, err) < 0)
+			return -1;
+	}
 	if (chdir(NEWROOT) < 0 ||
 		syscall(SYS_pivot_root, ".", ".") < 0 ||
 		umount2(".", MNT_DETACH) < 0 ||
@@ -739,7 +775,6 @@ static int
 complete_pivoted(const JailChildArgs *args, char *err)
 {
 	const JailOptions *opts = args->opts;
-	char		buf[512];
 	int			fd;
 
 	if (strncmp(opts->workspace, "/sys", 4) == 0 &&
@@ -761,10 +796,9 @@ complete_pivoted(const JailChildArgs *args, char *err)
 	}
 	close(fd);
 
-	snprintf(buf, sizeof(buf), "mode=1777,size=%llu,nr_inodes=65536",
-			 (unsigned long long) opts->tmp_size);
-	if (tmpfs_at("/tmp", buf, MS_NOSUID | MS_NODEV, err) < 0 ||
-		mount_dev_shm(opts, "", err) < 0)
+	if (opts->tmp_size != JAIL_DEFAULT_TMP_SIZE &&
+		(resize_tmpfs("/tmp", opts->tmp_size, MS_NOSUID | MS_NODEV, err) < 0 ||
+		 resize_tmpfs("/dev/shm", opts->tmp_size, MS_NOSUID | MS_NODEV | MS_NOEXEC, err) < 0))
 		return -1;
 
 	for (int i = 0; i < opts->nbinds; i++)

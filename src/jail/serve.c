@@ -496,7 +496,10 @@ worker_main(int lfd, Worker *w)
 	 * which a request asking for the same then keeps without a write.
 	 */
 	if (slot)
+	{
 		jail_cgroup_reset_counters(slot);
+		jail_cgroup_open_stats(slot);
+	}
 
 	do
 		conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);

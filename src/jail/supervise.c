@@ -25,6 +25,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,14 +50,22 @@ typedef struct Stream
 {
 	int			in;				/* read end of the payload's pipe */
 	int			out;			/* our stdout or stderr */
-	char		buf[STREAM_BUF];
 	size_t		off;
 	size_t		len;
 	uint64_t	produced;		/* everything the payload wrote */
 	uint64_t	forwarded;		/* accepted for delivery (<= cap) */
 	bool		eof;
 	bool		out_dead;		/* our reader went away: discard */
+	char		buf[STREAM_BUF];	/* last: not cleared per run */
 } Stream;
+
+/*
+ * The two streams of the (one) run of this process.  Static, and only the
+ * fields before buf are cleared: a calloc of 128 KiB costs a memset and
+ * ~30 page faults (~60 us) before every run, for output that a short run
+ * never has.
+ */
+static Stream stream_store[2];
 
 typedef struct Run
 {
@@ -696,12 +705,9 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		run.pidfd = pre->pidfd;
 	}
 
-	streams = calloc(2, sizeof(Stream));
-	if (!streams)
-	{
-		jail_seterr(err, "out of memory");
-		goto out;
-	}
+	streams = stream_store;
+	for (int i = 0; i < 2; i++)
+		memset(&streams[i], 0, offsetof(Stream, buf));
 
 	/* The workspace must be a real directory, not a symlink. */
 	run.wsfd = open(opts->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -1007,6 +1013,5 @@ out:
 	close_fd(&run.wsfd);
 	if (!env->filter)
 		free(filter.insns);
-	free(streams);
 	return rc;
 }

@@ -40,7 +40,8 @@ set -u
 # A clean environment for every contender (some variables make node alone
 # several times slower); re-exec once under env -i.
 if [ -z "${JAIL_BENCH_CLEAN:-}" ]; then
-	exec env -i JAIL_BENCH_CLEAN=1 PATH=/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 bash "$0" "$@"
+	exec env -i JAIL_BENCH_CLEAN=1 JAIL_BENCH_SETTLE="${JAIL_BENCH_SETTLE:-1}" \
+		PATH=/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 bash "$0" "$@"
 fi
 
 N=${1:-50}
@@ -118,7 +119,10 @@ measure() {
 # before the next contender runs (served-client waits the same before its
 # bare-c run), then wake the CPUs from idle with an untimed exec, as the
 # contenders that follow a contender do.
+# JAIL_BENCH_SETTLE=0 runs the contenders back to back instead (the
+# refill then overlaps bare and bwrap, and no CPU ever idles).
 settle() {
+	[ "${JAIL_BENCH_SETTLE:-1}" = 0 ] && return
 	sleep 0.04
 	/bin/true
 }
@@ -146,7 +150,7 @@ client_true() { "${CLIENT[@]}" --language shell < "$WORK/true.sh"; }
 client_py() { "${CLIENT[@]}" --language python < "$WORK/pass.py"; }
 client_js() { "${CLIENT[@]}" --language node < "$WORK/zero.js"; }
 
-echo "# sandbox-jail start-up benchmark: N=$N, user $(id -un), kernel $(uname -r), $(nproc) cpus"
+echo "# sandbox-jail start-up benchmark: N=$N, user $(id -un), kernel $(uname -r), $(nproc) cpus, settle=${JAIL_BENCH_SETTLE}"
 echo "# $("$BIN" --language shell --workspace "$WORK/ws" --verdict-fd 3 3>&1 >/dev/null 2>&1 </dev/null | sed -n 's/.*"cgroup":"\([a-z0-9]*\)".*/jail cgroup mode: \1/p')"
 printf '%-9s %7s %7s %7s %9s %7s %8s %7s | %10s %12s %11s %10s\n' program bare bwrap jail jail-nocg client resident bare-c \
 	"bwrap/jail" "bwrap/client" "bwrap/resid" "resid-bare"

@@ -8,24 +8,38 @@
  *	  src/jail.
  *
  *	  served-client SOCKET LANGUAGE CODEFILE WORKSPACE [run options...]
+ *	  served-client SOCKET /PATH - WORKSPACE [run options...]
+ *
+ * A LANGUAGE that starts with "/" is a raw exec (`--exec /PATH`): no code,
+ * the code descriptor is an empty memfd.
  *
  * For every line read on stdin it runs the code once (payload output to
  * /dev/null) and prints the microseconds from connect to the verdict and
  * the verdict's status; EOF on stdin ends it.  One run per line lets the
  * benchmark interleave it with the other contenders.
  *
+ * With "-- PROGRAM ARGS..." after the run options, each line also runs
+ * that program bare (fork, execve, waitpid; output to /dev/null) from
+ * this same small process and prints its microseconds as a third field:
+ * bare exec as a resident caller would pay it, without the fork of a
+ * big shell that the benchmark's own "bare" column includes.
+ *
  *-------------------------------------------------------------------------
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#define SETTLE_US	40000		/* see the bare run below */
 
 static size_t
 put(char *buf, size_t off, const char *s)
@@ -52,15 +66,18 @@ main(int argc, char **argv)
 	size_t		len = 0;
 	ssize_t		n;
 	int			codefd, memfd, devnull;
+	bool		raw;
+	char	  **bare = NULL;
 
 	if (argc < 5)
 	{
 		fprintf(stderr, "usage: served-client SOCKET LANGUAGE CODEFILE WORKSPACE [opts]\n");
 		return 2;
 	}
-	codefd = open(argv[3], O_RDONLY);
+	raw = argv[2][0] == '/';
+	codefd = raw ? open("/dev/null", O_RDONLY) : open(argv[3], O_RDONLY);
 	memfd = memfd_create("code", MFD_CLOEXEC);
-	devnull = open("/dev/null", O_WRONLY);
+	devnull = open("/dev/null", O_RDWR);
 	if (codefd < 0 || memfd < 0 || devnull < 0)
 	{
 		perror("served-client");
@@ -70,12 +87,19 @@ main(int argc, char **argv)
 		if (write(memfd, data, n) != n)
 			return 2;
 	len = put(req, len, "sandbox-jail/1");
-	len = put(req, len, "--language");
+	len = put(req, len, raw ? "--exec" : "--language");
 	len = put(req, len, argv[2]);
 	len = put(req, len, "--workspace");
 	len = put(req, len, argv[4]);
 	for (int i = 5; i < argc; i++)
+	{
+		if (strcmp(argv[i], "--") == 0)
+		{
+			bare = argv + i + 1;
+			break;
+		}
 		len = put(req, len, argv[i]);
+	}
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
@@ -133,8 +157,42 @@ main(int argc, char **argv)
 			if (p && strchr(status, '"'))
 				*strchr((char *) status, '"') = '\0';
 		}
-		printf("%ld %s\n", (long) ((t1.tv_sec - t0.tv_sec) * 1000000 +
-								   (t1.tv_nsec - t0.tv_nsec) / 1000), status);
+		printf("%ld %s", (long) ((t1.tv_sec - t0.tv_sec) * 1000000 +
+								 (t1.tv_nsec - t0.tv_nsec) / 1000), status);
+		if (bare && bare[0])
+		{
+			static char *const env[] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", NULL};
+			pid_t		pid;
+
+			/*
+			 * The launcher replaces the worker that ran (a new worker,
+			 * cgroup slot, network namespace and sandbox) right after
+			 * the verdict; let that finish first, so that the bare run
+			 * does not pay for it, then wake the CPUs from their idle
+			 * sleep with an untimed run (run.sh does the same).
+			 */
+			if (!getenv("JAIL_BENCH_SETTLE") || strcmp(getenv("JAIL_BENCH_SETTLE"), "0") != 0)
+				usleep(SETTLE_US);
+			for (int warm = 0; warm < 2; warm++)
+			{
+				if (warm == 1)
+					clock_gettime(CLOCK_MONOTONIC, &t0);
+				pid = fork();
+				if (pid == 0)
+				{
+					dup2(devnull, 0);
+					dup2(devnull, 1);
+					dup2(devnull, 2);
+					execve(bare[0], bare, env);
+					_exit(127);
+				}
+				waitpid(pid, NULL, 0);
+			}
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			printf(" %ld", (long) ((t1.tv_sec - t0.tv_sec) * 1000000 +
+								   (t1.tv_nsec - t0.tv_nsec) / 1000));
+		}
+		printf("\n");
 		fflush(stdout);
 	}
 	return 0;

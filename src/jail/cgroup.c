@@ -398,16 +398,82 @@ jail_cgroup_attach(JailCgroup *cg, pid_t pid, char *err)
 	return 0;
 }
 
-static bool
-read_u64(const char *dir, const char *file, uint64_t *out)
+/* The counter files read after a run, by index into JailCgroup.statfd. */
+#define STAT_PEAK		0		/* memory.peak / memory.max_usage_in_bytes */
+#define STAT_OOM		1		/* memory.events / memory.oom_control */
+#define STAT_CPU		2		/* cpu.stat / cpuacct.usage */
+#define STAT_FAILCNT	3		/* v1 memory.failcnt */
+
+/*
+ * Read a counter file: through the descriptor opened ahead when there is
+ * one (a read at offset 0 makes cgroupfs generate the file afresh), else
+ * by its path.  Saves a path walk per file on the verdict's path.
+ */
+static int
+read_stat(const JailCgroup *cg, int stat, const char *dir, const char *file,
+		  char *buf, size_t len)
 {
 	char		path[640];
+
+	if (cg->stats_open && cg->statfd[stat] >= 0)
+	{
+		ssize_t		n = pread(cg->statfd[stat], buf, len - 1, 0);
+
+		if (n < 0)
+			return -1;
+		buf[n] = '\0';
+		return (int) n;
+	}
+	if (!dir[0])
+		return -1;
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	return jail_read_fileat(AT_FDCWD, path, buf, len);
+}
+
+/*
+ * A launcher's worker opens its slot's counter files before its request
+ * (they stay open until the worker exits, with the slot).
+ */
+void
+jail_cgroup_open_stats(JailCgroup *cg)
+{
+	static const char *const v2[] = {"memory.peak", "memory.events", "cpu.stat", NULL};
+	static const char *const v1[] = {"memory.max_usage_in_bytes", "memory.oom_control",
+	"cpuacct.usage", "memory.failcnt"};
+	char		path[640];
+
+	for (int i = 0; i < 4; i++)
+	{
+		const char *dir = NULL;
+		const char *file = NULL;
+
+		if (cg->mode == CGROUP_V2 && v2[i])
+		{
+			dir = cg->v2_dir;
+			file = v2[i];
+		}
+		else if (cg->mode == CGROUP_V1)
+		{
+			dir = i == STAT_CPU ? cg->cpu_dir : cg->mem_dir;
+			file = v1[i];
+		}
+		cg->statfd[i] = -1;
+		if (dir && dir[0])
+		{
+			snprintf(path, sizeof(path), "%s/%s", dir, file);
+			cg->statfd[i] = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		}
+	}
+	cg->stats_open = true;
+}
+
+static bool
+read_u64(const JailCgroup *cg, int stat, const char *dir, const char *file,
+		 uint64_t *out)
+{
 	char		buf[64];
 
-	if (!dir[0])
-		return false;
-	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	if (jail_read_fileat(AT_FDCWD, path, buf, sizeof(buf)) <= 0)
+	if (read_stat(cg, stat, dir, file, buf, sizeof(buf)) <= 0)
 		return false;
 	*out = strtoull(buf, NULL, 10);
 	return true;
@@ -415,17 +481,14 @@ read_u64(const char *dir, const char *file, uint64_t *out)
 
 /* "key value" lines (memory.events, cpu.stat, memory.oom_control). */
 static bool
-read_keyed(const char *dir, const char *file, const char *key, uint64_t *out)
+read_keyed(const JailCgroup *cg, int stat, const char *dir, const char *file,
+		   const char *key, uint64_t *out)
 {
-	char		path[640];
 	char		buf[4096];
 	char	   *p;
 	size_t		n = strlen(key);
 
-	if (!dir[0])
-		return false;
-	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	if (jail_read_fileat(AT_FDCWD, path, buf, sizeof(buf)) <= 0)
+	if (read_stat(cg, stat, dir, file, buf, sizeof(buf)) <= 0)
 		return false;
 	for (p = buf; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
 	{
@@ -444,9 +507,9 @@ jail_cgroup_cpu_ms(const JailCgroup *cg)
 {
 	uint64_t	v = 0;
 
-	if (cg->mode == CGROUP_V2 && read_keyed(cg->v2_dir, "cpu.stat", "usage_usec", &v))
+	if (cg->mode == CGROUP_V2 && read_keyed(cg, STAT_CPU, cg->v2_dir, "cpu.stat", "usage_usec", &v))
 		return v / 1000;
-	if (cg->mode == CGROUP_V1 && read_u64(cg->cpu_dir, "cpuacct.usage", &v))
+	if (cg->mode == CGROUP_V1 && read_u64(cg, STAT_CPU, cg->cpu_dir, "cpuacct.usage", &v))
 		return v / 1000000;
 	return 0;
 }
@@ -459,21 +522,21 @@ jail_cgroup_collect(const JailCgroup *cg, JailResult *res)
 	res->cgroup = cg->mode;
 	if (cg->mode == CGROUP_V2)
 	{
-		if (read_u64(cg->v2_dir, "memory.peak", &v))
+		if (read_u64(cg, STAT_PEAK, cg->v2_dir, "memory.peak", &v))
 			res->peak_memory_bytes = v;
-		if (read_keyed(cg->v2_dir, "memory.events", "oom_kill", &v) && v > 0)
+		if (read_keyed(cg, STAT_OOM, cg->v2_dir, "memory.events", "oom_kill", &v) && v > 0)
 			res->oom_killed = true;
 	}
 	else if (cg->mode == CGROUP_V1)
 	{
-		if (read_u64(cg->mem_dir, "memory.max_usage_in_bytes", &v))
+		if (read_u64(cg, STAT_PEAK, cg->mem_dir, "memory.max_usage_in_bytes", &v))
 			res->peak_memory_bytes = v;
-		if (read_keyed(cg->mem_dir, "memory.oom_control", "oom_kill", &v))
+		if (read_keyed(cg, STAT_OOM, cg->mem_dir, "memory.oom_control", "oom_kill", &v))
 		{
 			if (v > 0)
 				res->oom_killed = true;
 		}
-		else if (read_u64(cg->mem_dir, "memory.failcnt", &v) && v > 0)
+		else if (read_u64(cg, STAT_FAILCNT, cg->mem_dir, "memory.failcnt", &v) && v > 0)
 		{
 			/*
 			 * Kernels before 4.13 have no oom_kill counter; the limit

@@ -74,7 +74,9 @@ build_request(const JailOptions *o, const char *workspace, char *buf, size_t *le
 
 	*len = 0;
 	ok = put(buf, len, "%s", JAIL_WIRE_MAGIC) &&
-		put(buf, len, "--language") && put(buf, len, "%s", langs[o->language]) &&
+		(o->language == LANG_EXEC ?
+		 put(buf, len, "--exec") && put(buf, len, "%s", o->exec_path) :
+		 put(buf, len, "--language") && put(buf, len, "%s", langs[o->language])) &&
 		put(buf, len, "--workspace") && put(buf, len, "%s", workspace) &&
 		put(buf, len, "--wall-time") && put(buf, len, "%llu.%03llu", SEC(o->wall_ms)) &&
 		put(buf, len, "--cpu-time") && put(buf, len, "%llu.%03llu", SEC(o->cpu_ms)) &&
@@ -208,7 +210,9 @@ jail_client_main(int argc, char **argv)
 		workspace = wsbuf;
 	}
 
-	if (opts.code_file)
+	if (opts.language == LANG_EXEC)
+		;						/* no code: the memfd stays empty */
+	else if (opts.code_file)
 	{
 		int			fd = open(opts.code_file, O_RDONLY | O_CLOEXEC);
 

@@ -36,12 +36,14 @@
 #define JAIL_MAX_BINDS		32
 #define JAIL_MAX_CODE		(16 * 1024 * 1024)
 #define JAIL_VERDICT_MAX	4400	/* a formatted verdict line fits */
+#define JAIL_DEFAULT_TMP_SIZE	(64 * 1024 * 1024)	/* --tmp-size */
 
 typedef enum JailLanguage
 {
 	LANG_PYTHON,
 	LANG_NODE,
-	LANG_SHELL
+	LANG_SHELL,
+	LANG_EXEC					/* --exec: a program of the sandbox, no code */
 } JailLanguage;
 
 typedef struct JailBind
@@ -53,6 +55,7 @@ typedef struct JailBind
 typedef struct JailOptions
 {
 	JailLanguage language;
+	const char *exec_path;		/* LANG_EXEC: absolute path inside */
 	const char *code_file;		/* NULL: stdin */
 	const char *workspace;
 	JailBind	binds[JAIL_MAX_BINDS];
@@ -121,6 +124,8 @@ typedef struct JailCgroup
 	char		cpu_dir[512];	/* v1 cpuacct */
 	uint64_t	memory_set;		/* limits last written (0: none yet), so */
 	uint64_t	pids_set;		/* a launcher slot skips unchanged ones */
+	bool		stats_open;		/* statfd holds the counter files, opened */
+	int			statfd[4];		/* ahead (jail_cgroup_open_stats); -1: none */
 } JailCgroup;
 
 /* The compiled seccomp program, built once in the parent. */
@@ -147,7 +152,11 @@ typedef struct JailPrespawn
 	int			life[2];
 	int			sigfd;
 	int			reqfd;			/* memfd: u32 length, options, then code */
+	int			treesock[2];	/* [0] ours: receives the sandbox's copy of
+								 * the host tree, released when we exit */
 	bool		prebuilt;		/* ids mapped and root built ahead */
+	uid_t		ouid;			/* the outer ids its maps were written with */
+	gid_t		ogid;
 	int			mntns;			/* the sandbox's mount namespace, held */
 } JailPrespawn;
 
@@ -166,6 +175,9 @@ typedef struct JailRunEnv
 	bool		netns_ready;	/* we sit in a fresh netns, lo up: join it */
 	const JailFilter *filter;	/* compiled once by the launcher, or NULL */
 	JailPrespawn *pre;			/* a sandbox already cloned, or NULL */
+	uint32_t   *owner_hint;		/* root's launcher: {uid, gid} of the last
+								 * run's outer ids (shared with the launcher),
+								 * the guess for the next prespawn; or NULL */
 } JailRunEnv;
 
 /* What the child needs to build the sandbox; shared by fork. */
@@ -182,11 +194,25 @@ typedef struct JailChildArgs
 	int			errout_fd;		/* write end of stderr pipe */
 	int			lifeline_fd;	/* read: HUP when the parent is gone */
 	int			req_fd;			/* prespawned: where the request waits, or -1 */
+	int			tree_sock;		/* prespawned: to hand the worker the copy of
+								 * the host tree (rootfs.c), or -1 */
 	bool		prebuild;		/* prespawned with maps: build the root ahead */
 	bool		cgroup_none;	/* no cgroup: fall back to RLIMIT_NPROC */
 	bool		netns_ready;	/* network namespace inherited, lo already up */
 	bool		served;			/* run by the launcher's worker (serve.c) */
 } JailChildArgs;
+
+/*
+ * Step timestamps for profiling a run (`make TIMING=1`): one line
+ * "jail-trace <pid> <monotonic us> <step>" on stderr per step.  Compiled
+ * out otherwise; never in a build that is shipped or tested.
+ */
+#ifdef JAIL_TIMING
+extern void jail_trace(const char *step);
+#define JAIL_TRACE(step) jail_trace(step)
+#else
+#define JAIL_TRACE(step) ((void) 0)
+#endif
 
 /* util.c */
 extern bool jail_quiet;
@@ -215,6 +241,7 @@ extern int	jail_cgroup_create_named(const JailOptions *opts, const char *name,
 extern int	jail_cgroup_set_limits(JailCgroup *cg, const JailOptions *opts,
 								   uint64_t extra_pids, char *err);
 extern void jail_cgroup_reset_counters(const JailCgroup *cg);
+extern void jail_cgroup_open_stats(JailCgroup *cg);
 extern int	jail_cgroup_attach(JailCgroup *cg, pid_t pid, char *err);
 extern uint64_t jail_cgroup_cpu_ms(const JailCgroup *cg);
 extern void jail_cgroup_collect(const JailCgroup *cg, JailResult *res);

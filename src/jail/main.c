@@ -109,7 +109,8 @@ main(int argc, char **argv)
 		fcntl(verdict_fd, F_SETFD, FD_CLOEXEC);
 	}
 
-	if (!err[0])
+	/* --exec runs a program of the sandbox: there is no code to read */
+	if (!err[0] && opts.language != LANG_EXEC)
 	{
 		if (opts.code_file)
 		{

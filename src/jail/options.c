@@ -19,6 +19,7 @@
 enum
 {
 	OPT_LANGUAGE = 256,
+	OPT_EXEC,
 	OPT_CODE_FILE,
 	OPT_WORKSPACE,
 	OPT_RO_BIND,
@@ -40,6 +41,7 @@ enum
 
 static const struct option long_opts[] = {
 	{"language", required_argument, NULL, OPT_LANGUAGE},
+	{"exec", required_argument, NULL, OPT_EXEC},
 	{"code-file", required_argument, NULL, OPT_CODE_FILE},
 	{"workspace", required_argument, NULL, OPT_WORKSPACE},
 	{"ro-bind", required_argument, NULL, OPT_RO_BIND},
@@ -66,6 +68,8 @@ jail_usage(FILE *out)
 	fprintf(out,
 			"usage: sandbox-jail --language python|node|shell --workspace DIR\n"
 			"         [--code-file F (default: stdin)] [--ro-bind SRC:DST ...]\n"
+			"         (--exec /PATH instead of --language: run that program of\n"
+			"         the sandbox, without arguments; no code is read)\n"
 			"         [--wall-time SEC] [--cpu-time SEC] [--memory BYTES|NNNK|NNNM|NNNG]\n"
 			"         [--pids N] [--output-limit BYTES] [--file-size BYTES]\n"
 			"         [--workspace-size BYTES] [--tmp-size BYTES]\n"
@@ -208,7 +212,7 @@ jail_parse_options(int argc, char **argv, JailOptions *o, bool allow_help)
 	o->output_limit = 1 * MiB;
 	o->file_size = 256 * MiB;
 	o->workspace_size = 1024 * MiB;
-	o->tmp_size = 64 * MiB;
+	o->tmp_size = JAIL_DEFAULT_TMP_SIZE;
 	o->verdict_fd = -1;
 
 	jail_option_error[0] = '\0';
@@ -227,6 +231,23 @@ jail_parse_options(int argc, char **argv, JailOptions *o, bool allow_help)
 					o->language = LANG_SHELL;
 				else
 					BAD("unknown language \"%s\" (python, node or shell)", optarg);
+				if (have_lang)
+					BAD("--language or --exec, once");
+				have_lang = true;
+				break;
+			case OPT_EXEC:
+
+				/*
+				 * A program that exists inside the sandbox, run with no
+				 * arguments (nothing of the caller's command line reaches
+				 * its argv).  Resolved only at execve, inside.
+				 */
+				if (!valid_inner_path(optarg))
+					BAD("--exec wants an absolute sandbox path without . or .., got \"%s\"", optarg);
+				if (have_lang)
+					BAD("--language or --exec, once");
+				o->language = LANG_EXEC;
+				o->exec_path = optarg;
 				have_lang = true;
 				break;
 			case OPT_CODE_FILE:
@@ -325,7 +346,9 @@ jail_parse_options(int argc, char **argv, JailOptions *o, bool allow_help)
 	if (optind < argc)
 		BAD("unexpected argument \"%s\" (code goes in --code-file or stdin)", argv[optind]);
 	if (!have_lang)
-		BAD("--language is required");
+		BAD("--language (or --exec) is required");
+	if (o->language == LANG_EXEC && o->code_file)
+		BAD("--exec runs no code: --code-file is not allowed with it");
 	if (!o->workspace)
 		BAD("--workspace is required");
 	if (o->verdict_fd >= 0 && o->verdict_file)

@@ -23,6 +23,20 @@
  * Sources are opened with O_PATH before anything is mounted over them and
  * bound through /proc/self/fd, so a path is resolved exactly once.
  *
+ * A served run's root is built ahead of its request (jail_rootfs_prepare,
+ * then jail_rootfs_complete).  Leaving the host's tree is the costly step
+ * there: detaching its ~20 mounts waits for an RCU grace period, 0.1 to
+ * several ms on a busy VM.  So, where the kernel allows it, prepare takes
+ * a detached copy of the host tree first (open_tree OPEN_TREE_CLONE |
+ * AT_RECURSIVE: an anonymous mount namespace held by one descriptor of
+ * this process), then pivots and detaches the host tree, all before the
+ * request.  The request's workspace and --ro-bind sources are then looked
+ * up in that copy (openat2 RESOLVE_IN_ROOT: resolved as the host resolves
+ * them, symlinks cannot leave it) and cloned from it into place
+ * (open_tree + move_mount).  The copy is handed to the launcher's worker
+ * before the payload exists, whose exit, after the verdict, releases it
+ * (another grace period, off the run's path).
+ *
  *-------------------------------------------------------------------------
  */
 #include <errno.h>
@@ -33,8 +47,10 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <linux/openat2.h>
 
 #include "jail.h"
 
@@ -48,6 +64,9 @@
 #define NEWROOT "/sys"
 
 #define SYSTEM_FLAGS (MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+
+/* The detached copy of the host tree of a prepared root, or -1. */
+static int host_tree = -1;
 
 /*
  * Old-API fallback for kernels before 5.12 (and valgrind, which does not
@@ -156,14 +175,14 @@ make_mountpoint(const char *path, bool dir, char *err)
 	return 0;
 }
 
-/* mkdir -p for the parents of a path inside the new root. */
+/* mkdir -p for the parents of a path inside the new root (at prefix). */
 static int
-make_parents(const char *path, char *err)
+make_parents_at(const char *prefix, const char *path, char *err)
 {
 	char		buf[512];
 
 	snprintf(buf, sizeof(buf), "%s", path);
-	for (char *p = buf + strlen(NEWROOT) + 1; (p = strchr(p, '/')) != NULL; p++)
+	for (char *p = buf + strlen(prefix) + 1; (p = strchr(p, '/')) != NULL; p++)
 	{
 		*p = '\0';
 		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
@@ -174,6 +193,12 @@ make_parents(const char *path, char *err)
 		*p = '/';
 	}
 	return 0;
+}
+
+static int
+make_parents(const char *path, char *err)
+{
+	return make_parents_at(NEWROOT, path, err);
 }
 
 /*
@@ -325,13 +350,43 @@ setup_etc(char *err)
 
 /* /dev/shm: POSIX shm and semaphores (multiprocessing) want one. */
 static int
-mount_dev_shm(const JailOptions *opts, char *err)
+mount_dev_shm(const JailOptions *opts, const char *root, char *err)
 {
 	char		shmopts[64];
+	char		path[64];
 
 	snprintf(shmopts, sizeof(shmopts), "mode=1777,size=%llu",
 			 (unsigned long long) opts->tmp_size);
-	return tmpfs_at(NEWROOT "/dev/shm", shmopts, MS_NOSUID | MS_NODEV | MS_NOEXEC, err);
+	snprintf(path, sizeof(path), "%s/dev/shm", root);
+	return tmpfs_at(path, shmopts, MS_NOSUID | MS_NODEV | MS_NOEXEC, err);
+}
+
+/* /tmp: its own tmpfs of tmp_size bytes. */
+static int
+mount_tmp(uint64_t tmp_size, const char *root, char *err)
+{
+	char		opts[128];
+	char		path[64];
+
+	snprintf(opts, sizeof(opts), "mode=1777,size=%llu,nr_inodes=65536",
+			 (unsigned long long) tmp_size);
+	snprintf(path, sizeof(path), "%s/tmp", root);
+	return tmpfs_at(path, opts, MS_NOSUID | MS_NODEV, err);
+}
+
+/* A tmpfs mounted ahead with the default size gets the request's. */
+static int
+resize_tmpfs(const char *path, uint64_t size, unsigned long flags, char *err)
+{
+	char		opts[64];
+
+	snprintf(opts, sizeof(opts), "size=%llu", (unsigned long long) size);
+	if (mount(NULL, path, NULL, MS_REMOUNT | flags, opts) < 0)
+	{
+		jail_seterr(err, "resize the tmpfs on %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
 }
 
 /* /dev; its shm tmpfs only with opts (otherwise the caller mounts it). */
@@ -384,7 +439,7 @@ setup_dev(const JailOptions *opts, char *err)
 		}
 	}
 	if (make_mountpoint(NEWROOT "/dev/shm", true, err) < 0 ||
-		(opts && mount_dev_shm(opts, err) < 0))
+		(opts && mount_dev_shm(opts, NEWROOT, err) < 0))
 		return -1;
 	return set_attr(NEWROOT "/dev", MOUNT_ATTR_RDONLY, false, err);
 }
@@ -416,18 +471,21 @@ setup_proc(char *err)
 }
 
 static int
-setup_code(const JailChildArgs *args, char *err)
+setup_code(const JailChildArgs *args, const char *root, char *err)
 {
 	static const char *const names[] = {"main.py", "main.js", "main.sh"};
 	char		path[128];
 	int			fd;
 
-	if (mkdir(NEWROOT "/sandbox", 0755) < 0)
+	snprintf(path, sizeof(path), "%s/sandbox", root);
+	if (mkdir(path, 0755) < 0)
 	{
 		jail_seterr(err, "mkdir /sandbox: %s", strerror(errno));
 		return -1;
 	}
-	snprintf(path, sizeof(path), NEWROOT "/sandbox/%s", names[args->opts->language]);
+	if (args->opts->language == LANG_EXEC)
+		return 0;				/* no code: /sandbox stays empty */
+	snprintf(path, sizeof(path), "%s/sandbox/%s", root, names[args->opts->language]);
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0444);
 	if (fd < 0 || jail_write_all(fd, args->code, args->code_len) < 0)
 	{
@@ -477,10 +535,8 @@ rootfs_finish(const JailChildArgs *args, int wsfd, int *bindfds, char *err)
 	char		buf[512];
 	int			i;
 
-	snprintf(buf, sizeof(buf), "mode=1777,size=%llu,nr_inodes=65536",
-			 (unsigned long long) opts->tmp_size);
 	if (make_mountpoint(NEWROOT "/tmp", true, err) < 0 ||
-		tmpfs_at(NEWROOT "/tmp", buf, MS_NOSUID | MS_NODEV, err) < 0)
+		mount_tmp(opts->tmp_size, NEWROOT, err) < 0)
 		return -1;
 
 	if (make_mountpoint(NEWROOT "/workspace", true, err) < 0 ||
@@ -505,7 +561,7 @@ rootfs_finish(const JailChildArgs *args, int wsfd, int *bindfds, char *err)
 		close(bindfds[i]);
 	}
 
-	if (setup_code(args, err) < 0)
+	if (setup_code(args, NEWROOT, err) < 0)
 		return -1;
 
 	/* The root itself: read-only from here on. */
@@ -590,19 +646,235 @@ jail_rootfs_setup(const JailChildArgs *args, char *err)
 	if (make_private(err) < 0 ||
 		open_sources(args->opts, false, &wsfd, bindfds, err) < 0 ||
 		rootfs_common(args->code_len + 1024 * 1024, err) < 0 ||
-		mount_dev_shm(args->opts, err) < 0)
+		mount_dev_shm(args->opts, NEWROOT, err) < 0)
 		return -1;
 	return rootfs_finish(args, wsfd, bindfds, err);
+}
+
+/*
+ * Can mounts be cloned out of a detached copy of the host tree?  (Linux
+ * allows open_tree(OPEN_TREE_CLONE) of a path in an anonymous mount
+ * namespace only since 6.x.)  Tried on /usr, which every host has.
+ */
+static bool
+host_tree_usable(int tree)
+{
+	struct open_how how = {
+		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+	};
+	int			dir = syscall(SYS_openat2, tree, "/usr", &how, sizeof(how));
+	int			probe = -1;
+
+	if (dir >= 0)
+		probe = open_tree(dir, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
+						  AT_EMPTY_PATH | AT_RECURSIVE);
+	if (dir >= 0)
+		close(dir);
+	if (probe < 0)
+		return false;
+	close(probe);
+	return true;
 }
 
 /* Ahead of the request (serve.c): the part no request changes. */
 int
 jail_rootfs_prepare(char *err)
 {
-	if (make_private(err) < 0 ||
-		rootfs_common(JAIL_MAX_CODE + 1024 * 1024, err) < 0)
+	if (make_private(err) < 0)
 		return -1;
+
+	/*
+	 * The copy of the host tree comes first, so it holds the host's own
+	 * /sys and nothing of ours.  Without it, the host tree stays attached
+	 * until the request, as in a one-shot run.
+	 */
+	host_tree = open_tree(AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+	if (host_tree >= 0 && !host_tree_usable(host_tree))
+	{
+		close(host_tree);
+		host_tree = -1;
+	}
+	if (rootfs_common(JAIL_MAX_CODE + 1024 * 1024, err) < 0)
+		return -1;
+	if (host_tree < 0)
+		return 0;
+
+	/*
+	 * Enter the new root and let go of the host's tree, now; /tmp and
+	 * /dev/shm get their (fresh, empty) tmpfs with the default size,
+	 * resized if the request asks for another.
+	 */
+	{
+		JailOptions defaults = {.tmp_size = JAIL_DEFAULT_TMP_SIZE};
+
+		if (make_mountpoint(NEWROOT "/tmp", true, err) < 0 ||
+			make_mountpoint(NEWROOT "/workspace", true, err) < 0 ||
+			mount_tmp(JAIL_DEFAULT_TMP_SIZE, NEWROOT, err) < 0 ||
+			mount_dev_shm(&defaults, NEWROOT, err) < 0)
+			return -1;
+	}
+	if (chdir(NEWROOT) < 0 ||
+		syscall(SYS_pivot_root, ".", ".") < 0 ||
+		umount2(".", MNT_DETACH) < 0 ||
+		chdir("/") < 0)
+	{
+		jail_seterr(err, "pivot_root: %s", strerror(errno));
+		return -1;
+	}
 	return 0;
+}
+
+/* A host path, looked up in the copy of the host tree, as an O_PATH fd. */
+static int
+open_in_host_tree(const char *path, int flags)
+{
+	struct open_how how = {
+		.flags = O_PATH | O_CLOEXEC | flags,
+		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+	};
+
+	return syscall(SYS_openat2, host_tree, path, &how, sizeof(how));
+}
+
+/*
+ * Mount a clone of what srcfd (in the copy of the host tree) points at on
+ * dst, with attrs on it and everything below it, the way bind_fd does in
+ * a tree that is still attached.
+ */
+static int
+attach_clone(int srcfd, const char *dst, unsigned int attrs, char *err)
+{
+	struct mount_attr attr = {.attr_set = attrs};
+	int			m;
+
+	m = open_tree(srcfd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
+				  AT_EMPTY_PATH | AT_RECURSIVE);
+	if (m < 0)
+	{
+		jail_seterr(err, "clone the source of %s: %s", dst, strerror(errno));
+		return -1;
+	}
+	if (mount_setattr(m, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0 ||
+		move_mount(m, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+	{
+		jail_seterr(err, "mount onto %s: %s", dst, strerror(errno));
+		close(m);
+		return -1;
+	}
+	close(m);
+	return 0;
+}
+
+/*
+ * The run's own part of a root entered ahead (see the file's head): the
+ * same mounts as rootfs_finish, at their final paths.  The sources are
+ * checked as open_sources does.
+ */
+static int
+complete_pivoted(const JailChildArgs *args, char *err)
+{
+	const JailOptions *opts = args->opts;
+	int			fd;
+
+	if (strncmp(opts->workspace, "/sys", 4) == 0 &&
+		(opts->workspace[4] == '/' || opts->workspace[4] == '\0'))
+	{
+		jail_seterr(err, "workspace %s: not under /sys", opts->workspace);
+		return -1;
+	}
+	fd = open_in_host_tree(opts->workspace, O_DIRECTORY | O_NOFOLLOW);
+	if (fd < 0)
+	{
+		jail_seterr(err, "workspace %s: %s", opts->workspace, strerror(errno));
+		return -1;
+	}
+	if (attach_clone(fd, "/workspace", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, err) < 0)
+	{
+		close(fd);
+		return -1;
+	}
+	close(fd);
+
+	if (opts->tmp_size != JAIL_DEFAULT_TMP_SIZE &&
+		(resize_tmpfs("/tmp", opts->tmp_size, MS_NOSUID | MS_NODEV, err) < 0 ||
+		 resize_tmpfs("/dev/shm", opts->tmp_size, MS_NOSUID | MS_NODEV | MS_NOEXEC, err) < 0))
+		return -1;
+
+	for (int i = 0; i < opts->nbinds; i++)
+	{
+		const char *src = opts->binds[i].src;
+		const char *dst = opts->binds[i].dst;
+		struct stat st;
+
+		if (strncmp(src, "/sys", 4) == 0 && (src[4] == '/' || src[4] == '\0'))
+		{
+			jail_seterr(err, "--ro-bind source %s: not under /sys", src);
+			return -1;
+		}
+		fd = open_in_host_tree(src, 0);
+		if (fd < 0)
+		{
+			jail_seterr(err, "--ro-bind source %s: %s", src, strerror(errno));
+			return -1;
+		}
+		if (fstat(fd, &st) < 0 ||
+			make_parents_at("", dst, err) < 0 ||
+			make_mountpoint(dst, S_ISDIR(st.st_mode), err) < 0 ||
+			attach_clone(fd, dst, SYSTEM_FLAGS, err) < 0)
+		{
+			if (!err[0])
+				jail_seterr(err, "--ro-bind %s: %s", src, strerror(errno));
+			close(fd);
+			return -1;
+		}
+		close(fd);
+	}
+
+	if (setup_code(args, "", err) < 0 ||
+		set_attr("/", SYSTEM_FLAGS, false, err) < 0)
+		return -1;
+	if (chdir("/workspace") < 0)
+	{
+		jail_seterr(err, "chdir /workspace: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Give the copy of the host tree away before any untrusted code exists:
+ * to the worker (over tree_sock), whose exit releases it after the
+ * verdict; closing it here would put its teardown on the run's path.
+ * If it cannot be sent, it is closed all the same.
+ */
+static void
+release_host_tree(const JailChildArgs *args)
+{
+	if (args->tree_sock >= 0)
+	{
+		union
+		{
+			char		buf[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr align;
+		}			ctl;
+		struct msghdr msg = {0};
+		struct iovec iov = {.iov_base = "t",.iov_len = 1};
+		struct cmsghdr *c;
+
+		msg.msg_iov = &iov;
+		msg.msg_iovlen = 1;
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = sizeof(ctl.buf);
+		c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &host_tree, sizeof(int));
+		(void) sendmsg(args->tree_sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+	}
+	close(host_tree);
+	host_tree = -1;
 }
 
 /* After jail_rootfs_prepare, once the request is known. */
@@ -612,8 +884,15 @@ jail_rootfs_complete(const JailChildArgs *args, char *err)
 	int			wsfd;
 	int			bindfds[JAIL_MAX_BINDS];
 
+	if (host_tree >= 0)
+	{
+		int			rc = complete_pivoted(args, err);
+
+		release_host_tree(args);
+		return rc;
+	}
 	if (open_sources(args->opts, true, &wsfd, bindfds, err) < 0 ||
-		mount_dev_shm(args->opts, err) < 0)
+		mount_dev_shm(args->opts, NEWROOT, err) < 0)
 		return -1;
 	return rootfs_finish(args, wsfd, bindfds, err);
 }

@@ -15,6 +15,13 @@
  *	  payload: session -> stdio -> fds closed -> rlimits -> signals reset ->
  *			   capabilities dropped (all sets, bounding, ambient) ->
  *			   no_new_privs -> seccomp (last) -> execve
+ * A served sandbox (prebuild: cloned by a launcher's worker before its
+ * request) orders this differently, so that the least is left for after
+ * the request: init builds the fixed part of the root and forks the
+ * payload's process, which at once enters its cgroup namespace and does
+ * the payload's steps above up to seccomp; then it waits.  On the
+ * request, init completes the root, hands the payload its rlimits and
+ * program (which it sets and execs), and confines itself.
  * Any failure before execve is a setup error: its text goes to the parent
  * over err_fd, which is close-on-exec, so EOF there means execve worked.
  *
@@ -225,10 +232,61 @@ reset_signals(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
-static void payload_exec(const JailChildArgs *a) __attribute__((noreturn));
+/*
+ * Everything between the fork of the payload's process and its execve:
+ * session, stdio, descriptors, rlimits (unless the request is not known
+ * yet: served_payload sets them later), capabilities, no_new_privs and,
+ * last, the seccomp filter.
+ */
+static void
+payload_confine(const JailChildArgs *a, bool rlimits)
+{
+	char		err[JAIL_ERRLEN] = "";
+	int			devnull;
+
+	/* A new session: no controlling terminal to inject input into. */
+	setsid();
+	reset_signals();
+
+	devnull = open("/dev/null", O_RDONLY);
+	if (devnull < 0 ||
+		dup2(devnull, STDIN_FILENO) < 0 ||
+		dup2(a->out_fd, STDOUT_FILENO) < 0 ||
+		dup2(a->errout_fd, STDERR_FILENO) < 0)
+	{
+		jail_seterr(err, "set up stdio: %s", strerror(errno));
+		child_fail(a, err);
+	}
+
+	/*
+	 * Every other descriptor goes at execve.  CLOEXEC rather than close so
+	 * err_fd stays usable until the exec succeeds.
+	 */
+	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+	{
+		jail_seterr(err, "close_range: %s", strerror(errno));
+		child_fail(a, err);
+	}
+
+	if ((rlimits && set_rlimits(a, err) < 0) || drop_capabilities(err) < 0)
+		child_fail(a, err);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+	{
+		jail_seterr(err, "no_new_privs: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	/* Last step before execve: from here on only the exec is ours. */
+	if (jail_filter_load(a->filter) < 0)
+	{
+		jail_seterr(err, "load seccomp filter: %s", strerror(errno));
+		child_fail(a, err);
+	}
+}
+
+static void payload_execve(const JailChildArgs *a) __attribute__((noreturn));
 
 static void
-payload_exec(const JailChildArgs *a)
+payload_execve(const JailChildArgs *a)
 {
 	static char *const env[] = {
 		"PATH=/usr/local/bin:/usr/bin:/bin",
@@ -255,53 +313,26 @@ payload_exec(const JailChildArgs *a)
 	static char *const argv_py[] = {"/usr/bin/python3", "-I", "-u", "/sandbox/main.py", NULL};
 	static char *const argv_js[] = {"/usr/bin/node", "/sandbox/main.js", NULL};
 	static char *const argv_sh[] = {"/bin/bash", "--noprofile", "--norc", "/sandbox/main.sh", NULL};
+	char	   *argv_exec[] = {(char *) a->opts->exec_path, NULL};
 	char *const *argv;
 	char		err[JAIL_ERRLEN] = "";
-	int			devnull;
 
+	/* --exec: the program alone; its argv[0] is its path, nothing more */
 	argv = a->opts->language == LANG_PYTHON ? argv_py :
-		a->opts->language == LANG_NODE ? argv_js : argv_sh;
-
-	/* A new session: no controlling terminal to inject input into. */
-	setsid();
-	reset_signals();
-
-	devnull = open("/dev/null", O_RDONLY);
-	if (devnull < 0 ||
-		dup2(devnull, STDIN_FILENO) < 0 ||
-		dup2(a->out_fd, STDOUT_FILENO) < 0 ||
-		dup2(a->errout_fd, STDERR_FILENO) < 0)
-	{
-		jail_seterr(err, "set up stdio: %s", strerror(errno));
-		child_fail(a, err);
-	}
-
-	/*
-	 * Every other descriptor goes at execve.  CLOEXEC rather than close so
-	 * err_fd stays usable until the exec succeeds.
-	 */
-	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
-	{
-		jail_seterr(err, "close_range: %s", strerror(errno));
-		child_fail(a, err);
-	}
-
-	if (set_rlimits(a, err) < 0 || drop_capabilities(err) < 0)
-		child_fail(a, err);
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-	{
-		jail_seterr(err, "no_new_privs: %s", strerror(errno));
-		child_fail(a, err);
-	}
-	/* Last step before execve: from here on only the exec is ours. */
-	if (jail_filter_load(a->filter) < 0)
-	{
-		jail_seterr(err, "load seccomp filter: %s", strerror(errno));
-		child_fail(a, err);
-	}
+		a->opts->language == LANG_NODE ? argv_js :
+		a->opts->language == LANG_EXEC ? argv_exec : argv_sh;
 	execve(argv[0], argv, env);
 	jail_seterr(err, "execve %s: %s", argv[0], strerror(errno));
 	child_fail(a, err);
+}
+
+static void payload_exec(const JailChildArgs *a) __attribute__((noreturn));
+
+static void
+payload_exec(const JailChildArgs *a)
+{
+	payload_confine(a, true);
+	payload_execve(a);
 }
 
 /* Init after the payload started: reap everything, report the payload. */
@@ -332,6 +363,7 @@ init_reap(const JailChildArgs *a, pid_t payload)
 		child_fail(a, err);
 	}
 	close(a->err_fd);
+	JAIL_TRACE("init: confined");
 
 	for (;;)
 	{
@@ -344,6 +376,7 @@ init_reap(const JailChildArgs *a, pid_t payload)
 		}
 		if (pid == payload)
 		{
+			JAIL_TRACE("init: payload reaped");
 			(void) jail_write_all(a->status_fd, &status, sizeof(status));
 			/* our exit tears down the pid namespace: nothing survives */
 			_exit(0);
@@ -367,11 +400,12 @@ static void
 close_inherited(const JailChildArgs *a)
 {
 	int			keep[] = {a->go_fd, a->err_fd, a->status_fd, a->out_fd,
-		a->errout_fd, a->lifeline_fd, a->req_fd, INT_MAX};
+		a->errout_fd, a->lifeline_fd, a->req_fd, a->tree_sock, INT_MAX};
+	int			n = sizeof(keep) / sizeof(keep[0]);
 	int			from = 3;
 
-	qsort(keep, 7, sizeof(int), cmp_int);
-	for (int i = 0; i < 8; i++)
+	qsort(keep, n - 1, sizeof(int), cmp_int);
+	for (int i = 0; i < n; i++)
 	{
 		if (keep[i] > from)
 			syscall(SYS_close_range, (unsigned) from, (unsigned) keep[i] - 1, 0U);
@@ -419,6 +453,134 @@ load_request(JailChildArgs *a)
 	a->req_fd = -1;
 }
 
+/* What the payload's process of a served sandbox learns of its request. */
+typedef struct PayloadRequest
+{
+	JailLanguage language;
+	bool		cgroup_none;
+	uint64_t	cpu_ms;
+	uint64_t	file_size;
+	uint64_t	pids;
+	char		exec_path[256];
+} PayloadRequest;
+
+/*
+ * A served sandbox's payload process, forked by init before the request
+ * (jail_child_main).  Everything of a payload's set-up that does not
+ * depend on the request is done now: its cgroup namespace (it was born in
+ * the worker's slot; a run that needs another cgroup never gets here:
+ * jail_run clones a fresh sandbox for it), session, stdio, descriptors,
+ * capabilities, no_new_privs and the seccomp filter (whose attach alone
+ * costs ~0.1 ms).  Then it waits, unprivileged and filtered, for init to
+ * finish the root and send what is left: the rlimits and the program.
+ */
+static void served_payload(JailChildArgs *a, int reqpipe) __attribute__((noreturn));
+
+static void
+served_payload(JailChildArgs *a, int reqpipe)
+{
+	static JailOptions opts;
+	char		err[JAIL_ERRLEN] = "";
+	PayloadRequest pr;
+
+	close(a->go_fd);
+	close(a->req_fd);
+	if (a->tree_sock >= 0)
+		close(a->tree_sock);
+	if (unshare(CLONE_NEWCGROUP) < 0)
+	{
+		jail_seterr(err, "cgroup namespace: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	payload_confine(a, false);
+
+	if (read(reqpipe, &pr, sizeof(pr)) != sizeof(pr))
+		_exit(1);				/* init gave up: its reason is on err_fd */
+	JAIL_TRACE("payload: go");
+	opts.language = pr.language;
+	opts.cpu_ms = pr.cpu_ms;
+	opts.file_size = pr.file_size;
+	opts.pids = pr.pids;
+	pr.exec_path[sizeof(pr.exec_path) - 1] = '\0';
+	opts.exec_path = pr.exec_path;
+	a->opts = &opts;
+	a->cgroup_none = pr.cgroup_none;
+	if (set_rlimits(a, err) < 0)
+		child_fail(a, err);
+	if (chdir("/workspace") < 0)
+	{
+		jail_seterr(err, "chdir /workspace: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	payload_execve(a);
+}
+
+/*
+ * Init of a served sandbox, after the fixed part of the root: fork the
+ * payload's process (served_payload), wait for the request, complete the
+ * root, hand the payload its part, then confine ourselves and reap.
+ */
+static void served_init(JailChildArgs *a) __attribute__((noreturn));
+
+static void
+served_init(JailChildArgs *a)
+{
+	char		err[JAIL_ERRLEN] = "";
+	PayloadRequest pr;
+	int			pp[2];
+	pid_t		payload;
+	char		go;
+
+	if (pipe2(pp, O_CLOEXEC) < 0)
+	{
+		jail_seterr(err, "pipe: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	payload = fork();
+	if (payload < 0)
+	{
+		jail_seterr(err, "fork payload: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	if (payload == 0)
+	{
+		close(pp[1]);
+		served_payload(a, pp[0]);
+	}
+	close(pp[0]);
+
+	/* The first byte: the request is in req_fd (and: is there a cgroup?) */
+	if (read(a->go_fd, &go, 1) != 1)
+		_exit(1);
+	if (go == 'n')
+		a->cgroup_none = true;
+	JAIL_TRACE("init: request go");
+	load_request(a);
+	if (jail_rootfs_complete(a, err) < 0)
+		child_fail(a, err);
+	if (a->tree_sock >= 0)
+		close(a->tree_sock);
+	a->tree_sock = -1;
+	JAIL_TRACE("init: root complete");
+
+	/* The second: the workspace is checked, the payload may go. */
+	if (read(a->go_fd, &go, 1) != 1)
+		_exit(1);
+	close(a->go_fd);
+	memset(&pr, 0, sizeof(pr));
+	pr.language = a->opts->language;
+	pr.cgroup_none = a->cgroup_none;
+	pr.cpu_ms = a->opts->cpu_ms;
+	pr.file_size = a->opts->file_size;
+	pr.pids = a->opts->pids;
+	if (a->opts->exec_path)
+		snprintf(pr.exec_path, sizeof(pr.exec_path), "%s", a->opts->exec_path);
+	/* a payload that is gone already is reported by init_reap */
+	(void) jail_write_all(pp[1], &pr, sizeof(pr));
+	close(pp[1]);
+	init_reap(a, payload);
+}
+
 int
 jail_child_main(void *arg)
 {
@@ -445,6 +607,7 @@ jail_child_main(void *arg)
 		_exit(1);
 	if (go == 'n')
 		a->cgroup_none = true;	/* decided after a prespawned clone */
+	JAIL_TRACE("child: first go");
 	if (a->req_fd >= 0 && !a->prebuild)
 		load_request(a);
 
@@ -481,21 +644,16 @@ jail_child_main(void *arg)
 	{
 		/*
 		 * Built ahead of the request (serve.c): the fixed part of the
-		 * root now, then wait for the request (its byte also says
-		 * whether there is a cgroup), then the run's own part.
+		 * root now, then the payload's process, confined before the
+		 * request; see served_init.
 		 */
 		if (jail_rootfs_prepare(err) < 0)
 			child_fail(a, err);
-		if (read(a->go_fd, &go, 1) != 1)
-			_exit(1);
-		if (go == 'n')
-			a->cgroup_none = true;
-		load_request(a);
-		if (jail_rootfs_complete(a, err) < 0)
-			child_fail(a, err);
+		served_init(a);
 	}
-	else if (jail_rootfs_setup(a, err) < 0)
+	if (jail_rootfs_setup(a, err) < 0)
 		child_fail(a, err);
+	JAIL_TRACE("child: root built");
 
 	/*
 	 * Meanwhile the parent has been moving us into the run's cgroup (on
@@ -506,6 +664,7 @@ jail_child_main(void *arg)
 	 */
 	if (read(a->go_fd, &go, 1) != 1)
 		_exit(1);
+	JAIL_TRACE("child: cgroup go");
 	close(a->go_fd);
 	if (unshare(CLONE_NEWCGROUP) < 0)
 	{
@@ -513,6 +672,7 @@ jail_child_main(void *arg)
 		child_fail(a, err);
 	}
 
+	JAIL_TRACE("child: cgroup ns");
 	payload = fork();
 	if (payload < 0)
 	{

@@ -222,6 +222,16 @@ jail_filter_build(JailFilter *filter, char *err)
 	/* We set no_new_privs ourselves, after dropping capabilities. */
 	seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
 
+	/*
+	 * The same rules, laid out as a binary tree of syscall numbers
+	 * rather than a list: attaching a filter makes the kernel run it once
+	 * per syscall number to build its allow cache, which for the list
+	 * cost ~0.1 ms on every run's path; and each call the payload makes
+	 * walks a few comparisons instead of up to a hundred.  (libseccomp
+	 * 2.5+; older ones keep the list.)
+	 */
+	seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
+
 	if (build_rules(ctx, err) < 0)
 		goto fail;
 

@@ -49,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -93,9 +94,17 @@ static pid_t launcher_pid;
 static uid_t launcher_uid;
 static unsigned long serial;
 
+/*
+ * {uid, gid} of the last run's outer ids, in a page shared by the launcher
+ * and its workers: root's workers map their prespawned sandbox to these
+ * (see jail_prespawn), the run that follows checks and writes them.  Only
+ * ever a guess: a wrong one costs a fresh clone, never a wrong mapping.
+ */
+static uint32_t *owner_hint;
+
 /* Options that only the client side or the launcher itself may use. */
 static const char *const run_options[] = {
-	"--language", "--workspace", "--ro-bind", "--wall-time", "--cpu-time",
+	"--language", "--exec", "--workspace", "--ro-bind", "--wall-time", "--cpu-time",
 	"--memory", "--pids", "--output-limit", "--file-size",
 	"--workspace-size", "--tmp-size", "--cgroup-parent", "--require-cgroup",
 	NULL
@@ -295,6 +304,7 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 		setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	}
 	n = jail_wire_recv(conn, buf, JAIL_WIRE_MAX, fds, JAIL_WIRE_NFDS, &nfds, &truncated);
+	JAIL_TRACE("request received");
 	if (n == 0)
 		_exit(0);				/* connected and left: nothing to do */
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -340,6 +350,7 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 	check_output_fd(conn, fds[2], "stderr");
 	code = read_request_code(conn, fds[0], &code_len);
 	close(fds[0]);
+	JAIL_TRACE("request checked");
 
 	memset(&res, 0, sizeof(res));
 	memset(&env, 0, sizeof(env));
@@ -349,6 +360,7 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 	env.netns_ready = netns_ready;
 	env.filter = &filter;
 	env.slot_parent = cfg.cgroup_parent;
+	env.owner_hint = owner_hint;
 
 	/*
 	 * The slot gets this run's limits even when the run uses a cgroup of
@@ -374,10 +386,12 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 	}
 	if (rc < 0)
 		jail_warn("setup error: %s", res.setup_error);
+	JAIL_TRACE("run returned");
 	if (jail_format_verdict(line, sizeof(line), &res) < 0)
 		line[0] = '\0';
 	send_response(conn, rc < 0 ? JAIL_EXIT_SETUP : JAIL_EXIT_OK, line,
 				  rc < 0 ? res.setup_error : "");
+	JAIL_TRACE("verdict sent");
 	_exit(0);
 }
 
@@ -470,6 +484,7 @@ worker_main(int lfd, Worker *w)
 	memset(&penv, 0, sizeof(penv));
 	penv.filter = &filter;
 	penv.netns_ready = netns_ready;
+	penv.owner_hint = owner_hint;
 	have_pre = jail_prespawn(&pre, &penv, err) == 0;
 	if (!have_pre)
 		jail_warn("worker: could not clone a sandbox ahead: %s", err);
@@ -481,13 +496,17 @@ worker_main(int lfd, Worker *w)
 	 * which a request asking for the same then keeps without a write.
 	 */
 	if (slot)
+	{
 		jail_cgroup_reset_counters(slot);
+		jail_cgroup_open_stats(slot);
+	}
 
 	do
 		conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 	while (conn < 0 && (errno == EINTR || errno == ECONNABORTED));
 	if (conn < 0)
 		_exit(1);
+	JAIL_TRACE("accepted");
 	close(lfd);
 	handle_request(conn, slot, netns_ready, have_pre ? &pre : NULL);
 }
@@ -659,6 +678,10 @@ jail_serve_main(int argc, char **argv)
 		fprintf(stderr, "sandbox-jail: %s\n", err);
 		return JAIL_EXIT_SETUP;
 	}
+	owner_hint = mmap(NULL, 2 * sizeof(uint32_t), PROT_READ | PROT_WRITE,
+					  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (owner_hint == MAP_FAILED)
+		owner_hint = NULL;		/* root's runs then always guess nobody */
 
 	/* One trial slot decides whether runs get cgroups at all. */
 	{

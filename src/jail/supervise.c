@@ -25,12 +25,14 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -48,14 +50,22 @@ typedef struct Stream
 {
 	int			in;				/* read end of the payload's pipe */
 	int			out;			/* our stdout or stderr */
-	char		buf[STREAM_BUF];
 	size_t		off;
 	size_t		len;
 	uint64_t	produced;		/* everything the payload wrote */
 	uint64_t	forwarded;		/* accepted for delivery (<= cap) */
 	bool		eof;
 	bool		out_dead;		/* our reader went away: discard */
+	char		buf[STREAM_BUF];	/* last: not cleared per run */
 } Stream;
+
+/*
+ * The two streams of the (one) run of this process.  Static, and only the
+ * fields before buf are cleared: a calloc of 128 KiB costs a memset and
+ * ~30 page faults (~60 us) before every run, for output that a short run
+ * never has.
+ */
+static Stream stream_store[2];
 
 typedef struct Run
 {
@@ -396,6 +406,7 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 					{
 						/* wait4 semantics via getrusage of children */
 						getrusage(RUSAGE_CHILDREN, &run->ru);
+						JAIL_TRACE("init reaped");
 						run->reaped = true;
 						run->reaped_at = jail_now_ms();
 					}
@@ -486,11 +497,13 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	p->reqfd = -1;
 	p->mntns = -1;
 	for (int i = 0; i < 2; i++)
-		p->outp[i] = p->errout[i] = p->gop[i] = p->errp[i] = p->statp[i] = p->life[i] = -1;
+		p->outp[i] = p->errout[i] = p->gop[i] = p->errp[i] = p->statp[i] =
+			p->life[i] = p->treesock[i] = -1;
 
 	if (pipe2(p->outp, O_CLOEXEC) < 0 || pipe2(p->errout, O_CLOEXEC) < 0 ||
 		pipe2(p->gop, O_CLOEXEC) < 0 || pipe2(p->errp, O_CLOEXEC) < 0 ||
 		pipe2(p->statp, O_CLOEXEC) < 0 || pipe2(p->life, O_CLOEXEC) < 0 ||
+		socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, p->treesock) < 0 ||
 		(p->reqfd = memfd_create("sandbox-request", MFD_CLOEXEC)) < 0)
 	{
 		jail_seterr(err, "pipe: %s", strerror(errno));
@@ -518,16 +531,35 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	args.errout_fd = p->errout[1];
 	args.lifeline_fd = p->life[0];
 	args.req_fd = p->reqfd;
+	args.tree_sock = p->treesock[1];
 	args.netns_ready = env->netns_ready;
 	args.served = true;
 
 	/*
-	 * Unprivileged, the id maps are always our own ids, so they can be
-	 * written now and the child can build its root ahead too.  Started
-	 * by root, the outer uid is the workspace's owner: that waits for the
-	 * request, and so does the root.
+	 * The id maps are written now, so that the child can build the fixed
+	 * part of its root ahead too.  Unprivileged, they are always our own
+	 * ids.  Started by root, the outer ids are the workspace's owner's,
+	 * which only the request tells: we guess the ids of the last run
+	 * (nobody's before the first), and jail_run throws this sandbox away
+	 * and clones a fresh one if the request proves the guess wrong.  A
+	 * map is never rewritten, and a sandbox never serves another uid.
 	 */
-	args.prebuild = geteuid() != 0;
+	args.prebuild = true;
+	if (geteuid() != 0)
+	{
+		p->ouid = geteuid();
+		p->ogid = getegid();
+	}
+	else if (env->owner_hint && env->owner_hint[0] != 0)
+	{
+		p->ouid = env->owner_hint[0];
+		p->ogid = env->owner_hint[1];
+	}
+	else
+	{
+		p->ouid = 65534;
+		p->ogid = 65534;
+	}
 	p->pid = spawn_child(&args, &p->pidfd);
 	if (p->pid < 0)
 	{
@@ -540,6 +572,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	close_fd(&p->errp[1]);
 	close_fd(&p->statp[1]);
 	close_fd(&p->life[0]);
+	close_fd(&p->treesock[1]);
 
 	/*
 	 * Tearing down a mount namespace waits for an RCU grace period, paid
@@ -555,7 +588,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	}
 	if (args.prebuild)
 	{
-		if (write_id_maps(p->pid, geteuid(), getegid(), err) < 0 ||
+		if (write_id_maps(p->pid, p->ouid, p->ogid, err) < 0 ||
 			write(p->gop[1], "g", 1) != 1)
 		{
 			if (!err[0])
@@ -565,6 +598,56 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 			return -1;
 		}
 		p->prebuilt = true;
+	}
+	return 0;
+}
+
+/* A prespawned sandbox that does not fit the request: kill it, close all. */
+static void
+discard_prespawn(JailPrespawn *p)
+{
+	if (syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0) < 0)
+		kill(p->pid, SIGKILL);
+	waitpid(p->pid, NULL, 0);
+	close_fd(&p->outp[0]);
+	close_fd(&p->errout[0]);
+	close_fd(&p->gop[1]);
+	close_fd(&p->errp[0]);
+	close_fd(&p->statp[0]);
+	close_fd(&p->life[1]);
+	close_fd(&p->sigfd);
+	close_fd(&p->pidfd);
+	close_fd(&p->reqfd);
+	close_fd(&p->mntns);
+	close_fd(&p->treesock[0]);
+	p->pid = -1;
+}
+
+/*
+ * What the workspace holds before the run: over the total limit already
+ * is the caller's problem (a setup error, not the payload's fault), and a
+ * file already at the size limit must not be blamed on the payload
+ * afterwards.  Done while the sandbox builds its root, before it may fork
+ * the payload.
+ */
+static int
+measure_workspace(const Run *run, bool *big_before, char *err)
+{
+	const JailOptions *opts = run->opts;
+	uint64_t	total = 0;
+
+	if (jail_workspace_usage(run->wsfd, opts->file_size, &total, big_before) < 0)
+	{
+		jail_seterr(err, "workspace %s could not be measured (too deep or too many entries)",
+					opts->workspace);
+		return -1;
+	}
+	if (opts->workspace_size && total > opts->workspace_size)
+	{
+		jail_seterr(err, "workspace %s already holds %llu bytes, more than --workspace-size %llu",
+					opts->workspace, (unsigned long long) total,
+					(unsigned long long) opts->workspace_size);
+		return -1;
 	}
 	return 0;
 }
@@ -602,6 +685,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	int			payload_status;
 	bool		have_status = false;
 	bool		big_before = false;
+	JailPrespawn *pre;
 	int			rc = -1;
 
 	memset(&run, 0, sizeof(run));
@@ -614,18 +698,16 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	if (!env)
 		env = &oneshot;
 	run.cancel_fd = env->cancel_fd;
-	if (env->pre)
+	pre = env->pre;
+	if (pre)
 	{
-		run.pid = env->pre->pid;	/* killed and reaped at "out" on failure */
-		run.pidfd = env->pre->pidfd;
+		run.pid = pre->pid;		/* killed and reaped at "out" on failure */
+		run.pidfd = pre->pidfd;
 	}
 
-	streams = calloc(2, sizeof(Stream));
-	if (!streams)
-	{
-		jail_seterr(err, "out of memory");
-		goto out;
-	}
+	streams = stream_store;
+	for (int i = 0; i < 2; i++)
+		memset(&streams[i], 0, offsetof(Stream, buf));
 
 	/* The workspace must be a real directory, not a symlink. */
 	run.wsfd = open(opts->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -635,29 +717,25 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		goto out;
 	}
 	outer_ids(opts, &ouid, &ogid, run.wsfd);
+	JAIL_TRACE("workspace opened");
 
 	/*
-	 * What the workspace holds before the run: over the total limit
-	 * already is the caller's problem (a setup error, not the payload's
-	 * fault), and a file already at the size limit must not be blamed on
-	 * the payload afterwards.
+	 * A sandbox cloned ahead was mapped to the outer ids guessed then
+	 * (root's launcher): if the workspace's owner differs, it cannot
+	 * serve this run; a fresh one is cloned below, as without a
+	 * launcher.  Either way the next guess is this run's owner.
 	 */
+	if (env->owner_hint)
 	{
-		uint64_t	total = 0;
-
-		if (jail_workspace_usage(run.wsfd, opts->file_size, &total, &big_before) < 0)
-		{
-			jail_seterr(err, "workspace %s could not be measured (too deep or too many entries)",
-						opts->workspace);
-			goto out;
-		}
-		if (opts->workspace_size && total > opts->workspace_size)
-		{
-			jail_seterr(err, "workspace %s already holds %llu bytes, more than --workspace-size %llu",
-						opts->workspace, (unsigned long long) total,
-						(unsigned long long) opts->workspace_size);
-			goto out;
-		}
+		env->owner_hint[0] = ouid;
+		env->owner_hint[1] = ogid;
+	}
+	if (pre && (pre->ouid != ouid || pre->ogid != ogid))
+	{
+		discard_prespawn(pre);
+		pre = NULL;
+		run.pid = -1;
+		run.pidfd = -1;
 	}
 
 	if (env->filter)
@@ -686,10 +764,24 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		err[0] = '\0';
 	}
 
-	if (env->pre)
+	/*
+	 * A sandbox cloned ahead has its payload's process already, in the
+	 * slot: moving init into a cgroup of its own would leave that one
+	 * behind.  Such a run (a request for another cgroup parent) gets a
+	 * fresh sandbox.
+	 */
+	if (pre && !run.cg_borrowed && run.cg.mode != CGROUP_NONE)
+	{
+		discard_prespawn(pre);
+		pre = NULL;
+		run.pid = -1;
+		run.pidfd = -1;
+	}
+
+	if (pre)
 	{
 		/* cloned before the request came: take over its descriptors */
-		JailPrespawn *p = env->pre;
+		JailPrespawn *p = pre;
 
 		memcpy(outp, p->outp, sizeof(outp));
 		memcpy(errout, p->errout, sizeof(errout));
@@ -740,6 +832,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		args.errout_fd = errout[1];
 		args.lifeline_fd = life[0];
 		args.req_fd = -1;
+		args.tree_sock = -1;
 		args.cgroup_none = run.cg.mode == CGROUP_NONE;
 		args.netns_ready = env->netns_ready;
 		args.served = env != &oneshot;
@@ -761,11 +854,11 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 
 	/*
 	 * Two go bytes: the first after the id maps (the child can then build
-	 * its root), the second after the cgroup move, which on v1 is slow
-	 * and so overlaps with the child's mount work.  The payload is forked
-	 * only after the second.
+	 * its root), the second after the cgroup move, which on v1 is slow,
+	 * and the workspace check: both overlap with the child's mount work.
+	 * The payload is forked only after the second.
 	 */
-	if ((env->pre && env->pre->prebuilt ?
+	if ((pre && pre->prebuilt ?
 		 write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "r", 1) != 1 :
 		 (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
 		  write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "g", 1) != 1)) ||
@@ -779,6 +872,14 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		take_child_error(errp[0], err);
 		goto out;
 	}
+	if (measure_workspace(&run, &big_before, err) < 0)
+	{
+		kill_sandbox(&run);
+		waitpid(run.pid, &run.wstatus, 0);
+		run.reaped = true;
+		goto out;
+	}
+	JAIL_TRACE("workspace measured");
 	if (write(gop[1], "c", 1) != 1)
 	{
 		jail_seterr(err, "signal the sandbox: %s", strerror(errno));
@@ -789,6 +890,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		goto out;
 	}
 	close_fd(&gop[1]);
+	JAIL_TRACE("go sent");
 
 	streams[0].in = outp[0];
 	streams[0].out = env->stdout_fd;
@@ -796,6 +898,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	streams[1].out = env->stderr_fd;
 	supervise(&run, streams, errp[0], sigfd, start, child_err, &child_err_len);
 	errp[0] = -1;				/* closed by supervise */
+	JAIL_TRACE("supervise done");
 
 	if (!run.reaped)
 	{
@@ -819,6 +922,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		have_status = true;
 
 	jail_cgroup_collect(&run.cg, res);
+	JAIL_TRACE("cgroup collected");
 
 	/* Post-run workspace check: big files and the total. */
 	if (run.wsfd >= 0)
@@ -833,6 +937,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	}
 	if (run.over_workspace)
 		res->file_too_large = true;
+	JAIL_TRACE("workspace rescanned");
 
 	if (child_err_len > 0)
 	{
@@ -908,6 +1013,5 @@ out:
 	close_fd(&run.wsfd);
 	if (!env->filter)
 		free(filter.insns);
-	free(streams);
 	return rc;
 }

@@ -131,6 +131,21 @@ jail_now_ms(void)
 	return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+#ifdef JAIL_TIMING
+void
+jail_trace(const char *step)
+{
+	struct timespec ts;
+	char		buf[160];
+	int			n;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	n = snprintf(buf, sizeof(buf), "jail-trace %d %llu %s\n", (int) getpid(),
+				 (unsigned long long) ts.tv_sec * 1000000 + ts.tv_nsec / 1000, step);
+	(void) jail_write_all(STDERR_FILENO, buf, n);
+}
+#endif
+
 /* Read all of fd into a malloc'd buffer, at most JAIL_MAX_CODE bytes. */
 char *
 jail_read_code(int fd, size_t *len, char *err)

@@ -118,6 +118,16 @@ jr() {
 		< "$WORK/code" > "$WORK/out" 2> "$WORK/err" 3> "$WORK/verdict"
 	RC=$?
 }
+# jx USER PATH [jail options...]: --exec PATH once (no code); like jr.
+jx() {
+	local user=$1 path=$2
+	shift 2
+	: > "$WORK/verdict"
+	timeout -s KILL 120 runuser -u "$user" -- "$BIN" --exec "$path" \
+		--workspace "$WS" --verdict-fd 3 "${CGOPT[@]}" "$@" \
+		< /dev/null > "$WORK/out" 2> "$WORK/err" 3> "$WORK/verdict"
+	RC=$?
+}
 out_has() { grep -q -- "$1" "$WORK/out"; }
 err_has() { grep -q -- "$1" "$WORK/err"; }
 survivors() { pgrep -f "sleep $MARK" >/dev/null; }
@@ -165,6 +175,41 @@ suite() {
 	t "$u: numpy pandas requests import" 'out_has "imports 3 2" && [ "$(v exit_code)" = 0 ]'
 	jr "$u" python 'import sys; print("stdin=%r" % sys.stdin.read())'
 	t "$u: stdin is empty" 'out_has "stdin='"''"'"'
+
+	# --- raw exec (--exec): a program of the sandbox, no interpreter ------
+	fresh_ws "$u"
+	jx "$u" /usr/bin/id
+	t "$u: --exec /usr/bin/id prints the sandbox identity" '[ $RC = 0 ] && [ "$(v status)" = exited ] && [ "$(v exit_code)" = 0 ] && out_has "^uid=1000(sandbox) gid=1000(sandbox) groups=1000(sandbox)"'
+	jx "$u" /bin/false
+	t "$u: --exec exit code reported" '[ $RC = 0 ] && [ "$(v status)" = exited ] && [ "$(v exit_code)" = 1 ]'
+	# a script in the workspace, exec'd directly (the kernel reads its #!)
+	cat > "$WS/confined.sh" <<-'EOF'
+	#!/bin/sh
+	id -u
+	grep -E "^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):" /proc/self/status
+	ulimit -n
+	ulimit -c
+	hostname
+	ls /proc | grep -c "^[0-9]"
+	env | grep -c hunter2
+	ls /proc/self/fd | tr "\n" " "; echo
+	EOF
+	chmod 755 "$WS/confined.sh"
+	SECRET_TOKEN=hunter2 jx "$u" /workspace/confined.sh 7</etc/hostname
+	t "$u: --exec: uid 1000, no capabilities, NoNewPrivs, seccomp, rlimits" '[ $RC = 0 ] && [ "$(sed -n 1p "$WORK/out")" = 1000 ] && [ "$(grep -c "^Cap.*:[[:space:]]*0000000000000000$" "$WORK/out")" = 5 ] && grep -q "^NoNewPrivs:[[:space:]]*1$" "$WORK/out" && grep -q "^Seccomp:[[:space:]]*2$" "$WORK/out" && [ "$(sed -n 9p "$WORK/out")" = 1024 ] && [ "$(sed -n 10p "$WORK/out")" = 0 ]'
+	t "$u: --exec: own hostname, pid namespace, scrubbed env, fds 0-2 only" 'out_has "^sandbox$" && [ "$(sed -n 12p "$WORK/out")" -le 5 ] && [ "$(sed -n 13p "$WORK/out")" = 0 ] && [ "$(sed -n 14p "$WORK/out")" = "0 1 2 3 " ] && [ "$(v cgroup)" != none ]'
+	cp "$WORK/probe" "$WS/probe"
+	chmod 755 "$WS/probe"
+	jx "$u" /workspace/probe
+	t "$u: --exec: the seccomp filter is in force (syscall probe)" '[ $RC = 0 ] && out_has "^mount EPERM$" && out_has "^unshare EPERM$" && out_has "^ptrace EPERM$" && out_has "^control_read_badfd EBADF$"'
+	jx "$u" /bin/sh -c 'echo HOSTARG'
+	t "$u: --exec takes no arguments (the rest is a usage error)" '[ $RC = 2 ] && ! out_has HOSTARG'
+	jx "$u" /no/such/program
+	t "$u: --exec of a path missing inside -> setup error, exit 1" '[ $RC = 1 ] && [ "$(v status)" = setup_error ] && grep -q "execve /no/such/program" <<<"$(v setup_error)"'
+	jx "$u" /tmp
+	t "$u: --exec of a directory -> setup error, exit 1" '[ $RC = 1 ] && [ "$(v status)" = setup_error ]'
+	jx "$u" /var/lib/postgresql
+	t "$u: --exec of a host path that is not in the sandbox -> setup error" '[ $RC = 1 ] && [ "$(v status)" = setup_error ]'
 
 	# --- exit codes, signals, streams ------------------------------------
 	jr "$u" python 'import sys; sys.exit(7)'
@@ -418,7 +463,9 @@ fi
 fresh_ws root
 for args in "" "--language perl --workspace $WS" "--language python" \
 	"--language python --workspace $WS --memory lots" "--language python --workspace $WS --bogus" \
-	"--language python --workspace $WS --ro-bind /etc:/usr/x" "--language python --workspace $WS extra"; do
+	"--language python --workspace $WS --ro-bind /etc:/usr/x" "--language python --workspace $WS extra" \
+	"--exec bin/true --workspace $WS" "--exec /bin/../bin/true --workspace $WS" \
+	"--exec /bin/true --language shell --workspace $WS" "--exec /bin/true --code-file /etc/hostname --workspace $WS"; do
 	"$BIN" $args </dev/null >/dev/null 2>"$WORK/err"
 	RC=$?
 	t "usage error exits 2: '${args:-<none>}'" '[ $RC = 2 ] && err_has usage'

@@ -172,6 +172,39 @@ served_checks() {
 	for fd in "${fds[@]}"; do exec {fd}<&-; done
 	t "$u: six runs, six network namespaces (never reused)" '[ $dup = no ]'
 
+	# --- root's launcher builds sandboxes ahead for the last run's owner: ----
+	# --- a run for another owner must still get its own owner's uid -------
+	if [ "$u" = root ]; then
+		local owner owners_ok=yes
+		for owner in postgres nobody nobody postgres postgres nobody; do
+			WS=$WORK/ws-owner
+			rm -rf "$WS"
+			mkdir "$WS"
+			chown "$owner": "$WS"
+			jr root shell 'echo made > /workspace/f; id -u'
+			[ $RC = 0 ] && [ "$(stat -c %U "$WS/f")" = "$owner" ] && out_has "^1000$" || owners_ok=no
+		done
+		t "$u: each served run maps to its own workspace's owner (ahead-built or not)" '[ $owners_ok = yes ]'
+	fi
+
+	# --- a request for another cgroup parent gets a run-* cgroup there, ---
+	# --- and every process of its sandbox is in it (not in the slot) -----
+	if [ ${#CGOPT[@]} -gt 0 ] && [ -d /sys/fs/cgroup/memory/sandbox_ext ]; then
+		local mc=$((MARK + 30)) sc cgc
+		fresh_ws "$u"
+		printf 'sleep %s &\nwhile [ ! -e /workspace/stop ]; do sleep 0.05; done\ngrep memory /proc/self/cgroup\n' $mc > "$WORK/code-c"
+		served_bg "$u" c shell "$WORK/code-c" --workspace "$WS" --wall-time 60 \
+			--cgroup-parent /sys/fs/cgroup/memory/sandbox_ext
+		n=0
+		while ! pgrep -f "^sleep $mc$" >/dev/null && [ $n -lt 100 ]; do sleep 0.05; n=$((n + 1)); done
+		sc=$(pgrep -f "^sleep $mc$")
+		cgc=$(cgroup_of "$sc")
+		touch "$WS/stop"
+		wait "$BGPID"
+		cp "$WORK/c.out" "$WORK/out"
+		t "$u: a request for another cgroup parent runs in a run-* cgroup of its own there" '[ "${cgc%/run-*}" = /sandbox_ext ] && out_has ":memory:/$" && [ "$(vf "$WORK/c.verdict" exit_code)" = 0 ]'
+	fi
+
 	# --- the launcher survives payloads that misbehave ------------------------
 	fresh_ws "$u"
 	jr "$u" shell 'bomb() { bomb | bomb & }; bomb; sleep 1; echo bomb-done' --pids 32 --wall-time 10
@@ -207,6 +240,8 @@ served_checks() {
 	req("abbrev:", b"sandbox-jail/1\0--lang\0shell\0--workspace\0/tmp\0", [code, out, out])
 	req("badvalue:", b"sandbox-jail/1\0--language\0perl\0--workspace\0/tmp\0", [code, out, out])
 	req("relative:", b"sandbox-jail/1\0--language\0shell\0--workspace\0tmp\0", [code, out, out])
+	req("relexec:", b"sandbox-jail/1\0--exec\0bin/true\0--workspace\0/tmp\0", [code, out, out])
+	req("execargs:", b"sandbox-jail/1\0--exec\0/bin/sh\0--workspace\0/tmp\0-c\0id\0", [code, out, out])
 	req("rdonly-out:", ok, [code, rd, out])
 	r, w = os.pipe()
 	req("pipe-code:", ok, [r, out, out])
@@ -218,7 +253,7 @@ served_checks() {
 	print("done")
 	EOF
 	local bad=no l
-	for l in nofds badmagic notnul forbidden abbrev badvalue relative rdonly-out pipe-code fourfds huge; do
+	for l in nofds badmagic notnul forbidden abbrev badvalue relative relexec execargs rdonly-out pipe-code fourfds huge; do
 		grep -q "^$l: 2 ." "$WORK/out" || { bad=yes; echo "       not refused: $(grep "^$l:" "$WORK/out" || echo "$l missing")"; }
 	done
 	t "$u: malformed requests are refused (code 2) with a message" '[ $bad = no ] && out_has "^done" && out_has "exactly 3 descriptors" && out_has "unknown protocol" && out_has "not allowed in a request: --verdict-fd"'
@@ -255,7 +290,13 @@ lifetime_checks() {
 		wait "$BGPID"
 		rc=$?
 		cp "$WORK/l.verdict" "$WORK/verdict" 2>/dev/null
-		t "$u: launcher $how: its running sandbox dies, the client reports a setup error" 'grep -q started "$WORK/l.out" && launcher_gone && no_survivors && [ $rc = 1 ] && [ "$(v status)" = setup_error ]'
+		local started=no gone=no clean=no
+		grep -q started "$WORK/l.out" && started=yes
+		launcher_gone && gone=yes
+		no_survivors && clean=yes
+		[ $started$gone$clean = yesyesyes ] ||
+			echo "# launcher $how as $u: started=$started launcher-gone=$gone no-survivors=$clean client-rc=$rc"
+		t "$u: launcher $how: its running sandbox dies, the client reports a setup error" '[ $started$gone$clean = yesyesyes ] && [ $rc = 1 ] && [ "$(v status)" = setup_error ]'
 		if [ $how = TERM ]; then
 			cgdir=${TESTCG_DIRS[0]:-/nonexistent}
 			t "$u: launcher TERM: socket and cgroup slots removed" '[ ! -e "$SOCK" ] && ! ls -d "$cgdir"/srv-"$LPID"-* >/dev/null 2>&1'

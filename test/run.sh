@@ -66,8 +66,12 @@ want() { [[ " $SUITES " == *" $1 "* ]]; }
 
 work=$(mktemp -d /tmp/sandbox_ext_test.XXXXXX)
 chmod 0755 "$work"
+started_cluster=false
 cleanup() {
-	"$top/scripts/cluster.sh" stop >/dev/null 2>&1
+	# Only a cluster this run started (SUITES=jail must not stop another).
+	if $started_cluster; then
+		"$top/scripts/cluster.sh" stop >/dev/null 2>&1
+	fi
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -82,6 +86,7 @@ fi
 # ---- PostgreSQL suites ----
 if want regress || want isolation || want pgtap || want scripts; then
 	echo "== cluster"
+	started_cluster=true
 	if ! "$top/scripts/cluster.sh" start; then
 		record cluster 0 1
 		want regress && record regress 0 1

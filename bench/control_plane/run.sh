@@ -2,7 +2,9 @@
 # Control-plane benchmark: request+approve pairs per second and charges per
 # second, with pgbench against a throwaway cluster (scripts/cluster.sh; note
 # that cluster runs with fsync=off, so the figures measure CPU and locking,
-# not the disk).
+# not the disk).  A naive baseline runs first in the same cluster and run:
+# the same transactions and round trips against a bare table (naive.sql),
+# and the ratio of the two is printed.
 #
 #   bench/control_plane/run.sh            8 clients, 20 s per script
 #   CLIENTS=8 DURATION=20 ORGS=8 bench/control_plane/run.sh
@@ -47,7 +49,7 @@ run() {		# label script pgbench-length-options...
 	shift 2
 	out=$(as_pg "$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$THREADS" "$@" \
 		-D orgs="$ORGS" -f "$work/$script" "${conn[@]}" "$SANDBOX_DB" 2>&1) || { echo "$out"; exit 1; }
-	local tps lat
+	local lat
 	tps=$(sed -nE 's/^tps = ([0-9.]+) .*/\1/p' <<<"$out")
 	lat=$(sed -nE 's/^latency average = ([0-9.]+) ms/\1/p' <<<"$out")
 	printf '%-18s %10s per second  (latency %s ms, %s clients, %s orgs; load average %s)\n' \
@@ -55,7 +57,11 @@ run() {		# label script pgbench-length-options...
 }
 
 echo "== control plane benchmark"
+run "naive baseline" naive.sql -T "$DURATION"
+naive_tps=$tps
 run "request+approve" request_approve.sql -T "$DURATION"
+awk -v a="$tps" -v b="$naive_tps" \
+	'BEGIN { printf "request+approve / naive baseline: %.2f (the control plane keeps %.0f%% of a bare table'"'"'s pair rate)\n", a / b, 100 * a / b }'
 # Each charge takes the next queued invocation: run exactly the queue.
 run "charge" charge.sql -t $((CHARGES / CLIENTS))
 

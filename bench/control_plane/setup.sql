@@ -49,3 +49,20 @@ BEGIN
 END
 $$;
 ANALYZE;
+
+-- The naive baseline (naive.sql): the same two transactions and round trips
+-- with none of the control plane in them: a request is a plain INSERT into
+-- an unindexed-but-for-its-key table, an approval a plain UPDATE.  What a
+-- hand-rolled queue table would cost on the same cluster.
+SET client_min_messages = warning;
+DROP TABLE IF EXISTS bench.naive_requests;
+RESET client_min_messages;
+CREATE TABLE bench.naive_requests (
+	id			uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+	org_id		uuid NOT NULL,
+	code		text NOT NULL,
+	requested_by text NOT NULL,
+	state		text NOT NULL DEFAULT 'pending',
+	approved_by text,
+	created_at	timestamptz NOT NULL DEFAULT now()
+);

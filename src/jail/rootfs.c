@@ -690,6 +690,12 @@ jail_rootfs_prepare(char *err)
 	 * until the request, as in a one-shot run.
 	 */
 	host_tree = open_tree(AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+	/* the test suite forces the fallback: this kernel has the new way */
+	if (host_tree >= 0 && getenv("SANDBOX_JAIL_NO_HOST_TREE") != NULL)
+	{
+		close(host_tree);
+		host_tree = -1;
+	}
 	if (host_tree >= 0 && !host_tree_usable(host_tree))
 	{
 		close(host_tree);

@@ -338,7 +338,7 @@ done
 BIN=$REALBIN
 
 # The served path on kernels that cannot clone mounts out of a detached
-# copy of the host tree (before 6.x, e.g. Debian 12's 6.1): the host tree
+# copy of the host tree (older kernels; the jail probes): the host tree
 # stays attached until the request, as in a one-shot run.  This kernel has
 # the new way, so the fallback is forced (SANDBOX_JAIL_NO_HOST_TREE in the
 # launcher's environment; the payload's environment is scrubbed anyway).

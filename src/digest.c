@@ -4,7 +4,7 @@
  *	  The two hashes of the control plane, in C:
  *	    agent.code_sha256(code)			what an approval is bound to
  *	    agent._audit_hash(prev, id, ...)	one link of an org's audit chain
- *	  and sandbox_sha256_hex(), which the code-hash trigger (guards.c) uses.
+ *	  and sandbox_sha256_utf8(), which the code-hash trigger (guards.c) uses.
  *
  * Why not SQL's sha256(): every call of it (PostgreSQL's cryptohash over
  * OpenSSL 3) fetches the SHA-256 implementation from OpenSSL's provider
@@ -41,8 +41,8 @@ static EVP_MD_CTX *sha256_ctx;
  * hex := lower-case hex of sha256(data); hex has room for 65 bytes.  The
  * data are hashed as given: callers convert text to UTF-8 first.
  */
-void
-sandbox_sha256_hex(const char *data, size_t len, char *hex)
+static void
+sha256_hex(const char *data, size_t len, char *hex)
 {
 	static const char digits[] = "0123456789abcdef";
 	unsigned char md[EVP_MAX_MD_SIZE];
@@ -79,15 +79,18 @@ sandbox_sha256_hex(const char *data, size_t len, char *hex)
 	hex[2 * SHA256_LEN] = '\0';
 }
 
-/* sha256 of a server-encoded string, as convert_to(s, 'UTF8') would give it */
-static text *
-sha256_utf8(const char *s, int len)
+/*
+ * sha256 of a server-encoded string, as convert_to(s, 'UTF8') would give
+ * it, in hex (also the code-hash trigger's, guards.c)
+ */
+text *
+sandbox_sha256_utf8(const char *s, int len)
 {
 	const char *utf8 = pg_server_to_any(s, len, PG_UTF8);
 	size_t		n = (utf8 == s) ? (size_t) len : strlen(utf8);
 	char		hex[2 * SHA256_LEN + 1];
 
-	sandbox_sha256_hex(utf8, n, hex);
+	sha256_hex(utf8, n, hex);
 	return cstring_to_text(hex);
 }
 
@@ -101,7 +104,7 @@ sandbox_code_sha256(PG_FUNCTION_ARGS)
 {
 	text	   *code = PG_GETARG_TEXT_PP(0);
 
-	PG_RETURN_TEXT_P(sha256_utf8(VARDATA_ANY(code), VARSIZE_ANY_EXHDR(code)));
+	PG_RETURN_TEXT_P(sandbox_sha256_utf8(VARDATA_ANY(code), VARSIZE_ANY_EXHDR(code)));
 }
 
 /* concat_ws: a NULL item is left out together with its separator */
@@ -176,5 +179,5 @@ sandbox_audit_hash(PG_FUNCTION_ARGS)
 					psprintf(INT64_FORMAT,
 							 at + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY));
 	}
-	PG_RETURN_TEXT_P(sha256_utf8(buf.data, buf.len));
+	PG_RETURN_TEXT_P(sandbox_sha256_utf8(buf.data, buf.len));
 }

@@ -30,7 +30,6 @@
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
-#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -223,13 +222,8 @@ sandbox_invocations_hash_code(PG_FUNCTION_ARGS)
 	if (!isnull)
 	{
 		text	   *t = DatumGetTextPP(code);
-		const char *src = VARDATA_ANY(t);
-		int			len = VARSIZE_ANY_EXHDR(t);
-		const char *utf8 = pg_server_to_any(src, len, PG_UTF8);
-		char		hex[65];
 
-		sandbox_sha256_hex(utf8, (utf8 == src) ? (size_t) len : strlen(utf8), hex);
-		value = CStringGetTextDatum(hex);
+		value = PointerGetDatum(sandbox_sha256_utf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)));
 		value_null = false;
 	}
 	/* a NULL code leaves a NULL hash for the NOT NULL constraints */

@@ -77,6 +77,6 @@ extern void sandbox_supervisor_register(void);
 extern void sandbox_register_worker(const char *function, const char *name);
 
 /* digest.c */
-extern void sandbox_sha256_hex(const char *data, size_t len, char *hex);
+extern text *sandbox_sha256_utf8(const char *s, int len);
 
 #endif							/* SANDBOX_EXT_H */

@@ -524,6 +524,25 @@ rootfs_common(uint64_t root_size, char *err)
 }
 
 /*
+ * Make NEWROOT the root and leave the host's tree, then chdir to cwd.
+ * pivot_root(".", ".") stacks the old root under the new one; the lazy
+ * unmount then detaches the whole host tree from our namespace.
+ */
+static int
+enter_newroot(const char *cwd, char *err)
+{
+	if (chdir(NEWROOT) < 0 ||
+		syscall(SYS_pivot_root, ".", ".") < 0 ||
+		umount2(".", MNT_DETACH) < 0 ||
+		chdir(cwd) < 0)
+	{
+		jail_seterr(err, "pivot_root: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * The run's own part, from the host-side sources opened by the caller:
  * /tmp, /workspace, the --ro-bind mounts, the code; then the root goes
  * read-only and we pivot into it.
@@ -568,19 +587,7 @@ rootfs_finish(const JailChildArgs *args, int wsfd, int *bindfds, char *err)
 	if (set_attr(NEWROOT, SYSTEM_FLAGS, false, err) < 0)
 		return -1;
 
-	/*
-	 * pivot_root(".", ".") stacks the old root under the new one; the
-	 * lazy unmount then detaches the whole host tree from our namespace.
-	 */
-	if (chdir(NEWROOT) < 0 ||
-		syscall(SYS_pivot_root, ".", ".") < 0 ||
-		umount2(".", MNT_DETACH) < 0 ||
-		chdir("/workspace") < 0)
-	{
-		jail_seterr(err, "pivot_root: %s", strerror(errno));
-		return -1;
-	}
-	return 0;
+	return enter_newroot("/workspace", err);
 }
 
 /*
@@ -720,15 +727,7 @@ jail_rootfs_prepare(char *err)
 			mount_dev_shm(&defaults, NEWROOT, err) < 0)
 			return -1;
 	}
-	if (chdir(NEWROOT) < 0 ||
-		syscall(SYS_pivot_root, ".", ".") < 0 ||
-		umount2(".", MNT_DETACH) < 0 ||
-		chdir("/") < 0)
-	{
-		jail_seterr(err, "pivot_root: %s", strerror(errno));
-		return -1;
-	}
-	return 0;
+	return enter_newroot("/", err);
 }
 
 /* A host path, looked up in the copy of the host tree, as an O_PATH fd. */

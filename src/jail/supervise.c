@@ -93,6 +93,22 @@ close_fd(int *fd)
 	*fd = -1;
 }
 
+/*
+ * After the clone: close the ends of the pipes that belong to the sandbox
+ * (it holds its own copies), so that EOF on ours means it is gone.
+ */
+static void
+close_child_ends(int outp[2], int errout[2], int gop[2], int errp[2],
+				 int statp[2], int life[2])
+{
+	close_fd(&outp[1]);
+	close_fd(&errout[1]);
+	close_fd(&gop[0]);
+	close_fd(&errp[1]);
+	close_fd(&statp[1]);
+	close_fd(&life[0]);
+}
+
 static void
 kill_sandbox(Run *run)
 {
@@ -566,12 +582,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 		jail_seterr(err, "clone: %s", strerror(errno));
 		return -1;
 	}
-	close_fd(&p->outp[1]);
-	close_fd(&p->errout[1]);
-	close_fd(&p->gop[0]);
-	close_fd(&p->errp[1]);
-	close_fd(&p->statp[1]);
-	close_fd(&p->life[0]);
+	close_child_ends(p->outp, p->errout, p->gop, p->errp, p->statp, p->life);
 	close_fd(&p->treesock[1]);
 
 	/*
@@ -845,12 +856,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 			goto out;
 		}
 	}
-	close_fd(&outp[1]);
-	close_fd(&errout[1]);
-	close_fd(&gop[0]);
-	close_fd(&errp[1]);
-	close_fd(&statp[1]);
-	close_fd(&life[0]);
+	close_child_ends(outp, errout, gop, errp, statp, life);
 
 	/*
 	 * Two go bytes: the first after the id maps (the child can then build

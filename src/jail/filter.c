@@ -17,19 +17,24 @@
 #include "filter_bpf.h"
 
 int
-jail_filter_get(JailFilter *filter, char *err)
+jail_filter_get(JailFilter *filter, JailFilterKind kind, char *err)
 {
 	if (seccomp_arch_native() == JAIL_PREBUILT_ARCH)
 	{
-		filter->insns = malloc(sizeof(jail_prebuilt_filter));
+		const struct sock_filter *src = kind == FILTER_INIT ?
+			jail_prebuilt_init_filter : jail_prebuilt_filter;
+		size_t		size = kind == FILTER_INIT ?
+			sizeof(jail_prebuilt_init_filter) : sizeof(jail_prebuilt_filter);
+
+		filter->insns = malloc(size);
 		if (!filter->insns)
 		{
 			jail_seterr(err, "out of memory");
 			return -1;
 		}
-		memcpy(filter->insns, jail_prebuilt_filter, sizeof(jail_prebuilt_filter));
-		filter->len = sizeof(jail_prebuilt_filter) / sizeof(jail_prebuilt_filter[0]);
+		memcpy(filter->insns, src, size);
+		filter->len = size / sizeof(struct sock_filter);
 		return 0;
 	}
-	return jail_filter_build(filter, err);
+	return jail_filter_build(filter, kind, err);
 }

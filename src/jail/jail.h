@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <linux/filter.h>
 
@@ -128,6 +129,17 @@ typedef struct JailCgroup
 	int			statfd[4];		/* ahead (jail_cgroup_open_stats); -1: none */
 } JailCgroup;
 
+/*
+ * Which seccomp program: the payload's (everything of seccomp.c's policy),
+ * or a served sandbox's init's, loaded before its request: the same
+ * without the mount calls it still needs for the request's mounts.
+ */
+typedef enum JailFilterKind
+{
+	FILTER_PAYLOAD,
+	FILTER_INIT
+} JailFilterKind;
+
 /* The compiled seccomp program, built once in the parent. */
 typedef struct JailFilter
 {
@@ -157,8 +169,24 @@ typedef struct JailPrespawn
 	bool		prebuilt;		/* ids mapped and root built ahead */
 	uid_t		ouid;			/* the outer ids its maps were written with */
 	gid_t		ogid;
-	int			mntns;			/* the sandbox's mount namespace, held */
+	int			heldns[3];		/* the sandbox's mount, ipc and uts
+								 * namespaces, held (supervise.c) */
 } JailPrespawn;
+
+/*
+ * What a sandbox's init reports on status_fd once it has reaped the
+ * payload: its wait status, whether init was then alone in the pid
+ * namespace (no process of the run left: nothing can outlive the
+ * verdict, so the caller need not wait for init's own exit before
+ * giving it), and the rusage of everything init reaped (RUSAGE_CHILDREN:
+ * the payload and whatever it left behind).  One write, < PIPE_BUF.
+ */
+typedef struct JailInitReport
+{
+	int			status;
+	int			alone;
+	struct rusage ru;
+} JailInitReport;
 
 /*
  * What the caller of jail_run may have prepared ahead of the run (the
@@ -174,10 +202,14 @@ typedef struct JailRunEnv
 	const char *slot_parent;	/* the launcher's --cgroup-parent, or NULL */
 	bool		netns_ready;	/* we sit in a fresh netns, lo up: join it */
 	const JailFilter *filter;	/* compiled once by the launcher, or NULL */
+	const JailFilter *init_filter;	/* FILTER_INIT, for jail_prespawn */
 	JailPrespawn *pre;			/* a sandbox already cloned, or NULL */
 	uint32_t   *owner_hint;		/* root's launcher: {uid, gid} of the last
 								 * run's outer ids (shared with the launcher),
 								 * the guess for the next prespawn; or NULL */
+	bool		defer_reap;		/* the caller calls jail_run_reap() after the
+								 * verdict: a sandbox whose init reported
+								 * itself alone may be reaped then */
 } JailRunEnv;
 
 /* What the child needs to build the sandbox; shared by fork. */
@@ -187,9 +219,11 @@ typedef struct JailChildArgs
 	const char *code;
 	size_t		code_len;
 	const JailFilter *filter;
+	const JailFilter *init_filter;	/* served init: loaded before the request,
+									 * or NULL: init confines itself after */
 	int			go_fd;			/* read: 1st byte maps done, 2nd cgroup */
 	int			err_fd;			/* write: setup error text, CLOEXEC */
-	int			status_fd;		/* write: payload wait status */
+	int			status_fd;		/* write: a JailInitReport */
 	int			out_fd;			/* write end of stdout pipe */
 	int			errout_fd;		/* write end of stderr pipe */
 	int			lifeline_fd;	/* read: HUP when the parent is gone */
@@ -209,6 +243,8 @@ typedef struct JailChildArgs
  */
 #ifdef JAIL_TIMING
 extern void jail_trace(const char *step);
+extern void jail_trace_init(void);
+extern void jail_trace_dump(void);
 #define JAIL_TRACE(step) jail_trace(step)
 #else
 #define JAIL_TRACE(step) ((void) 0)
@@ -249,8 +285,8 @@ extern void jail_cgroup_kill(const JailCgroup *cg);
 extern void jail_cgroup_destroy(JailCgroup *cg);
 
 /* seccomp.c */
-extern int	jail_filter_build(JailFilter *filter, char *err);
-extern int	jail_filter_get(JailFilter *filter, char *err);
+extern int	jail_filter_build(JailFilter *filter, JailFilterKind kind, char *err);
+extern int	jail_filter_get(JailFilter *filter, JailFilterKind kind, char *err);
 extern int	jail_filter_load(const JailFilter *filter);
 
 /* rootfs.c */
@@ -265,6 +301,7 @@ extern int	jail_loopback_up(char *err);
 /* supervise.c */
 extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,
 					 const JailRunEnv *env, JailResult *res);
+extern void jail_run_reap(void);
 extern int	jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err);
 
 /* wire.c: the launcher's protocol (docs/jail.md, "Resident launcher") */

@@ -96,15 +96,18 @@ fail:
 }
 
 /*
- * Drop every capability from every set.  Bounding set first (needs
- * CAP_SETPCAP, which we still hold), then ambient, then the rest; the
- * securebits make sure no later uid change can regain anything.  Then
- * check, because a silently failed drop is the worst kind of bug here.
+ * Drop every capability from every set, in two steps.  The first,
+ * drop_bounding(): securebits (no later uid change can regain anything),
+ * the bounding set (needs CAP_SETPCAP, which we still hold) and the
+ * ambient set; what we hold now stays usable, but no execve can ever add
+ * to it.  The second, drop_held(): effective, permitted and inheritable
+ * sets, then a check of all of them, because a silently failed drop is
+ * the worst kind of bug here.  A payload does both at once; a served
+ * init the first before its request and the second after its mounts.
  */
 static int
-drop_capabilities(char *err)
+drop_bounding(char *err)
 {
-	cap_t		caps;
 	int			last = cap_max_bits();
 	unsigned	secbits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED |
 		SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED |
@@ -129,6 +132,23 @@ drop_capabilities(char *err)
 		jail_seterr(err, "clear ambient capabilities: %s", strerror(errno));
 		return -1;
 	}
+	/* check: neither set can ever be raised again (securebits above) */
+	for (int c = 0; c < last; c++)
+	{
+		if (cap_get_bound(c) > 0 || cap_get_ambient(c) > 0)
+		{
+			jail_seterr(err, "capability %d still in the bounding or ambient set", c);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int
+drop_held(char *err)
+{
+	cap_t		caps;
+
 	caps = cap_init();
 	if (!caps || cap_set_proc(caps) < 0)
 	{
@@ -153,15 +173,13 @@ drop_capabilities(char *err)
 			return -1;
 		}
 	}
-	for (int c = 0; c < last; c++)
-	{
-		if (cap_get_bound(c) > 0)
-		{
-			jail_seterr(err, "bounding capability %d still present", c);
-			return -1;
-		}
-	}
 	return 0;
+}
+
+static int
+drop_capabilities(char *err)
+{
+	return drop_bounding(err) < 0 ? -1 : drop_held(err);
 }
 
 static int
@@ -335,11 +353,35 @@ payload_exec(const JailChildArgs *a)
 	payload_execve(a);
 }
 
+/*
+ * Init has no business holding privilege while untrusted code runs next
+ * to it, and must not be a ptrace/proc-mem target for it: no capability
+ * in any set, not dumpable, no_new_privs and a seccomp filter.  A
+ * one-shot init does all of it once the payload is forked (init_reap),
+ * with the payload's own filter.  A served init does all but the last
+ * capability drop before its request, with the init filter (the mount
+ * calls left in, see seccomp.c); then, after its mounts, drop_held().
+ */
+static int
+confine_init(const JailFilter *filter, char *err)
+{
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	if (drop_bounding(err) < 0)
+		return -1;
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+		jail_filter_load(filter) < 0)
+	{
+		jail_seterr(err, "confine init: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 /* Init after the payload started: reap everything, report the payload. */
-static void init_reap(const JailChildArgs *a, pid_t payload) __attribute__((noreturn));
+static void init_reap(const JailChildArgs *a, pid_t payload, bool confined) __attribute__((noreturn));
 
 static void
-init_reap(const JailChildArgs *a, pid_t payload)
+init_reap(const JailChildArgs *a, pid_t payload, bool confined)
 {
 	char		err[JAIL_ERRLEN] = "";
 	int			status;
@@ -348,17 +390,8 @@ init_reap(const JailChildArgs *a, pid_t payload)
 	close(a->out_fd);
 	close(a->errout_fd);
 
-	/*
-	 * Init has no business holding privilege while untrusted code runs
-	 * next to it, and must not be a ptrace/proc-mem target for it.
-	 */
-	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-	if (drop_capabilities(err) < 0 ||
-		prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-		jail_filter_load(a->filter) < 0)
+	if (!confined && (confine_init(a->filter, err) < 0 || drop_held(err) < 0))
 	{
-		if (!err[0])
-			jail_seterr(err, "confine init: %s", strerror(errno));
 		kill(payload, SIGKILL);
 		child_fail(a, err);
 	}
@@ -376,8 +409,23 @@ init_reap(const JailChildArgs *a, pid_t payload)
 		}
 		if (pid == payload)
 		{
+			JailInitReport rep;
+			pid_t		other;
+
 			JAIL_TRACE("init: payload reaped");
-			(void) jail_write_all(a->status_fd, &status, sizeof(status));
+			memset(&rep, 0, sizeof(rep));
+			rep.status = status;
+
+			/*
+			 * Every process of the namespace is a descendant of ours
+			 * (orphans are reparented to us), so no child left, not
+			 * even a zombie, means none at all.
+			 */
+			while ((other = waitpid(-1, NULL, WNOHANG)) > 0)
+				;
+			rep.alone = other < 0 && errno == ECHILD;
+			getrusage(RUSAGE_CHILDREN, &rep.ru);
+			(void) jail_write_all(a->status_fd, &rep, sizeof(rep));
 			/* our exit tears down the pid namespace: nothing survives */
 			_exit(0);
 		}
@@ -512,6 +560,7 @@ served_payload(JailChildArgs *a, int reqpipe)
 		jail_seterr(err, "chdir /workspace: %s", strerror(errno));
 		child_fail(a, err);
 	}
+	JAIL_TRACE("payload: exec");
 	payload_execve(a);
 }
 
@@ -548,6 +597,11 @@ served_init(JailChildArgs *a)
 		served_payload(a, pp[0]);
 	}
 	close(pp[0]);
+	if (a->init_filter && confine_init(a->init_filter, err) < 0)
+	{
+		kill(payload, SIGKILL);
+		child_fail(a, err);
+	}
 
 	/* The first byte: the request is in req_fd (and: is there a cgroup?) */
 	if (read(a->go_fd, &go, 1) != 1)
@@ -561,6 +615,11 @@ served_init(JailChildArgs *a)
 	if (a->tree_sock >= 0)
 		close(a->tree_sock);
 	a->tree_sock = -1;
+	if (a->init_filter && drop_held(err) < 0)
+	{
+		kill(payload, SIGKILL);
+		child_fail(a, err);
+	}
 	JAIL_TRACE("init: root complete");
 
 	/* The second: the workspace is checked, the payload may go. */
@@ -578,7 +637,7 @@ served_init(JailChildArgs *a)
 	/* a payload that is gone already is reported by init_reap */
 	(void) jail_write_all(pp[1], &pr, sizeof(pr));
 	close(pp[1]);
-	init_reap(a, payload);
+	init_reap(a, payload, a->init_filter != NULL);
 }
 
 int
@@ -681,5 +740,5 @@ jail_child_main(void *arg)
 	}
 	if (payload == 0)
 		payload_exec(a);
-	init_reap(a, payload);
+	init_reap(a, payload, false);
 }

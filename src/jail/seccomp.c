@@ -39,12 +39,22 @@
 #define CLONE_NEWTIME 0x00000080
 #endif
 
-/* Calls that fail with EPERM. */
-static const char *const deny_eperm[] = {
-	/* mount table and root changes */
+/*
+ * Calls that fail with EPERM: the mount table and root changes.  Apart
+ * from the rest because a served sandbox's init (sandbox.c) loads its
+ * filter before the request and mounts the workspace after it, under a
+ * program without these; it then drops every capability, which no
+ * syscall left to it can win back, before any payload code runs.
+ */
+static const char *const deny_mount[] = {
 	"mount", "umount", "umount2", "pivot_root", "chroot",
 	"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree",
 	"mount_setattr",
+	NULL
+};
+
+/* And the rest that fail with EPERM. */
+static const char *const deny_eperm[] = {
 	/* namespaces */
 	"unshare", "setns",
 	/* looking into or steering other processes */
@@ -97,11 +107,14 @@ add_by_name(scmp_filter_ctx ctx, uint32_t action, const char *name,
 }
 
 static int
-build_rules(scmp_filter_ctx ctx, char *err)
+build_rules(scmp_filter_ctx ctx, JailFilterKind kind, char *err)
 {
 	uint32_t	eperm = SCMP_ACT_ERRNO(EPERM);
 	int			rc = 0;
 
+	for (int i = 0; kind == FILTER_PAYLOAD && deny_mount[i]; i++)
+		if (add_by_name(ctx, eperm, deny_mount[i], err) < 0)
+			return -1;
 	for (int i = 0; deny_eperm[i]; i++)
 		if (add_by_name(ctx, eperm, deny_eperm[i], err) < 0)
 			return -1;
@@ -188,7 +201,7 @@ fail:
 }
 
 int
-jail_filter_build(JailFilter *filter, char *err)
+jail_filter_build(JailFilter *filter, JailFilterKind kind, char *err)
 {
 	scmp_filter_ctx ctx;
 	int			memfd = -1;
@@ -232,7 +245,7 @@ jail_filter_build(JailFilter *filter, char *err)
 	 */
 	seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
 
-	if (build_rules(ctx, err) < 0)
+	if (build_rules(ctx, kind, err) < 0)
 		goto fail;
 
 	/* libseccomp 2.5 exports only to an fd; a memfd keeps it in memory. */

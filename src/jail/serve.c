@@ -87,6 +87,7 @@ typedef struct Worker
 static ServeConfig cfg;
 static Worker workers[MAX_POOL];
 static JailFilter filter;
+static JailFilter init_filter;
 static JailOptions slot_defaults;
 static bool slots_enabled;
 static bool netns_pool = true;
@@ -361,6 +362,7 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 	env.filter = &filter;
 	env.slot_parent = cfg.cgroup_parent;
 	env.owner_hint = owner_hint;
+	env.defer_reap = true;
 
 	/*
 	 * The slot gets this run's limits even when the run uses a cgroup of
@@ -392,6 +394,7 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 	send_response(conn, rc < 0 ? JAIL_EXIT_SETUP : JAIL_EXIT_OK, line,
 				  rc < 0 ? res.setup_error : "");
 	JAIL_TRACE("verdict sent");
+	jail_run_reap();
 	_exit(0);
 }
 
@@ -483,6 +486,7 @@ worker_main(int lfd, Worker *w)
 	 */
 	memset(&penv, 0, sizeof(penv));
 	penv.filter = &filter;
+	penv.init_filter = &init_filter;
 	penv.netns_ready = netns_ready;
 	penv.owner_hint = owner_hint;
 	have_pre = jail_prespawn(&pre, &penv, err) == 0;
@@ -652,6 +656,9 @@ jail_serve_main(int argc, char **argv)
 	}
 	jail_quiet = cfg.quiet;
 	launcher_pid = getpid();
+#ifdef JAIL_TIMING
+	jail_trace_init();
+#endif
 	launcher_uid = geteuid();
 
 	if (!cfg.keep_running)
@@ -673,7 +680,8 @@ jail_serve_main(int argc, char **argv)
 	slot_defaults.cgroup_parent = cfg.cgroup_parent;
 	slot_defaults.pids += 1;	/* the worker that sits in the slot */
 
-	if (jail_filter_get(&filter, err) < 0)
+	if (jail_filter_get(&filter, FILTER_PAYLOAD, err) < 0 ||
+		jail_filter_get(&init_filter, FILTER_INIT, err) < 0)
 	{
 		fprintf(stderr, "sandbox-jail: %s\n", err);
 		return JAIL_EXIT_SETUP;
@@ -748,6 +756,9 @@ jail_serve_main(int argc, char **argv)
 				prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
 				shutdown_pool();
 				unlink(cfg.path);
+#ifdef JAIL_TIMING
+				jail_trace_dump();
+#endif
 				return JAIL_EXIT_OK;
 			}
 		}

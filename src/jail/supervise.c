@@ -83,7 +83,16 @@ typedef struct Run
 	bool		over_workspace;
 	bool		cg_borrowed;	/* the launcher's slot: not ours to remove */
 	int			cancel_fd;		/* the launcher's client: EOF = stop */
+	int			statfd;			/* init's report (JailInitReport), or -1 */
+	bool		have_report;
+	JailInitReport rep;
+	bool		defer_reap;		/* the run may end on init's report alone */
+	bool		init_pending;	/* ended so: init to be reaped after the
+								 * verdict (jail_run_reap) */
 } Run;
+
+/* An init that reported itself alone, reaped by jail_run_reap(). */
+static pid_t pending_init = -1;
 
 static void
 close_fd(int *fd)
@@ -393,6 +402,12 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 			pfd[n].events = POLLIN | POLLRDHUP;
 			idx[n++] = 3;
 		}
+		if (run->defer_reap && run->statfd >= 0 && !run->have_report && !run->reaped)
+		{
+			pfd[n].fd = run->statfd;
+			pfd[n].events = POLLIN;
+			idx[n++] = 4;
+		}
 
 		wake = run->reaped ? flush_deadline : deadline;
 		if (!run->reaped && watch_cpu && next_cpu < wake)
@@ -461,6 +476,31 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 					kill_sandbox(run);
 					run->cancel_fd = -1;
 					break;
+				case 4:
+					{
+						/*
+						 * Init reaped the payload.  If it found itself
+						 * alone, nothing of the run is left to outlive
+						 * the verdict: the run ends now, and init (busy
+						 * exiting) is reaped after the verdict.
+						 */
+						ssize_t		r = read(run->statfd, &run->rep, sizeof(run->rep));
+
+						if (r == sizeof(run->rep))
+						{
+							run->have_report = true;
+							JAIL_TRACE("init report read");
+							if (run->rep.alone && run->defer_reap)
+							{
+								run->reaped = true;
+								run->init_pending = true;
+								run->reaped_at = jail_now_ms();
+							}
+						}
+						else if (r >= 0 || (errno != EINTR && errno != EAGAIN))
+							run->statfd = -1;	/* init is gone: wait for the reap */
+						break;
+					}
 				case 10:
 				case 11:
 					stream_write(&streams[idx[i] - 10]);
@@ -511,7 +551,8 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	p->pidfd = -1;
 	p->sigfd = -1;
 	p->reqfd = -1;
-	p->mntns = -1;
+	for (int i = 0; i < 3; i++)
+		p->heldns[i] = -1;
 	for (int i = 0; i < 2; i++)
 		p->outp[i] = p->errout[i] = p->gop[i] = p->errp[i] = p->statp[i] =
 			p->life[i] = p->treesock[i] = -1;
@@ -540,6 +581,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 
 	memset(&args, 0, sizeof(args));
 	args.filter = env->filter;
+	args.init_filter = env->init_filter;
 	args.go_fd = p->gop[0];
 	args.err_fd = p->errp[1];
 	args.status_fd = p->statp[1];
@@ -588,14 +630,21 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	/*
 	 * Tearing down a mount namespace waits for an RCU grace period, paid
 	 * by whoever drops the last reference: without this, the sandbox's
-	 * init, before it can be reaped, i.e. before the verdict.  The worker
-	 * keeps one and drops it when it exits, after the verdict is sent.
+	 * init, before it can be reaped, i.e. before the verdict.  An ipc
+	 * namespace's is queued to a kworker, which then competes with the
+	 * end of the run.  The worker keeps a reference to each (and the uts
+	 * namespace's, for the same reason on a smaller scale) and drops
+	 * them when it exits, after the verdict is sent.
 	 */
 	{
+		static const char *const ns[3] = {"mnt", "ipc", "uts"};
 		char		path[64];
 
-		snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int) p->pid);
-		p->mntns = open(path, O_RDONLY | O_CLOEXEC);
+		for (int i = 0; i < 3; i++)
+		{
+			snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int) p->pid, ns[i]);
+			p->heldns[i] = open(path, O_RDONLY | O_CLOEXEC);
+		}
 	}
 	if (args.prebuild)
 	{
@@ -629,7 +678,8 @@ discard_prespawn(JailPrespawn *p)
 	close_fd(&p->sigfd);
 	close_fd(&p->pidfd);
 	close_fd(&p->reqfd);
-	close_fd(&p->mntns);
+	for (int i = 0; i < 3; i++)
+		close_fd(&p->heldns[i]);
 	close_fd(&p->treesock[0]);
 	p->pid = -1;
 }
@@ -693,7 +743,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	uint64_t	start = jail_now_ms();
 	uid_t		ouid;
 	gid_t		ogid;
-	int			payload_status;
+	int			payload_status = 0;
 	bool		have_status = false;
 	bool		big_before = false;
 	JailPrespawn *pre;
@@ -709,6 +759,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	if (!env)
 		env = &oneshot;
 	run.cancel_fd = env->cancel_fd;
+	run.statfd = -1;
 	pre = env->pre;
 	if (pre)
 	{
@@ -751,7 +802,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 
 	if (env->filter)
 		filter = *env->filter;	/* borrowed: not freed below */
-	else if (jail_filter_get(&filter, err) < 0)
+	else if (jail_filter_get(&filter, FILTER_PAYLOAD, err) < 0)
 		goto out;
 
 	/*
@@ -898,6 +949,13 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	close_fd(&gop[1]);
 	JAIL_TRACE("go sent");
 
+	/*
+	 * Ending on init's report leaves init to be reaped after the verdict:
+	 * only where nothing waits on its exit before that, i.e. not a cgroup
+	 * of our own, which is removed below.
+	 */
+	run.defer_reap = env->defer_reap && (run.cg_borrowed || run.cg.mode == CGROUP_NONE);
+	run.statfd = statp[0];
 	streams[0].in = outp[0];
 	streams[0].out = env->stdout_fd;
 	streams[1].in = errout[0];
@@ -915,6 +973,17 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		run.reaped = true;
 		run.reaped_at = jail_now_ms();
 	}
+	if (!run.have_report &&
+		read(statp[0], &run.rep, sizeof(run.rep)) == sizeof(run.rep))
+		run.have_report = true;
+	if (run.have_report)
+	{
+		have_status = true;
+		payload_status = run.rep.status;
+		if (run.rep.alone)
+			run.ru = run.rep.ru;	/* the run's processes, not init's */
+	}
+
 	res->wall_ms = run.reaped_at - start;
 	res->cpu_ms = (run.ru.ru_utime.tv_sec + run.ru.ru_stime.tv_sec) * 1000ULL +
 		(run.ru.ru_utime.tv_usec + run.ru.ru_stime.tv_usec) / 1000;
@@ -923,9 +992,6 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	res->stderr_bytes = streams[1].produced;
 	if (streams[0].len > 0 || streams[1].len > 0)
 		res->output_truncated = true;	/* caller never read the rest */
-
-	if (read(statp[0], &payload_status, sizeof(payload_status)) == sizeof(payload_status))
-		have_status = true;
 
 	jail_cgroup_collect(&run.cg, res);
 	JAIL_TRACE("cgroup collected");
@@ -987,7 +1053,9 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	rc = 0;
 
 out:
-	if (run.pid > 0 && !run.reaped)
+	if (run.init_pending)
+		pending_init = run.pid;
+	else if (run.pid > 0 && !run.reaped)
 	{
 		kill_sandbox(&run);
 		waitpid(run.pid, &run.wstatus, 0);
@@ -1020,4 +1088,20 @@ out:
 	if (!env->filter)
 		free(filter.insns);
 	return rc;
+}
+
+/*
+ * Reap the init of the last run if it ended on init's report
+ * (JailRunEnv.defer_reap): called by the caller once the verdict is out.
+ * Init was exiting already; the kill only makes sure.
+ */
+void
+jail_run_reap(void)
+{
+	if (pending_init <= 0)
+		return;
+	kill(pending_init, SIGKILL);
+	while (waitpid(pending_init, NULL, 0) < 0 && errno == EINTR)
+		;
+	pending_init = -1;
 }

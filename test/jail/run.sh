@@ -485,6 +485,27 @@ t "--verdict-file never writes through a symlink" '[ $RC = 1 ] && [ "$(cat "$WOR
 "$BIN" --language shell --workspace "$WORK/nope" --quiet --verdict-fd 3 </dev/null >"$WORK/out" 2>"$WORK/err" 3>"$WORK/verdict"
 RC=$?
 t "--quiet: setup error only in the verdict" '[ $RC = 1 ] && [ ! -s "$WORK/err" ] && [ "$(v status)" = setup_error ]'
+# The served init's seccomp program (loaded before its request, seccomp.c)
+# against the payload's: the syscall probe under each, as root in a mount
+# namespace of its own, must see exactly the same calls blocked, except
+# that the mount calls reach the kernel under init's (EFAULT and the like
+# from the bad arguments; init drops its capabilities after its mounts).
+if gcc -O1 -I "$ROOT/src/jail/obj" -o "$WORK/filterexec" "$ROOT/test/jail/filterexec.c" 2>"$WORK/gcc.err"; then
+	unshare -m "$WORK/filterexec" payload "$WORK/probe" > "$WORK/probe-payload" 2>&1
+	unshare -m "$WORK/filterexec" init "$WORK/probe" > "$WORK/probe-init" 2>&1
+	filters_ok=yes
+	while read -r s e; do
+		i=$(sed -n "s/^$s //p" "$WORK/probe-init")
+		case " mount umount2 pivot_root chroot fsopen open_tree move_mount " in
+		*" $s "*) [ "$e" = EPERM ] && [ -n "$i" ] && [ "$i" != EPERM ] && [ "$i" != ENOSYS ] ;;
+		*) [ "$i" = "$e" ] ;;
+		esac || { filters_ok=no; echo "       $s: payload $e, init ${i:-missing}"; }
+	done < "$WORK/probe-payload"
+	t "init filter = payload filter without the mount calls (syscall probe under each)" '[ $filters_ok = yes ] && [ "$(wc -l < "$WORK/probe-payload")" -ge 40 ] && grep -q "^unshare EPERM$" "$WORK/probe-init" && grep -q "^control_read_badfd EBADF$" "$WORK/probe-init"'
+else
+	cat "$WORK/gcc.err"
+	t "init filter = payload filter without the mount calls (syscall probe under each)" false
+fi
 WS="$WORK/no\"such
 dir"
 jr root shell 'true'

@@ -230,6 +230,21 @@ served_checks() {
 	jr "$u" shell 'echo still-serving'
 	t "$u: launcher survives fork bomb, OOM, kill -1, closed stdio, flood" 'kill -0 "$LPID" && [ $RC = 0 ] && out_has still-serving'
 
+	# --- a served init confines itself before the request: whatever the ---
+	# --- payload does first, init holds nothing ----------------------------
+	fresh_ws "$u"
+	jr "$u" shell 'grep -E "^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):" /proc/1/status'
+	t "$u: served init: no capability in any set, NoNewPrivs, seccomp, from the payload's first instruction" '[ $RC = 0 ] && [ "$(grep -c "^Cap.*:[[:space:]]*0000000000000000$" "$WORK/out")" = 5 ] && grep -q "^NoNewPrivs:[[:space:]]*1$" "$WORK/out" && grep -q "^Seccomp:[[:space:]]*2$" "$WORK/out"'
+
+	# --- a run ends on init's report only when init is alone: a daemon ---
+	# --- left behind is gone before the verdict, and an orphan's CPU time ---
+	# --- (reaped by init) is the run's ------------------------------------
+	jr "$u" shell "setsid sleep $MARK & exit 3"
+	t "$u: a payload that exits leaving a daemon: the daemon is gone when the verdict comes" '[ $RC = 0 ] && [ "$(v exit_code)" = 3 ] && ! survivors'
+	jr "$u" shell '( ( i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; : > /tmp/done ) & )
+while [ ! -e /tmp/done ]; do sleep 0.05; done; sleep 0.2; exit 4'
+	t "$u: an orphan's CPU time, reaped by init, is in the verdict's cpu_ms" '[ $RC = 0 ] && [ "$(v exit_code)" = 4 ] && [ "$(v cpu_ms)" -ge 300 ]'
+
 	# --- malformed requests: refused with a message, the launcher goes on ----
 	runuser -u "$u" -- "$PY" - "$SOCK" > "$WORK/out" 2>&1 <<-'EOF'
 	import os, socket, sys

@@ -258,6 +258,7 @@ extern int	jail_write_file(const char *path, const char *data);
 extern int	jail_write_fileat(int dirfd, const char *name, const char *data);
 extern int	jail_read_fileat(int dirfd, const char *name, char *buf, size_t len);
 extern int	jail_write_all(int fd, const void *buf, size_t len);
+extern int	jail_send_fd(int sock, int fd);
 extern uint64_t jail_now_ms(void);
 extern char *jail_read_code(int fd, size_t *len, char *err);
 
@@ -287,7 +288,7 @@ extern void jail_cgroup_destroy(JailCgroup *cg);
 /* seccomp.c */
 extern int	jail_filter_build(JailFilter *filter, JailFilterKind kind, char *err);
 extern int	jail_filter_get(JailFilter *filter, JailFilterKind kind, char *err);
-extern int	jail_filter_load(const JailFilter *filter);
+extern int	jail_filter_load(const JailFilter *filter, int keep_sock);
 
 /* rootfs.c */
 extern int	jail_rootfs_setup(const JailChildArgs *args, char *err);

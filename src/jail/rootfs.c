@@ -477,8 +477,9 @@ setup_code(const JailChildArgs *args, const char *root, char *err)
 	char		path[128];
 	int			fd;
 
+	/* a root entered ahead (root "") has /sandbox already, empty */
 	snprintf(path, sizeof(path), "%s/sandbox", root);
-	if (mkdir(path, 0755) < 0)
+	if (root[0] != '\0' && mkdir(path, 0755) < 0)
 	{
 		jail_seterr(err, "mkdir /sandbox: %s", strerror(errno));
 		return -1;
@@ -723,6 +724,7 @@ jail_rootfs_prepare(char *err)
 
 		if (make_mountpoint(NEWROOT "/tmp", true, err) < 0 ||
 			make_mountpoint(NEWROOT "/workspace", true, err) < 0 ||
+			make_mountpoint(NEWROOT "/sandbox", true, err) < 0 ||
 			mount_tmp(JAIL_DEFAULT_TMP_SIZE, NEWROOT, err) < 0 ||
 			mount_dev_shm(&defaults, NEWROOT, err) < 0)
 			return -1;
@@ -857,27 +859,7 @@ static void
 release_host_tree(const JailChildArgs *args)
 {
 	if (args->tree_sock >= 0)
-	{
-		union
-		{
-			char		buf[CMSG_SPACE(sizeof(int))];
-			struct cmsghdr align;
-		}			ctl;
-		struct msghdr msg = {0};
-		struct iovec iov = {.iov_base = "t",.iov_len = 1};
-		struct cmsghdr *c;
-
-		msg.msg_iov = &iov;
-		msg.msg_iovlen = 1;
-		msg.msg_control = ctl.buf;
-		msg.msg_controllen = sizeof(ctl.buf);
-		c = CMSG_FIRSTHDR(&msg);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &host_tree, sizeof(int));
-		(void) sendmsg(args->tree_sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-	}
+		(void) jail_send_fd(args->tree_sock, host_tree);
 	close(host_tree);
 	host_tree = -1;
 }

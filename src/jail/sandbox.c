@@ -50,6 +50,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <linux/capability.h>
 #include <linux/securebits.h>
 
 #include "jail.h"
@@ -147,27 +148,27 @@ drop_bounding(char *err)
 static int
 drop_held(char *err)
 {
-	cap_t		caps;
+	/* capset(2) itself: libcap's cap_set_proc would malloc on the way */
+	struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
 
-	caps = cap_init();
-	if (!caps || cap_set_proc(caps) < 0)
+	memset(data, 0, sizeof(data));
+	if (syscall(SYS_capset, &hdr, data) < 0)
 	{
 		jail_seterr(err, "clear capabilities: %s", strerror(errno));
-		if (caps)
-			cap_free(caps);
 		return -1;
 	}
-	cap_free(caps);
 
 	/* check anyway */
-	caps = cap_get_proc();
+	memset(data, 0xff, sizeof(data));
+	if (syscall(SYS_capget, &hdr, data) < 0)
 	{
-		cap_t		empty = cap_init();
-		int			differ = !caps || !empty || cap_compare(caps, empty) != 0;
-
-		cap_free(caps);
-		cap_free(empty);
-		if (differ)
+		jail_seterr(err, "read capabilities back: %s", strerror(errno));
+		return -1;
+	}
+	for (int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++)
+	{
+		if (data[i].effective || data[i].permitted || data[i].inheritable)
 		{
 			jail_seterr(err, "capabilities still present after drop");
 			return -1;
@@ -182,8 +183,12 @@ drop_capabilities(char *err)
 	return drop_bounding(err) < 0 ? -1 : drop_held(err);
 }
 
+/* Which rlimits set_rlimits() sets: those no request changes, its own. */
+#define RLIMITS_FIXED	0x1
+#define RLIMITS_REQUEST	0x2
+
 static int
-set_rlimits(const JailChildArgs *a, char *err)
+set_rlimits(const JailChildArgs *a, int which, char *err)
 {
 	const JailOptions *o = a->opts;
 	struct
@@ -194,45 +199,54 @@ set_rlimits(const JailChildArgs *a, char *err)
 		const char *name;
 	}			lim[6];
 	int			n = 0;
-	rlim_t		cpu_s = (o->cpu_ms + 999) / 1000;
 
-	/*
-	 * RLIMIT_CPU is per process (the cgroup watch in the parent covers
-	 * the sum); the hard limit one second later turns SIGXCPU into
-	 * SIGKILL for programs that ignore it.  No RLIMIT_AS: V8 reserves
-	 * far more address space than it uses.
-	 */
-	lim[n++] = (typeof(lim[0])) {RLIMIT_CPU, cpu_s, cpu_s + 1, "CPU"};
-	lim[n++] = (typeof(lim[0])) {RLIMIT_CORE, 0, 0, "CORE"};
-	lim[n++] = (typeof(lim[0])) {RLIMIT_NOFILE, 1024, 1024, "NOFILE"};
-	if (o->file_size > 0)
-		lim[n++] = (typeof(lim[0])) {RLIMIT_FSIZE, o->file_size, o->file_size, "FSIZE"};
-	/* Without a pids cgroup this is the only fork-bomb brake. */
-	if (a->cgroup_none)
-		lim[n++] = (typeof(lim[0])) {RLIMIT_NPROC, o->pids, o->pids, "NPROC"};
-	lim[n++] = (typeof(lim[0])) {RLIMIT_MSGQUEUE, 0, 0, "MSGQUEUE"};
+	if (which & RLIMITS_FIXED)
+	{
+		lim[n++] = (typeof(lim[0])) {RLIMIT_CORE, 0, 0, "CORE"};
+		lim[n++] = (typeof(lim[0])) {RLIMIT_NOFILE, 1024, 1024, "NOFILE"};
+		lim[n++] = (typeof(lim[0])) {RLIMIT_MSGQUEUE, 0, 0, "MSGQUEUE"};
+	}
+	if (which & RLIMITS_REQUEST)
+	{
+		rlim_t		cpu_s = (o->cpu_ms + 999) / 1000;
+
+		/*
+		 * RLIMIT_CPU is per process (the cgroup watch in the parent
+		 * covers the sum); the hard limit one second later turns SIGXCPU
+		 * into SIGKILL for programs that ignore it.  No RLIMIT_AS: V8
+		 * reserves far more address space than it uses.
+		 */
+		lim[n++] = (typeof(lim[0])) {RLIMIT_CPU, cpu_s, cpu_s + 1, "CPU"};
+		if (o->file_size > 0)
+			lim[n++] = (typeof(lim[0])) {RLIMIT_FSIZE, o->file_size, o->file_size, "FSIZE"};
+		/* Without a pids cgroup this is the only fork-bomb brake. */
+		if (a->cgroup_none)
+			lim[n++] = (typeof(lim[0])) {RLIMIT_NPROC, o->pids, o->pids, "NPROC"};
+	}
 
 	for (int i = 0; i < n; i++)
 	{
 		struct rlimit rl = {lim[i].soft, lim[i].hard};
 		struct rlimit cur;
 
+		if (setrlimit(lim[i].res, &rl) == 0)
+			continue;
+
 		/*
-		 * Without privilege a hard limit can only go down; if the caller
+		 * Without privilege a hard limit can only go down: if the caller
 		 * already runs with a tighter one, keep that (it is stricter).
 		 */
-		if (getrlimit(lim[i].res, &cur) == 0 && cur.rlim_max != RLIM_INFINITY)
+		if (errno == EPERM && getrlimit(lim[i].res, &cur) == 0 &&
+			cur.rlim_max != RLIM_INFINITY && rl.rlim_max > cur.rlim_max)
 		{
-			if (rl.rlim_max > cur.rlim_max)
-				rl.rlim_max = cur.rlim_max;
+			rl.rlim_max = cur.rlim_max;
 			if (rl.rlim_cur > rl.rlim_max)
 				rl.rlim_cur = rl.rlim_max;
+			if (setrlimit(lim[i].res, &rl) == 0)
+				continue;
 		}
-		if (setrlimit(lim[i].res, &rl) < 0)
-		{
-			jail_seterr(err, "setrlimit %s: %s", lim[i].name, strerror(errno));
-			return -1;
-		}
+		jail_seterr(err, "setrlimit %s: %s", lim[i].name, strerror(errno));
+		return -1;
 	}
 	return 0;
 }
@@ -252,9 +266,10 @@ reset_signals(void)
 
 /*
  * Everything between the fork of the payload's process and its execve:
- * session, stdio, descriptors, rlimits (unless the request is not known
- * yet: served_payload sets them later), capabilities, no_new_privs and,
- * last, the seccomp filter.
+ * session, stdio, descriptors, rlimits (of those that depend on the
+ * request, only the fixed ones when it is not known yet: served_payload
+ * sets the rest later), capabilities, no_new_privs and, last, the seccomp
+ * filter.
  */
 static void
 payload_confine(const JailChildArgs *a, bool rlimits)
@@ -286,7 +301,8 @@ payload_confine(const JailChildArgs *a, bool rlimits)
 		child_fail(a, err);
 	}
 
-	if ((rlimits && set_rlimits(a, err) < 0) || drop_capabilities(err) < 0)
+	if (set_rlimits(a, rlimits ? RLIMITS_FIXED | RLIMITS_REQUEST : RLIMITS_FIXED, err) < 0 ||
+		drop_capabilities(err) < 0)
 		child_fail(a, err);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 	{
@@ -294,7 +310,7 @@ payload_confine(const JailChildArgs *a, bool rlimits)
 		child_fail(a, err);
 	}
 	/* Last step before execve: from here on only the exec is ours. */
-	if (jail_filter_load(a->filter) < 0)
+	if (jail_filter_load(a->filter, a->served ? a->tree_sock : -1) < 0)
 	{
 		jail_seterr(err, "load seccomp filter: %s", strerror(errno));
 		child_fail(a, err);
@@ -363,13 +379,13 @@ payload_exec(const JailChildArgs *a)
  * calls left in, see seccomp.c); then, after its mounts, drop_held().
  */
 static int
-confine_init(const JailFilter *filter, char *err)
+confine_init(const JailFilter *filter, int keep_sock, char *err)
 {
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	if (drop_bounding(err) < 0)
 		return -1;
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-		jail_filter_load(filter) < 0)
+		jail_filter_load(filter, keep_sock) < 0)
 	{
 		jail_seterr(err, "confine init: %s", strerror(errno));
 		return -1;
@@ -390,7 +406,7 @@ init_reap(const JailChildArgs *a, pid_t payload, bool confined)
 	close(a->out_fd);
 	close(a->errout_fd);
 
-	if (!confined && (confine_init(a->filter, err) < 0 || drop_held(err) < 0))
+	if (!confined && (confine_init(a->filter, -1, err) < 0 || drop_held(err) < 0))
 	{
 		kill(payload, SIGKILL);
 		child_fail(a, err);
@@ -518,9 +534,10 @@ typedef struct PayloadRequest
  * depend on the request is done now: its cgroup namespace (it was born in
  * the worker's slot; a run that needs another cgroup never gets here:
  * jail_run clones a fresh sandbox for it), session, stdio, descriptors,
- * capabilities, no_new_privs and the seccomp filter (whose attach alone
- * costs ~0.1 ms).  Then it waits, unprivileged and filtered, for init to
- * finish the root and send what is left: the rlimits and the program.
+ * the fixed rlimits, capabilities, no_new_privs and the seccomp filter
+ * (whose attach alone costs ~0.1 ms).  Then it waits, unprivileged and
+ * filtered, for init to finish the root and send what is left: the
+ * request's rlimits (CPU, file size, processes) and the program.
  */
 static void served_payload(JailChildArgs *a, int reqpipe) __attribute__((noreturn));
 
@@ -533,14 +550,14 @@ served_payload(JailChildArgs *a, int reqpipe)
 
 	close(a->go_fd);
 	close(a->req_fd);
-	if (a->tree_sock >= 0)
-		close(a->tree_sock);
 	if (unshare(CLONE_NEWCGROUP) < 0)
 	{
 		jail_seterr(err, "cgroup namespace: %s", strerror(errno));
 		child_fail(a, err);
 	}
-	payload_confine(a, false);
+	payload_confine(a, false);	/* its filter's listener goes over tree_sock */
+	if (a->tree_sock >= 0)
+		close(a->tree_sock);
 
 	if (read(reqpipe, &pr, sizeof(pr)) != sizeof(pr))
 		_exit(1);				/* init gave up: its reason is on err_fd */
@@ -553,7 +570,7 @@ served_payload(JailChildArgs *a, int reqpipe)
 	opts.exec_path = pr.exec_path;
 	a->opts = &opts;
 	a->cgroup_none = pr.cgroup_none;
-	if (set_rlimits(a, err) < 0)
+	if (set_rlimits(a, RLIMITS_REQUEST, err) < 0)
 		child_fail(a, err);
 	if (chdir("/workspace") < 0)
 	{
@@ -597,7 +614,7 @@ served_init(JailChildArgs *a)
 		served_payload(a, pp[0]);
 	}
 	close(pp[0]);
-	if (a->init_filter && confine_init(a->init_filter, err) < 0)
+	if (a->init_filter && confine_init(a->init_filter, a->tree_sock, err) < 0)
 	{
 		kill(payload, SIGKILL);
 		child_fail(a, err);
@@ -612,9 +629,6 @@ served_init(JailChildArgs *a)
 	load_request(a);
 	if (jail_rootfs_complete(a, err) < 0)
 		child_fail(a, err);
-	if (a->tree_sock >= 0)
-		close(a->tree_sock);
-	a->tree_sock = -1;
 	if (a->init_filter && drop_held(err) < 0)
 	{
 		kill(payload, SIGKILL);
@@ -637,6 +651,10 @@ served_init(JailChildArgs *a)
 	/* a payload that is gone already is reported by init_reap */
 	(void) jail_write_all(pp[1], &pr, sizeof(pr));
 	close(pp[1]);
+	/* off the payload's path: our end of the (spent) tree socket */
+	if (a->tree_sock >= 0)
+		close(a->tree_sock);
+	a->tree_sock = -1;
 	init_reap(a, payload, a->init_filter != NULL);
 }
 

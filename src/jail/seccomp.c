@@ -29,6 +29,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 #include <linux/seccomp.h>
@@ -286,14 +287,34 @@ fail:
 	return -1;
 }
 
-/* Install the exported program; requires no_new_privs already set. */
+/*
+ * Install the exported program; requires no_new_privs already set.
+ *
+ * With keep_sock >= 0 (a served sandbox's socket to its worker), the
+ * program is installed with a listener (SECCOMP_FILTER_FLAG_NEW_LISTENER;
+ * no rule ever notifies it, so it is inert) and the listener is sent,
+ * unread, to the worker.  It holds a reference to the program: when the
+ * process exits, the program is not freed then (a JIT image freed through
+ * a kworker, on the way between the payload's exit and the verdict) but
+ * when the worker exits, after the verdict.  Kernels without listeners,
+ * or a send that fails, simply free it at exit as before.
+ */
 int
-jail_filter_load(const JailFilter *filter)
+jail_filter_load(const JailFilter *filter, int keep_sock)
 {
 	struct sock_fprog prog = {
 		.len = filter->len,
 		.filter = filter->insns,
 	};
+	int			lfd;
 
-	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+	if (keep_sock < 0)
+		return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+	lfd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+				  SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+	if (lfd < 0)
+		return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+	(void) jail_send_fd(keep_sock, lfd);
+	close(lfd);
+	return 0;
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -122,6 +123,36 @@ jail_read_fileat(int dirfd, const char *name, char *buf, size_t len)
 	close(fd);
 	buf[got] = '\0';
 	return (int) got;
+}
+
+/*
+ * Send one descriptor over a Unix socket (SCM_RIGHTS), never blocking:
+ * 0, or -1 with errno.
+ */
+int
+jail_send_fd(int sock, int fd)
+{
+	union
+	{
+		char		buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	}			ctl;
+	struct msghdr msg;
+	struct iovec iov = {.iov_base = "f",.iov_len = 1};
+	struct cmsghdr *c;
+
+	memset(&msg, 0, sizeof(msg));
+	memset(&ctl, 0, sizeof(ctl));
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = ctl.buf;
+	msg.msg_controllen = sizeof(ctl.buf);
+	c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	return sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 ? -1 : 0;
 }
 
 uint64_t

@@ -35,12 +35,15 @@
 # Uses per-run timestamps from bash's EPOCHREALTIME (no extra fork per
 # sample), contenders interleaved round-robin; hyperfine is not required,
 # but when installed it adds a cross-check of the true row.
+# JAIL_BENCH_ROWS="true sh-true" runs only the rows named (default: all).
 set -u
 
 # A clean environment for every contender (some variables make node alone
 # several times slower); re-exec once under env -i.
 if [ -z "${JAIL_BENCH_CLEAN:-}" ]; then
 	exec env -i JAIL_BENCH_CLEAN=1 JAIL_BENCH_SETTLE="${JAIL_BENCH_SETTLE:-1}" \
+		JAIL_BENCH_ROWS="${JAIL_BENCH_ROWS:-true sh-true python3 node}" \
+		JAIL_BENCH_NO_HYPERFINE="${JAIL_BENCH_NO_HYPERFINE:-}" \
 		PATH=/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 bash "$0" "$@"
 fi
 
@@ -159,6 +162,7 @@ printf '%-9s %7s %7s %7s %9s %7s %8s %7s | %10s %12s %11s %10s\n' program bare b
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 row() {
 	local name=$1 bare_mean bare_med bw_mean bw_med jl_mean jl_med jn_mean jn_med cl_mean cl_med rs_mean rs_med bc_mean bc_med
+	case " $JAIL_BENCH_ROWS " in *" $name "*) ;; *) return ;; esac
 	read -r bare_mean bare_med bw_mean bw_med jl_mean jl_med jn_mean jn_med cl_mean cl_med rs_mean rs_med bc_mean bc_med < <(measure)
 	printf '%-9s %7s %7s %7s %9s %7s %8s %7s | %10s %12s %11s %10s\n' "$name" \
 		"$bare_med" "$bw_med" "$jl_med" "$jn_med" "$cl_med" "$rs_med" "$bc_med" \
@@ -188,6 +192,7 @@ fi
 echo "# medians in ms.  true: /bin/true in every contender (jail: --exec /bin/true);"
 echo "# sh-true: a bash script 'exec /bin/true' in every contender (jail: --language shell)."
 echo "# bare is timed from bash (its fork included), bare-c from the resident caller."
+[ -n "${MED_true:-}" ] || exit 0
 read -r b_bare b_bw b_rs b_bc <<<"$MED_true"
 echo "# target 1 (/bin/true, resident - bare <= 1 ms): $(awk -v a="$b_rs" -v b="$b_bare" 'BEGIN { printf "%+.2f", a - b }') ms" \
 	"(against bare-c: $(awk -v a="$b_rs" -v b="$b_bc" 'BEGIN { printf "%+.2f", a - b }') ms)"
@@ -195,7 +200,9 @@ echo "# target 2 (/bin/true, bwrap / resident >= 3x): $(ratio "$b_bw" "$b_rs")"
 
 # Cross-check with hyperfine when it is installed (not required): the
 # true row, each contender measured in its own batch.
-if command -v hyperfine >/dev/null; then
+if [ -n "${JAIL_BENCH_NO_HYPERFINE:-}" ]; then
+	:
+elif command -v hyperfine >/dev/null; then
 	echo "# hyperfine cross-check (true), N=$N"
 	hyperfine -N -w 3 -r "$N" --style basic \
 		-n bare "/bin/true" \

@@ -166,6 +166,7 @@ typedef struct JailPrespawn
 	int			reqfd;			/* memfd: u32 length, options, then code */
 	int			treesock[2];	/* [0] ours: receives the sandbox's copy of
 								 * the host tree, released when we exit */
+	int			paygo[2];		/* [1] ours: the payload's own last go */
 	bool		prebuilt;		/* ids mapped and root built ahead */
 	uid_t		ouid;			/* the outer ids its maps were written with */
 	gid_t		ogid;
@@ -180,11 +181,15 @@ typedef struct JailPrespawn
  * verdict, so the caller need not wait for init's own exit before
  * giving it), and the rusage of everything init reaped (RUSAGE_CHILDREN:
  * the payload and whatever it left behind).  One write, < PIPE_BUF.
+ * An init told to linger (JailChildArgs.linger) that is alone does not
+ * exit then but waits, doing nothing, to be killed: its exit (the pid
+ * namespace's teardown) then runs after the verdict, not in its way.
  */
 typedef struct JailInitReport
 {
 	int			status;
 	int			alone;
+	int			lingering;		/* alone, and waiting to be killed (linger) */
 	struct rusage ru;
 } JailInitReport;
 
@@ -230,6 +235,11 @@ typedef struct JailChildArgs
 	int			req_fd;			/* prespawned: where the request waits, or -1 */
 	int			tree_sock;		/* prespawned: to hand the worker the copy of
 								 * the host tree (rootfs.c), or -1 */
+	bool		linger;			/* init alone after the payload: report, then
+								 * wait to be killed (JailInitReport) */
+	int			paygo_fd;		/* prespawned: read by the payload's process,
+								 * the worker's go once the workspace is
+								 * checked; or -1 */
 	bool		prebuild;		/* prespawned with maps: build the root ahead */
 	bool		cgroup_none;	/* no cgroup: fall back to RLIMIT_NPROC */
 	bool		netns_ready;	/* network namespace inherited, lo already up */

@@ -440,8 +440,11 @@ init_reap(const JailChildArgs *a, pid_t payload, bool confined)
 			while ((other = waitpid(-1, NULL, WNOHANG)) > 0)
 				;
 			rep.alone = other < 0 && errno == ECHILD;
+			rep.lingering = rep.alone && a->linger;
 			getrusage(RUSAGE_CHILDREN, &rep.ru);
 			(void) jail_write_all(a->status_fd, &rep, sizeof(rep));
+			while (rep.lingering)
+				pause();		/* until the worker's SIGKILL */
 			/* our exit tears down the pid namespace: nothing survives */
 			_exit(0);
 		}
@@ -464,7 +467,7 @@ static void
 close_inherited(const JailChildArgs *a)
 {
 	int			keep[] = {a->go_fd, a->err_fd, a->status_fd, a->out_fd,
-		a->errout_fd, a->lifeline_fd, a->req_fd, a->tree_sock, INT_MAX};
+		a->errout_fd, a->lifeline_fd, a->req_fd, a->tree_sock, a->paygo_fd, INT_MAX};
 	int			n = sizeof(keep) / sizeof(keep[0]);
 	int			from = 3;
 
@@ -547,6 +550,7 @@ served_payload(JailChildArgs *a, int reqpipe)
 	static JailOptions opts;
 	char		err[JAIL_ERRLEN] = "";
 	PayloadRequest pr;
+	char		go;
 
 	close(a->go_fd);
 	close(a->req_fd);
@@ -559,8 +563,12 @@ served_payload(JailChildArgs *a, int reqpipe)
 	if (a->tree_sock >= 0)
 		close(a->tree_sock);
 
+	/* init's part (the root complete), then the worker's go */
 	if (read(reqpipe, &pr, sizeof(pr)) != sizeof(pr))
 		_exit(1);				/* init gave up: its reason is on err_fd */
+	if (read(a->paygo_fd, &go, 1) != 1)
+		_exit(1);				/* the worker gave up (and kills us) */
+	close(a->paygo_fd);
 	JAIL_TRACE("payload: go");
 	opts.language = pr.language;
 	opts.cpu_ms = pr.cpu_ms;
@@ -583,8 +591,9 @@ served_payload(JailChildArgs *a, int reqpipe)
 
 /*
  * Init of a served sandbox, after the fixed part of the root: fork the
- * payload's process (served_payload), wait for the request, complete the
- * root, hand the payload its part, then confine ourselves and reap.
+ * payload's process (served_payload), confine ourselves (all but the last
+ * capabilities, see confine_init), wait for the request, complete the
+ * root, drop the last capabilities, hand the payload its part, and reap.
  */
 static void served_init(JailChildArgs *a) __attribute__((noreturn));
 
@@ -614,6 +623,7 @@ served_init(JailChildArgs *a)
 		served_payload(a, pp[0]);
 	}
 	close(pp[0]);
+	close(a->paygo_fd);			/* the payload's, not ours */
 	if (a->init_filter && confine_init(a->init_filter, a->tree_sock, err) < 0)
 	{
 		kill(payload, SIGKILL);
@@ -636,9 +646,12 @@ served_init(JailChildArgs *a)
 	}
 	JAIL_TRACE("init: root complete");
 
-	/* The second: the workspace is checked, the payload may go. */
-	if (read(a->go_fd, &go, 1) != 1)
-		_exit(1);
+	/*
+	 * The root is complete and we hold nothing: the payload's process has
+	 * its part.  It still waits for the worker's own go (the workspace
+	 * checked), which goes to it directly: whichever of the two of us is
+	 * last wakes it.
+	 */
 	close(a->go_fd);
 	memset(&pr, 0, sizeof(pr));
 	pr.language = a->opts->language;

@@ -487,6 +487,7 @@ worker_main(int lfd, Worker *w)
 	memset(&penv, 0, sizeof(penv));
 	penv.filter = &filter;
 	penv.init_filter = &init_filter;
+	penv.defer_reap = true;		/* as handle_request's runs */
 	penv.netns_ready = netns_ready;
 	penv.owner_hint = owner_hint;
 	have_pre = jail_prespawn(&pre, &penv, err) == 0;

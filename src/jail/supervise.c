@@ -125,13 +125,15 @@ kill_sandbox(Run *run)
 	 * SIGKILL to the pid namespace's init makes the kernel kill every
 	 * process in the namespace (also ones that ignore SIGTERM, double
 	 * forked or called setsid); on v2 cgroup.kill does the same for the
-	 * cgroup.  Sent through the pidfd so a recycled pid is never hit.
+	 * cgroup, but never for a launcher's slot, which holds this worker
+	 * too.  Sent through the pidfd so a recycled pid is never hit.
 	 */
 	if (!run->reaped && !run->kill_sent)
 	{
 		if (syscall(SYS_pidfd_send_signal, run->pidfd, SIGKILL, NULL, 0) < 0)
 			kill(run->pid, SIGKILL);
-		jail_cgroup_kill(&run->cg);
+		if (!run->cg_borrowed)
+			jail_cgroup_kill(&run->cg);
 		run->kill_sent = true;
 	}
 }
@@ -496,6 +498,8 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 								run->init_pending = true;
 								run->reaped_at = jail_now_ms();
 							}
+							else if (run->rep.lingering)
+								kill_sandbox(run);	/* we wait for its exit */
 						}
 						else if (r >= 0 || (errno != EINTR && errno != EAGAIN))
 							run->statfd = -1;	/* init is gone: wait for the reap */
@@ -555,11 +559,12 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 		p->heldns[i] = -1;
 	for (int i = 0; i < 2; i++)
 		p->outp[i] = p->errout[i] = p->gop[i] = p->errp[i] = p->statp[i] =
-			p->life[i] = p->treesock[i] = -1;
+			p->life[i] = p->treesock[i] = p->paygo[i] = -1;
 
 	if (pipe2(p->outp, O_CLOEXEC) < 0 || pipe2(p->errout, O_CLOEXEC) < 0 ||
 		pipe2(p->gop, O_CLOEXEC) < 0 || pipe2(p->errp, O_CLOEXEC) < 0 ||
 		pipe2(p->statp, O_CLOEXEC) < 0 || pipe2(p->life, O_CLOEXEC) < 0 ||
+		pipe2(p->paygo, O_CLOEXEC) < 0 ||
 		socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, p->treesock) < 0 ||
 		(p->reqfd = memfd_create("sandbox-request", MFD_CLOEXEC)) < 0)
 	{
@@ -590,6 +595,8 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	args.lifeline_fd = p->life[0];
 	args.req_fd = p->reqfd;
 	args.tree_sock = p->treesock[1];
+	args.paygo_fd = p->paygo[0];
+	args.linger = env->defer_reap;
 	args.netns_ready = env->netns_ready;
 	args.served = true;
 
@@ -626,6 +633,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	}
 	close_child_ends(p->outp, p->errout, p->gop, p->errp, p->statp, p->life);
 	close_fd(&p->treesock[1]);
+	close_fd(&p->paygo[0]);
 
 	/*
 	 * Tearing down a mount namespace waits for an RCU grace period, paid
@@ -681,6 +689,7 @@ discard_prespawn(JailPrespawn *p)
 	for (int i = 0; i < 3; i++)
 		close_fd(&p->heldns[i]);
 	close_fd(&p->treesock[0]);
+	close_fd(&p->paygo[1]);
 	p->pid = -1;
 }
 
@@ -711,6 +720,18 @@ measure_workspace(const Run *run, bool *big_before, char *err)
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * Does the launcher's slot (which this process sits in) serve as the run's
+ * cgroup?  Yes unless there is none or the request names another parent.
+ */
+static bool
+slot_serves(const JailOptions *opts, const JailRunEnv *env)
+{
+	return env->slot && env->slot->mode != CGROUP_NONE &&
+		(!opts->cgroup_parent || !env->slot_parent ||
+		 strcmp(opts->cgroup_parent, env->slot_parent) == 0);
 }
 
 /*
@@ -747,6 +768,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	bool		have_status = false;
 	bool		big_before = false;
 	JailPrespawn *pre;
+	bool		early_go = false;
 	int			rc = -1;
 
 	memset(&run, 0, sizeof(run));
@@ -766,6 +788,18 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		run.pid = pre->pid;		/* killed and reaped at "out" on failure */
 		run.pidfd = pre->pidfd;
 	}
+
+	/*
+	 * A sandbox built ahead that will serve this run (it sits in our slot,
+	 * which is the run's cgroup) gets its first go at once, and completes
+	 * its root while we open and measure the workspace.  Should the
+	 * workspace's owner prove it the wrong sandbox (root's launcher
+	 * guesses), it is discarded below like any other: nothing of the
+	 * request runs before the second go.  A failed write is retried, and
+	 * handled, where the go is sent otherwise.
+	 */
+	if (pre && pre->prebuilt && slot_serves(opts, env))
+		early_go = write(pre->gop[1], "r", 1) == 1;
 
 	streams = stream_store;
 	for (int i = 0; i < 2; i++)
@@ -810,9 +844,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * there: no slow move) serves runs under the launcher's parent; a
 	 * request for another parent gets its own cgroup as a one-shot would.
 	 */
-	if (env->slot && env->slot->mode != CGROUP_NONE &&
-		(!opts->cgroup_parent || !env->slot_parent ||
-		 strcmp(opts->cgroup_parent, env->slot_parent) == 0))
+	if (slot_serves(opts, env))
 	{
 		run.cg = *env->slot;	/* counters reset by the worker (serve.c) */
 		run.cg_borrowed = true;
@@ -895,6 +927,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		args.lifeline_fd = life[0];
 		args.req_fd = -1;
 		args.tree_sock = -1;
+		args.paygo_fd = -1;
 		args.cgroup_none = run.cg.mode == CGROUP_NONE;
 		args.netns_ready = env->netns_ready;
 		args.served = env != &oneshot;
@@ -916,7 +949,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * The payload is forked only after the second.
 	 */
 	if ((pre && pre->prebuilt ?
-		 write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "r", 1) != 1 :
+		 !early_go && write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "r", 1) != 1 :
 		 (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
 		  write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "g", 1) != 1)) ||
 		(!run.cg_borrowed && jail_cgroup_attach(&run.cg, run.pid, err) < 0))
@@ -937,7 +970,13 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		goto out;
 	}
 	JAIL_TRACE("workspace measured");
-	if (write(gop[1], "c", 1) != 1)
+
+	/*
+	 * The last go: to a sandbox built ahead, straight to its payload's
+	 * process (its init has completed the root and dropped its last
+	 * capabilities by itself meanwhile); otherwise to init.
+	 */
+	if (write(pre && pre->prebuilt ? pre->paygo[1] : gop[1], "c", 1) != 1)
 	{
 		jail_seterr(err, "signal the sandbox: %s", strerror(errno));
 		kill_sandbox(&run);

@@ -217,18 +217,15 @@ jail_cgroup_set_limits(JailCgroup *cg, const JailOptions *opts,
  * A slot made before its run: forget what the worker did in it while
  * waiting (peak memory, CPU), so the verdict is the payload's.  v2 has no
  * reset for cpu.stat; there the worker's few milliseconds stay counted.
+ * v2's memory.peak is reset per open file (Linux 6.12+: a write resets
+ * what later reads through the same descriptor see), so that reset is
+ * done where the descriptor is opened, jail_cgroup_open_stats().
  */
 void
 jail_cgroup_reset_counters(const JailCgroup *cg)
 {
 	char		path[640];
 
-	if (cg->mode == CGROUP_V2)
-	{
-		snprintf(path, sizeof(path), "%s/memory.peak", cg->v2_dir);
-		(void) jail_write_file(path, "0");
-		return;
-	}
 	if (cg->mode != CGROUP_V1)
 		return;
 	snprintf(path, sizeof(path), "%s/memory.max_usage_in_bytes", cg->mem_dir);
@@ -461,6 +458,17 @@ jail_cgroup_open_stats(JailCgroup *cg)
 		if (dir && dir[0])
 		{
 			snprintf(path, sizeof(path), "%s/%s", dir, file);
+			if (cg->mode == CGROUP_V2 && i == STAT_PEAK &&
+				(cg->statfd[i] = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)) >= 0)
+			{
+				/* the reset (see jail_cgroup_reset_counters); older
+				 * kernels refuse the write and keep the peak since the
+				 * slot was made */
+				ssize_t		w = write(cg->statfd[i], "reset\n", 6);
+
+				(void) w;		/* refused: no per-open reset here */
+				continue;
+			}
 			cg->statfd[i] = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		}
 	}

@@ -483,8 +483,9 @@ supervise(Run *run, Stream *streams, int errfd, int sigfd,
 						/*
 						 * Init reaped the payload.  If it found itself
 						 * alone, nothing of the run is left to outlive
-						 * the verdict: the run ends now, and init (busy
-						 * exiting) is reaped after the verdict.
+						 * the verdict: the run ends now, and init (which
+						 * waits for it, or is exiting) is killed and
+						 * reaped after the verdict.
 						 */
 						ssize_t		r = read(run->statfd, &run->rep, sizeof(run->rep));
 
@@ -1130,9 +1131,9 @@ out:
 }
 
 /*
- * Reap the init of the last run if it ended on init's report
+ * Kill and reap the init of the last run if it ended on init's report
  * (JailRunEnv.defer_reap): called by the caller once the verdict is out.
- * Init was exiting already; the kill only makes sure.
+ * Init, alone in its pid namespace, waits for this kill (or is exiting).
  */
 void
 jail_run_reap(void)

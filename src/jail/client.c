@@ -126,6 +126,7 @@ jail_client_main(int argc, char **argv)
 	size_t		code_len = 0;
 	size_t		req_len;
 	int			verdict_fd = STDERR_FILENO;
+	int			rc;
 	int			memfd;
 	int			sock;
 	int			fds[JAIL_WIRE_NFDS];
@@ -173,26 +174,9 @@ jail_client_main(int argc, char **argv)
 		return JAIL_EXIT_SETUP;
 	signal(SIGPIPE, SIG_IGN);
 
-	if (opts.verdict_file)
-	{
-		verdict_fd = open(opts.verdict_file,
-						  O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (verdict_fd < 0)
-		{
-			fprintf(stderr, "sandbox-jail: cannot open verdict file %s: %s\n",
-					opts.verdict_file, strerror(errno));
-			return JAIL_EXIT_SETUP;
-		}
-	}
-	else if (opts.verdict_fd >= 0)
-	{
-		if (fcntl(opts.verdict_fd, F_GETFD) < 0)
-		{
-			fprintf(stderr, "sandbox-jail: verdict fd %d is not open\n", opts.verdict_fd);
-			return JAIL_EXIT_USAGE;
-		}
-		verdict_fd = opts.verdict_fd;
-	}
+	verdict_fd = jail_open_verdict(&opts, &rc);
+	if (verdict_fd < 0)
+		return rc;
 
 	/*
 	 * The launcher has its own working directory: send an absolute

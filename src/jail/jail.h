@@ -280,6 +280,7 @@ extern void jail_usage(FILE *out);
 /* verdict.c */
 extern int	jail_format_verdict(char *line, size_t len, const JailResult *res);
 extern int	jail_write_verdict(int fd, const JailResult *res);
+extern int	jail_open_verdict(const JailOptions *opts, int *rc);
 
 /* cgroup.c */
 extern int	jail_cgroup_create(const JailOptions *opts, JailCgroup *cg, char *err);

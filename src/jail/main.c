@@ -86,28 +86,9 @@ main(int argc, char **argv)
 	if (geteuid() == 0 && setgroups(0, NULL) < 0)
 		jail_seterr(err, "setgroups: %s", strerror(errno));
 
-	if (opts.verdict_file)
-	{
-		verdict_fd = open(opts.verdict_file,
-						  O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (verdict_fd < 0)
-		{
-			fprintf(stderr, "sandbox-jail: cannot open verdict file %s: %s\n",
-					opts.verdict_file, strerror(errno));
-			return JAIL_EXIT_SETUP;
-		}
-	}
-	else if (opts.verdict_fd >= 0)
-	{
-		if (fcntl(opts.verdict_fd, F_GETFD) < 0)
-		{
-			fprintf(stderr, "sandbox-jail: verdict fd %d is not open\n", opts.verdict_fd);
-			return JAIL_EXIT_USAGE;
-		}
-		verdict_fd = opts.verdict_fd;
-		/* ours to close at exec; the sandbox never sees it either way */
-		fcntl(verdict_fd, F_SETFD, FD_CLOEXEC);
-	}
+	verdict_fd = jail_open_verdict(&opts, &rc);
+	if (verdict_fd < 0)
+		return rc;
 
 	/* --exec runs a program of the sandbox: there is no code to read */
 	if (!err[0] && opts.language != LANG_EXEC)

@@ -1110,18 +1110,15 @@ out:
 		res->cgroup = run.cg.mode;
 	if (!run.cg_borrowed)
 		jail_cgroup_destroy(&run.cg);
-	close_fd(&outp[0]);
-	close_fd(&outp[1]);
-	close_fd(&errout[0]);
-	close_fd(&errout[1]);
-	close_fd(&gop[0]);
-	close_fd(&gop[1]);
-	close_fd(&errp[0]);
-	close_fd(&errp[1]);
-	close_fd(&statp[0]);
-	close_fd(&statp[1]);
-	close_fd(&life[0]);
-	close_fd(&life[1]);
+	{
+		int		   *pairs[] = {outp, errout, gop, errp, statp, life};
+
+		for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
+		{
+			close_fd(&pairs[i][0]);
+			close_fd(&pairs[i][1]);
+		}
+	}
 	close_fd(&sigfd);
 	close_fd(&run.pidfd);
 	close_fd(&run.wsfd);

@@ -9,8 +9,11 @@
  *
  *-------------------------------------------------------------------------
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "jail.h"
 
@@ -126,4 +129,41 @@ jail_write_verdict(int fd, const JailResult *r)
 	if (n < 0)
 		return -1;
 	return jail_write_all(fd, line, n);
+}
+
+/*
+ * Where the verdict goes, for the command line (one-shot and --client):
+ * --verdict-file (created 0600, never through a symlink), --verdict-fd
+ * (must be open; close-on-exec from here on: the sandbox never sees it
+ * either way), else stderr.  -1 with *rc the exit code on failure.
+ */
+int
+jail_open_verdict(const JailOptions *opts, int *rc)
+{
+	int			fd;
+
+	if (opts->verdict_file)
+	{
+		fd = open(opts->verdict_file,
+				  O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0)
+		{
+			fprintf(stderr, "sandbox-jail: cannot open verdict file %s: %s\n",
+					opts->verdict_file, strerror(errno));
+			*rc = JAIL_EXIT_SETUP;
+		}
+		return fd;
+	}
+	if (opts->verdict_fd >= 0)
+	{
+		if (fcntl(opts->verdict_fd, F_GETFD) < 0)
+		{
+			fprintf(stderr, "sandbox-jail: verdict fd %d is not open\n", opts->verdict_fd);
+			*rc = JAIL_EXIT_USAGE;
+			return -1;
+		}
+		fcntl(opts->verdict_fd, F_SETFD, FD_CLOEXEC);
+		return opts->verdict_fd;
+	}
+	return STDERR_FILENO;
 }

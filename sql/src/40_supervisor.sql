@@ -34,6 +34,15 @@ CREATE FUNCTION agent.output_channel(invocation uuid) RETURNS text
 COMMENT ON FUNCTION agent.output_channel(uuid) IS
 	'the LISTEN channel on which the supervisor announces new output and the end of an invocation';
 
+-- Announce something about an invocation on its channel: new output
+-- (seq, stream, bytes) or its end (done, state).  Every notification of an
+-- invocation goes through here, so what a notification may carry is
+-- decided in one place.
+CREATE FUNCTION agent._notify_invocation(invocation uuid, payload jsonb) RETURNS void
+	LANGUAGE sql VOLATILE
+	SET search_path = pg_catalog, agent
+	RETURN pg_catalog.pg_notify(agent.output_channel(invocation), payload::text);
+
 -- Output, in the order the supervisor read it.
 CREATE TABLE agent.invocation_output (
 	invocation_id	uuid NOT NULL REFERENCES agent.invocations (id) ON DELETE CASCADE,
@@ -133,8 +142,7 @@ BEGIN
 									 'supervisor',
 									 jsonb_build_object('approved_sha256', approved,
 														'code_sha256', agent.code_sha256(r.code)));
-				PERFORM pg_notify(agent.output_channel(r.id),
-								  '{"done":true,"state":"provision_failed"}');
+				PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"provision_failed"}');
 				CONTINUE;
 			END IF;
 
@@ -146,8 +154,7 @@ BEGIN
 				 WHERE i.id = r.id;
 				PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.insufficient_credits',
 									 r.id, 'supervisor', '{}'::jsonb);
-				PERFORM pg_notify(agent.output_channel(r.id),
-								  '{"done":true,"state":"insufficient_credits"}');
+				PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"insufficient_credits"}');
 				CONTINUE;
 			END IF;
 
@@ -180,8 +187,7 @@ BEGIN
 			 WHERE i.id = r.id;
 			PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
 								 'supervisor', jsonb_build_object('reason', 'could not provision: ' || err));
-			PERFORM pg_notify(agent.output_channel(r.id),
-							  '{"done":true,"state":"provision_failed"}');
+			PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"provision_failed"}');
 			CONTINUE;
 		END;
 
@@ -237,9 +243,8 @@ BEGIN
 	  FROM agent.invocation_output o WHERE o.invocation_id = invocation;
 	INSERT INTO agent.invocation_output (invocation_id, seq, org_id, workspace_id, stream, data)
 	VALUES (invocation, next_seq, r.org_id, r.workspace_id, stream, data);
-	PERFORM pg_notify(agent.output_channel(invocation),
-					  json_build_object('seq', next_seq, 'stream', stream,
-										'bytes', octet_length(data))::text);
+	PERFORM agent._notify_invocation(invocation,
+		jsonb_build_object('seq', next_seq, 'stream', stream, 'bytes', octet_length(data)));
 	RETURN next_seq;
 END
 $$;
@@ -420,8 +425,7 @@ BEGIN
 	-- A session's idle time counts from the end of its last run.
 	UPDATE agent.sessions x SET last_used_at = now()
 	 WHERE x.id = r.session_id AND x.state = 'active';
-	PERFORM pg_notify(agent.output_channel(invocation),
-					  json_build_object('done', true, 'state', new_state)::text);
+	PERFORM agent._notify_invocation(invocation, jsonb_build_object('done', true, 'state', new_state));
 	RETURN new_state;
 END
 $$;
@@ -468,8 +472,7 @@ BEGIN
 		END IF;
 		SELECT * INTO r FROM agent.invocations i WHERE i.id = r.id;
 		PERFORM agent._record_tool_call(r);
-		PERFORM pg_notify(agent.output_channel(r.id),
-						  json_build_object('done', true, 'state', r.state)::text);
+		PERFORM agent._notify_invocation(r.id, jsonb_build_object('done', true, 'state', r.state));
 		n := n + 1;
 	END LOOP;
 	IF n > 0 THEN
@@ -564,7 +567,7 @@ BEGIN
 		PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.cancelled', r.id, actor,
 							 jsonb_build_object('reason', reason, 'previous_state', r.state,
 												'charged', false));
-		PERFORM pg_notify(agent.output_channel(r.id), '{"done":true,"state":"cancelled"}');
+		PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"cancelled"}');
 		RETURN 'cancelled';
 	ELSIF r.state IN ('provisioning', 'running') THEN
 		IF r.cancel_requested_at IS NULL THEN

@@ -90,6 +90,9 @@ for _ in $(seq 1 50); do
 	sleep 0.2
 done
 check "supervisor is running" t "$(q -c 'SELECT running FROM agent.worker_status()')"
+WORK=$(q -c "SELECT work_dir FROM agent.worker_status()")
+check "the work directory is on a filesystem of its own" "t|" \
+	"$([ "$(stat -c %d "$WORK")" != "$(stat -c %d "$CLUSTER_DIR/data")" ] && echo t || echo f)|$(q -c "SELECT problem FROM agent.worker_status()")"
 check "supervisor in pg_stat_activity" 1 \
 	"$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'sandbox_ext supervisor'")"
 
@@ -111,13 +114,13 @@ check "shell succeeds, stderr separate" "succeeded|sh 42|oops" "$(field "$inv" s
 
 # ---- the resident launcher and the one-shot jail ------------------------------
 check "runs go through the resident launcher (sandbox.jail_launcher = on)" t \
-	"$(pgrep -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_work/launcher/jail.sock" >/dev/null && echo t || echo f)"
+	"$(pgrep -u postgres -f -- "sandbox-jail --serve $WORK/launcher/jail.sock" >/dev/null && echo t || echo f)"
 q -c "ALTER SYSTEM SET sandbox.jail_launcher = off" -c "SELECT pg_reload_conf()" >/dev/null
 sleep 0.5
 inv=$(run python 'print("one-shot")')
 check "with the launcher off, one-shot jails run the code" "succeeded|one-shot" "$(field "$inv" state)|$(output "$inv")"
 check "and the launcher is stopped" f \
-	"$(pgrep -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_work/launcher/jail.sock" >/dev/null && echo t || echo f)"
+	"$(pgrep -u postgres -f -- "sandbox-jail --serve $WORK/launcher/jail.sock" >/dev/null && echo t || echo f)"
 inv=$(run shell 'sleep 30' 1)
 check "one-shot timeout is timed_out" timed_out "$(field "$inv" state)"
 q -c "ALTER SYSTEM RESET sandbox.jail_launcher" -c "SELECT pg_reload_conf()" >/dev/null
@@ -146,16 +149,21 @@ check "missing jail is provision_failed" provision_failed "$(field "$inv" state)
 check "provision_failed is refunded (net 0)" "0|$before" "$(field "$inv" credits_charged)|$(balance)"
 check "ledger has charge and refund" "charge:-2,refund:2" \
 	"$(q -c "SELECT string_agg(kind || ':' || amount, ',' ORDER BY id) FROM agent.credit_ledger WHERE invocation_id = '$inv'")"
-# An unusable work directory: refunded, with the reason.
+# An unusable work directory: nothing is claimed (the run waits, uncharged)
+# and worker_status() says why; once it is usable again the run runs.
 before=$(balance)
 q -c "ALTER SYSTEM SET sandbox.work_dir = '/proc/sandbox_not_here'" -c "SELECT pg_reload_conf()" >/dev/null
 sleep 0.5
-inv=$(run shell 'echo never')
+read -r inv appr < <(request shell 'echo waited')
+approve "$appr"
+st=$(await "$inv" 3)
+check "unusable work directory: the run waits, uncharged" "approved|0|$before" \
+	"$st|$(field "$inv" credits_charged)|$(balance)"
+check "worker_status() names the directory and why" t \
+	"$(q -c "SELECT problem LIKE '%/proc/sandbox_not_here%' FROM agent.worker_status()")"
 q -c "ALTER SYSTEM RESET sandbox.work_dir" -c "SELECT pg_reload_conf()" >/dev/null
-sleep 0.5
-check "unwritable work directory is provision_failed, refunded" "provision_failed|0|$before" \
-	"$(field "$inv" state)|$(field "$inv" credits_charged)|$(balance)"
-check "the reason names the directory" t "$(field "$inv" "state_reason LIKE '%/proc/sandbox_not_here%'")"
+check "once usable again, the waiting run runs" "succeeded|waited" "$(await "$inv")|$(output "$inv")"
+check "... and worker_status() has no problem" "" "$(q -c "SELECT problem FROM agent.worker_status()")"
 inv=$(run shell 'echo back')
 check "supervisor keeps serving after a bad invocation" "succeeded|back" "$(field "$inv" state)|$(output "$inv")"
 
@@ -271,8 +279,9 @@ for _ in $(seq 1 100); do
 	sleep 0.1
 done
 st=$(await "$inv" 20)
-check "worker killed mid-run: row resolved as failed, charged once" "failed|supervisor restarted|2|1" \
-	"$st|$(field "$inv" state_reason)|$(field "$inv" credits_charged)|$(q -c "SELECT count(*) FROM agent.credit_ledger WHERE invocation_id = '$inv' AND kind = 'charge'")"
+check "worker killed mid-run: a failure of ours, refunded (charged once, refunded once)" \
+	"provision_failed|the supervisor restarted while the run was in progress|0|charge:-2,refund:2" \
+	"$st|$(field "$inv" state_reason)|$(field "$inv" credits_charged)|$(q -c "SELECT string_agg(kind || ':' || amount, ',' ORDER BY id) FROM agent.credit_ledger WHERE invocation_id = '$inv'")"
 # The payload dies with its jail (PR_SET_PDEATHSIG); give a loaded machine time.
 for _ in $(seq 1 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
 check "no orphan payload after the worker died" 0 "$(pgrep -fc "$marker" || true)"
@@ -287,13 +296,13 @@ check "no orphan payload after an immediate shutdown" 0 "$(pgrep -fc "$marker-2"
 pg_ctl -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null
 for _ in $(seq 1 100); do
 	st=$(field "$inv" state 2>/dev/null)
-	[ "$st" = failed ] && break
+	[ "$st" = provision_failed ] && break
 	sleep 0.2
 done
-check "after crash restart the row is resolved" "failed|2" "$st|$(field "$inv" credits_charged)"
+check "after crash restart the row is resolved, refunded" "provision_failed|0" "$st|$(field "$inv" credits_charged)"
 inv=$(run shell 'echo alive')
 check "runs again after the restart" "succeeded|alive" "$(field "$inv" state)|$(output "$inv")"
-check "no leftover work directories" 0 "$(find "$CLUSTER_DIR/data/sandbox_work" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills ! -name launcher 2>/dev/null | wc -l)"
+check "no leftover work directories" 0 "$(find "$WORK" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills ! -name launcher 2>/dev/null | wc -l)"
 
 # ---- not preloaded -----------------------------------------------------------
 q -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_cron'" >/dev/null

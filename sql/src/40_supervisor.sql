@@ -24,24 +24,66 @@ CREATE FUNCTION agent._state_is_terminal(state text) RETURNS boolean
 					 'expired', 'cancelled', 'provision_failed',
 					 'insufficient_credits');
 
--- The NOTIFY channel of one invocation.  Notifications carry only sequence
--- numbers and the final state, never output: output is read through
--- agent.read_output() under the caller's tenant, so a listener in another
--- tenant who learns an invocation id still sees nothing.
-CREATE FUNCTION agent.output_channel(invocation uuid) RETURNS text
-	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-	RETURN 'sandbox_output_' || invocation::text;
-COMMENT ON FUNCTION agent.output_channel(uuid) IS
-	'the LISTEN channel on which the supervisor announces new output and the end of an invocation';
+-- The NOTIFY channel of one invocation is named after a random token, not
+-- after the invocation's id: any role may LISTEN on (or NOTIFY) any
+-- channel it can name, so only the invocation's tenant may learn the name,
+-- through agent.output_channel().  (The token is as secret as the rows the
+-- tenant reads: row-level security.)
+ALTER TABLE agent.invocations
+	ADD COLUMN channel_token uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid();
 
--- Announce something about an invocation on its channel: new output
--- (seq, stream, bytes) or its end (done, state).  Every notification of an
--- invocation goes through here, so what a notification may carry is
--- decided in one place.
+-- The channel's name, written once.
+CREATE FUNCTION agent._channel_name(token uuid) RETURNS text
+	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+	RETURN 'sandbox_output_' || pg_catalog.replace(token::text, '-', '');
+
+-- The channel on which the supervisor announces an invocation's new output
+-- and its end, for the invocation's tenant only: another tenant's id, like
+-- an unknown one, is an error.
+CREATE FUNCTION agent.output_channel(invocation uuid) RETURNS text
+	LANGUAGE plpgsql STABLE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_ok	boolean;
+	v_token	uuid;
+BEGIN
+	v_ok := agent._require_tenant(true);
+	IF invocation IS NULL THEN
+		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	SELECT i.channel_token INTO v_token FROM agent.invocations i
+	 WHERE i.id = invocation
+	   AND i.org_id = agent.current_org()
+	   AND i.workspace_id = agent.current_workspace();
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'invocation % does not exist', invocation
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the id and that the tenant set with agent.set_tenant() owns it.';
+	END IF;
+	RETURN agent._channel_name(v_token);
+END
+$$;
+COMMENT ON FUNCTION agent.output_channel(uuid) IS
+	'the LISTEN channel on which the supervisor announces new output and the end of an invocation (its tenant only)';
+
+-- Announce something about an invocation on its channel.  Every
+-- notification of an invocation goes through here, so what one carries is
+-- decided in one place: only a hint, 'output' (new output) or 'done' (the
+-- run ended: payload {"done": true}), never output, sequence numbers or
+-- the state.  Whoever learns a channel's name can NOTIFY on it too, so a
+-- client treats a notification as a reason to look, and reads the state
+-- and the output through the tenant-scoped API (docs/execution.md).
 CREATE FUNCTION agent._notify_invocation(invocation uuid, payload jsonb) RETURNS void
 	LANGUAGE sql VOLATILE
-	SET search_path = pg_catalog, agent
-	RETURN pg_catalog.pg_notify(agent.output_channel(invocation), payload::text);
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT pg_catalog.pg_notify(agent._channel_name(i.channel_token),
+								CASE WHEN payload ->> 'done' = 'true' THEN 'done' ELSE 'output' END)
+	  FROM agent.invocations i
+	 WHERE i.id = invocation
+$$;
 
 -- Output, in the order the supervisor read it.
 CREATE TABLE agent.invocation_output (
@@ -142,7 +184,7 @@ BEGIN
 									 'supervisor',
 									 jsonb_build_object('approved_sha256', approved,
 														'code_sha256', agent.code_sha256(r.code)));
-				PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"provision_failed"}');
+				PERFORM agent._notify_invocation(r.id, '{"done":true}');
 				CONTINUE;
 			END IF;
 
@@ -154,7 +196,7 @@ BEGIN
 				 WHERE i.id = r.id;
 				PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.insufficient_credits',
 									 r.id, 'supervisor', '{}'::jsonb);
-				PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"insufficient_credits"}');
+				PERFORM agent._notify_invocation(r.id, '{"done":true}');
 				CONTINUE;
 			END IF;
 
@@ -187,7 +229,7 @@ BEGIN
 			 WHERE i.id = r.id;
 			PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
 								 'supervisor', jsonb_build_object('reason', 'could not provision: ' || err));
-			PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"provision_failed"}');
+			PERFORM agent._notify_invocation(r.id, '{"done":true}');
 			CONTINUE;
 		END;
 
@@ -243,8 +285,7 @@ BEGIN
 	  FROM agent.invocation_output o WHERE o.invocation_id = invocation;
 	INSERT INTO agent.invocation_output (invocation_id, seq, org_id, workspace_id, stream, data)
 	VALUES (invocation, next_seq, r.org_id, r.workspace_id, stream, data);
-	PERFORM agent._notify_invocation(invocation,
-		jsonb_build_object('seq', next_seq, 'stream', stream, 'bytes', octet_length(data)));
+	PERFORM agent._notify_invocation(invocation, '{}');
 	RETURN next_seq;
 END
 $$;
@@ -425,7 +466,7 @@ BEGIN
 	-- A session's idle time counts from the end of its last run.
 	UPDATE agent.sessions x SET last_used_at = now()
 	 WHERE x.id = r.session_id AND x.state = 'active';
-	PERFORM agent._notify_invocation(invocation, jsonb_build_object('done', true, 'state', new_state));
+	PERFORM agent._notify_invocation(invocation, '{"done":true}');
 	RETURN new_state;
 END
 $$;
@@ -472,7 +513,7 @@ BEGIN
 		END IF;
 		SELECT * INTO r FROM agent.invocations i WHERE i.id = r.id;
 		PERFORM agent._record_tool_call(r);
-		PERFORM agent._notify_invocation(r.id, jsonb_build_object('done', true, 'state', r.state));
+		PERFORM agent._notify_invocation(r.id, '{"done":true}');
 		n := n + 1;
 	END LOOP;
 	IF n > 0 THEN
@@ -490,7 +531,7 @@ $$;
 CREATE FUNCTION agent._invocation_state(invocation uuid) RETURNS text
 	LANGUAGE sql STABLE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 	RETURN (SELECT i.state FROM agent.invocations i
 			 WHERE i.id = invocation
 			   AND i.org_id = agent.current_org()
@@ -501,7 +542,7 @@ CREATE FUNCTION agent.read_output(invocation uuid, after_seq integer DEFAULT 0)
 	RETURNS TABLE (seq integer, stream text, data text, created_at timestamptz)
 	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
 	PERFORM agent._require_tenant();
@@ -533,7 +574,7 @@ CREATE FUNCTION agent.cancel(invocation uuid, actor text, reason text DEFAULT NU
 	RETURNS text
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	r agent.invocations;
@@ -543,11 +584,14 @@ BEGIN
 		RAISE EXCEPTION 'invocation and actor must not be null or empty'
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	PERFORM agent._require_person(actor, 'actor');
+	-- FOR NO KEY UPDATE: held by a caller's open transaction, it must not
+	-- block the FOR KEY SHARE of the supervisor's output inserts.
 	SELECT * INTO r FROM agent.invocations i
 	 WHERE i.id = invocation
 	   AND i.org_id = agent.current_org()
 	   AND i.workspace_id = agent.current_workspace()
-	   FOR UPDATE;
+	   FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'invocation % does not exist', invocation
 			USING ERRCODE = 'no_data_found',
@@ -567,7 +611,7 @@ BEGIN
 		PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.cancelled', r.id, actor,
 							 jsonb_build_object('reason', reason, 'previous_state', r.state,
 												'charged', false));
-		PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"cancelled"}');
+		PERFORM agent._notify_invocation(r.id, '{"done":true}');
 		RETURN 'cancelled';
 	ELSIF r.state IN ('provisioning', 'running') THEN
 		IF r.cancel_requested_at IS NULL THEN

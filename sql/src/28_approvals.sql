@@ -13,10 +13,10 @@
 -- self-approval.  Internal: called only from the SECURITY DEFINER functions
 -- below.
 --
--- The locks are FOR NO KEY UPDATE, not FOR UPDATE: a backend may keep them
--- in an open (even failed) transaction, and FOR UPDATE would block the
--- FOR KEY SHARE locks that the foreign-key checks of the supervisor's
--- inserts (output, files, tool calls) take on the invocation.
+-- The locks are FOR NO KEY UPDATE, not FOR UPDATE: a backend may hold them
+-- in a transaction it keeps open, and FOR UPDATE would block the FOR KEY
+-- SHARE locks that the foreign-key checks of other inserts (output, files,
+-- tool calls, the ledger) take on the invocation.
 CREATE FUNCTION agent._lock_pending_approval(approval uuid,
 	OUT id uuid, OUT invocation_id uuid, OUT org_id uuid, OUT workspace_id uuid,
 	OUT code_sha256 text, OUT requested_by text, OUT require_distinct_approver boolean)

@@ -10,7 +10,7 @@ CREATE FUNCTION pg_temp.has_columns(tbl text, cols text[], description text) RET
 					 WHERE attrelid = ('agent.' || tbl)::regclass AND attnum > 0 AND NOT attisdropped),
 			  '{}'::text[], description)
 $$;
-SELECT plan(47);
+SELECT plan(49);
 
 -- Other parts of the project add their own tables and columns to schema
 -- agent: these checks name what the control plane owns, not everything.
@@ -94,6 +94,9 @@ SELECT is((SELECT rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = 'agent_
 	'agent_backend is bound by row-level security');
 SELECT is((SELECT rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = 'agent_auditor'), false,
 	'agent_auditor reads through policies, not BYPASSRLS');
+SELECT has_role('agent_admin', 'role agent_admin exists (org policy)');
+SELECT is((SELECT rolbypassrls OR rolsuper OR rolcanlogin FROM pg_roles WHERE rolname = 'agent_admin'), false,
+	'agent_admin is NOLOGIN and bound by row-level security');
 
 SELECT is(ARRAY(SELECT c.relname::text FROM pg_class c
 				 WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind = 'r'

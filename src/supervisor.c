@@ -378,8 +378,7 @@ clean_work_root(void)
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		/* Sessions (kept across runs) live under "sessions". */
-		if (strcmp(de->d_name, "sessions") == 0 || strcmp(de->d_name, "skills") == 0 ||
-			strcmp(de->d_name, "launcher") == 0)
+		if (strcmp(de->d_name, "sessions") == 0 || strcmp(de->d_name, "skills") == 0)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", work_root(), de->d_name);
 		elog(LOG, "removing leftover work directory \"%s\"", path);
@@ -678,7 +677,6 @@ write_file(const char *path, const char *data, size_t len, char **err)
 static pid_t launcher_pid = 0;
 static char launcher_sock[MAXPGPATH];
 static char launcher_path[MAXPGPATH];	/* the jail_path it was started from */
-static char launcher_root[MAXPGPATH];	/* the work root its socket is in */
 
 static void
 launcher_stop(void)
@@ -746,17 +744,19 @@ launcher_ensure(void)
 		launcher_stop();
 		return false;
 	}
-	/* sandbox.jail_path or work_dir changed on reload: follow them. */
-	if (launcher_pid > 0 && (strcmp(launcher_path, sandbox_jail_path) != 0 ||
-							 strcmp(launcher_root, work_root()) != 0))
+	/* sandbox.jail_path changed on reload: the launcher must follow. */
+	if (launcher_pid > 0 && strcmp(launcher_path, sandbox_jail_path) != 0)
 		launcher_stop();
 	if (launcher_alive())
 		return true;
 	strlcpy(launcher_path, sandbox_jail_path, sizeof(launcher_path));
-	strlcpy(launcher_root, work_root(), sizeof(launcher_root));
 
-	snprintf(dir, sizeof(dir), "%s/launcher", work_root());
-	(void) mkdir(work_root(), S_IRWXU);
+	/*
+	 * The socket lives in the data directory (it takes no space), not in
+	 * the work directory: moving sandbox.work_dir must not stop the runs the
+	 * launcher has in flight.
+	 */
+	snprintf(dir, sizeof(dir), "%s/sandbox_launcher", DataDir);
 	(void) mkdir(dir, S_IRWXU);
 	snprintf(launcher_sock, sizeof(launcher_sock), "%s/jail.sock", dir);
 	(void) unlink(launcher_sock);	/* a stale socket of a dead launcher */

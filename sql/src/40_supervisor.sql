@@ -24,24 +24,66 @@ CREATE FUNCTION agent._state_is_terminal(state text) RETURNS boolean
 					 'expired', 'cancelled', 'provision_failed',
 					 'insufficient_credits');
 
--- The NOTIFY channel of one invocation.  Notifications carry only sequence
--- numbers and the final state, never output: output is read through
--- agent.read_output() under the caller's tenant, so a listener in another
--- tenant who learns an invocation id still sees nothing.
-CREATE FUNCTION agent.output_channel(invocation uuid) RETURNS text
-	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-	RETURN 'sandbox_output_' || invocation::text;
-COMMENT ON FUNCTION agent.output_channel(uuid) IS
-	'the LISTEN channel on which the supervisor announces new output and the end of an invocation';
+-- The NOTIFY channel of one invocation is named after a random token, not
+-- after the invocation's id: any role may LISTEN on (or NOTIFY) any
+-- channel it can name, so only the invocation's tenant may learn the name,
+-- through agent.output_channel().  (The token is as secret as the rows the
+-- tenant reads: row-level security.)
+ALTER TABLE agent.invocations
+	ADD COLUMN channel_token uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid();
 
--- Announce something about an invocation on its channel: new output
--- (seq, stream, bytes) or its end (done, state).  Every notification of an
--- invocation goes through here, so what a notification may carry is
--- decided in one place.
+-- The channel's name, written once.
+CREATE FUNCTION agent._channel_name(token uuid) RETURNS text
+	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+	RETURN 'sandbox_output_' || pg_catalog.replace(token::text, '-', '');
+
+-- The channel on which the supervisor announces an invocation's new output
+-- and its end, for the invocation's tenant only: another tenant's id, like
+-- an unknown one, is an error.
+CREATE FUNCTION agent.output_channel(invocation uuid) RETURNS text
+	LANGUAGE plpgsql STABLE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_ok	boolean;
+	v_token	uuid;
+BEGIN
+	v_ok := agent._require_tenant(true);
+	IF invocation IS NULL THEN
+		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	SELECT i.channel_token INTO v_token FROM agent.invocations i
+	 WHERE i.id = invocation
+	   AND i.org_id = agent.current_org()
+	   AND i.workspace_id = agent.current_workspace();
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'invocation % does not exist', invocation
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the id and that the tenant set with agent.set_tenant() owns it.';
+	END IF;
+	RETURN agent._channel_name(v_token);
+END
+$$;
+COMMENT ON FUNCTION agent.output_channel(uuid) IS
+	'the LISTEN channel on which the supervisor announces new output and the end of an invocation (its tenant only)';
+
+-- Announce something about an invocation on its channel.  Every
+-- notification of an invocation goes through here, so what one carries is
+-- decided in one place: only a hint, 'output' (new output) or 'done' (the
+-- run ended: payload {"done": true}), never output, sequence numbers or
+-- the state.  Whoever learns a channel's name can NOTIFY on it too, so a
+-- client treats a notification as a reason to look, and reads the state
+-- and the output through the tenant-scoped API (docs/execution.md).
 CREATE FUNCTION agent._notify_invocation(invocation uuid, payload jsonb) RETURNS void
 	LANGUAGE sql VOLATILE
-	SET search_path = pg_catalog, agent
-	RETURN pg_catalog.pg_notify(agent.output_channel(invocation), payload::text);
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT pg_catalog.pg_notify(agent._channel_name(i.channel_token),
+								CASE WHEN payload ->> 'done' = 'true' THEN 'done' ELSE 'output' END)
+	  FROM agent.invocations i
+	 WHERE i.id = invocation
+$$;
 
 -- Output, in the order the supervisor read it.
 CREATE TABLE agent.invocation_output (
@@ -180,7 +222,8 @@ BEGIN
 		state := 'killed';
 		reason := 'the sandbox was stopped by the host, not by a cancel';
 		charged := false;
-	ELSIF verdict ->> 'status' = 'exited' AND (verdict ->> 'exit_code')::integer = 0 THEN
+	ELSIF verdict ->> 'status' = 'exited' AND (verdict ->> 'exit_code')::integer = 0
+		  AND NOT coalesce((verdict ->> 'file_too_large')::boolean, false) THEN
 		state := 'succeeded';
 	ELSE
 		state := 'failed';
@@ -369,7 +412,7 @@ BEGIN
 									 jsonb_build_object('approved_sha256', approved,
 														'audited_sha256', audited,
 														'code_sha256', agent.code_sha256(r.code)));
-				PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"provision_failed"}');
+				PERFORM agent._notify_invocation(r.id, '{"done":true}');
 				CONTINUE;
 			END IF;
 
@@ -413,7 +456,7 @@ BEGIN
 				 WHERE i.id = r.id;
 				PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
 									 'supervisor', jsonb_build_object('reason', 'could not provision: ' || err));
-				PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"provision_failed"}');
+				PERFORM agent._notify_invocation(r.id, '{"done":true}');
 				CONTINUE;
 		END;
 
@@ -482,7 +525,7 @@ BEGIN
 	 WHERE i.id = r.id AND i.state = 'approved';
 	PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.insufficient_credits',
 						 r.id, 'supervisor', '{}'::jsonb);
-	PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"insufficient_credits"}');
+	PERFORM agent._notify_invocation(r.id, '{"done":true}');
 END
 $$;
 
@@ -616,8 +659,7 @@ BEGIN
 	  FROM agent.invocation_output o WHERE o.invocation_id = invocation;
 	INSERT INTO agent.invocation_output (invocation_id, seq, org_id, workspace_id, stream, data)
 	VALUES (invocation, next_seq, r.org_id, r.workspace_id, stream, data);
-	PERFORM agent._notify_invocation(invocation,
-		jsonb_build_object('seq', next_seq, 'stream', stream, 'bytes', octet_length(data)));
+	PERFORM agent._notify_invocation(invocation, '{}');
 	RETURN next_seq;
 END
 $$;
@@ -827,7 +869,7 @@ BEGIN
 	  FROM agent.invocation_output x WHERE x.invocation_id = invocation;
 	PERFORM agent._use_storage(r.org_id, out_bytes, 'output', true);
 
-	PERFORM agent._notify_invocation(invocation, jsonb_build_object('done', true, 'state', o.state));
+	PERFORM agent._notify_invocation(invocation, '{"done":true}');
 	DELETE FROM agent.run_result_files x WHERE x.invocation_id = invocation;
 	DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;
 	RETURN o.state;
@@ -856,7 +898,7 @@ BEGIN
 		PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
 							 'supervisor', jsonb_build_object('reason', reason));
 		PERFORM agent._record_tool_call(r);
-		PERFORM agent._notify_invocation(invocation, '{"done":true,"state":"provision_failed"}');
+		PERFORM agent._notify_invocation(invocation, '{"done":true}');
 	END IF;
 	DELETE FROM agent.run_result_files x WHERE x.invocation_id = invocation;
 	DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;
@@ -984,7 +1026,7 @@ $$;
 CREATE FUNCTION agent._invocation_state(invocation uuid) RETURNS text
 	LANGUAGE sql STABLE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 	RETURN (SELECT i.state FROM agent.invocations i
 			 WHERE i.id = invocation
 			   AND i.org_id = agent.current_org()
@@ -995,7 +1037,7 @@ CREATE FUNCTION agent.read_output(invocation uuid, after_seq integer DEFAULT 0)
 	RETURNS TABLE (seq integer, stream text, data text, created_at timestamptz)
 	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
 	PERFORM agent._require_tenant();
@@ -1027,7 +1069,7 @@ CREATE FUNCTION agent.cancel(invocation uuid, actor text, reason text DEFAULT NU
 	RETURNS text
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	r agent.invocations;
@@ -1037,11 +1079,14 @@ BEGIN
 		RAISE EXCEPTION 'invocation and actor must not be null or empty'
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	PERFORM agent._require_person(actor, 'actor');
+	-- FOR NO KEY UPDATE: held by a caller's open transaction, it must not
+	-- block the FOR KEY SHARE of the supervisor's output inserts.
 	SELECT * INTO r FROM agent.invocations i
 	 WHERE i.id = invocation
 	   AND i.org_id = agent.current_org()
 	   AND i.workspace_id = agent.current_workspace()
-	   FOR UPDATE;
+	   FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'invocation % does not exist', invocation
 			USING ERRCODE = 'no_data_found',
@@ -1061,7 +1106,7 @@ BEGIN
 		PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.cancelled', r.id, actor,
 							 jsonb_build_object('reason', reason, 'previous_state', r.state,
 												'charged', false));
-		PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"cancelled"}');
+		PERFORM agent._notify_invocation(r.id, '{"done":true}');
 		RETURN 'cancelled';
 	ELSIF r.state IN ('provisioning', 'running') THEN
 		IF r.cancel_requested_at IS NULL THEN

@@ -89,7 +89,7 @@ CREATE FUNCTION agent.create_skill(name text, files jsonb, description text DEFA
 	RETURNS uuid
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	v_id		uuid;
@@ -156,7 +156,7 @@ CREATE FUNCTION agent.set_agent_skill(agent uuid, skill uuid, attached boolean D
 	RETURNS void
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
 	PERFORM agent._require_tenant();
@@ -270,7 +270,7 @@ CREATE FUNCTION agent.upload_file(conversation uuid, name text, content bytea,
 	RETURNS uuid
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	c		agent.conversations;
@@ -283,10 +283,15 @@ BEGIN
 		RAISE EXCEPTION 'conversation, name, content and uploaded_by must not be null'
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	PERFORM agent._require_person(uploaded_by, 'uploaded_by');
+	-- Serialises uploads of a conversation with each other and with the
+	-- claim of its runs; FOR NO KEY UPDATE, so that a caller holding it does
+	-- not block the FOR KEY SHARE of the supervisor's inserts (files,
+	-- sessions) that reference the conversation.
 	SELECT * INTO c FROM agent.conversations x
 	 WHERE x.id = conversation AND x.org_id = agent.current_org()
 	   AND x.workspace_id = agent.current_workspace()
-	   FOR UPDATE;
+	   FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'conversation % does not exist', conversation
 			USING ERRCODE = 'no_data_found',
@@ -296,7 +301,7 @@ BEGIN
 	IF NOT a.file_upload_enabled THEN
 		RAISE EXCEPTION 'agent "%" does not accept file uploads', a.name
 			USING ERRCODE = 'insufficient_privilege',
-				  HINT = 'Enable file uploads for the agent (agents.file_upload_enabled).';
+				  HINT = 'Enable file uploads for the agent with agent.set_agent_file_upload().';
 	END IF;
 	IF NOT agent.valid_relative_path(name) THEN
 		RAISE EXCEPTION 'invalid file name "%"', name
@@ -338,7 +343,7 @@ CREATE FUNCTION agent.list_files(conversation uuid)
 				   current boolean)
 	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
 	IF conversation IS NULL THEN
@@ -367,7 +372,7 @@ CREATE FUNCTION agent.download_file(file uuid)
 	RETURNS TABLE (name text, content_type text, size bigint, sha256 text, content bytea)
 	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	f agent.files;
@@ -633,7 +638,7 @@ CREATE FUNCTION agent.expire_idle_sessions(as_of timestamptz DEFAULT now())
 	RETURNS integer
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	s	agent.sessions;
@@ -645,7 +650,7 @@ BEGIN
 		  JOIN agent.conversations c ON c.id = x.conversation_id
 		 WHERE x.state = 'active'
 		   AND x.last_used_at < as_of - agent.setting('session_idle_timeout')::interval
-		   FOR UPDATE OF x, c SKIP LOCKED
+		   FOR NO KEY UPDATE OF x, c SKIP LOCKED
 	LOOP
 		IF EXISTS (SELECT 1 FROM agent.invocations i
 					WHERE i.conversation_id = s.conversation_id

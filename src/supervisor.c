@@ -2108,7 +2108,11 @@ kill_all_runs(void)
  * ----------------------------------------------------------------
  */
 
+/* Sweeps are at most once a second, and wanted after anything that may
+ * have ended a session or detached a skill: a wake-up, a claim, a finish. */
+#define SWEEP_INTERVAL_MS	1000
 static TimestampTz last_session_sweep = 0;
+static bool sweep_wanted = true;
 
 /* Run SQL returning one text column into a list (in the caller's context). */
 static List *
@@ -2205,9 +2209,12 @@ sweep_sessions(bool force)
 	List	   *volatile live = NIL;
 	List	   *volatile skills = NIL;
 
-	if (!force && !TimestampDifferenceExceeds(last_session_sweep, GetCurrentTimestamp(), 1000))
+	if (!force && (!sweep_wanted ||
+				   !TimestampDifferenceExceeds(last_session_sweep, GetCurrentTimestamp(),
+											   SWEEP_INTERVAL_MS)))
 		return;
 	last_session_sweep = GetCurrentTimestamp();
+	sweep_wanted = false;
 
 	PG_TRY();
 	{
@@ -2408,6 +2415,8 @@ sandbox_supervisor_main(Datum main_arg)
 			if (want <= 0 || !work_dir_usable(false))
 				break;
 			got = claim_and_start(want);
+			if (got > 0)
+				sweep_wanted = true;
 			if (got < want)
 				break;
 		}
@@ -2464,6 +2473,11 @@ sandbox_supervisor_main(Datum main_arg)
 		timeout = Min(timeout, Max(TimestampDifferenceMilliseconds(now, next_poll), 0));
 		if (results_pending)
 			timeout = Min(timeout, Max(TimestampDifferenceMilliseconds(now, pending_retry_at), 0));
+		if (sweep_wanted)
+			timeout = Min(timeout,
+						  Max(TimestampDifferenceMilliseconds(now,
+															  TimestampTzPlusMilliseconds(last_session_sweep,
+																						  SWEEP_INTERVAL_MS)), 0));
 
 		nevents = WaitEventSetWait(wes, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
 		for (int e = 0; e < nevents; e++)
@@ -2522,12 +2536,16 @@ sandbox_supervisor_main(Datum main_arg)
 		flush_output();
 
 		check_cancellations();
-		if (latch_set || nevents == 0)
-			sweep_sessions(false);
 
 		for (int i = 0; i < nruns_alloc; i++)
 			if (runs[i].active && run_complete(&runs[i]))
+			{
 				finish_run(&runs[i]);
+				sweep_wanted = true;
+			}
+		if (latch_set || nevents == 0)
+			sweep_wanted = true;
+		sweep_sessions(false);
 	}
 }
 

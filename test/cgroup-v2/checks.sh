@@ -326,7 +326,7 @@ jr postgres shell 'echo never' --cgroup-parent "$D" --require-cgroup
 t "not delegated, explicit --cgroup-parent: refused before any cgroup is made" \
 	'[ $RC = 1 ] && grep -q "not delegated" <<<"$(v setup_error)" && [ -z "$(stale "$D")" ]'
 SOCK=$WORK/nodeleg.sock
-runuser -u postgres -- "$BIN" --serve "$SOCK" --pool 1 --require-cgroup > "$WORK/out" 2> "$WORK/err"
+timeout -s KILL 60 runuser -u postgres -- "$BIN" --serve "$SOCK" --pool 1 --require-cgroup > "$WORK/out" 2> "$WORK/err"
 RC=$?
 t "not delegated: a launcher with --require-cgroup refuses to start, naming the reason" \
 	'[ $RC = 1 ] && err_has "not delegated" && [ ! -e "$SOCK" ]'

@@ -130,12 +130,14 @@ boot() {
 	local tmo=$1
 	shift
 	: > "$work/console"
-	"$QEMU" "$@" -m "$MEM" -smp "$CPUS" -nodefaults -display none -no-reboot \
+	# in a subshell, so that an abort is reported in qemu.log, not here
+	("$QEMU" "$@" -m "$MEM" -smp "$CPUS" -nodefaults -display none -no-reboot \
 		-serial "file:$work/console" -monitor none \
 		-kernel "$kdir/vmlinuz" -initrd "$work/initrd" \
 		-append "console=ttyS0 quiet loglevel=3 panic=-1 cgroup_no_v1=all mitigations=off $GUEST_APPEND" \
 		-fsdev local,id=root,path=/,security_model=passthrough,readonly=on,multidevs=remap \
-		-device virtio-9p-pci,fsdev=root,mount_tag=sbxroot \
+		-device virtio-9p-pci,fsdev=root,mount_tag=sbxroot
+	exit $?) \
 		</dev/null >"$work/qemu.log" 2>&1 &
 	qpid=$!
 	# follow the console while the guest runs (the serial line has CRs)
@@ -192,7 +194,10 @@ kvm) ACCEL_ARGS=(-accel kvm -cpu host) ;;
 tcg) ACCEL_ARGS=(-accel tcg,thread=multi -cpu max) ;;
 auto)
 	if kvm_works; then ACCEL_ARGS=(-accel kvm -cpu host)
-	else ACCEL_ARGS=(-accel tcg,thread=multi -cpu max); fi
+	else
+		ACCEL_ARGS=(-accel tcg,thread=multi -cpu max)
+		echo "# guest: KVM unusable here (no /dev/kvm, or a probe guest did not boot under it: $probe_file)"
+	fi
 	;;
 *) die "SANDBOX_GUEST_ACCEL must be auto, kvm or tcg" ;;
 esac

@@ -15,7 +15,9 @@ finish() {
 	echo "sbx-guest-exit $1"
 	sync
 	echo o > /proc/sysrq-trigger
-	sleep 10
+	# the 9p root goes away with the power-off: no program to exec now,
+	# and pid 1 must not exit meanwhile (a panic)
+	while :; do :; done
 }
 
 mount -t proc -o nosuid,nodev,noexec proc /proc
@@ -23,6 +25,11 @@ mount -t sysfs -o nosuid,nodev,noexec sysfs /sys
 mount -t devtmpfs -o nosuid devtmpfs /dev
 mkdir -p /dev/pts /dev/shm
 mount -t devpts -o nosuid,noexec,gid=5,mode=620 devpts /dev/pts
+# what udev would add to devtmpfs (bash's <(...) needs /dev/fd)
+ln -sf /proc/self/fd /dev/fd
+ln -sf /proc/self/fd/0 /dev/stdin
+ln -sf /proc/self/fd/1 /dev/stdout
+ln -sf /proc/self/fd/2 /dev/stderr
 mount -t tmpfs -o nosuid,nodev tmpfs /dev/shm
 mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs /tmp
 mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs /var/tmp

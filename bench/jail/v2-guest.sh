@@ -30,12 +30,12 @@ echo "# guest: bench/jail/run.sh $N"
 
 # rows: program bare bwrap jail jail-nocg client resident bare-c | ...
 ratios() {
-	awk '
+	awk -v side="$2" '
 		/^# jail cgroup mode:/ { mode = $NF }
 		$1 ~ /^(true|sh-true|python3|node)$/ && $9 == "|" {
-			printf "%-9s %-4s %9.2fx %9.2fx %10.2fx %11.2fx %12.2fx\n", $1, mode,
+			printf "%-5s %-9s %-4s %9.2fx %9.2fx %10.2fx %11.2fx %12.2fx\n", side, $1, mode,
 				$4 / $5, $4 / $2, $6 / $4, $7 / $2, $3 / $7
-		}' "$1" | sed "s/^/$2 /"
+		}' "$1"
 }
 echo
 echo "# ratios of medians, each side against itself (jail/nocg: one-shot with its cgroup / without)"

@@ -49,8 +49,13 @@ rel=$(cat "$kdir/release")
 
 work=$(mktemp -d /tmp/sbx-guest.XXXXXX)
 qpid=
-cleanup() {
+# qemu itself (its pid file) and the subshell that runs it (boot below)
+stop_qemu() {
+	[ -s "$work/qemu.pid" ] && kill -KILL "$(cat "$work/qemu.pid")" 2>/dev/null
 	[ -n "$qpid" ] && kill -KILL "$qpid" 2>/dev/null
+}
+cleanup() {
+	stop_qemu
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -130,9 +135,10 @@ boot() {
 	local tmo=$1
 	shift
 	: > "$work/console"
+	rm -f "$work/qemu.pid"
 	# in a subshell, so that an abort is reported in qemu.log, not here
 	("$QEMU" "$@" -m "$MEM" -smp "$CPUS" -nodefaults -display none -no-reboot \
-		-serial "file:$work/console" -monitor none \
+		-serial "file:$work/console" -monitor none -pidfile "$work/qemu.pid" \
 		-kernel "$kdir/vmlinuz" -initrd "$work/initrd" \
 		-append "console=ttyS0 quiet loglevel=3 panic=-1 cgroup_no_v1=all mitigations=off $GUEST_APPEND" \
 		-fsdev local,id=root,path=/,security_model=passthrough,readonly=on,multidevs=remap \
@@ -154,7 +160,8 @@ boot() {
 		n=$((n + 1))
 		if [ $((n / 2)) -ge "$tmo" ]; then
 			echo "cgroup-v2 guest: no power-off within ${tmo}s; killed" >&2
-			kill -KILL "$qpid" 2>/dev/null
+			stop_qemu
+			tmo=$((tmo + 60))	# once
 		fi
 	done
 	wait "$qpid" 2>/dev/null

@@ -6,7 +6,8 @@
 # the delegated cgroup parents that the jail puts each run's cgroup under,
 # owned by USER (default: postgres) so USER can create and remove per-run
 # child cgroups without privilege, and removes what SIGKILLed jails and
-# launchers left there.
+# launchers left there; and gives the supervisor's work directory
+# (/var/lib/sandbox_ext) a filesystem of its own (see the end of this file).
 #
 #   cgroup v1 (memory, pids, cpuacct hierarchies):
 #       /sys/fs/cgroup/<controller>/sandbox_ext   owned by USER
@@ -219,4 +220,28 @@ if [ -n "$v2" ]; then
 fi
 
 [ "$did_something" = 1 ] || note "no usable cgroup hierarchy; the jail will use rlimits only"
+
+# ---- the supervisor's work directory -----------------------------------------
+# Workspaces live on a filesystem of their own, never on the one the database
+# writes to (the supervisor refuses that; docs/execution.md).  Unless
+# something is mounted there already (a dedicated volume: the production
+# choice), mount a size-limited tmpfs.  SANDBOX_WORK_BASE, SANDBOX_WORK_SIZE
+# and SANDBOX_WORK_INODES change the defaults.
+WORK_BASE=${SANDBOX_WORK_BASE:-/var/lib/sandbox_ext}
+WORK_SIZE=${SANDBOX_WORK_SIZE:-2g}
+WORK_INODES=${SANDBOX_WORK_INODES:-1m}
+mkdir -p "$WORK_BASE"
+if mountpoint -q "$WORK_BASE"; then
+	note "work directory: $WORK_BASE is a mount point already; left as it is"
+elif mount -t tmpfs -o "size=$WORK_SIZE,nr_inodes=$WORK_INODES,mode=0700,nosuid,nodev" \
+		sandbox_ext_work "$WORK_BASE" 2>/dev/null; then
+	note "work directory: mounted a tmpfs of $WORK_SIZE ($WORK_INODES inodes) at $WORK_BASE"
+	note "  it is lost at reboot (the database keeps every file; sessions are rebuilt); to keep it, add to /etc/fstab:"
+	note "  sandbox_ext_work $WORK_BASE tmpfs size=$WORK_SIZE,nr_inodes=$WORK_INODES,mode=0700,nosuid,nodev 0 0"
+else
+	note "work directory: could not mount a filesystem at $WORK_BASE; mount one there"
+	note "  (the supervisor claims no work while its work directory shares the database's filesystem)"
+fi
+chown "$USER_NAME:$GROUP_NAME" "$WORK_BASE"
+chmod 0700 "$WORK_BASE"
 exit 0

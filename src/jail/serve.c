@@ -107,7 +107,7 @@ static uint32_t *owner_hint;
 static const char *const run_options[] = {
 	"--language", "--exec", "--workspace", "--ro-bind", "--wall-time", "--cpu-time",
 	"--memory", "--pids", "--output-limit", "--file-size",
-	"--workspace-size", "--tmp-size", "--cgroup-parent", "--require-cgroup",
+	"--workspace-size", "--workspace-entries", "--tmp-size", "--cgroup-parent", "--require-cgroup",
 	NULL
 };
 

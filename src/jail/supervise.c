@@ -327,7 +327,7 @@ check_workspace(Run *run)
 
 	if (run->wsfd < 0 || run->opts->workspace_size == 0)
 		return;
-	if (jail_workspace_usage(run->wsfd, 0, &total, &big) < 0 ||
+	if (jail_workspace_usage(run->wsfd, 0, run->opts->workspace_entries, &total, &big) < 0 ||
 		total > run->opts->workspace_size)
 	{
 		run->over_workspace = true;
@@ -731,10 +731,10 @@ measure_workspace(const Run *run, bool *big_before, char *err)
 	const JailOptions *opts = run->opts;
 	uint64_t	total = 0;
 
-	if (jail_workspace_usage(run->wsfd, opts->file_size, &total, big_before) < 0)
+	if (jail_workspace_usage(run->wsfd, opts->file_size, opts->workspace_entries, &total, big_before) < 0)
 	{
-		jail_seterr(err, "workspace %s could not be measured (too deep or too many entries)",
-					opts->workspace);
+		jail_seterr(err, "workspace %s could not be measured (deeper than 64 or more than %llu entries, --workspace-entries)",
+					opts->workspace, (unsigned long long) opts->workspace_entries);
 		return -1;
 	}
 	if (opts->workspace_size && total > opts->workspace_size)
@@ -1070,7 +1070,8 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		uint64_t	total = 0;
 		bool		big = false;
 
-		if (jail_workspace_usage(run.wsfd, opts->file_size, &total, &big) < 0 ||
+		if (jail_workspace_usage(run.wsfd, opts->file_size, opts->workspace_entries,
+								 &total, &big) < 0 ||
 			(big && !big_before) ||
 			(opts->workspace_size && total > opts->workspace_size))
 			res->file_too_large = true;

@@ -289,34 +289,6 @@ request_message(const JailRequest *req, StringInfo msg)
 	}
 }
 
-/* Send msg with the request's descriptors (in JailWireFd order). */
-static bool
-send_request(int sock, StringInfo msg, const int fds[JAIL_WIRE_NFDS])
-{
-	struct msghdr mh;
-	struct iovec iov;
-	union
-	{
-		char		buf[CMSG_SPACE(JAIL_WIRE_NFDS * sizeof(int))];
-		struct cmsghdr align;
-	}			ctl;
-	struct cmsghdr *cm;
-
-	memset(&mh, 0, sizeof(mh));
-	iov.iov_base = msg->data;
-	iov.iov_len = msg->len;
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = ctl.buf;
-	mh.msg_controllen = sizeof(ctl.buf);
-	cm = CMSG_FIRSTHDR(&mh);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(JAIL_WIRE_NFDS * sizeof(int));
-	memcpy(CMSG_DATA(cm), fds, JAIL_WIRE_NFDS * sizeof(int));
-	return sendmsg(sock, &mh, MSG_NOSIGNAL) == msg->len;
-}
-
 /*
  * Send one run to the launcher.  On success the run's stdout/stderr read
  * ends and the connection (as verdict_fd) are set up and true is returned;
@@ -342,7 +314,7 @@ launch_served(SandboxRun *run, const JailRequest *req, const char *code_path)
 		fds[JAIL_WIRE_FD_CODE] = codefd;
 		fds[JAIL_WIRE_FD_STDOUT] = outp[0][1];
 		fds[JAIL_WIRE_FD_STDERR] = outp[1][1];
-		sent = send_request(sock, &msg, fds);
+		sent = jail_wire_send(sock, msg.data, msg.len, fds, JAIL_WIRE_NFDS) == msg.len;
 		pfree(msg.data);
 	}
 	close_fd(&codefd);

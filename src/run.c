@@ -55,7 +55,6 @@ slot_publish(SandboxRun *run)
 	s->in_use = run->phase != RUN_FREE;
 	s->invocation_id = run->id;
 	s->jail_pid = run->jail.pid;
-	s->started_at = GetCurrentTimestamp();
 	sandbox_shared->slots_in_use = sandbox_nactive;
 	SpinLockRelease(&sandbox_shared->mutex);
 }

@@ -61,7 +61,6 @@ typedef struct SandboxSlot
 	bool		in_use;
 	pg_uuid_t	invocation_id;
 	int			jail_pid;
-	TimestampTz started_at;
 } SandboxSlot;
 
 typedef struct SandboxShared

@@ -277,48 +277,21 @@ sandbox_prepare_dirs(SandboxRun *run, const ClaimedRun *c, bool *workspace_is_ne
 	return mkdir_p(d->workspace, &run->start_error);
 }
 
-/* Write the code of a run into its directory; *path gets where. */
+/*
+ * Write the code of a run into its directory (*path gets where), and take
+ * the manifest of the workspace: what differs after the run was produced.
+ */
 bool
 sandbox_write_code(SandboxRun *run, const char *code, char *path, size_t pathlen)
 {
-	int			fd;
-	size_t		len = strlen(code);
-	size_t		off = 0;
+	MemoryContext old;
 
 	snprintf(path, pathlen, "%s/code", run->disk.dir);
-	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-	{
-		run->start_error = psprintf("could not create \"%s\": %m", path);
+	if (!sandbox_place_file(run->disk.dir, "code", code, strlen(code), 0600, &run->start_error))
 		return false;
-	}
-	while (off < len)
-	{
-		ssize_t		w = write(fd, code + off, len - off);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-		{
-			run->start_error = psprintf("could not write \"%s\": %m", path);
-			close(fd);
-			return false;
-		}
-		off += w;
-	}
-	if (close(fd) != 0)
-	{
-		run->start_error = psprintf("could not write \"%s\": %m", path);
-		return false;
-	}
-	/* What the workspace holds now; what differs afterwards was produced. */
-	{
-		MemoryContext old = MemoryContextSwitchTo(run->cxt);
-
-		run->disk.before = sandbox_manifest_scan(run->disk.workspace,
-												 sandbox_workspace_entries + 1);
-		MemoryContextSwitchTo(old);
-	}
+	old = MemoryContextSwitchTo(run->cxt);
+	run->disk.before = sandbox_manifest_scan(run->disk.workspace, sandbox_workspace_entries + 1);
+	MemoryContextSwitchTo(old);
 	return true;
 }
 

@@ -320,10 +320,7 @@ extern int	jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err);
 /* wire.c: the launcher's protocol (wire_protocol.h, shared with the
  * PostgreSQL supervisor; docs/jail.md, "Resident launcher") */
 #include "wire_protocol.h"
-extern ssize_t jail_wire_send(int sock, const void *buf, size_t len,
-							  const int *fds, int nfds);
-extern ssize_t jail_wire_recv(int sock, void *buf, size_t len, int *fds,
-							  int maxfds, int *nfds, bool *truncated);
+
 
 /* serve.c, client.c */
 extern int	jail_serve_main(int argc, char **argv);

@@ -26,6 +26,9 @@
 #ifndef SANDBOX_JAIL_WIRE_PROTOCOL_H
 #define SANDBOX_JAIL_WIRE_PROTOCOL_H
 
+#include <stdbool.h>
+#include <sys/types.h>
+
 #define JAIL_WIRE_MAGIC		"sandbox-jail/1"
 #define JAIL_WIRE_MAX		65536	/* one request or answer message */
 #define JAIL_WIRE_MAX_ARGS	256		/* strings in one request */
@@ -51,5 +54,14 @@ typedef enum JailWireAnswerField
 
 /* The rc of a refused request (the same as a one-shot jail's usage error). */
 #define JAIL_WIRE_RC_REFUSED 2
+
+/*
+ * wire.c: one message with descriptors, both ways (compiled into the jail
+ * and, as src/jail_wire.c, into the extension).
+ */
+extern ssize_t jail_wire_send(int sock, const void *buf, size_t len,
+							  const int *fds, int nfds);
+extern ssize_t jail_wire_recv(int sock, void *buf, size_t len, int *fds,
+							  int maxfds, int *nfds, bool *truncated);
 
 #endif							/* SANDBOX_JAIL_WIRE_PROTOCOL_H */

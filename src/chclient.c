@@ -68,15 +68,24 @@ static const int ch_permanent_codes[] = {
 	516,						/* AUTHENTICATION_FAILED (newer servers) */
 };
 
+/* Where a response goes, and how much of it is kept. */
+typedef struct ChResponse
+{
+	StringInfo	buf;
+	size_t		max;
+	bool		truncated;
+} ChResponse;
+
 static size_t
 ch_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-	StringInfo	buf = (StringInfo) userdata;
+	ChResponse *r = (ChResponse *) userdata;
 	size_t		n = size * nmemb;
+	size_t		room = r->max > (size_t) r->buf->len ? r->max - r->buf->len : 0;
 
-	/* Responses we read are tiny; keep at most 64 kB of anything else. */
-	if (buf->len < 65536)
-		appendBinaryStringInfo(buf, ptr, Min(n, (size_t) (65536 - buf->len)));
+	if (n > room)
+		r->truncated = true;
+	appendBinaryStringInfo(r->buf, ptr, Min(n, room));
 	return n;
 }
 
@@ -84,8 +93,11 @@ static int
 ch_progress_cb(void *clientp, curl_off_t dltotal, curl_off_t dlnow,
 			   curl_off_t ultotal, curl_off_t ulnow)
 {
-	/* Abort the transfer; the caller's CHECK_FOR_INTERRUPTS() exits. */
-	if (ProcDiePending || !PostmasterIsAlive())
+	/*
+	 * Abort the transfer; the caller's CHECK_FOR_INTERRUPTS() exits (the
+	 * worker) or cancels the query (a backend reading anchors).
+	 */
+	if (ProcDiePending || QueryCancelPending || !PostmasterIsAlive())
 		return 1;
 	return 0;
 }
@@ -157,13 +169,16 @@ ch_url_for_message(const char *url, char *out, size_t outlen)
 
 /*
  * POST body (may be empty) to base_url with the query in the URL.  On
- * CH_OK the response body is in *response; otherwise err holds a one-line
- * description for agent.export_status().
+ * CH_OK the response body is in *response (at most max_response bytes: a
+ * longer one is CH_PERMANENT); otherwise err holds a one-line description
+ * for agent.export_status().
  */
 ChResult
 ch_post(const char *base_url, const char *query, const char *body, size_t len,
-		int timeout_s, StringInfo response, char *err, size_t errlen)
+		int timeout_s, StringInfo response, size_t max_response,
+		char *err, size_t errlen)
 {
+	ChResponse	sink = {response, max_response, false};
 	CURL	   *h = ch_get_handle();
 	char	   *qesc;
 	StringInfoData url;
@@ -187,7 +202,7 @@ ch_post(const char *base_url, const char *query, const char *body, size_t len,
 	curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
 	curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) len);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ch_write_cb);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, response);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
 	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, ch_progress_cb);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curlerr);
@@ -220,8 +235,13 @@ ch_post(const char *base_url, const char *query, const char *body, size_t len,
 		return CH_TRANSIENT;
 	}
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	if (status == 200)
+	if (status == 200 && !sink.truncated)
 		return CH_OK;
+	if (status == 200)
+	{
+		snprintf(err, errlen, "ClickHouse answered with more than %zu bytes", max_response);
+		return CH_PERMANENT;
+	}
 
 	/* One line of ClickHouse's message is enough for the status view. */
 	nl = strchr(response->data, '\n');

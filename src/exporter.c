@@ -42,6 +42,12 @@
  * rejected data, lost slot): state "error", an ERROR in the server log, and
  * no retries until agent.export_reset() or a configuration reload.
  *
+ * Audit anchors.  Each round that finds sandbox.anchor_interval passed,
+ * and each delivered batch, is followed by a publication of the audit
+ * chain heads that changed (anchor.c) into sandbox.clickhouse_anchor_table;
+ * a failure there is a ClickHouse failure like any other (backoff, or the
+ * error state).
+ *
  * Wake-up.  A statement trigger on agent.tool_invocations marks the
  * transaction; at commit the exporter's latch is set (the pattern of
  * agent._wake_supervisor() in shmem.c).  sandbox.export_poll_interval is a
@@ -127,15 +133,17 @@ typedef struct ExportObjects
 	bool		has_copy_after;
 } ExportObjects;
 
-/* GUC variables */
-static char *export_url = NULL;
+/* GUC variables (the first three are read by anchor.c too) */
+char	   *sandbox_clickhouse_url = NULL;
+char	   *sandbox_anchor_table = NULL;
+int			sandbox_export_timeout_s = 30;
 static char *export_table = NULL;
 static char *export_progress_table = NULL;
 static char *export_slot = NULL;
 static int	export_batch_rows = 50000;
 static int	export_poll_interval_ms = 10000;
 static int	export_min_interval_ms = 100;
-static int	export_timeout_s = 30;
+static int	anchor_interval_ms = 60000;
 static int	export_max_backoff_s = 60;
 static int	export_fault = EXPORT_FAULT_NONE;
 
@@ -152,6 +160,8 @@ static bool step_permanent = false;	/* set just before a permanent ERROR */
 static char *seen_url = NULL;
 static char *seen_table = NULL;
 static char *seen_slot = NULL;
+static char *seen_anchor_table = NULL;
+static TimestampTz anchor_round_at = 0;	/* last anchor round; 0: none yet */
 
 /* Backend-local: wake the exporter when this transaction commits. */
 static bool export_wake_pending = false;
@@ -216,7 +226,7 @@ sandbox_export_define_gucs(void)
 	DefineCustomStringVariable("sandbox.clickhouse_url",
 							   "ClickHouse HTTP interface the exporter writes to.",
 							   "Empty turns the export off.",
-							   &export_url, "",
+							   &sandbox_clickhouse_url, "",
 							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
 							   check_url, NULL, NULL);
 	DefineCustomStringVariable("sandbox.clickhouse_table",
@@ -231,6 +241,18 @@ sandbox_export_define_gucs(void)
 							   &export_progress_table, "export_progress",
 							   PGC_SIGHUP, 0,
 							   check_identifier_path, NULL, NULL);
+	DefineCustomStringVariable("sandbox.clickhouse_anchor_table",
+							   "ClickHouse table (optionally database.table) receiving the audit chain anchors.",
+							   "Append-only there: see docs/export.md for an exporter user that may only insert into it.",
+							   &sandbox_anchor_table, "audit_anchors",
+							   PGC_SIGHUP, 0,
+							   check_identifier_path, NULL, NULL);
+	DefineCustomIntVariable("sandbox.anchor_interval",
+							"Longest time between two publications of the audit chain heads to ClickHouse.",
+							"Heads are also published after every export batch; only heads that changed are sent.",
+							&anchor_interval_ms, 60000, 1000, 24 * 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 	DefineCustomStringVariable("sandbox.export_slot",
 							   "Logical replication slot of the ClickHouse export.",
 							   NULL,
@@ -258,7 +280,7 @@ sandbox_export_define_gucs(void)
 	DefineCustomIntVariable("sandbox.export_timeout",
 							"Timeout of one HTTP request to ClickHouse.",
 							NULL,
-							&export_timeout_s, 30, 1, 3600,
+							&sandbox_export_timeout_s, 30, 1, 3600,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("sandbox.export_max_backoff",
@@ -392,8 +414,8 @@ post(const char *query, const char *body, size_t len, StringInfo response)
 	ChResult	r;
 
 	pgstat_report_activity(STATE_RUNNING, "sending to ClickHouse");
-	r = ch_post(export_url, query, body, len, export_timeout_s, response,
-				step_err, sizeof(step_err));
+	r = ch_post(sandbox_clickhouse_url, query, body, len, sandbox_export_timeout_s, response,
+				CH_RESPONSE_MAX, step_err, sizeof(step_err));
 	pgstat_report_activity(STATE_IDLE, NULL);
 	if (r == CH_OK)
 		return STEP_MORE;
@@ -455,6 +477,54 @@ send_watermark(XLogRecPtr lsn, uint64 rows)
 	appendStringInfo(&body, "%s\t" UINT64_FORMAT "\t" UINT64_FORMAT "\n",
 					 export_slot, (uint64) lsn, rows);
 	return post(q.data, body.data, body.len, &resp);
+}
+
+/*
+ * Publish the audit chain heads that changed since the last round
+ * (anchor.c reads them, committed and flushed, in a short transaction).
+ */
+static StepResult
+publish_anchors(void)
+{
+	StringInfoData tsv;
+	StringInfoData q;
+	StringInfoData resp;
+	int			n;
+	StepResult	r;
+
+	initStringInfo(&tsv);
+	xact_begin("reading the audit chain heads");
+	n = anchor_collect(&tsv, export_slot);
+	xact_end();
+	if (n > 0)
+	{
+		initStringInfo(&q);
+		initStringInfo(&resp);
+		appendStringInfo(&q, "INSERT INTO %s (%s) FORMAT TabSeparated",
+						 sandbox_anchor_table, anchor_column_list());
+		r = post(q.data, tsv.data, tsv.len, &resp);
+		if (r != STEP_MORE)
+			return r;
+		anchor_mark_sent();
+	}
+	anchor_round_at = GetCurrentTimestamp();
+	SpinLockAcquire(&sandbox_shared->mutex);
+	sandbox_shared->export.anchors_published += n;
+	sandbox_shared->export.last_anchor_at = anchor_round_at;
+	SpinLockRelease(&sandbox_shared->mutex);
+	return STEP_MORE;
+}
+
+/* Milliseconds until the next periodic anchor round is due (0: now). */
+static long
+anchor_due_in_ms(void)
+{
+	TimestampTz due;
+
+	if (anchor_round_at == 0)
+		return 0;
+	due = TimestampTzPlusMilliseconds(anchor_round_at, anchor_interval_ms);
+	return Max(0, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), due));
 }
 
 /*
@@ -840,6 +910,12 @@ export_step(ExportBatch *b)
 		if (r != STEP_MORE)
 			return r;
 	}
+	if (anchor_due_in_ms() == 0)
+	{
+		r = publish_anchors();
+		if (r != STEP_MORE)
+			return r;
+	}
 
 	read_objects(&o);
 	if (!o.table_exists)
@@ -889,9 +965,16 @@ export_step(ExportBatch *b)
 				 errdetail("The slot fell behind by more than max_slot_wal_keep_size and the WAL it needed was removed."),
 				 errhint("Call agent.export_resync() to recreate the slot and copy the table again.")));
 	}
-	if (o.copy_pending)
-		return copy_page(&o, b);
-	return stream_batch(&o, b);
+	r = o.copy_pending ? copy_page(&o, b) : stream_batch(&o, b);
+	/* Every delivered batch is followed by the heads that cover it. */
+	if ((r == STEP_MORE || r == STEP_CAUGHT_UP) && b->rows > 0)
+	{
+		StepResult	ar = publish_anchors();
+
+		if (ar != STEP_MORE)
+			return ar;
+	}
+	return r;
 }
 
 /* ---- the worker ---- */
@@ -901,8 +984,9 @@ config_changed(void)
 {
 	bool		changed = false;
 
-	if (seen_url == NULL || strcmp(seen_url, export_url) != 0 ||
-		strcmp(seen_table, export_table) != 0 || strcmp(seen_slot, export_slot) != 0)
+	if (seen_url == NULL || strcmp(seen_url, sandbox_clickhouse_url) != 0 ||
+		strcmp(seen_table, export_table) != 0 || strcmp(seen_slot, export_slot) != 0 ||
+		strcmp(seen_anchor_table, sandbox_anchor_table) != 0)
 		changed = true;
 	if (changed)
 	{
@@ -913,10 +997,12 @@ config_changed(void)
 			pfree(seen_url);
 			pfree(seen_table);
 			pfree(seen_slot);
+			pfree(seen_anchor_table);
 		}
-		seen_url = pstrdup(export_url);
+		seen_url = pstrdup(sandbox_clickhouse_url);
 		seen_table = pstrdup(export_table);
 		seen_slot = pstrdup(export_slot);
+		seen_anchor_table = pstrdup(sandbox_anchor_table);
 		MemoryContextSwitchTo(old);
 	}
 	return changed;
@@ -928,11 +1014,13 @@ export_restart(void)
 {
 	watermark_known = false;
 	backoff_ms = 0;
+	anchor_forget();
+	anchor_round_at = 0;
 	ch_close();
 	SpinLockAcquire(&sandbox_shared->mutex);
 	sandbox_shared->export.reset_requested = false;
 	sandbox_shared->export.backoff_until = 0;
-	sandbox_shared->export.state = export_url[0] ? SANDBOX_EXPORT_IDLE : SANDBOX_EXPORT_DISABLED;
+	sandbox_shared->export.state = sandbox_clickhouse_url[0] ? SANDBOX_EXPORT_IDLE : SANDBOX_EXPORT_DISABLED;
 	SpinLockRelease(&sandbox_shared->mutex);
 }
 
@@ -1023,7 +1111,7 @@ export_round(ExportBatch *b)
 		case STEP_CAUGHT_UP:
 			backoff_ms = 0;
 			set_state(SANDBOX_EXPORT_IDLE);
-			return export_poll_interval_ms;
+			return Max(1, Min((long) export_poll_interval_ms, anchor_due_in_ms()));
 		case STEP_TRANSIENT:
 			enter_backoff();
 			return backoff_ms;
@@ -1054,7 +1142,7 @@ sandbox_export_main(Datum main_arg)
 	on_shmem_exit(export_shmem_exit, (Datum) 0);
 
 	/* Off until a URL is set: hold no database connection meanwhile. */
-	while (export_url[0] == '\0')
+	while (sandbox_clickhouse_url[0] == '\0')
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH, -1L,
 						 PG_WAIT_EXTENSION);
@@ -1118,7 +1206,7 @@ sandbox_export_main(Datum main_arg)
 			wait_ms = 0;
 		}
 
-		if (export_url[0] == '\0')
+		if (sandbox_clickhouse_url[0] == '\0')
 		{
 			set_state(SANDBOX_EXPORT_DISABLED);
 			wait_ms = -1;
@@ -1325,8 +1413,8 @@ Datum
 sandbox_export_worker_state(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[11];
-	bool		nulls[11];
+	Datum		values[13];
+	bool		nulls[13];
 	SandboxExportShared s;
 	int			pid;
 	TimestampTz oldest;
@@ -1370,5 +1458,8 @@ sandbox_export_worker_state(PG_FUNCTION_ARGS)
 	values[9] = TimestampTzGetDatum(s.backoff_until);
 	nulls[9] = s.backoff_until == 0 || s.state != SANDBOX_EXPORT_BACKOFF;
 	values[10] = Int64GetDatum((int64) s.txns_skipped);
+	values[11] = Int64GetDatum((int64) s.anchors_published);
+	values[12] = TimestampTzGetDatum(s.last_anchor_at);
+	nulls[12] = s.last_anchor_at == 0;
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -4,10 +4,11 @@
  *		The ClickHouse exporter: shared state, pgoutput decoding into
  *		ClickHouse rows, and the HTTP client.
  *
- * Three files share this header: exporter.c (the background worker, its
+ * Four files share this header: exporter.c (the background worker, its
  * GUCs and SQL-callable functions), pgoutput.c (turns pgoutput protocol
  * version 1 messages, or rows read with SELECT, into TabSeparated rows for
- * ClickHouse) and chclient.c (libcurl, one reused keep-alive handle).
+ * ClickHouse), anchor.c (audit chain heads published to ClickHouse and read
+ * back) and chclient.c (libcurl, one reused keep-alive handle).
  *
  *-------------------------------------------------------------------------
  */
@@ -50,9 +51,14 @@ typedef struct SandboxExportShared
 	TimestampTz inflight_since; /* oldest commit the running poll covers */
 	TimestampTz backoff_until;
 	bool		reset_requested;
+	uint64		anchors_published;	/* anchor rows ClickHouse accepted */
+	TimestampTz last_anchor_at; /* end of the last anchor round */
 } SandboxExportShared;
 
 /* exporter.c */
+extern char *sandbox_clickhouse_url;
+extern char *sandbox_anchor_table;
+extern int	sandbox_export_timeout_s;
 extern void sandbox_export_define_gucs(void);
 extern void sandbox_export_register(void);
 extern PGDLLEXPORT void sandbox_export_main(Datum main_arg);
@@ -99,6 +105,13 @@ extern void export_batch_reset(ExportBatch *b, XLogRecPtr skip_below);
 extern void export_decode_message(ExportBatch *b, const char *data, int len);
 extern void export_append_row(ExportBatch *b, char *const *values,
 							  bool deleted, uint64 version);
+extern void export_append_tsv_escaped(StringInfo out, const char *s);
+
+/* anchor.c */
+extern const char *anchor_column_list(void);
+extern int	anchor_collect(StringInfo tsv, const char *source);
+extern void anchor_mark_sent(void);
+extern void anchor_forget(void);
 
 /* chclient.c */
 typedef enum ChResult
@@ -108,9 +121,13 @@ typedef enum ChResult
 	CH_PERMANENT				/* stop until reset */
 } ChResult;
 
+/* What ch_post keeps of a response unless told otherwise. */
+#define CH_RESPONSE_MAX 65536
+
 extern ChResult ch_post(const char *base_url, const char *query,
 						const char *body, size_t len, int timeout_s,
-						StringInfo response, char *err, size_t errlen);
+						StringInfo response, size_t max_response,
+						char *err, size_t errlen);
 extern void ch_close(void);
 
 #endif							/* SANDBOX_EXPORTER_H */

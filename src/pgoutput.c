@@ -123,8 +123,8 @@ export_batch_reset(ExportBatch *b, XLogRecPtr skip_below)
 
 /* ---- value conversion ---- */
 
-static void
-append_tsv_escaped(StringInfo out, const char *s)
+void
+export_append_tsv_escaped(StringInfo out, const char *s)
 {
 	for (; *s; s++)
 	{
@@ -212,7 +212,7 @@ export_append_row(ExportBatch *b, char *const *values, bool deleted,
 				append_timestamptz(out, v);
 				break;
 			case EK_TEXT:
-				append_tsv_escaped(out, v);
+				export_append_tsv_escaped(out, v);
 				break;
 			default:
 				/* uuid and integers: output text is ClickHouse's text */

@@ -144,6 +144,7 @@ static int	export_batch_rows = 50000;
 static int	export_poll_interval_ms = 10000;
 static int	export_min_interval_ms = 100;
 static int	anchor_interval_ms = 60000;
+static char *anchor_insert_table = NULL;
 static int	export_max_backoff_s = 60;
 static int	export_fault = EXPORT_FAULT_NONE;
 
@@ -189,6 +190,12 @@ check_identifier_path(char **newval, void **extra, GucSource source)
 		return false;
 	}
 	return true;
+}
+
+static bool
+check_optional_identifier_path(char **newval, void **extra, GucSource source)
+{
+	return **newval == '\0' || check_identifier_path(newval, extra, source);
 }
 
 static bool
@@ -242,11 +249,17 @@ sandbox_export_define_gucs(void)
 							   PGC_SIGHUP, 0,
 							   check_identifier_path, NULL, NULL);
 	DefineCustomStringVariable("sandbox.clickhouse_anchor_table",
-							   "ClickHouse table (optionally database.table) receiving the audit chain anchors.",
-							   "Append-only there: see docs/export.md for an exporter user that may only insert into it.",
+							   "ClickHouse table (optionally database.table) holding the audit chain anchors.",
+							   "agent.verify_audit_chain() reads the anchors here; the exporter inserts them here too unless sandbox.clickhouse_anchor_insert_table is set.",
 							   &sandbox_anchor_table, "audit_anchors",
 							   PGC_SIGHUP, 0,
 							   check_identifier_path, NULL, NULL);
+	DefineCustomStringVariable("sandbox.clickhouse_anchor_insert_table",
+							   "ClickHouse table the exporter inserts audit chain anchors into, when not sandbox.clickhouse_anchor_table.",
+							   "For an insert-only entry table in front of the anchors (docs/export.md); empty means sandbox.clickhouse_anchor_table.",
+							   &anchor_insert_table, "",
+							   PGC_SIGHUP, 0,
+							   check_optional_identifier_path, NULL, NULL);
 	DefineCustomIntVariable("sandbox.anchor_interval",
 							"Longest time between two publications of the audit chain heads to ClickHouse.",
 							"Heads are also published after every export batch; only heads that changed are sent.",
@@ -501,7 +514,8 @@ publish_anchors(void)
 		initStringInfo(&q);
 		initStringInfo(&resp);
 		appendStringInfo(&q, "INSERT INTO %s (%s) FORMAT TabSeparated",
-						 sandbox_anchor_table, anchor_column_list());
+						 anchor_insert_table[0] ? anchor_insert_table : sandbox_anchor_table,
+						 anchor_column_list());
 		r = post(q.data, tsv.data, tsv.len, &resp);
 		if (r != STEP_MORE)
 			return r;
@@ -986,7 +1000,7 @@ config_changed(void)
 
 	if (seen_url == NULL || strcmp(seen_url, sandbox_clickhouse_url) != 0 ||
 		strcmp(seen_table, export_table) != 0 || strcmp(seen_slot, export_slot) != 0 ||
-		strcmp(seen_anchor_table, sandbox_anchor_table) != 0)
+		strcmp(seen_anchor_table, anchor_insert_table[0] ? anchor_insert_table : sandbox_anchor_table) != 0)
 		changed = true;
 	if (changed)
 	{
@@ -1002,7 +1016,7 @@ config_changed(void)
 		seen_url = pstrdup(sandbox_clickhouse_url);
 		seen_table = pstrdup(export_table);
 		seen_slot = pstrdup(export_slot);
-		seen_anchor_table = pstrdup(sandbox_anchor_table);
+		seen_anchor_table = pstrdup(anchor_insert_table[0] ? anchor_insert_table : sandbox_anchor_table);
 		MemoryContextSwitchTo(old);
 	}
 	return changed;

@@ -365,7 +365,7 @@ sql "SELECT agent._audit('$D', NULL, 'test.event', NULL, 'tester', jsonb_build_o
 gap=$(sql "BEGIN; SELECT agent._audit('$D', NULL, 'test.event', NULL, 'tester', '{}'); ROLLBACK;" | tail -n 1)
 sql "SELECT agent._audit('$D', NULL, 'test.event', NULL, 'tester', jsonb_build_object('n', n)) FROM generate_series(3, 5) n" >/dev/null
 wait_for 30 "head_anchored $D"
-check "replica mode: inserting an event by hand is refused" 42501 \
+check "replica mode: inserting a head by hand is refused" 42501 \
 	"$(sqlstate "SET session_replication_role = replica; INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events) VALUES (gen_random_uuid(), 0, '', 0)")"
 anchored_d=$(head_of "$D")
 attack "INSERT INTO agent.audit_events (id, org_id, event_type, actor, details, created_at, prev_hash, hash)

@@ -9,7 +9,7 @@ EXTENSION = sandbox_ext
 EXTVERSION = 0.1.0
 MODULE_big = sandbox_ext
 OBJS = src/sandbox_ext.o src/shmem.o src/supervisor.o src/api.o src/files.o \
-	src/exporter.o src/pgoutput.o src/chclient.o src/guards.o src/digest.o src/audit.o \
+	src/export_worker.o src/export_stream.o src/export_state.o src/pgoutput.o src/chclient.o src/guards.o src/digest.o src/audit.o \
 	src/anchor.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql

@@ -15,17 +15,18 @@
  * every earlier event) or the count.  docs/security.md says what this
  * does not catch.
  *
- * Publishing (the exporter worker, exporter.c).  anchor_collect() runs in
- * the worker's short transaction: it reads every head through
- * agent._audit_anchor_heads(), keeps those that differ from what this
- * worker last published, renders them as TabSeparated rows, and flushes
- * WAL up to the current insert position before returning, so that every
- * commit the read saw is durable: no anchor claims a head that a crash
- * could still take back (asynchronous commits included).  The worker then
- * POSTs the rows and, on success, calls anchor_mark_sent().  What was
- * published is remembered in a hash table of this process only; a
- * restarted worker publishes every head once more (ClickHouse then holds
- * the same anchor twice, which the readers treat as one).
+ * Publishing (the exporter worker, export_stream.c).
+ * sandbox_anchor_collect() runs in the worker's short transaction: it
+ * reads every head through agent._audit_anchor_heads(), keeps those that
+ * differ from what this worker last published, renders them as
+ * TabSeparated rows, and flushes WAL up to the current insert position
+ * before returning, so that every commit the read saw is durable: no
+ * anchor claims a head that a crash could still take back (asynchronous
+ * commits included).  The worker then inserts the rows and, on success,
+ * calls sandbox_anchor_mark_sent().  What was published is remembered in a
+ * hash table of this process only; a restarted worker publishes every head
+ * once more (ClickHouse then holds the same anchor twice, which the readers
+ * treat as one).
  *
  * Reading (any backend).  agent._audit_anchors(org) pages through the
  * org's anchors in ClickHouse, grouped by anchored event, into a
@@ -74,7 +75,7 @@ static int	anchor_maxpending = 0;
 static const char anchor_columns[] = "org_id, last_id, last_hash, events, read_at_ms, source";
 
 const char *
-anchor_column_list(void)
+sandbox_anchor_columns(void)
 {
 	return anchor_columns;
 }
@@ -99,7 +100,7 @@ anchor_init_state(void)
 
 /* Forget what was published: the next collect publishes every head. */
 void
-anchor_forget(void)
+sandbox_anchor_forget(void)
 {
 	if (anchor_published != NULL)
 		hash_destroy(anchor_published);
@@ -139,9 +140,9 @@ anchor_append_row(StringInfo tsv, const AnchorHead *h, int64 read_at_ms,
 														  UUIDPGetDatum(&h->org_id)));
 
 	appendStringInfo(tsv, "%s\t" INT64_FORMAT "\t", org, h->last_id);
-	export_append_tsv_escaped(tsv, h->last_hash);
+	sandbox_export_append_tsv_escaped(tsv, h->last_hash);
 	appendStringInfo(tsv, "\t" INT64_FORMAT "\t" INT64_FORMAT "\t", h->events, read_at_ms);
-	export_append_tsv_escaped(tsv, source);
+	sandbox_export_append_tsv_escaped(tsv, source);
 	appendStringInfoChar(tsv, '\n');
 	pfree(org);
 }
@@ -149,10 +150,10 @@ anchor_append_row(StringInfo tsv, const AnchorHead *h, int64 read_at_ms,
 /*
  * In the caller's transaction (SPI connected): append to tsv one row per
  * org whose committed head differs from the one last published, and
- * return their number.  They stay pending until anchor_mark_sent().
+ * return their number.  They stay pending until sandbox_anchor_mark_sent().
  */
 int
-anchor_collect(StringInfo tsv, const char *source)
+sandbox_anchor_collect(StringInfo tsv, const char *source)
 {
 	int64		read_at_ms;
 	uint64		i;
@@ -200,7 +201,7 @@ anchor_collect(StringInfo tsv, const char *source)
 
 /* ClickHouse accepted the rows of the last collect. */
 void
-anchor_mark_sent(void)
+sandbox_anchor_mark_sent(void)
 {
 	for (int i = 0; i < anchor_npending; i++)
 	{
@@ -334,7 +335,6 @@ sandbox_audit_anchors(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *org = DatumGetCString(DirectFunctionCall1(uuid_out, PG_GETARG_DATUM(0)));
-	StringInfoData q;
 	StringInfoData resp;
 	int64		after = PG_INT64_MIN;
 	char		err[SANDBOX_EXPORT_ERRLEN];
@@ -343,26 +343,17 @@ sandbox_audit_anchors(PG_FUNCTION_ARGS)
 	if (sandbox_clickhouse_url == NULL || sandbox_clickhouse_url[0] == '\0')
 		return (Datum) 0;
 
-	initStringInfo(&q);
 	initStringInfo(&resp);
 	for (;;)
 	{
+		ChTarget	t = {sandbox_clickhouse_url, sandbox_export_timeout_s};
 		ChResult	r;
 		int			rows;
 
-		/*
-		 * The org is a uuid in its output form and the table name passed
-		 * the setting's identifier check: nothing here needs quoting.
-		 */
-		resetStringInfo(&q);
-		appendStringInfo(&q,
-						 "SELECT last_id, any(last_hash), any(events), uniqExact(last_hash, events),"
-						 " toUnixTimestamp(min(anchored_at))"
-						 " FROM %s WHERE org_id = toUUID('%s') AND last_id > " INT64_FORMAT
-						 " GROUP BY last_id ORDER BY last_id LIMIT %d FORMAT TabSeparated",
-						 sandbox_anchor_table, org, after, ANCHOR_PAGE_ROWS);
-		r = ch_post(sandbox_clickhouse_url, q.data, NULL, 0, sandbox_export_timeout_s,
-					&resp, ANCHOR_PAGE_BYTES, err, sizeof(err));
+		resetStringInfo(&resp);
+		r = sandbox_ch_read_anchors(&t, sandbox_anchor_table, org, after,
+									ANCHOR_PAGE_ROWS, &resp, ANCHOR_PAGE_BYTES,
+									err, sizeof(err));
 		if (r != CH_OK)
 			ereport(ERROR,
 					(errcode(r == CH_TRANSIENT ? ERRCODE_CONNECTION_FAILURE :

@@ -5,6 +5,7 @@
 #                              database with pgtap, pg_cron and sandbox_ext
 #   scripts/cluster.sh stop    stop it and remove its directory
 #   scripts/cluster.sh env     print the environment to reach it (eval-able)
+#   scripts/cluster.sh work-dir print the supervisor's work directory
 #
 # The server runs as the postgres user (PostgreSQL refuses root), listens
 # only on a Unix socket inside its own directory, and never touches
@@ -78,13 +79,24 @@ CONF
 	echo "cluster: running on socket $CLUSTER_DIR port $PORT, database $DB"
 }
 
+# The supervisor's default work directory for this cluster (the server's
+# sandbox.work_dir is left at its default: /var/lib/sandbox_ext/<system id>).
+work_dir() {
+	local id
+	id=$(as_pg "$PGBIN/pg_controldata" "$CLUSTER_DIR/data" 2>/dev/null |
+		sed -n 's/^Database system identifier: *\([0-9][0-9]*\)$/\1/p')
+	[ -n "$id" ] && echo "${SANDBOX_WORK_BASE:-/var/lib/sandbox_ext}/$id"
+}
+
 stop() {
+	local wd
 	if [ -f "$CLUSTER_DIR/data/postmaster.pid" ]; then
 		as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -m fast -w -t 60 stop >/dev/null || \
 			as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -m immediate -w stop >/dev/null || true
 	fi
 	if [ "${KEEP_CLUSTER:-}" != 1 ]; then
-		if [ "$(id -u)" -eq 0 ]; then rm -rf "$CLUSTER_DIR"; else sudo rm -rf "$CLUSTER_DIR"; fi
+		wd=$(work_dir || true)
+		if [ "$(id -u)" -eq 0 ]; then rm -rf "$CLUSTER_DIR" ${wd:+"$wd"}; else sudo rm -rf "$CLUSTER_DIR" ${wd:+"$wd"}; fi
 	fi
 }
 
@@ -94,8 +106,9 @@ stop) stop ;;
 env)
 	echo "export PGHOST=$CLUSTER_DIR PGPORT=$PORT PGDATABASE=$DB PGUSER=postgres"
 	;;
+work-dir) work_dir ;;
 *)
-	echo "usage: $0 start|stop|env" >&2
+	echo "usage: $0 start|stop|env|work-dir" >&2
 	exit 2
 	;;
 esac

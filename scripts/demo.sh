@@ -37,8 +37,10 @@ off=$(tput sgr0 2>/dev/null || true)
 step() { printf '\n%s== %s%s\n' "$bold" "$*" "$off"; }
 
 listen_bin=$(mktemp /tmp/sandbox_listen.XXXXXX)
+follow_out=$(mktemp /tmp/sandbox_follow_out.XXXXXX)
+follow_err=$(mktemp /tmp/sandbox_follow_err.XXXXXX)
 cleanup() {
-	rm -f "$listen_bin"
+	rm -f "$listen_bin" "$follow_out" "$follow_err"
 	if [ "${KEEP_CLUSTER:-0}" != 1 ]; then
 		"$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true
 	fi
@@ -57,22 +59,21 @@ done
 echo "supervisor: $(val "SELECT CASE WHEN running THEN 'running, pid ' || pid ELSE 'not running' END FROM agent.worker_status()")"
 
 step "An org on the Pro plan with 10 credits, a workspace, a model, an agent, a thread"
-read -r ORG WS AGENT CONV < <(psql_q -At -F ' ' <<'SQL'
+# The org, its workspace and the model are the platform operator's (the
+# owner's); the agent and the thread are made by the backend through the
+# API, in the tenant (agent.create_agent / agent.create_conversation).
+read -r ORG WS MODEL < <(psql_q -At -F ' ' <<'SQL'
 WITH o AS (INSERT INTO agent.orgs (name, plan) VALUES ('Acme Analytics', 'pro') RETURNING id),
 	 w AS (INSERT INTO agent.workspaces (org_id, name) SELECT id, 'Sales' FROM o RETURNING id, org_id),
 	 m AS (INSERT INTO agent.models (name, provider, supports_code_execution)
-		   VALUES ('demo-model-1', 'demo', true) RETURNING id),
-	 a AS (INSERT INTO agent.agents (org_id, workspace_id, name, kind, model_id,
-									 code_execution_enabled, file_upload_enabled)
-		   SELECT w.org_id, w.id, 'Data analyst', 'specialist', m.id, true, true FROM w, m
-		   RETURNING id, org_id, workspace_id),
-	 c AS (INSERT INTO agent.conversations (org_id, workspace_id, agent_id, title, created_by,
-											code_execution_enabled)
-		   SELECT org_id, workspace_id, id, 'Q3 sales by region', 'alice@acme.test', true FROM a
-		   RETURNING id, org_id, workspace_id, agent_id)
-SELECT org_id, workspace_id, agent_id, id FROM c;
+		   VALUES ('demo-model-1', 'demo', true) RETURNING id)
+SELECT w.org_id, w.id, m.id FROM w, m;
 SQL
 )
+AGENT=$(tq -At -c "SELECT agent.create_agent('Data analyst', 'specialist', '$MODEL', 'alice@acme.test',
+								 code_execution_enabled => true, file_upload_enabled => true)")
+CONV=$(tq -At -c "SELECT agent.create_conversation('$AGENT', 'alice@acme.test', 'Q3 sales by region',
+										code_execution_enabled => true)")
 val "SELECT agent.grant_credits('$ORG', 10, 'demo top-up')" >/dev/null
 echo "org $ORG"
 echo "workspace $WS, agent $AGENT, thread $CONV"
@@ -111,34 +112,27 @@ step "The approval card"
 tq -x -c "SELECT * FROM agent.approval_card('$APPROVAL')"
 
 step "Approved by bob@acme.test; output as the code produces it"
-channel=$(val "SELECT agent.output_channel('$INV')")
-as_pg "$listen_bin" "host=$SANDBOX_CLUSTER_DIR port=$SANDBOX_PGPORT user=postgres dbname=$SANDBOX_DB" \
-	"$channel" 120 > >(
-	last=0
-	while read -r ts payload; do
-		if [[ "$payload" == *'"done"'* ]]; then
-			break
-		fi
-		seq=$(sed -E 's/.*"seq" *: *([0-9]+).*/\1/' <<<"$payload")
-		[ "$seq" -le "$last" ] && continue	# already printed with an earlier batch
-		# Print every chunk not printed yet (read under the tenant, like a
-		# client would), and remember the last one printed.
-		while IFS=$'\t' read -r s line; do
-			printf '  │ %s\n' "$line"
-			last=$s
-		done < <(tq -At -F $'\t' -c "SELECT o.seq, CASE o.stream WHEN 'stderr' THEN '[stderr] ' ELSE '' END || l.line
-			  FROM agent.read_output('$INV', $last) o,
-				   regexp_split_to_table(rtrim(o.data, E'\n'), E'\n') WITH ORDINALITY AS l (line, n)
-			 ORDER BY o.seq, l.n")
-	done
-) 2>/dev/null &
-listener=$!
-sleep 0.5
+# scripts/follow.sh is the client: it LISTENs on the channel only the
+# tenant can learn, takes each notification as a hint, and reads the state
+# and the output under the tenant until the state is final.
+"$top/scripts/follow.sh" "$listen_bin" "$ORG" "$WS" "$INV" 120 2>"$follow_err" >"$follow_out" &
+follower=$!
+for _ in $(seq 1 100); do
+	grep -q '^ready$' "$follow_err" 2>/dev/null && break
+	sleep 0.1
+done
 t0=$(date +%s.%N)
 tq -At -c "SELECT agent.approve('$APPROVAL', 'bob@acme.test')" >/dev/null
-state=$(tq -At -c "SELECT agent.wait('$INV', '60 s')")
-wait "$listener" 2>/dev/null || true
-printf '%sfinished: %s in %s s after approval%s\n' "$dim" "$state" \
+state=
+while IFS=$'\t' read -r kind line; do
+	case $kind in
+		stdout) printf '  │ %s\n' "$line" ;;
+		stderr) printf '  │ [stderr] %s\n' "$line" ;;
+		state) state=$line ;;
+	esac
+done < <(tail -n +1 -f --pid="$follower" "$follow_out")
+wait "$follower" || true
+printf '%sfinished: %s in %s s after approval%s\n' "$dim" "${state:-unknown}" \
 	"$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')" "$off"
 
 step "The invocation"

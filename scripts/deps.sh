@@ -32,6 +32,11 @@ PACKAGES=(
 	util-linux
 	clickhouse-server
 	clickhouse-client
+	# the cgroup-v2 suite's guest (test/cgroup-v2): the emulator, the
+	# initramfs's busybox, and strace for its CLONE_INTO_CGROUP check
+	qemu-system-x86
+	busybox-static
+	strace
 )
 
 missing=()
@@ -58,8 +63,13 @@ if command -v pg_lsclusters >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q
 	$SUDO pg_ctlcluster 15 main stop || true
 fi
 
-# Delegated cgroups so the jail started by postgres gets real limits.
 here=$(cd "$(dirname "$0")" && pwd)
+
+# The cgroup-v2 guest's kernel: Debian's, unpacked into a cache (not
+# installed on this host).
+$SUDO "$here/guest-kernel.sh"
+
+# Delegated cgroups so the jail started by postgres gets real limits.
 if [ -x "$here/jail-host-setup.sh" ]; then
 	$SUDO "$here/jail-host-setup.sh" postgres
 fi

@@ -137,13 +137,14 @@ Datum
 sandbox_worker_status(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[7];
-	bool		nulls[7] = {false};
+	Datum		values[9];
+	bool		nulls[9] = {false};
+	char		work_dir[sizeof(sandbox_shared->work_dir)] = "";
+	char		problem[sizeof(sandbox_shared->problem)] = "";
 	int			pid = 0;
 	TimestampTz started = 0;
 	int			in_use = 0;
 	Datum	   *ids;
-	Datum	   *pids;
 	int			n = 0;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
@@ -151,11 +152,9 @@ sandbox_worker_status(PG_FUNCTION_ARGS)
 	tupdesc = BlessTupleDesc(tupdesc);
 
 	ids = palloc(sizeof(Datum) * SANDBOX_MAX_SLOTS);
-	pids = palloc(sizeof(Datum) * SANDBOX_MAX_SLOTS);
 	if (sandbox_shared)
 	{
 		pg_uuid_t	copy[SANDBOX_MAX_SLOTS];
-		int			jpids[SANDBOX_MAX_SLOTS];
 
 		SpinLockAcquire(&sandbox_shared->mutex);
 		pid = sandbox_shared->supervisor_pid;
@@ -166,8 +165,12 @@ sandbox_worker_status(PG_FUNCTION_ARGS)
 			if (!sandbox_shared->slots[i].in_use)
 				continue;
 			copy[n] = sandbox_shared->slots[i].invocation_id;
-			jpids[n] = sandbox_shared->slots[i].jail_pid;
 			n++;
+		}
+		if (pid != 0)
+		{
+			strlcpy(work_dir, sandbox_shared->work_dir, sizeof(work_dir));
+			strlcpy(problem, sandbox_shared->problem, sizeof(problem));
 		}
 		SpinLockRelease(&sandbox_shared->mutex);
 		for (int i = 0; i < n; i++)
@@ -176,7 +179,6 @@ sandbox_worker_status(PG_FUNCTION_ARGS)
 
 			*u = copy[i];
 			ids[i] = UUIDPGetDatum(u);
-			pids[i] = Int32GetDatum(jpids[i]);
 		}
 	}
 
@@ -192,5 +194,9 @@ sandbox_worker_status(PG_FUNCTION_ARGS)
 	values[4] = Int32GetDatum(in_use);
 	values[5] = Int32GetDatum(sandbox_max_concurrent_runs);
 	values[6] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	values[7] = CStringGetTextDatum(work_dir);
+	nulls[7] = work_dir[0] == '\0';
+	values[8] = CStringGetTextDatum(problem);
+	nulls[8] = problem[0] == '\0';
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -157,6 +157,7 @@ manifest_add(Manifest *m, const char *path, const struct stat *st)
 	e->nlink = st->st_nlink;
 	e->mtime_ns = (int64) st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
 	e->ctime_ns = (int64) st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+	m->disk_bytes += (int64) st->st_blocks * 512;
 }
 
 static void
@@ -290,7 +291,8 @@ kind_of(mode_t mode)
  * silently.
  */
 List *
-collect_produced(const char *root, const Manifest *before, const ProducedCaps *caps)
+collect_produced(const char *root, const Manifest *before, const ProducedCaps *caps,
+				 Manifest **after_out)
 {
 	List	   *out = NIL;
 	Manifest   *after;
@@ -299,6 +301,8 @@ collect_produced(const char *root, const Manifest *before, const ProducedCaps *c
 	int64		total = 0;
 
 	after = manifest_scan(root, caps->max_scan_entries);
+	if (after_out)
+		*after_out = after;
 	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (rootfd < 0)
 	{

@@ -59,14 +59,15 @@ static const char *const approval_statuses[] = {
 typedef struct Transition
 {
 	const char *from;
-	const char *const to[6];
+	const char *const to[8];
 } Transition;
 
 static const Transition transitions[] = {
 	{"pending_approval", {"approved", "denied", "expired", "cancelled", NULL}},
 	{"approved", {"provisioning", "cancelled", "insufficient_credits", "provision_failed", NULL}},
 	{"provisioning", {"running", "provision_failed", "failed", "killed", "cancelled", NULL}},
-	{"running", {"succeeded", "failed", "timed_out", "killed", "cancelled", NULL}},
+	/* provision_failed: a failure of ours after the start (docs/execution.md) */
+	{"running", {"succeeded", "failed", "timed_out", "killed", "cancelled", "provision_failed", NULL}},
 	{NULL, {NULL}}
 };
 

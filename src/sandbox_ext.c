@@ -43,7 +43,10 @@ int			sandbox_max_memory_mb = 2048;
 int			sandbox_default_pids = 64;
 int			sandbox_output_limit_kb = 1024;
 int			sandbox_preview_bytes = 4096;
+int			sandbox_workspace_size_mb = 256;
+int			sandbox_workspace_entries = 10000;
 bool		sandbox_jail_launcher = true;
+bool		sandbox_work_dir_on_data_fs = false;
 static char *sandbox_org_id = NULL;
 static char *sandbox_workspace_id = NULL;
 
@@ -127,10 +130,32 @@ sandbox_define_gucs(void)
 							   NULL, NULL, NULL);
 	DefineCustomStringVariable("sandbox.work_dir",
 							   "Directory under which per-run workspaces are created.",
-							   "Relative paths are relative to the data directory.",
-							   &sandbox_work_dir, "sandbox_work",
+							   "Empty: " SANDBOX_DEFAULT_WORK_BASE "/<system identifier>. "
+							   "Relative paths are relative to the data directory. It must not be "
+							   "on the data directory's filesystem (see sandbox.work_dir_on_data_fs).",
+							   &sandbox_work_dir, "",
 							   PGC_SIGHUP, 0,
 							   NULL, NULL, NULL);
+	DefineCustomBoolVariable("sandbox.work_dir_on_data_fs",
+							 "Allow sandbox.work_dir on the filesystem of the data directory or the WAL.",
+							 "Off: the supervisor claims nothing while it is, so that no run can fill "
+							 "the disk the database lives on.",
+							 &sandbox_work_dir_on_data_fs, false,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.workspace_size",
+							"Most bytes a run's workspace may hold.",
+							"A run past it is killed (file_too_large); a session workspace left past "
+							"it is rebuilt before its next run.",
+							&sandbox_workspace_size_mb, 256, 1, 1024 * 1024,
+							PGC_SIGHUP, GUC_UNIT_MB,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.workspace_entries",
+							"Most files, directories and links a run's workspace may hold.",
+							"Like sandbox.workspace_size, for entries (inodes).",
+							&sandbox_workspace_entries, 10000, 1, 1000000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
 	DefineCustomBoolVariable("sandbox.jail_launcher",
 							 "Run sandboxes through a resident sandbox-jail launcher.",
 							 "The launcher (sandbox-jail --serve, started by the supervisor) "

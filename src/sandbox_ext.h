@@ -12,6 +12,16 @@
 #define SANDBOX_DEFAULT_JAIL_PATH "/usr/lib/postgresql/15/bin/sandbox-jail"
 #endif
 
+/*
+ * Where work directories live when sandbox.work_dir is empty (the default):
+ * <base>/<the cluster's system identifier>.  scripts/jail-host-setup.sh
+ * mounts a size-limited filesystem there; a work directory on the data
+ * directory's filesystem is refused (docs/execution.md).
+ */
+#ifndef SANDBOX_DEFAULT_WORK_BASE
+#define SANDBOX_DEFAULT_WORK_BASE "/var/lib/sandbox_ext"
+#endif
+
 /* Hard ceiling for sandbox.max_concurrent_runs (sizes shared memory). */
 #define SANDBOX_MAX_SLOTS 64
 
@@ -26,7 +36,10 @@ extern int	sandbox_max_memory_mb;
 extern int	sandbox_default_pids;
 extern int	sandbox_output_limit_kb;
 extern int	sandbox_preview_bytes;
+extern int	sandbox_workspace_size_mb;
+extern int	sandbox_workspace_entries;
 extern bool sandbox_jail_launcher;
+extern bool sandbox_work_dir_on_data_fs;
 extern bool sandbox_preloaded;
 
 /*
@@ -46,7 +59,6 @@ typedef struct SandboxSlot
 	pg_uuid_t	invocation_id;
 	int			jail_pid;
 	TimestampTz started_at;
-	int64		output_bytes;
 } SandboxSlot;
 
 typedef struct SandboxShared
@@ -57,8 +69,9 @@ typedef struct SandboxShared
 	bool		supervisor_wants_work;	/* a free run slot: wake it on approvals */
 	TimestampTz supervisor_started_at;
 	int			slots_in_use;
+	char		work_dir[1024];		/* the supervisor's work directory */
+	char		problem[256];	/* why it claims nothing, or "" */
 	SandboxSlot slots[SANDBOX_MAX_SLOTS];
-	uint64		finished_count;		/* bumped after each finish commits */
 	uint64		cancel_generation;	/* bumped when a cancel request commits */
 	ConditionVariable finished_cv;
 } SandboxShared;

@@ -30,6 +30,7 @@ typedef struct Manifest
 	int			cap;
 	int			max_entries;
 	bool		incomplete;		/* too many entries / too deep */
+	int64		disk_bytes;		/* allocated blocks of every entry, in bytes */
 } Manifest;
 
 typedef struct ProducedCaps
@@ -51,7 +52,7 @@ typedef struct ProducedFile
 
 extern Manifest *manifest_scan(const char *root, int max_entries);
 extern List *collect_produced(const char *root, const Manifest *before,
-							  const ProducedCaps *caps);
+							  const ProducedCaps *caps, Manifest **after_out);
 extern bool place_file(const char *root, const char *relpath, const char *data,
 					   size_t len, mode_t mode, char **err);
 extern int	remove_tree_at(int parentfd, const char *name, int depth);

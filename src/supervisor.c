@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -65,7 +66,9 @@
 #include "storage/proc.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
@@ -86,10 +89,21 @@ PGDLLEXPORT void sandbox_supervisor_main(Datum main_arg);
 #define OUTPUT_COALESCE_BYTES	16384
 /* Delay before retrying a finish whose transaction failed. */
 #define FINISH_RETRY_MS		5000
+/* How often results staged behind a held lock are tried again. */
+#define PENDING_RETRY_MS	1000
+/* Delay before storing the output of a run again after a failed try. */
+#define OUTPUT_RETRY_MS		1000
+/*
+ * Backstop for every lock the supervisor's transactions take: the SQL steps
+ * skip or refuse (NOWAIT) the locks a backend can hold, so a wait this long
+ * means a lock nobody foresaw, and the step is retried rather than stall
+ * every tenant behind it.
+ */
+#define SUPERVISOR_LOCK_TIMEOUT "500ms"
+/* How often the work directory is checked while it is unusable. */
+#define WORK_DIR_CHECK_MS	10000
 /* Most skills mounted into one sandbox. */
 #define SANDBOX_MAX_SKILLS	16
-/* Most workspace entries examined for produced files. */
-#define MAX_SCAN_ENTRIES	10000
 /* Slow poll: a backstop for a lost wake-up, not the way work is found. */
 #define IDLE_POLL_MS		10000
 
@@ -120,6 +134,7 @@ typedef struct Run
 	bool		killed_by_us;
 	bool		cancel_sent;
 	bool		spawned;
+	bool		marked;		/* _mark_running tried, caps read */
 	bool		served;			/* through the resident launcher's socket */
 	int			served_rc;		/* its answer's rc, -1 before the answer */
 	char	   *served_msg;
@@ -130,6 +145,7 @@ typedef struct Run
 	char		partial[NSTREAMS][4];	/* incomplete UTF-8 tail of a read */
 	int			partial_len[NSTREAMS];
 	TimestampTz pending_at[NSTREAMS];	/* when pending[] became non-empty */
+	TimestampTz output_retry_at;	/* storing failed: not before this */
 	int64		bytes[NSTREAMS];	/* read from the jail */
 	int64		kept[NSTREAMS];		/* accepted for storage */
 	bool		truncated;		/* we dropped output over the limit */
@@ -144,6 +160,11 @@ typedef struct Run
 	List	   *produced;		/* ProducedFile *, collected after the run */
 	bool		collected;
 	ProducedCaps caps;
+	/* the session workspace after the run (collected with the files) */
+	bool		measured;
+	int64		ws_bytes;
+	int			ws_entries;
+	char	   *ws_reset;		/* why it must be rebuilt, or NULL */
 } Run;
 
 static Run *runs;				/* sandbox.max_concurrent_runs entries */
@@ -152,6 +173,14 @@ static int	nactive;
 
 /* Prepared plans, kept across transactions. */
 static SPIPlanPtr plan_output = NULL;
+
+/* Results staged behind a lock held elsewhere (agent._finish_pending). */
+static bool results_pending = false;
+static TimestampTz pending_retry_at = 0;
+
+/* Why nothing is claimed (the work directory is unusable), or NULL. */
+static char *work_problem = NULL;
+static TimestampTz work_checked_at = 0;
 
 /* ----------------------------------------------------------------
  * Transactions
@@ -208,36 +237,110 @@ slot_publish(Run *run)
 	s->invocation_id = run->id;
 	s->jail_pid = run->spawned ? run->pid : 0;
 	s->started_at = GetCurrentTimestamp();
-	s->output_bytes = run->bytes[0] + run->bytes[1];
 	sandbox_shared->slots_in_use = nactive;
 	SpinLockRelease(&sandbox_shared->mutex);
 }
 
-static void
-slot_update_bytes(Run *run)
-{
-	SandboxSlot *s = &sandbox_shared->slots[run->slot];
-
-	SpinLockAcquire(&sandbox_shared->mutex);
-	s->output_bytes = run->bytes[0] + run->bytes[1];
-	SpinLockRelease(&sandbox_shared->mutex);
-}
-
 /*
- * The work root as an absolute path (sandbox.work_dir is relative to the
- * data directory unless absolute): the jail resolves the paths we give it
- * after changing directory.
+ * The work root as an absolute path: the jail resolves the paths we give
+ * it after changing directory.  Empty sandbox.work_dir (the default) is
+ * SANDBOX_DEFAULT_WORK_BASE/<system identifier>, so that several clusters
+ * of one host share the mount without sharing directories; a relative one
+ * is relative to the data directory.
  */
 static const char *
 work_root(void)
 {
 	static char path[MAXPGPATH];
 
-	if (is_absolute_path(sandbox_work_dir))
+	if (sandbox_work_dir[0] == '\0')
+		snprintf(path, sizeof(path), "%s/" UINT64_FORMAT, SANDBOX_DEFAULT_WORK_BASE,
+				 GetSystemIdentifier());
+	else if (is_absolute_path(sandbox_work_dir))
 		strlcpy(path, sandbox_work_dir, sizeof(path));
 	else
 		snprintf(path, sizeof(path), "%s/%s", DataDir, sandbox_work_dir);
 	return path;
+}
+
+/* Is path on the filesystem of the directory `other` (followed)? */
+static bool
+same_filesystem(const struct stat *st, const char *other)
+{
+	struct stat ost;
+
+	return stat(other, &ost) == 0 && ost.st_dev == st->st_dev;
+}
+
+/*
+ * Why the work root cannot be used, or NULL when it can (creating it if
+ * needed).  A work root on the filesystem of the data directory or the WAL
+ * is refused unless sandbox.work_dir_on_data_fs says otherwise: a run that
+ * fills its workspace must never fill the disk the database writes to.
+ */
+static char *
+work_dir_problem(void)
+{
+	const char *root = work_root();
+	char		wal[MAXPGPATH];
+	struct stat st;
+
+	if (sandbox_work_dir[0] == '\0' && stat(SANDBOX_DEFAULT_WORK_BASE, &st) != 0)
+		return psprintf("the default work directory \"%s\" does not exist; run "
+						"scripts/jail-host-setup.sh as root, or set sandbox.work_dir",
+						SANDBOX_DEFAULT_WORK_BASE);
+	if (mkdir(root, S_IRWXU) != 0 && errno != EEXIST)
+		return psprintf("could not create sandbox.work_dir \"%s\": %m", root);
+	if (lstat(root, &st) != 0)
+		return psprintf("could not stat sandbox.work_dir \"%s\": %m", root);
+	if (!S_ISDIR(st.st_mode))
+		return psprintf("sandbox.work_dir \"%s\" is not a directory", root);
+	if (access(root, W_OK | X_OK) != 0)
+		return psprintf("sandbox.work_dir \"%s\" is not writable: %m", root);
+	if (!sandbox_work_dir_on_data_fs)
+	{
+		snprintf(wal, sizeof(wal), "%s/pg_wal", DataDir);
+		if (same_filesystem(&st, DataDir) || same_filesystem(&st, wal))
+			return psprintf("sandbox.work_dir \"%s\" is on the filesystem of the data directory "
+							"or the WAL; put it on a filesystem of its own (scripts/jail-host-setup.sh "
+							"mounts one), or set sandbox.work_dir_on_data_fs = on", root);
+	}
+	return NULL;
+}
+
+/*
+ * Check the work root (now, or when the last check is old), publish the
+ * answer for agent.worker_status() and log a change.  True when usable.
+ */
+static bool
+work_dir_usable(bool force)
+{
+	char	   *problem;
+	bool		changed;
+
+	if (!force && work_problem == NULL)
+		return true;
+	if (!force && !TimestampDifferenceExceeds(work_checked_at, GetCurrentTimestamp(),
+											  WORK_DIR_CHECK_MS))
+		return false;
+	work_checked_at = GetCurrentTimestamp();
+	problem = work_dir_problem();
+	changed = (problem == NULL) != (work_problem == NULL) ||
+		(problem && strcmp(problem, work_problem) != 0);
+	if (work_problem)
+		pfree(work_problem);
+	work_problem = problem ? MemoryContextStrdup(TopMemoryContext, problem) : NULL;
+	if (changed && problem)
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIG_FILE_ERROR),
+				 errmsg("the sandbox supervisor claims no work: %s", problem)));
+	else if (changed)
+		ereport(LOG, (errmsg("the sandbox work directory \"%s\" is usable", work_root())));
+	SpinLockAcquire(&sandbox_shared->mutex);
+	strlcpy(sandbox_shared->work_dir, work_root(), sizeof(sandbox_shared->work_dir));
+	strlcpy(sandbox_shared->problem, problem ? problem : "", sizeof(sandbox_shared->problem));
+	SpinLockRelease(&sandbox_shared->mutex);
+	return problem == NULL;
 }
 
 /* ----------------------------------------------------------------
@@ -275,11 +378,10 @@ clean_work_root(void)
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		/* Sessions (kept across runs) live under "sessions". */
-		if (strcmp(de->d_name, "sessions") == 0 || strcmp(de->d_name, "skills") == 0 ||
-			strcmp(de->d_name, "launcher") == 0)
+		if (strcmp(de->d_name, "sessions") == 0 || strcmp(de->d_name, "skills") == 0)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", work_root(), de->d_name);
-		elog(LOG, "sandbox_ext supervisor: removing leftover work directory \"%s\"", path);
+		elog(LOG, "removing leftover work directory \"%s\"", path);
 		remove_work_dir(path);
 	}
 	closedir(d);
@@ -381,11 +483,65 @@ stream_ready(Run *run, int st, TimestampTz now)
 
 
 /*
- * Store the pending output of every run in one transaction: one row per
- * stream per run (seq assigned in SQL), and a NOTIFY per invocation naming
- * the new rows.  The notification carries no output: a listener reads it
- * through agent.read_output(), under row-level security, so knowing an
- * invocation id is not enough to see another tenant's output.
+ * Store the ready output of one run, in a subtransaction of the caller's:
+ * one row per stream (seq assigned in SQL) and a NOTIFY.  A run whose
+ * output cannot be stored now (its row locked elsewhere, say) keeps it and
+ * is tried again after OUTPUT_RETRY_MS; the other runs' output commits.
+ */
+static bool
+store_run_output(Run *run, const bool ready[NSTREAMS])
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	volatile bool ok = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		for (int st = 0; st < NSTREAMS; st++)
+		{
+			Datum		values[3];
+			int			rc;
+
+			if (!ready[st])
+				continue;
+			values[0] = UUIDPGetDatum(&run->id);
+			values[1] = CStringGetTextDatum(stream_names[st]);
+			values[2] = PointerGetDatum(cstring_to_text_with_len(run->pending[st].data,
+																 run->pending[st].len));
+			rc = SPI_execute_plan(plan_output, values, NULL, false, 0);
+			if (rc != SPI_OK_SELECT)
+				elog(ERROR, "agent._append_output failed: %s", SPI_result_code_string(rc));
+		}
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		ereport(LOG,
+				(errmsg("could not store the output of invocation %s yet: %s",
+						run->idstr, edata->message)));
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/*
+ * Store the pending output of every run in one transaction.  The
+ * notification carries no output: a listener reads it through
+ * agent.read_output(), under row-level security.
  */
 static void
 flush_output(void)
@@ -394,11 +550,13 @@ flush_output(void)
 	bool		any = false;
 	TimestampTz now = GetCurrentTimestamp();
 	bool		ready[SANDBOX_MAX_SLOTS][NSTREAMS];
+	bool		stored[SANDBOX_MAX_SLOTS];
 
 	for (int i = 0; i < nruns_alloc; i++)
 		for (int st = 0; st < NSTREAMS; st++)
 		{
-			ready[i][st] = runs[i].active && stream_ready(&runs[i], st, now);
+			ready[i][st] = runs[i].active && now >= runs[i].output_retry_at &&
+				stream_ready(&runs[i], st, now);
 			any |= ready[i][st];
 		}
 	if (!any)
@@ -418,42 +576,39 @@ flush_output(void)
 		}
 		for (int i = 0; i < nruns_alloc; i++)
 		{
-			Run		   *run = &runs[i];
-
-			if (!run->active)
-				continue;
-			for (int st = 0; st < NSTREAMS; st++)
-			{
-				Datum		values[3];
-				int			rc;
-
-				if (!ready[i][st])
-					continue;
-				values[0] = UUIDPGetDatum(&run->id);
-				values[1] = CStringGetTextDatum(stream_names[st]);
-				values[2] = PointerGetDatum(cstring_to_text_with_len(run->pending[st].data,
-																	 run->pending[st].len));
-				rc = SPI_execute_plan(plan_output, values, NULL, false, 0);
-				if (rc != SPI_OK_SELECT)
-					elog(ERROR, "storing output failed: %s", SPI_result_code_string(rc));
-			}
+			stored[i] = false;
+			if (runs[i].active && (ready[i][0] || ready[i][1]))
+				stored[i] = store_run_output(&runs[i], ready[i]);
 		}
 		xact_commit();
 		for (int i = 0; i < nruns_alloc; i++)
+		{
+			if (!runs[i].active || !(ready[i][0] || ready[i][1]))
+				continue;
+			if (!stored[i])
+			{
+				runs[i].output_retry_at = TimestampTzPlusMilliseconds(now, OUTPUT_RETRY_MS);
+				continue;
+			}
 			for (int st = 0; st < NSTREAMS; st++)
 				if (ready[i][st])
 					resetStringInfo(&runs[i].pending[st]);
+		}
 	}
 	PG_CATCH();
 	{
 		xact_abort_after_error(oldcxt);
-		/* Drop what could not be stored rather than retrying forever. */
+		/* The commit failed: drop what could not be stored. */
 		for (int i = 0; i < nruns_alloc; i++)
 		{
 			if (!runs[i].active)
 				continue;
-			resetStringInfo(&runs[i].pending[0]);
-			resetStringInfo(&runs[i].pending[1]);
+			for (int st = 0; st < NSTREAMS; st++)
+				if (ready[i][st])
+				{
+					resetStringInfo(&runs[i].pending[st]);
+					runs[i].truncated = true;
+				}
 		}
 	}
 	PG_END_TRY();
@@ -542,7 +697,7 @@ launcher_alive(void)
 		return false;
 	if (waitpid(launcher_pid, NULL, WNOHANG) == launcher_pid)
 	{
-		elog(LOG, "sandbox_ext supervisor: the resident jail launcher (pid %d) exited; it will be restarted",
+		elog(LOG, "the resident jail launcher (pid %d) exited; it will be restarted",
 			 (int) launcher_pid);
 		launcher_pid = 0;
 		return false;
@@ -596,8 +751,12 @@ launcher_ensure(void)
 		return true;
 	strlcpy(launcher_path, sandbox_jail_path, sizeof(launcher_path));
 
-	snprintf(dir, sizeof(dir), "%s/launcher", work_root());
-	(void) mkdir(work_root(), S_IRWXU);
+	/*
+	 * The socket lives in the data directory (it takes no space), not in
+	 * the work directory: moving sandbox.work_dir must not stop the runs the
+	 * launcher has in flight.
+	 */
+	snprintf(dir, sizeof(dir), "%s/sandbox_launcher", DataDir);
 	(void) mkdir(dir, S_IRWXU);
 	snprintf(launcher_sock, sizeof(launcher_sock), "%s/jail.sock", dir);
 	(void) unlink(launcher_sock);	/* a stale socket of a dead launcher */
@@ -626,7 +785,7 @@ launcher_ensure(void)
 	if (rc != 0)
 	{
 		errno = rc;
-		elog(WARNING, "sandbox_ext supervisor: could not start the resident jail launcher \"%s\": %m; using one-shot jails",
+		elog(WARNING, "could not start the resident jail launcher \"%s\": %m; using one-shot jails",
 			 sandbox_jail_path);
 		launcher_pid = 0;
 		return false;
@@ -640,7 +799,7 @@ launcher_ensure(void)
 		if (sock >= 0)
 		{
 			close(sock);	/* an empty connection is refused and forgotten */
-			elog(LOG, "sandbox_ext supervisor: resident jail launcher started (pid %d, socket \"%s\")",
+			elog(LOG, "resident jail launcher started (pid %d, socket \"%s\")",
 				 (int) launcher_pid, launcher_sock);
 			return true;
 		}
@@ -648,7 +807,7 @@ launcher_ensure(void)
 			break;
 		pg_usleep(10000L);
 	}
-	elog(WARNING, "sandbox_ext supervisor: the resident jail launcher did not come up; using one-shot jails");
+	elog(WARNING, "the resident jail launcher did not come up; using one-shot jails");
 	launcher_stop();
 	return false;
 }
@@ -660,7 +819,8 @@ launcher_ensure(void)
  */
 static bool
 spawn_served(Run *run, const char *code_path, const char *ws_path,
-			 const char *wall, const char *mem, const char *npids, const char *outlim)
+			 const char *wall, const char *mem, const char *npids, const char *outlim,
+			 const char *wsize, const char *wentries)
 {
 	StringInfoData msg;
 	int			outp[NSTREAMS][2] = {{-1, -1}, {-1, -1}};
@@ -673,7 +833,8 @@ spawn_served(Run *run, const char *code_path, const char *ws_path,
 	int			fds[3];
 	const char *opts[][2] = {
 		{"--language", run->language}, {"--workspace", ws_path}, {"--wall-time", wall},
-		{"--memory", mem}, {"--pids", npids}, {"--output-limit", outlim}};
+		{"--memory", mem}, {"--pids", npids}, {"--output-limit", outlim},
+		{"--workspace-size", wsize}, {"--workspace-entries", wentries}};
 
 	if (!launcher_ensure())
 		return false;
@@ -788,7 +949,9 @@ spawn_jail(Run *run, const char *code, int wall_s, int memory_mb, int pids)
 	char		wall[32],
 				mem[32],
 				npids[32],
-				outlim[32];
+				outlim[32],
+				wsize[32],
+				wentries[32];
 	int			outp[NSTREAMS][2] = {{-1, -1}, {-1, -1}};
 	int			vp[2] = {-1, -1};
 	posix_spawn_file_actions_t fa;
@@ -808,7 +971,7 @@ spawn_jail(Run *run, const char *code, int wall_s, int memory_mb, int pids)
 	{
 		MemoryContext old = MemoryContextSwitchTo(run->cxt);
 
-		run->before = manifest_scan(ws_path, MAX_SCAN_ENTRIES);
+		run->before = manifest_scan(ws_path, sandbox_workspace_entries + 1);
 		MemoryContextSwitchTo(old);
 	}
 
@@ -816,9 +979,11 @@ spawn_jail(Run *run, const char *code, int wall_s, int memory_mb, int pids)
 	snprintf(mem, sizeof(mem), "%dM", memory_mb);
 	snprintf(npids, sizeof(npids), "%d", pids);
 	snprintf(outlim, sizeof(outlim), "%ld", (long) sandbox_output_limit_kb * 1024L);
+	snprintf(wsize, sizeof(wsize), "%dM", sandbox_workspace_size_mb);
+	snprintf(wentries, sizeof(wentries), "%d", sandbox_workspace_entries);
 
 	if (sandbox_jail_launcher &&
-		spawn_served(run, code_path, ws_path, wall, mem, npids, outlim))
+		spawn_served(run, code_path, ws_path, wall, mem, npids, outlim, wsize, wentries))
 	{
 		run->backstop = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													(int64) wall_s * 1000 + BACKSTOP_GRACE_MS);
@@ -847,6 +1012,10 @@ spawn_jail(Run *run, const char *code, int wall_s, int memory_mb, int pids)
 	argv[argc++] = npids;
 	argv[argc++] = "--output-limit";
 	argv[argc++] = outlim;
+	argv[argc++] = "--workspace-size";
+	argv[argc++] = wsize;
+	argv[argc++] = "--workspace-entries";
+	argv[argc++] = wentries;
 	for (int i = 0; i < run->nbinds; i++)
 	{
 		argv[argc++] = "--ro-bind";
@@ -925,6 +1094,7 @@ run_reset(Run *run)
 	run->killed_by_us = false;
 	run->cancel_sent = false;
 	run->spawned = false;
+	run->marked = false;
 	run->served = false;
 	run->served_rc = -1;
 	run->served_msg = NULL;
@@ -945,7 +1115,12 @@ run_reset(Run *run)
 	run->caps.max_files = 100;
 	run->caps.max_total_bytes = 50 * 1024 * 1024;
 	run->caps.max_file_bytes = 20 * 1024 * 1024;
-	run->caps.max_scan_entries = MAX_SCAN_ENTRIES;
+	run->caps.max_scan_entries = sandbox_workspace_entries + 1;
+	run->output_retry_at = 0;
+	run->measured = false;
+	run->ws_bytes = 0;
+	run->ws_entries = 0;
+	run->ws_reset = NULL;
 	if (run->cxt)
 		MemoryContextReset(run->cxt);
 	resetStringInfo(&run->verdict);
@@ -1038,11 +1213,10 @@ materialize_skill(const char *skill_id, char **path_out)
 	if (!mkdir_p(tmp, &err))
 		elog(ERROR, "%s", err);
 	arg = DirectFunctionCall1(uuid_in, CStringGetDatum(skill_id));
-	rc = SPI_execute_with_args("SELECT path, content, executable FROM agent.skill_files "
-							   "WHERE skill_id = $1 ORDER BY path",
+	rc = SPI_execute_with_args("SELECT path, content, executable FROM agent._skill_files($1)",
 							   1, &argtype, &arg, NULL, true, 0);
 	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading skill files failed: %s", SPI_result_code_string(rc));
+		elog(ERROR, "agent._skill_files failed: %s", SPI_result_code_string(rc));
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
@@ -1062,12 +1236,75 @@ materialize_skill(const char *skill_id, char **path_out)
 }
 
 /*
+ * Is a session workspace within the limits a run may start in?  A payload
+ * can leave it past them (it is killed, but what it wrote stays); the
+ * jail would then refuse to start the next run.  Such a workspace is
+ * rebuilt instead: emptied, and the conversation's files put back.  The
+ * scan is bounded by sandbox.workspace_entries.
+ */
+static const char *
+workspace_over_limits(const char *path)
+{
+	Manifest   *m = manifest_scan(path, sandbox_workspace_entries + 1);
+	const char *why = NULL;
+
+	if (m->incomplete)
+		why = "more entries than sandbox.workspace_entries, or too deep a tree";
+	else if (m->disk_bytes > (int64) sandbox_workspace_size_mb * 1024 * 1024)
+		why = "more bytes than sandbox.workspace_size";
+	if (m->entries)
+		pfree(m->entries);
+	pfree(m);
+	return why;
+}
+
+/* Put the files and skills agent._prepare_invocation() returned in place. */
+static void
+place_prepared(Run *run)
+{
+	SPITupleTable *tt = SPI_tuptable;
+	uint64		n = SPI_processed;
+
+	for (uint64 i = 0; i < n; i++)
+	{
+		HeapTuple	tup = tt->vals[i];
+		bool		isnull;
+		char	   *kind = SPI_getvalue(tup, tt->tupdesc, 1);
+		char	   *name = SPI_getvalue(tup, tt->tupdesc, 2);
+		char	   *err = NULL;
+
+		if (strcmp(kind, "file") == 0)
+		{
+			bytea	   *content = DatumGetByteaPP(SPI_getbinval(tup, tt->tupdesc, 3, &isnull));
+
+			if (!place_file(run->workspace, name, VARDATA_ANY(content),
+							VARSIZE_ANY_EXHDR(content), 0644, &err))
+				elog(ERROR, "could not place file \"%s\" in the workspace: %s", name, err);
+		}
+		else
+		{
+			char	   *sid = SPI_getvalue(tup, tt->tupdesc, 4);
+			char	   *path;
+
+			if (run->nbinds >= SANDBOX_MAX_SKILLS)
+				elog(ERROR, "at most %d skills can be mounted", SANDBOX_MAX_SKILLS);
+			materialize_skill(sid, &path);
+			run->binds[run->nbinds++] = MemoryContextStrdup(run->cxt,
+															psprintf("%s:/skills/%s", path, name));
+			/* materialize_skill ran SPI: the outer result set is still ours */
+			SPI_tuptable = tt;
+		}
+	}
+}
+
+/*
  * Build what a claimed run needs on disk before its jail starts: its work
  * directory, its workspace (the conversation's session workspace, or a
  * fresh one), the conversation's files not yet in that workspace, and its
- * skills.  The file placement is recorded (agent.session_files) in the same
- * transaction as it is written, so a failure leaves neither.  A failure
- * sets run->spawn_error: the run ends provision_failed and is refunded.
+ * skills (agent._prepare_invocation).  The file placement is recorded
+ * (agent.session_files) in the same transaction as it is written, so a
+ * failure leaves neither.  A failure sets run->spawn_error: the run ends
+ * provision_failed and is refunded.
  */
 static void
 prepare_run(Run *run, Claimed *c)
@@ -1086,6 +1323,8 @@ prepare_run(Run *run, Claimed *c)
 	}
 	if (c->has_session)
 	{
+		const char *why;
+
 		run->has_session = true;
 		strlcpy(run->session, c->session, sizeof(run->session));
 		snprintf(run->workspace, sizeof(run->workspace), "%s/sessions/%s/workspace",
@@ -1093,6 +1332,14 @@ prepare_run(Run *run, Claimed *c)
 		existed = (stat(run->workspace, &st) == 0);
 		if (existed && c->fresh_session)
 		{
+			remove_work_dir(run->workspace);
+			existed = false;
+		}
+		else if (existed && (why = workspace_over_limits(run->workspace)) != NULL)
+		{
+			ereport(LOG,
+					(errmsg("rebuilding the workspace of session %s before invocation %s: it holds %s",
+							c->session, run->idstr, why)));
 			remove_work_dir(run->workspace);
 			existed = false;
 		}
@@ -1107,63 +1354,19 @@ prepare_run(Run *run, Claimed *c)
 
 	PG_TRY();
 	{
-		Oid			argtype = UUIDOID;
-		Datum		arg = UUIDPGetDatum(&run->id);
+		Oid			types[2] = {UUIDOID, BOOLOID};
+		Datum		values[2];
 		int			rc;
-		uint64		n;
-		SPITupleTable *tt;
 
 		xact_begin("preparing a sandbox workspace");
-		if (c->has_session)
-		{
-			/* A session whose directory vanished gets all its files again. */
-			if (!existed)
-				SPI_execute_with_args("DELETE FROM agent.session_files sf USING agent.invocations i "
-									  "WHERE i.id = $1 AND sf.session_id = i.session_id",
-									  1, &argtype, &arg, NULL, false, 0);
-			rc = SPI_execute_with_args("SELECT name, content FROM agent._files_to_place($1)",
-									   1, &argtype, &arg, NULL, false, 0);
-			if (rc != SPI_OK_SELECT)
-				elog(ERROR, "reading the conversation's files failed: %s", SPI_result_code_string(rc));
-			for (uint64 i = 0; i < SPI_processed; i++)
-			{
-				HeapTuple	tup = SPI_tuptable->vals[i];
-				TupleDesc	desc = SPI_tuptable->tupdesc;
-				bool		isnull;
-				char	   *name = SPI_getvalue(tup, desc, 1);
-				bytea	   *content = DatumGetByteaPP(SPI_getbinval(tup, desc, 2, &isnull));
-				char	   *err = NULL;
-
-				if (!place_file(run->workspace, name, VARDATA_ANY(content),
-								VARSIZE_ANY_EXHDR(content), 0644, &err))
-					elog(ERROR, "could not place file \"%s\" in the workspace: %s", name, err);
-			}
-		}
-		if (c->has_skills)
-		{
-			rc = SPI_execute_with_args("SELECT s.id, s.name FROM agent.invocations i "
-									   "JOIN agent.agent_skills a ON a.agent_id = i.agent_id "
-									   "JOIN agent.skills s ON s.id = a.skill_id "
-									   "WHERE i.id = $1 ORDER BY s.name",
-									   1, &argtype, &arg, NULL, true, 0);
-			if (rc != SPI_OK_SELECT)
-				elog(ERROR, "reading the agent's skills failed: %s", SPI_result_code_string(rc));
-			tt = SPI_tuptable;
-			n = SPI_processed;
-			if (n > SANDBOX_MAX_SKILLS)
-				elog(ERROR, "the agent has %d skills; at most %d can be mounted",
-					 (int) n, SANDBOX_MAX_SKILLS);
-			for (uint64 i = 0; i < n; i++)
-			{
-				char	   *sid = SPI_getvalue(tt->vals[i], tt->tupdesc, 1);
-				char	   *sname = SPI_getvalue(tt->vals[i], tt->tupdesc, 2);
-				char	   *path;
-
-				materialize_skill(sid, &path);
-				run->binds[run->nbinds++] = MemoryContextStrdup(run->cxt,
-																psprintf("%s:/skills/%s", path, sname));
-			}
-		}
+		values[0] = UUIDPGetDatum(&run->id);
+		values[1] = BoolGetDatum(!existed);
+		rc = SPI_execute_with_args("SELECT kind, name, content, skill_id "
+								   "FROM agent._prepare_invocation($1, $2)",
+								   2, types, values, NULL, false, 0);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "agent._prepare_invocation failed: %s", SPI_result_code_string(rc));
+		place_prepared(run);
 		xact_commit();
 	}
 	PG_CATCH();
@@ -1179,8 +1382,91 @@ prepare_run(Run *run, Claimed *c)
 		run->spawn_error = MemoryContextStrdup(run->cxt, edata->message);
 		FreeErrorData(edata);
 		ereport(LOG,
-				(errmsg("sandbox_ext supervisor could not prepare invocation %s: %s",
+				(errmsg("could not prepare invocation %s: %s",
 						run->idstr, run->spawn_error)));
+	}
+	PG_END_TRY();
+}
+
+/* Read one row of agent._claim_invocations() into c (copies in cxt). */
+static void
+read_claimed(HeapTuple tup, TupleDesc desc, Claimed *c, MemoryContext cxt)
+{
+	bool		isnull;
+	Datum		d;
+	MemoryContext old;
+	char	   *lang;
+
+	d = SPI_getbinval(tup, desc, 1, &isnull);
+	memcpy(&c->id, DatumGetUUIDP(d), sizeof(pg_uuid_t));
+	old = MemoryContextSwitchTo(cxt);
+	lang = SPI_getvalue(tup, desc, 2);
+	strlcpy(c->language, lang ? lang : "", sizeof(c->language));
+	c->code = SPI_getvalue(tup, desc, 3);
+	MemoryContextSwitchTo(old);
+	d = SPI_getbinval(tup, desc, 4, &isnull);
+	c->wall_s = isnull ? sandbox_default_wall_time_s : DatumGetInt32(d);
+	d = SPI_getbinval(tup, desc, 5, &isnull);
+	c->memory_mb = isnull ? sandbox_default_memory_mb : DatumGetInt32(d);
+	d = SPI_getbinval(tup, desc, 6, &isnull);
+	c->has_session = !isnull;
+	if (!isnull)
+		strlcpy(c->session, uuid_text(d), sizeof(c->session));
+	d = SPI_getbinval(tup, desc, 7, &isnull);
+	c->fresh_session = !isnull && DatumGetBool(d);
+	d = SPI_getbinval(tup, desc, 8, &isnull);
+	c->has_skills = !isnull && DatumGetBool(d);
+}
+
+/*
+ * One short transaction marks every started jail as running (skipped rows,
+ * locked elsewhere, are moved through running by their finish), and reads
+ * the caps on what a run may return.
+ */
+static void
+mark_started(void)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		ProducedCaps caps = {100, 50 * 1024 * 1024, 20 * 1024 * 1024, 0};
+
+		xact_begin("marking invocations running");
+		if (SPI_execute("SELECT max_files, max_bytes, max_file_bytes FROM agent._produced_caps()",
+						true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+		{
+			bool		isnull;
+			HeapTuple	tup = SPI_tuptable->vals[0];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+
+			caps.max_files = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+			caps.max_total_bytes = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+			caps.max_file_bytes = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+		}
+		caps.max_scan_entries = sandbox_workspace_entries + 1;
+		for (int i = 0; i < nruns_alloc; i++)
+		{
+			Run		   *run = &runs[i];
+			Oid			types[2] = {UUIDOID, INT4OID};
+			Datum		values[2];
+
+			if (!run->active || !run->spawned || run->marked)
+				continue;
+			run->caps = caps;
+			run->marked = true;
+			if (run->exited)
+				continue;
+			values[0] = UUIDPGetDatum(&run->id);
+			values[1] = Int32GetDatum(run->pid);
+			SPI_execute_with_args("SELECT agent._mark_running($1, $2)",
+								  2, types, values, NULL, false, 0);
+		}
+		xact_commit();
+	}
+	PG_CATCH();
+	{
+		xact_abort_after_error(oldcxt);
 	}
 	PG_END_TRY();
 }
@@ -1204,45 +1490,14 @@ claim_and_start(int want)
 		int			rc;
 
 		xact_begin("claiming approved invocations");
-		rc = SPI_execute_with_args("SELECT c.id, c.language, c.code, c.wall_time_s, c.memory_mb, "
-								   "c.session_id, c.fresh_session, "
-								   "EXISTS (SELECT 1 FROM agent.invocations i "
-								   "JOIN agent.agent_skills a ON a.agent_id = i.agent_id "
-								   "WHERE i.id = c.id) "
-								   "FROM agent._claim_invocations($1) c",
+		rc = SPI_execute_with_args("SELECT id, language, code, wall_time_s, memory_mb, "
+								   "session_id, fresh_session, has_skills "
+								   "FROM agent._claim_invocations($1)",
 								   1, &argtype, &arg, NULL, false, 0);
 		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "claiming failed: %s", SPI_result_code_string(rc));
+			elog(ERROR, "agent._claim_invocations failed: %s", SPI_result_code_string(rc));
 		for (uint64 i = 0; i < SPI_processed && n < want; i++)
-		{
-			HeapTuple	tup = SPI_tuptable->vals[i];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			bool		isnull;
-			Datum		d;
-			MemoryContext spicxt;
-			char	   *lang;
-
-			d = SPI_getbinval(tup, desc, 1, &isnull);
-			memcpy(&claimed[n].id, DatumGetUUIDP(d), sizeof(pg_uuid_t));
-			spicxt = MemoryContextSwitchTo(oldcxt);
-			lang = SPI_getvalue(tup, desc, 2);
-			strlcpy(claimed[n].language, lang ? lang : "", sizeof(claimed[n].language));
-			claimed[n].code = SPI_getvalue(tup, desc, 3);
-			MemoryContextSwitchTo(spicxt);
-			d = SPI_getbinval(tup, desc, 4, &isnull);
-			claimed[n].wall_s = isnull ? sandbox_default_wall_time_s : DatumGetInt32(d);
-			d = SPI_getbinval(tup, desc, 5, &isnull);
-			claimed[n].memory_mb = isnull ? sandbox_default_memory_mb : DatumGetInt32(d);
-			d = SPI_getbinval(tup, desc, 6, &isnull);
-			claimed[n].has_session = !isnull;
-			if (!isnull)
-				strlcpy(claimed[n].session, uuid_text(d), sizeof(claimed[n].session));
-			d = SPI_getbinval(tup, desc, 7, &isnull);
-			claimed[n].fresh_session = !isnull && DatumGetBool(d);
-			d = SPI_getbinval(tup, desc, 8, &isnull);
-			claimed[n].has_skills = !isnull && DatumGetBool(d);
-			n++;
-		}
+			read_claimed(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, &claimed[n++], oldcxt);
 		xact_commit();
 	}
 	PG_CATCH();
@@ -1279,59 +1534,24 @@ claim_and_start(int want)
 		if (claimed[i].code)
 			pfree(claimed[i].code);
 	}
-
-	/* One short transaction marks every started jail as running. */
 	if (any_started)
-	{
-		PG_TRY();
-		{
-			ProducedCaps caps = {100, 50 * 1024 * 1024, 20 * 1024 * 1024, MAX_SCAN_ENTRIES};
-
-			xact_begin("marking invocations running");
-			if (SPI_execute("SELECT agent.setting('max_produced_files')::integer, "
-							"agent.setting('max_produced_bytes')::bigint, "
-							"agent.setting('max_produced_file_bytes')::bigint",
-							true, 1) == SPI_OK_SELECT && SPI_processed == 1)
-			{
-				bool		isnull;
-
-				caps.max_files = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
-															 SPI_tuptable->tupdesc, 1, &isnull));
-				caps.max_total_bytes = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-																   SPI_tuptable->tupdesc, 2, &isnull));
-				caps.max_file_bytes = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-																  SPI_tuptable->tupdesc, 3, &isnull));
-			}
-			for (int i = 0; i < nruns_alloc; i++)
-				if (runs[i].active && runs[i].spawned)
-					runs[i].caps = caps;
-			for (int i = 0; i < nruns_alloc; i++)
-			{
-				Run		   *run = &runs[i];
-				Oid			types[2] = {UUIDOID, INT4OID};
-				Datum		values[2];
-
-				if (!run->active || !run->spawned || run->exited || run->slot < 0)
-					continue;
-				values[0] = UUIDPGetDatum(&run->id);
-				values[1] = Int32GetDatum(run->pid);
-				SPI_execute_with_args("SELECT agent._mark_running($1, $2)",
-									  2, types, values, NULL, false, 0);
-			}
-			xact_commit();
-		}
-		PG_CATCH();
-		{
-			xact_abort_after_error(oldcxt);
-		}
-		PG_END_TRY();
-	}
+		mark_started();
 	pfree(claimed);
 	return n;
 }
 
 /* ----------------------------------------------------------------
  * Finishing
+ *
+ * When the jail is gone: read what the run left (its files; for a session,
+ * what the workspace holds), give back its disk, then record the result in
+ * one transaction (agent._finish_invocation, which stages it and applies it
+ * by the billing rule).  The slot is free as soon as the result is durable,
+ * even when applying it has to wait for a lock a backend holds: the staged
+ * result is applied on a later turn (apply_pending_results).  A result that
+ * cannot be recorded at all still ends the row, as a failure of ours with
+ * the reason; only when even that cannot commit (the database is
+ * unavailable) does the run keep its slot and try again.
  * ----------------------------------------------------------------
  */
 
@@ -1350,94 +1570,162 @@ run_complete(Run *run)
 	return TimestampDifferenceExceeds(run->exited_at, GetCurrentTimestamp(), DRAIN_GRACE_MS);
 }
 
-static void
-finish_run(Run *run)
+/*
+ * The failure of ours that ended the run, or NULL when the jail answered;
+ * *jail_status gets the jail's exit status (or the launcher's rc).
+ */
+static char *
+run_failure(Run *run, int *jail_status)
 {
-	MemoryContext oldcxt = CurrentMemoryContext;
-	char	   *error = NULL;
-	volatile int jail_status = -1;
-
+	*jail_status = -1;
 	if (run->spawn_error)
-		error = run->spawn_error;
-	else if (run->served)
+		return run->spawn_error;
+	if (run->served)
 	{
 		if (run->killed_by_us)
-			error = psprintf("the sandbox was killed by the supervisor after its deadline");
-		else if (run->served_rc < 0)
-			error = psprintf("the resident jail launcher closed the connection without a verdict");
-		else if (run->served_rc == 2)
-			error = psprintf("the resident jail launcher refused the request: %s",
-							 run->served_msg ? run->served_msg : "");
+			return psprintf("the sandbox was killed by the supervisor after its deadline");
+		if (run->served_rc < 0)
+			return psprintf("the resident jail launcher closed the connection without a verdict");
+		if (run->served_rc == 2)
+			return psprintf("the resident jail launcher refused the request: %s",
+							run->served_msg ? run->served_msg : "");
+		*jail_status = run->served_rc;
+		return NULL;
+	}
+	if (!run->exited)
+		return psprintf("sandbox-jail did not exit");
+	if (WIFEXITED(run->wait_status))
+		*jail_status = WEXITSTATUS(run->wait_status);
+	else if (WIFSIGNALED(run->wait_status))
+	{
+		*jail_status = 128 + WTERMSIG(run->wait_status);
+		if (run->killed_by_us)
+			return psprintf("sandbox-jail killed by the supervisor after its deadline");
+		return psprintf("sandbox-jail died of signal %d", WTERMSIG(run->wait_status));
+	}
+	return NULL;
+}
+
+/*
+ * Read what the run left behind, once: the files it produced (not after a
+ * failure of ours, which returns none) and, for a session, what its
+ * workspace holds now and whether it must be rebuilt before the next run.
+ */
+static void
+collect_run(Run *run, bool failed)
+{
+	MemoryContext old;
+	Manifest   *after = NULL;
+
+	if (run->collected || !run->spawned)
+		return;
+	run->collected = true;
+	old = MemoryContextSwitchTo(run->cxt);
+	if (!failed)
+		run->produced = collect_produced(run->workspace, run->before, &run->caps, &after);
+	else if (run->has_session)
+		after = manifest_scan(run->workspace, sandbox_workspace_entries + 1);
+	if (run->has_session && after)
+	{
+		run->measured = true;
+		run->ws_bytes = after->disk_bytes;
+		run->ws_entries = after->n;
+		if (after->incomplete)
+			run->ws_reset = psprintf("more than %d entries (sandbox.workspace_entries) or a tree deeper than 64",
+									 sandbox_workspace_entries);
+		else if (after->disk_bytes > (int64) sandbox_workspace_size_mb * 1024 * 1024)
+			run->ws_reset = psprintf("%lld bytes, more than sandbox.workspace_size",
+									 (long long) after->disk_bytes);
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Give back the disk a run used before its result is recorded: its work
+ * directory (the code, and the workspace of a run without a session) and a
+ * session workspace that must be rebuilt.  What the database needs is in
+ * memory by now, and a finish that cannot commit must not keep the space.
+ */
+static void
+release_disk(Run *run)
+{
+	if (run->dir[0])
+	{
+		remove_work_dir(run->dir);
+		run->dir[0] = '\0';
+	}
+	if (run->has_session && run->ws_reset)
+	{
+		char		path[MAXPGPATH];
+
+		snprintf(path, sizeof(path), "%s/sessions/%s", work_root(), run->session);
+		remove_work_dir(path);
+	}
+}
+
+/* Stage the files the run produced, inside record_result's transaction. */
+static void
+store_produced(Run *run)
+{
+	ListCell   *lc;
+	Oid			types[5] = {UUIDOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID};
+
+	foreach(lc, run->produced)
+	{
+		ProducedFile *pf = (ProducedFile *) lfirst(lc);
+		Datum		values[5];
+		char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+
+		values[0] = UUIDPGetDatum(&run->id);
+		values[1] = CStringGetTextDatum(pf->name);
+		values[2] = CStringGetTextDatum(pf->status);
+		if (pf->reason)
+			values[3] = CStringGetTextDatum(pf->reason);
 		else
-			jail_status = run->served_rc;
-	}
-	else if (run->exited)
-	{
-		if (WIFEXITED(run->wait_status))
-			jail_status = WEXITSTATUS(run->wait_status);
-		else if (WIFSIGNALED(run->wait_status))
+			nulls[3] = 'n';
+		if (pf->data)
 		{
-			jail_status = 128 + WTERMSIG(run->wait_status);
-			if (run->killed_by_us)
-				error = psprintf("sandbox-jail killed by the supervisor after its deadline");
-			else
-				error = psprintf("sandbox-jail died of signal %d", WTERMSIG(run->wait_status));
+			bytea	   *b = palloc(VARHDRSZ + pf->len);
+
+			SET_VARSIZE(b, VARHDRSZ + pf->len);
+			memcpy(VARDATA(b), pf->data, pf->len);
+			values[4] = PointerGetDatum(b);
 		}
+		else
+			nulls[4] = 'n';
+		if (SPI_execute_with_args("SELECT agent._store_produced_file($1, $2, $3, $4, $5)",
+								  5, types, values, nulls, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "agent._store_produced_file failed");
 	}
+}
 
-	/* The files the run left in its workspace, read once. */
-	if (run->spawned && !run->collected && error == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(run->cxt);
+/*
+ * Record the run's result in one transaction: the files it produced (with
+ * files) and agent._finish_invocation().  True when it committed; *applied
+ * then says whether the result was also applied (false: it is staged).  On
+ * failure *err says why.
+ */
+static bool
+record_result(Run *run, const char *error, int jail_status, bool with_files,
+			  bool *applied, char **err)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	volatile bool done = false;
 
-		run->produced = collect_produced(run->workspace, run->before, &run->caps);
-		run->collected = true;
-		MemoryContextSwitchTo(old);
-	}
-
-	run->finish_retry_at = 0;
 	PG_TRY();
 	{
-		Oid			types[6] = {UUIDOID, TEXTOID, INT4OID, TEXTOID, BOOLOID, BOOLOID};
-		Datum		values[6];
-		char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+		Oid			types[9] = {UUIDOID, TEXTOID, INT4OID, TEXTOID, BOOLOID, BOOLOID,
+		INT8OID, INT4OID, TEXTOID};
+		Datum		values[9];
+		char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+		bool		isnull;
 		int			rc;
 
 		xact_begin("finishing an invocation");
-		{
-			ListCell   *lc;
-			Oid			ftypes[5] = {UUIDOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID};
-
-			foreach(lc, run->produced)
-			{
-				ProducedFile *pf = (ProducedFile *) lfirst(lc);
-				Datum		fv[5];
-				char		fn[5] = {' ', ' ', ' ', ' ', ' '};
-
-				fv[0] = UUIDPGetDatum(&run->id);
-				fv[1] = CStringGetTextDatum(pf->name);
-				fv[2] = CStringGetTextDatum(pf->status);
-				if (pf->reason)
-					fv[3] = CStringGetTextDatum(pf->reason);
-				else
-					fn[3] = 'n';
-				if (pf->data)
-				{
-					bytea	   *b = palloc(VARHDRSZ + pf->len);
-
-					SET_VARSIZE(b, VARHDRSZ + pf->len);
-					memcpy(VARDATA(b), pf->data, pf->len);
-					fv[4] = PointerGetDatum(b);
-				}
-				else
-					fn[4] = 'n';
-				if (SPI_execute_with_args("SELECT agent._store_produced_file($1, $2, $3, $4, $5)",
-										  5, ftypes, fv, fn, false, 0) != SPI_OK_SELECT)
-					elog(ERROR, "storing a produced file failed");
-			}
-		}
+		if (with_files)
+			store_produced(run);
 		values[0] = UUIDPGetDatum(&run->id);
-		if (run->verdict.len > 0)
+		if (run->verdict.len > 0 && error == NULL)
 			values[1] = CStringGetTextDatum(run->verdict.data);
 		else
 			nulls[1] = 'n';
@@ -1448,49 +1736,125 @@ finish_run(Run *run)
 			nulls[3] = 'n';
 		values[4] = BoolGetDatum(run->spawned);
 		values[5] = BoolGetDatum(run->truncated);
-		rc = SPI_execute_with_args("SELECT agent._finish_invocation($1, $2, $3, $4, $5, $6)",
-								   6, types, values, nulls, false, 0);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "finishing failed: %s", SPI_result_code_string(rc));
+		values[6] = Int64GetDatum(run->ws_bytes);
+		values[7] = Int32GetDatum(run->ws_entries);
+		if (!run->measured)
+			nulls[6] = nulls[7] = 'n';
+		if (run->ws_reset)
+			values[8] = CStringGetTextDatum(run->ws_reset);
+		else
+			nulls[8] = 'n';
+		rc = SPI_execute_with_args("SELECT agent._finish_invocation($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+								   9, types, values, nulls, false, 0);
+		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "agent._finish_invocation failed: %s", SPI_result_code_string(rc));
+		(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		*applied = !isnull;
 		xact_commit();
+		done = true;
 	}
 	PG_CATCH();
 	{
-		xact_abort_after_error(oldcxt);
+		ErrorData  *edata;
 
-		/*
-		 * The finish itself failed (a bug, or the database is out of
-		 * space).  Keep the slot and retry a little later: the finish is
-		 * fenced on the row's state, so a retry can never charge or audit
-		 * twice, and recovery resolves the row if we die meanwhile.
-		 */
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		SPI_finish();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		*err = MemoryContextStrdup(run->cxt, edata->message);
 		ereport(WARNING,
-				(errmsg("sandbox_ext supervisor could not finish invocation %s; retrying in %d s",
-						run->idstr, FINISH_RETRY_MS / 1000)));
-		run->finish_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), FINISH_RETRY_MS);
+				(errmsg("could not record the result of invocation %s: %s",
+						run->idstr, edata->message)));
+		FreeErrorData(edata);
 	}
 	PG_END_TRY();
-	if (run->finish_retry_at != 0)
-		return;
+	return done;
+}
 
+/* The run is over for this process: its slot is free again. */
+static void
+release_slot(Run *run)
+{
 	close_fd(&run->fd[0]);
 	close_fd(&run->fd[1]);
 	close_fd(&run->verdict_fd);
 	close_fd(&run->pidfd);
-	if (run->dir[0])
-		remove_work_dir(run->dir);
 	run->active = false;
 	nactive--;
 	slot_publish(run);
 	run->produced = NIL;
 	run->before = NULL;
 	MemoryContextReset(run->cxt);
+}
 
+static void
+finish_run(Run *run)
+{
+	int			jail_status;
+	char	   *error = run_failure(run, &jail_status);
+	char	   *err = NULL;
+	bool		applied = false;
+
+	collect_run(run, error != NULL);
+	release_disk(run);
+	/* Output that could not be stored is missing from the record. */
+	if (run->pending[0].len > 0 || run->pending[1].len > 0)
+		run->truncated = true;
+
+	run->finish_retry_at = 0;
+	if (!record_result(run, error, jail_status, true, &applied, &err) &&
+		!record_result(run, psprintf("could not record the result: %s", err),
+					   jail_status, false, &applied, &err))
+	{
+		/* Nothing commits: keep the slot and try again (recovery would too). */
+		run->finish_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), FINISH_RETRY_MS);
+		return;
+	}
+	if (!applied)
+	{
+		results_pending = true;
+		pending_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), PENDING_RETRY_MS);
+	}
+	release_slot(run);
 	/* Wake backends sleeping in agent.wait(). */
-	SpinLockAcquire(&sandbox_shared->mutex);
-	sandbox_shared->finished_count++;
-	SpinLockRelease(&sandbox_shared->mutex);
-	ConditionVariableBroadcast(&sandbox_shared->finished_cv);
+	if (applied)
+		ConditionVariableBroadcast(&sandbox_shared->finished_cv);
+}
+
+/*
+ * Apply results staged behind a lock held elsewhere, once their retry time
+ * has come (or now, with force).  Bounded per call, so a tenant holding
+ * many locks cannot make one turn of the loop long.
+ */
+static void
+apply_pending_results(bool force)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+
+	if (!results_pending || (!force && GetCurrentTimestamp() < pending_retry_at))
+		return;
+	pending_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), PENDING_RETRY_MS);
+	PG_TRY();
+	{
+		bool		isnull;
+		Datum		d;
+
+		xact_begin("applying staged results");
+		if (SPI_execute("SELECT agent._finish_pending(32)", false, 1) != SPI_OK_SELECT ||
+			SPI_processed != 1)
+			elog(ERROR, "agent._finish_pending failed");
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		results_pending = !isnull && DatumGetInt32(d) > 0;
+		xact_commit();
+		ConditionVariableBroadcast(&sandbox_shared->finished_cv);
+	}
+	PG_CATCH();
+	{
+		xact_abort_after_error(oldcxt);
+	}
+	PG_END_TRY();
 }
 
 /* ----------------------------------------------------------------
@@ -1538,7 +1902,6 @@ read_stream(Run *run, int st)
 		close_fd(&run->fd[st]);
 		break;
 	}
-	slot_update_bytes(run);
 }
 
 static void
@@ -1696,11 +2059,10 @@ check_cancellations(void)
 		xact_begin("checking cancellations");
 		arr = construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR);
 		arg = PointerGetDatum(arr);
-		rc = SPI_execute_with_args("SELECT id FROM agent.invocations "
-								   "WHERE id = ANY($1) AND cancel_requested_at IS NOT NULL",
+		rc = SPI_execute_with_args("SELECT id FROM agent._cancel_requested($1) AS id",
 								   1, &argtype, &arg, NULL, true, 0);
 		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "checking cancellations failed: %s", SPI_result_code_string(rc));
+			elog(ERROR, "agent._cancel_requested failed: %s", SPI_result_code_string(rc));
 		for (uint64 j = 0; j < SPI_processed; j++)
 		{
 			bool		isnull;
@@ -1711,7 +2073,7 @@ check_cancellations(void)
 			{
 				if (runs[i].active && memcmp(&runs[i].id, id, sizeof(pg_uuid_t)) == 0)
 				{
-					elog(LOG, "sandbox_ext supervisor: cancelling invocation %s", runs[i].idstr);
+					elog(LOG, "cancelling invocation %s", runs[i].idstr);
 					signal_run(&runs[i], SIGTERM);
 					runs[i].cancel_sent = true;
 				}
@@ -1746,71 +2108,131 @@ kill_all_runs(void)
  * ----------------------------------------------------------------
  */
 
+/* Sweeps are at most once a second, and wanted after anything that may
+ * have ended a session or detached a skill: a wake-up, a claim, a finish. */
+#define SWEEP_INTERVAL_MS	1000
 static TimestampTz last_session_sweep = 0;
+static bool sweep_wanted = true;
 
+/* Run SQL returning one text column into a list (in the caller's context). */
+static List *
+query_names(const char *sql, MemoryContext cxt)
+{
+	List	   *out = NIL;
+
+	if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "\"%s\" failed", sql);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		char	   *v = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		out = lappend(out, pstrdup(v ? v : ""));
+		MemoryContextSwitchTo(old);
+	}
+	return out;
+}
+
+static bool
+name_in(List *names, const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, names)
+		if (strcmp((char *) lfirst(lc), name) == 0)
+			return true;
+	return false;
+}
+
+/* Is a directory of work_root/<sub>/<name> used by a run of ours? */
+static bool
+used_by_a_run(const char *sub, const char *name)
+{
+	char		path[MAXPGPATH];
+	size_t		len;
+
+	snprintf(path, sizeof(path), "%s/%s/%s", work_root(), sub, name);
+	len = strlen(path);
+	for (int i = 0; i < nruns_alloc && runs; i++)
+	{
+		if (!runs[i].active)
+			continue;
+		if (strcmp(sub, "sessions") == 0 && runs[i].has_session &&
+			strcmp(runs[i].session, name) == 0)
+			return true;
+		for (int b = 0; b < runs[i].nbinds; b++)
+			if (strncmp(runs[i].binds[b], path, len) == 0 && runs[i].binds[b][len] == ':')
+				return true;
+	}
+	return false;
+}
+
+/* Remove every entry of work_root/<sub> that is neither kept nor in use. */
+static void
+sweep_dir(const char *sub, List *keep)
+{
+	char		dir[MAXPGPATH];
+	DIR		   *d;
+	struct dirent *de;
+
+	snprintf(dir, sizeof(dir), "%s/%s", work_root(), sub);
+	d = opendir(dir);
+	if (d == NULL)
+		return;
+	while ((de = readdir(d)) != NULL)
+	{
+		char		path[MAXPGPATH];
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		/* a skill's temporary copy (.ID.PID) exists only while this process
+		 * materialises it, never during a sweep */
+		if (name_in(keep, de->d_name) || used_by_a_run(sub, de->d_name))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		elog(LOG, "removing %s \"%s\", no longer used",
+			 strcmp(sub, "sessions") == 0 ? "the workspace of ended session" : "materialised skill",
+			 path);
+		remove_work_dir(path);
+	}
+	closedir(d);
+}
+
+/*
+ * Delete what the database no longer needs on disk: the workspaces of
+ * sessions that ended, and materialised skills no agent has attached.
+ */
 static void
 sweep_sessions(bool force)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
-	char		dir[MAXPGPATH];
-	DIR		   *d;
-	struct dirent *de;
 	List	   *volatile live = NIL;
+	List	   *volatile skills = NIL;
 
-	if (!force && !TimestampDifferenceExceeds(last_session_sweep, GetCurrentTimestamp(), 1000))
+	if (!force && (!sweep_wanted ||
+				   !TimestampDifferenceExceeds(last_session_sweep, GetCurrentTimestamp(),
+											   SWEEP_INTERVAL_MS)))
 		return;
 	last_session_sweep = GetCurrentTimestamp();
-	snprintf(dir, sizeof(dir), "%s/sessions", work_root());
-	d = opendir(dir);
-	if (d == NULL)
-		return;
+	sweep_wanted = false;
 
 	PG_TRY();
 	{
-		xact_begin("sweeping ended sessions");
-		if (SPI_execute("SELECT agent._live_session_ids()::text", true, 0) != SPI_OK_SELECT)
-			elog(ERROR, "listing live sessions failed");
-		for (uint64 i = 0; i < SPI_processed; i++)
-		{
-			char	   *id = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-			MemoryContext spicxt = MemoryContextSwitchTo(oldcxt);
-
-			/* The list must outlive the SPI context. */
-			live = lappend(live, pstrdup(id));
-			MemoryContextSwitchTo(spicxt);
-		}
+		xact_begin("sweeping ended sessions and unused skills");
+		live = query_names("SELECT id::text FROM agent._live_session_ids() AS id", oldcxt);
+		skills = query_names("SELECT id::text FROM agent._skill_ids_in_use() AS id", oldcxt);
 		xact_commit();
 	}
 	PG_CATCH();
 	{
 		xact_abort_after_error(oldcxt);
-		closedir(d);
 		return;
 	}
 	PG_END_TRY();
-
-	while ((de = readdir(d)) != NULL)
-	{
-		ListCell   *lc;
-		bool		keep = false;
-		char		path[MAXPGPATH];
-
-		if (de->d_name[0] == '.')
-			continue;
-		foreach(lc, live)
-			if (strcmp((char *) lfirst(lc), de->d_name) == 0)
-				keep = true;
-		for (int i = 0; i < nruns_alloc && runs; i++)
-			if (runs[i].active && runs[i].has_session && strcmp(runs[i].session, de->d_name) == 0)
-				keep = true;
-		if (keep)
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		elog(LOG, "sandbox_ext supervisor: removing the workspace of ended session %s", de->d_name);
-		remove_work_dir(path);
-	}
-	closedir(d);
+	sweep_dir("sessions", live);
+	sweep_dir("skills", skills);
 	list_free_deep(live);
+	list_free_deep(skills);
 }
 
 /* ----------------------------------------------------------------
@@ -1830,8 +2252,10 @@ recover(void)
 		xact_begin("recovering invocations left by a previous supervisor");
 		rc = SPI_execute("SELECT agent._supervisor_recover()", false, 0);
 		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "recovery failed: %s", SPI_result_code_string(rc));
+			elog(ERROR, "agent._supervisor_recover failed: %s", SPI_result_code_string(rc));
 		xact_commit();
+		/* what stayed staged behind a lock is applied from the loop */
+		results_pending = true;
 	}
 	PG_CATCH();
 	{
@@ -1898,6 +2322,8 @@ sandbox_supervisor_main(Datum main_arg)
 
 	BackgroundWorkerInitializeConnection(sandbox_database, NULL, 0);
 	pgstat_report_appname("sandbox_ext supervisor");
+	/* No step of ours may wait long for a lock a tenant holds (see 40_supervisor.sql). */
+	SetConfigOption("lock_timeout", SUPERVISOR_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
 
 	SpinLockAcquire(&sandbox_shared->mutex);
 	sandbox_shared->supervisor_pid = MyProcPid;
@@ -1923,6 +2349,7 @@ sandbox_supervisor_main(Datum main_arg)
 		}
 	}
 
+	(void) work_dir_usable(true);
 	recover();
 
 	nruns_alloc = SANDBOX_MAX_SLOTS;
@@ -1942,8 +2369,8 @@ sandbox_supervisor_main(Datum main_arg)
 	}
 	sweep_sessions(true);
 	(void) launcher_ensure();
-	elog(LOG, "sandbox_ext supervisor started (database \"%s\", %d slots, jail \"%s\")",
-		 sandbox_database, sandbox_max_concurrent_runs, sandbox_jail_path);
+	elog(LOG, "supervisor started (database \"%s\", %d slots, jail \"%s\", work directory \"%s\")",
+		 sandbox_database, sandbox_max_concurrent_runs, sandbox_jail_path, work_root());
 
 	next_poll = 0;
 	for (;;)
@@ -1959,7 +2386,7 @@ sandbox_supervisor_main(Datum main_arg)
 		CHECK_FOR_INTERRUPTS();
 		if (ShutdownRequestPending)
 		{
-			elog(LOG, "sandbox_ext supervisor shutting down; %d run(s) killed", nactive);
+			elog(LOG, "supervisor shutting down; %d run(s) killed", nactive);
 			proc_exit(1);
 		}
 		if (ConfigReloadPending)
@@ -1968,7 +2395,9 @@ sandbox_supervisor_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 			if (!sandbox_jail_launcher)
 				launcher_stop();
+			(void) work_dir_usable(true);
 		}
+		apply_pending_results(false);
 
 		/*
 		 * Fill free slots.  A full claim means more may be waiting.  Whether
@@ -1983,9 +2412,11 @@ sandbox_supervisor_main(Datum main_arg)
 			int			want = limit - nactive;
 			int			got;
 
-			if (want <= 0)
+			if (want <= 0 || !work_dir_usable(false))
 				break;
 			got = claim_and_start(want);
+			if (got > 0)
+				sweep_wanted = true;
 			if (got < want)
 				break;
 		}
@@ -2018,12 +2449,16 @@ sandbox_supervisor_main(Datum main_arg)
 			if (run->pidfd >= 0)
 				AddWaitEventToSet(wes, WL_SOCKET_READABLE, run->pidfd, NULL, run);
 			for (int st = 0; st < NSTREAMS; st++)
-				if (run->pending[st].len > 0)
-					timeout = Min(timeout,
-								  Max(TimestampDifferenceMilliseconds(now,
-																	  TimestampTzPlusMilliseconds(run->pending_at[st],
-																								  OUTPUT_COALESCE_MS)), 0));
-			else if (!run->exited && !run->served)
+			{
+				TimestampTz due;
+
+				if (run->pending[st].len == 0)
+					continue;
+				due = Max(TimestampTzPlusMilliseconds(run->pending_at[st], OUTPUT_COALESCE_MS),
+						  run->output_retry_at);
+				timeout = Min(timeout, Max(TimestampDifferenceMilliseconds(now, due), 0));
+			}
+			if (run->spawned && run->pidfd < 0 && !run->exited && !run->served)
 				timeout = Min(timeout, 100);	/* no pidfd: poll waitpid */
 			if (run->finish_retry_at != 0)
 				ms = TimestampDifferenceMilliseconds(now, run->finish_retry_at);
@@ -2036,6 +2471,13 @@ sandbox_supervisor_main(Datum main_arg)
 			timeout = Min(timeout, Max(ms, 0));
 		}
 		timeout = Min(timeout, Max(TimestampDifferenceMilliseconds(now, next_poll), 0));
+		if (results_pending)
+			timeout = Min(timeout, Max(TimestampDifferenceMilliseconds(now, pending_retry_at), 0));
+		if (sweep_wanted)
+			timeout = Min(timeout,
+						  Max(TimestampDifferenceMilliseconds(now,
+															  TimestampTzPlusMilliseconds(last_session_sweep,
+																						  SWEEP_INTERVAL_MS)), 0));
 
 		nevents = WaitEventSetWait(wes, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
 		for (int e = 0; e < nevents; e++)
@@ -2075,7 +2517,7 @@ sandbox_supervisor_main(Datum main_arg)
 				reap(run);
 			if (!run->exited && now >= run->backstop && !run->killed_by_us)
 			{
-				elog(WARNING, "sandbox_ext supervisor: jail of invocation %s passed its deadline; killing it",
+				elog(WARNING, "jail of invocation %s passed its deadline; killing it",
 					 run->idstr);
 				signal_run(run, SIGKILL);
 				run->killed_by_us = true;
@@ -2094,12 +2536,16 @@ sandbox_supervisor_main(Datum main_arg)
 		flush_output();
 
 		check_cancellations();
-		if (latch_set || nevents == 0)
-			sweep_sessions(false);
 
 		for (int i = 0; i < nruns_alloc; i++)
 			if (runs[i].active && run_complete(&runs[i]))
+			{
 				finish_run(&runs[i]);
+				sweep_wanted = true;
+			}
+		if (latch_set || nevents == 0)
+			sweep_wanted = true;
+		sweep_sessions(false);
 	}
 }
 

@@ -4,6 +4,8 @@
 #
 # Suites, in order:
 #   jail        test/jail/run.sh (standalone jail, no PostgreSQL)
+#   cgroup-v2   test/cgroup-v2/run.sh (the jail's cgroup code in a
+#               cgroup-v2-only qemu guest; no PostgreSQL)
 #   regress     pg_regress over sql/*.sql with expected/*.out
 #   isolation   pg_isolation_regress over test/isolation/specs/*.spec
 #   pgtap       pg_prove over test/pgtap/*.sql
@@ -17,7 +19,7 @@ set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
 PGXSDIR=$(cd "$(dirname "$($PGBIN/pg_config --pgxs)")/../.." && pwd)
-SUITES=${SUITES:-"jail regress isolation pgtap scripts"}
+SUITES=${SUITES:-"jail cgroup-v2 regress isolation pgtap scripts"}
 export SANDBOX_CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_cluster}
 export SANDBOX_PGPORT=${SANDBOX_PGPORT:-55432}
 export SANDBOX_DB=${SANDBOX_DB:-sandbox_test}
@@ -81,6 +83,13 @@ if want jail && [ -x "$top/test/jail/run.sh" ]; then
 	echo "== jail"
 	"$top/test/jail/run.sh" "$top/src/jail/sandbox-jail" 2>&1 | tee "$work/jail.log"
 	record_script jail "$work/jail.log" "${PIPESTATUS[0]}"
+fi
+
+# ---- cgroup v2 (a guest of its own, no PostgreSQL) ----
+if want cgroup-v2 && [ -x "$top/test/cgroup-v2/run.sh" ]; then
+	echo "== cgroup-v2"
+	"$top/test/cgroup-v2/run.sh" "$top/src/jail/sandbox-jail" 2>&1 | tee "$work/cgroup-v2.log"
+	record_script cgroup-v2 "$work/cgroup-v2.log" "${PIPESTATUS[0]}"
 fi
 
 # ---- PostgreSQL suites ----

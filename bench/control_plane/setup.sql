@@ -37,8 +37,8 @@ BEGIN
 		org := i % current_setting('bench.orgs')::int;
 		PERFORM agent.set_tenant(bench.id('org', org), bench.id('ws', org));
 		r := agent.request_execution(bench.id('ws', org), bench.id('agent', org), NULL,
-									 'python', 'print(' || i || ')', 'bench');
-		PERFORM agent.approve(r.approval_id, 'bench');
+									 'python', 'print(' || i || ')', 'bench-user');
+		PERFORM agent.approve(r.approval_id, 'bench-approver');
 		INSERT INTO bench.charge_queue VALUES (i, r.invocation_id);
 		-- Short transactions, like the real traffic: one long one would
 		-- pile up versions of each org's audit head row.

@@ -19,6 +19,11 @@ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'agent_auditor') THEN
 		CREATE ROLE agent_auditor NOLOGIN;
 	END IF;
+	-- The org's administrator (an admin console), acting through
+	-- set_tenant() like the backend: org policy is its, not the backend's.
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'agent_admin') THEN
+		CREATE ROLE agent_admin NOLOGIN;
+	END IF;
 END
 $roles$;
 
@@ -53,6 +58,44 @@ BEGIN
 		RAISE EXCEPTION 'no tenant is set for this transaction'
 			USING ERRCODE = 'insufficient_privilege',
 				  HINT = 'Call agent.set_tenant(org, workspace) at the start of the transaction.';
+	END IF;
+	RETURN true;
+END
+$$;
+
+-- A person's name as names are compared (requester against approver,
+-- reserved names): white space trimmed at both ends, lower case.
+CREATE FUNCTION agent._person_key(name text) RETURNS text
+	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+	RETURN pg_catalog.lower(pg_catalog.regexp_replace(name,
+		'^[[:space:]\u00a0\u200b\ufeff]+|[[:space:]\u00a0\u200b\ufeff]+$', '', 'g'));
+
+-- The check of every argument that names a person (requested_by, approver,
+-- actor, uploaded_by, created_by, owner): not null, not empty, and not a
+-- name the product records for itself: the actors of its own audit events
+-- ('system', 'supervisor', 'runner', 'exporter'), its roles, or the owner's
+-- role (current_user here, as the SECURITY DEFINER API runs as the owner;
+-- owner-run functions record it).  So no person can pass for the product
+-- in the audit trail.
+CREATE FUNCTION agent._require_person(name text, argument text) RETURNS boolean
+	LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+	v_key text := agent._person_key(name);
+BEGIN
+	IF name IS NULL THEN
+		RAISE EXCEPTION '% must not be null', argument USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF v_key = '' THEN
+		RAISE EXCEPTION '% must not be empty', argument USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF v_key IN ('system', 'supervisor', 'runner', 'exporter', 'sandbox_ext',
+				 'agent_backend', 'agent_admin', 'agent_auditor', 'agent_runner')
+	   OR v_key = pg_catalog.lower(current_user::text) THEN
+		RAISE EXCEPTION '% "%" is a reserved name', argument, v_key
+			USING ERRCODE = 'reserved_name',
+				  DETAIL = 'sandbox_ext records this name as the actor of its own actions; it cannot name a person.',
+				  HINT = pg_catalog.format('Pass the name of the person (%s) as your application identifies them.', argument);
 	END IF;
 	RETURN true;
 END

@@ -19,8 +19,11 @@ CREATE TABLE agent.orgs (
 	id				uuid PRIMARY KEY DEFAULT gen_random_uuid(),
 	name			text NOT NULL,
 	plan			text NOT NULL DEFAULT 'free' REFERENCES agent.plans (plan),
-	-- The org admin's central switch for code execution by personal agents.
+	-- Org policy, the admin's (agent_admin), never the backend's:
+	-- the central switch for code execution by personal agents,
 	personal_agents_code_execution boolean NOT NULL DEFAULT false,
+	-- and whether an approver must be someone other than the requester.
+	require_distinct_approver boolean NOT NULL DEFAULT true,
 	created_at		timestamptz NOT NULL DEFAULT now()
 );
 
@@ -45,6 +48,7 @@ CREATE TABLE agent.agents (
 	org_id		uuid NOT NULL,
 	workspace_id uuid NOT NULL,
 	name		text NOT NULL,
+	-- Fixed when the agent is created: the IAM checks depend on it.
 	kind		text NOT NULL CHECK (kind IN ('specialist', 'shared', 'personal')),
 	owner		text,			-- the user a personal agent belongs to
 	model_id	uuid REFERENCES agent.models (id),

@@ -104,7 +104,7 @@ CREATE FUNCTION agent.grant_credits(org uuid, amount bigint, reason text)
 	RETURNS bigint
 	LANGUAGE plpgsql
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	v_event	bigint;
@@ -140,7 +140,7 @@ $$;
 CREATE FUNCTION agent.charge_invocation(invocation uuid) RETURNS boolean
 	LANGUAGE plpgsql
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	v_inv	agent.invocations;
@@ -151,7 +151,7 @@ BEGIN
 		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	-- Concurrent charges of this invocation wait here, then see the charge.
-	SELECT * INTO v_inv FROM agent.invocations i WHERE i.id = invocation FOR UPDATE;
+	SELECT * INTO v_inv FROM agent.invocations i WHERE i.id = invocation FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'invocation % does not exist', invocation
 			USING ERRCODE = 'undefined_object';
@@ -193,7 +193,7 @@ $$;
 CREATE FUNCTION agent.refund_invocation(invocation uuid, reason text) RETURNS boolean
 	LANGUAGE plpgsql
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	v_inv	agent.invocations;
@@ -202,7 +202,7 @@ BEGIN
 	IF invocation IS NULL THEN
 		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	SELECT * INTO v_inv FROM agent.invocations i WHERE i.id = invocation FOR UPDATE;
+	SELECT * INTO v_inv FROM agent.invocations i WHERE i.id = invocation FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'invocation % does not exist', invocation
 			USING ERRCODE = 'undefined_object';

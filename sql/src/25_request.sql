@@ -34,7 +34,7 @@ CREATE FUNCTION agent.request_execution(
 	RETURNS agent.execution_request
 	LANGUAGE plpgsql
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -69,6 +69,7 @@ BEGIN
 	IF btrim(requested_by) = '' THEN
 		RAISE EXCEPTION 'requested_by must not be empty' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
+	v_ok := agent._require_person(requested_by, 'requested_by');
 	IF v_org IS NULL OR agent.current_workspace() IS NULL THEN
 		v_ok := agent._require_tenant(true);	-- raises
 	END IF;
@@ -78,7 +79,7 @@ BEGIN
 				  HINT = 'Requests are made in the workspace named by agent.set_tenant().';
 	END IF;
 	IF wall_time_s IS NOT NULL THEN
-		SELECT s.setting::integer INTO v_max FROM pg_settings s WHERE s.name = 'sandbox.max_wall_time';
+		SELECT s.setting::integer INTO v_max FROM pg_catalog.pg_settings s WHERE s.name = 'sandbox.max_wall_time';
 		IF wall_time_s < 1 OR wall_time_s > coalesce(v_max, 300) THEN
 			RAISE EXCEPTION 'wall time limit % s is out of range', wall_time_s
 				USING ERRCODE = 'invalid_parameter_value',
@@ -86,7 +87,7 @@ BEGIN
 		END IF;
 	END IF;
 	IF memory_mb IS NOT NULL THEN
-		SELECT s.setting::integer INTO v_max FROM pg_settings s WHERE s.name = 'sandbox.max_memory';
+		SELECT s.setting::integer INTO v_max FROM pg_catalog.pg_settings s WHERE s.name = 'sandbox.max_memory';
 		IF memory_mb < 1 OR memory_mb > coalesce(v_max, 2048) THEN
 			RAISE EXCEPTION 'memory limit % MB is out of range', memory_mb
 				USING ERRCODE = 'invalid_parameter_value',

@@ -9,11 +9,17 @@
 -- Lock a pending, unexpired card of the caller's workspace and the
 -- invocation behind it (one statement, card first) or explain why not: the
 -- invocation must still be waiting for this decision with the code the
--- card shows.  Internal: called only from the SECURITY DEFINER functions
+-- card shows.  Also returns the requester and the org's policy on
+-- self-approval.  Internal: called only from the SECURITY DEFINER functions
 -- below.
+--
+-- The locks are FOR NO KEY UPDATE, not FOR UPDATE: a backend may hold them
+-- in a transaction it keeps open, and FOR UPDATE would block the FOR KEY
+-- SHARE locks that the foreign-key checks of other inserts (output, files,
+-- tool calls, the ledger) take on the invocation.
 CREATE FUNCTION agent._lock_pending_approval(approval uuid,
 	OUT id uuid, OUT invocation_id uuid, OUT org_id uuid, OUT workspace_id uuid,
-	OUT code_sha256 text)
+	OUT code_sha256 text, OUT requested_by text, OUT require_distinct_approver boolean)
 	LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -33,14 +39,17 @@ BEGIN
 	END IF;
 	-- Another tenant's card is indistinguishable from a missing one.
 	SELECT a.id, a.invocation_id, a.org_id, a.workspace_id, a.code_sha256, a.status,
-		   a.expires_at, a.decided_by, a.code, i.code, i.code_sha256, i.state
+		   a.expires_at, a.decided_by, a.code, i.code, i.code_sha256, i.state,
+		   i.requested_by, o.require_distinct_approver
 	  INTO id, invocation_id, org_id, workspace_id, code_sha256, v_status,
-		   v_expires, v_decided_by, v_code, v_inv_code, v_inv_sha, v_inv_state
+		   v_expires, v_decided_by, v_code, v_inv_code, v_inv_sha, v_inv_state,
+		   requested_by, require_distinct_approver
 	  FROM agent.approval_requests a
 	  JOIN agent.invocations i ON i.id = a.invocation_id
+	  JOIN agent.orgs o ON o.id = a.org_id
 	 WHERE a.id = approval AND a.org_id = agent.current_org()
 	   AND a.workspace_id = agent.current_workspace()
-	   FOR UPDATE OF a, i;
+	   FOR NO KEY UPDATE OF a, i;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'approval request % does not exist in the current workspace', approval
 			USING ERRCODE = 'undefined_object';
@@ -79,7 +88,7 @@ CREATE FUNCTION agent.approve(approval uuid, approver text, code_sha256 text DEF
 	RETURNS uuid
 	LANGUAGE plpgsql
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -90,7 +99,17 @@ BEGIN
 	IF approver IS NULL OR btrim(approver) = '' THEN
 		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	v_ok := agent._require_person(approver, 'approver');
 	v_card := agent._lock_pending_approval(approval);
+	-- Four eyes: unless the org's policy says otherwise, the person who
+	-- asked for the run cannot also let it run.
+	IF v_card.require_distinct_approver
+	   AND agent._person_key(approver) = agent._person_key(v_card.requested_by) THEN
+		RAISE EXCEPTION 'cannot approve an execution request made by the same person'
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'The organization requires the approver to be someone other than the requester.',
+				  HINT = 'Ask another person to approve it; an administrator can change the policy with agent.set_require_distinct_approver().';
+	END IF;
 	IF code_sha256 IS NOT NULL AND lower(code_sha256) <> v_card.code_sha256 THEN
 		RAISE EXCEPTION 'code hash does not match approval request %', approval
 			USING ERRCODE = 'invalid_parameter_value',
@@ -121,16 +140,20 @@ CREATE FUNCTION agent.deny(approval uuid, approver text, reason text DEFAULT NUL
 	RETURNS uuid
 	LANGUAGE plpgsql
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
+	v_ok	boolean;
 	v_event	bigint;
 	v_card	record;
 BEGIN
 	IF approver IS NULL OR btrim(approver) = '' THEN
 		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	v_ok := agent._require_person(approver, 'approver');
+	-- The requester may deny (withdraw) their own request: a denial runs
+	-- nothing, and cancel() could end it anyway.
 	v_card := agent._lock_pending_approval(approval);
 
 	WITH decided AS (
@@ -157,7 +180,7 @@ CREATE FUNCTION agent.expire_pending_approvals(as_of timestamptz DEFAULT now())
 	RETURNS integer
 	LANGUAGE plpgsql
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	v_event	bigint;
@@ -170,7 +193,7 @@ BEGIN
 		WITH due AS (
 			SELECT a.id FROM agent.approval_requests a
 			 WHERE a.status = 'pending' AND a.expires_at <= coalesce(as_of, now())
-			   FOR UPDATE SKIP LOCKED),
+			   FOR NO KEY UPDATE SKIP LOCKED),
 		expired AS (
 			UPDATE agent.approval_requests a
 			   SET status = 'expired', decided_at = now(),

@@ -1,10 +1,15 @@
--- Row-level security, privileges and the two roles' reach.
+-- Row-level security, privileges and the roles' reach.
 --
 -- agent_backend acts for one tenant at a time: it reads its org's (and
--- workspace's) rows, edits agents, threads and the org's personal-agent
--- switch, and changes everything else only through the SECURITY DEFINER
--- API, which checks the tenant context itself.  agent_auditor reads every
--- row of every tenant and writes nothing.  The owner (the supervisor, a
+-- workspace's) rows and changes anything only through the SECURITY DEFINER
+-- API, which checks the tenant context itself.  It has no table-level
+-- write privilege at all: with one it could LOCK a table every tenant and
+-- the supervisor use (anything above ACCESS SHARE needs UPDATE, DELETE or
+-- TRUNCATE), take row locks with SELECT ... FOR UPDATE, choose primary
+-- keys, or rewrite what the IAM checks read.  agent_admin (the org's
+-- administrator, also through set_tenant) reads its org's row and changes
+-- the org's policy through functions only.  agent_auditor reads every row
+-- of every tenant and writes nothing.  The owner (the supervisor, a
 -- superuser) bypasses row-level security.
 
 -- Tenant tables: row-level security on, nothing visible without a policy.
@@ -22,16 +27,14 @@ ALTER TABLE agent.audit_events ENABLE ROW LEVEL SECURITY;
 ALTER TABLE agent.audit_heads ENABLE ROW LEVEL SECURITY;
 
 -- The backend's view of its tenant.
-CREATE POLICY backend_org ON agent.orgs TO agent_backend
-	USING (id = agent.current_org()) WITH CHECK (id = agent.current_org());
+CREATE POLICY backend_org ON agent.orgs FOR SELECT TO agent_backend
+	USING (id = agent.current_org());
 CREATE POLICY backend_org ON agent.workspaces FOR SELECT TO agent_backend
 	USING (org_id = agent.current_org());
-CREATE POLICY backend_workspace ON agent.agents TO agent_backend
-	USING (org_id = agent.current_org() AND workspace_id = agent.current_workspace())
-	WITH CHECK (org_id = agent.current_org() AND workspace_id = agent.current_workspace());
-CREATE POLICY backend_workspace ON agent.conversations TO agent_backend
-	USING (org_id = agent.current_org() AND workspace_id = agent.current_workspace())
-	WITH CHECK (org_id = agent.current_org() AND workspace_id = agent.current_workspace());
+CREATE POLICY backend_workspace ON agent.agents FOR SELECT TO agent_backend
+	USING (org_id = agent.current_org() AND workspace_id = agent.current_workspace());
+CREATE POLICY backend_workspace ON agent.conversations FOR SELECT TO agent_backend
+	USING (org_id = agent.current_org() AND workspace_id = agent.current_workspace());
 CREATE POLICY backend_workspace ON agent.invocations FOR SELECT TO agent_backend
 	USING (org_id = agent.current_org() AND workspace_id = agent.current_workspace());
 CREATE POLICY backend_workspace ON agent.approval_requests FOR SELECT TO agent_backend
@@ -50,6 +53,10 @@ CREATE POLICY backend_workspace ON agent.audit_events FOR SELECT TO agent_backen
 	USING (org_id = agent.current_org()
 		   AND (workspace_id IS NULL OR workspace_id = agent.current_workspace()));
 
+-- The admin's view: its org's row (the policy it sets).
+CREATE POLICY admin_org ON agent.orgs FOR SELECT TO agent_admin
+	USING (id = agent.current_org());
+
 -- The auditor reads every tenant (no BYPASSRLS needed).
 CREATE POLICY auditor_read ON agent.orgs FOR SELECT TO agent_auditor USING (true);
 CREATE POLICY auditor_read ON agent.workspaces FOR SELECT TO agent_auditor USING (true);
@@ -67,7 +74,7 @@ CREATE POLICY auditor_read ON agent.audit_heads FOR SELECT TO agent_auditor USIN
 -- Table privileges.
 REVOKE ALL ON ALL TABLES IN SCHEMA agent FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA agent FROM PUBLIC;
-GRANT USAGE ON SCHEMA agent TO agent_backend, agent_auditor;
+GRANT USAGE ON SCHEMA agent TO agent_backend, agent_admin, agent_auditor;
 
 GRANT SELECT ON agent.plans, agent.models, agent.runtimes, agent.settings,
 	agent.orgs, agent.workspaces, agent.agents, agent.conversations,
@@ -76,8 +83,7 @@ GRANT SELECT ON agent.plans, agent.models, agent.runtimes, agent.settings,
 	agent.audit_events, agent.invocation_overview, agent.iam_decisions,
 	agent.credit_overview
 	TO agent_backend;
-GRANT INSERT, UPDATE ON agent.agents, agent.conversations TO agent_backend;
-GRANT UPDATE (personal_agents_code_execution) ON agent.orgs TO agent_backend;
+GRANT SELECT ON agent.plans, agent.orgs TO agent_admin;
 
 GRANT SELECT ON ALL TABLES IN SCHEMA agent TO agent_auditor;
 
@@ -97,6 +103,7 @@ GRANT EXECUTE ON FUNCTION
 	agent.invocation_transition_allowed(text, text),
 	agent.supervisor_available()
 	TO agent_backend;
+GRANT EXECUTE ON FUNCTION agent.set_tenant(uuid, uuid) TO agent_admin;
 GRANT EXECUTE ON FUNCTION
 	agent.verify_audit_chain(uuid),
 	agent._audit_hash(text, bigint, uuid, uuid, text, uuid, text, jsonb, timestamptz),

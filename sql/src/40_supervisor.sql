@@ -24,24 +24,66 @@ CREATE FUNCTION agent._state_is_terminal(state text) RETURNS boolean
 					 'expired', 'cancelled', 'provision_failed',
 					 'insufficient_credits');
 
--- The NOTIFY channel of one invocation.  Notifications carry only sequence
--- numbers and the final state, never output: output is read through
--- agent.read_output() under the caller's tenant, so a listener in another
--- tenant who learns an invocation id still sees nothing.
-CREATE FUNCTION agent.output_channel(invocation uuid) RETURNS text
-	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-	RETURN 'sandbox_output_' || invocation::text;
-COMMENT ON FUNCTION agent.output_channel(uuid) IS
-	'the LISTEN channel on which the supervisor announces new output and the end of an invocation';
+-- The NOTIFY channel of one invocation is named after a random token, not
+-- after the invocation's id: any role may LISTEN on (or NOTIFY) any
+-- channel it can name, so only the invocation's tenant may learn the name,
+-- through agent.output_channel().  (The token is as secret as the rows the
+-- tenant reads: row-level security.)
+ALTER TABLE agent.invocations
+	ADD COLUMN channel_token uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid();
 
--- Announce something about an invocation on its channel: new output
--- (seq, stream, bytes) or its end (done, state).  Every notification of an
--- invocation goes through here, so what a notification may carry is
--- decided in one place.
+-- The channel's name, written once.
+CREATE FUNCTION agent._channel_name(token uuid) RETURNS text
+	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+	RETURN 'sandbox_output_' || pg_catalog.replace(token::text, '-', '');
+
+-- The channel on which the supervisor announces an invocation's new output
+-- and its end, for the invocation's tenant only: another tenant's id, like
+-- an unknown one, is an error.
+CREATE FUNCTION agent.output_channel(invocation uuid) RETURNS text
+	LANGUAGE plpgsql STABLE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_ok	boolean;
+	v_token	uuid;
+BEGIN
+	v_ok := agent._require_tenant(true);
+	IF invocation IS NULL THEN
+		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	SELECT i.channel_token INTO v_token FROM agent.invocations i
+	 WHERE i.id = invocation
+	   AND i.org_id = agent.current_org()
+	   AND i.workspace_id = agent.current_workspace();
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'invocation % does not exist', invocation
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the id and that the tenant set with agent.set_tenant() owns it.';
+	END IF;
+	RETURN agent._channel_name(v_token);
+END
+$$;
+COMMENT ON FUNCTION agent.output_channel(uuid) IS
+	'the LISTEN channel on which the supervisor announces new output and the end of an invocation (its tenant only)';
+
+-- Announce something about an invocation on its channel.  Every
+-- notification of an invocation goes through here, so what one carries is
+-- decided in one place: only a hint, 'output' (new output) or 'done' (the
+-- run ended: payload {"done": true}), never output, sequence numbers or
+-- the state.  Whoever learns a channel's name can NOTIFY on it too, so a
+-- client treats a notification as a reason to look, and reads the state
+-- and the output through the tenant-scoped API (docs/execution.md).
 CREATE FUNCTION agent._notify_invocation(invocation uuid, payload jsonb) RETURNS void
 	LANGUAGE sql VOLATILE
-	SET search_path = pg_catalog, agent
-	RETURN pg_catalog.pg_notify(agent.output_channel(invocation), payload::text);
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT pg_catalog.pg_notify(agent._channel_name(i.channel_token),
+								CASE WHEN payload ->> 'done' = 'true' THEN 'done' ELSE 'output' END)
+	  FROM agent.invocations i
+	 WHERE i.id = invocation
+$$;
 
 -- Output, in the order the supervisor read it.
 CREATE TABLE agent.invocation_output (
@@ -66,71 +108,298 @@ GRANT SELECT ON agent.invocation_output TO agent_backend, agent_auditor;
 
 -- ----------------------------------------------------------------------
 -- Supervisor steps (owner only; never granted)
+--
+-- A run's life in the database, one named function per step, each fenced
+-- on the state it expects:
+--
+--   _claim_invocations(n)    approved -> provisioning, charged (fair across
+--                            orgs, within each org's limits)
+--   _prepare_invocation(id)  what to put in the workspace before the start
+--   _mark_running(id, pid)   provisioning -> running
+--   _append_output(id, ...)  one chunk of output
+--   _store_produced_file(..) one file the run left behind (staged)
+--   _finish_invocation(id, verdict, ...)
+--                            stage the result, then apply it: -> a final
+--                            state by the one billing rule
+--   _finish_pending(n)       apply results staged earlier (a lock was held)
+--   _supervisor_recover()    after a restart: every row still in flight
+--                            gets a result ("ours failed") and is applied
+--
+-- Locks.  A backend acting for one tenant can hold row locks through the
+-- API for as long as its transaction lasts (an approval holds the org's
+-- audit head; an upload its usage row).  None of these steps may wait for
+-- such a lock, or one tenant could stall the supervisor and so every other
+-- tenant: the claim skips what is locked (SKIP LOCKED), and applying a
+-- result takes its locks with NOWAIT; a result that cannot be applied now
+-- stays staged in agent.run_results, which is written without touching
+-- any tenant row, and is applied on a later turn.  The supervisor also
+-- runs with a short lock_timeout as a backstop for any lock not foreseen
+-- here.
 -- ----------------------------------------------------------------------
 
--- Claim up to max_rows approved invocations: check the code is the code
--- that was approved, charge the credits, move to provisioning.  Runs in the
--- supervisor's short claim transaction, which commits before any jail
--- starts.  Rows another claimer holds are skipped, not waited for.
+-- Results waiting to be applied.  No foreign keys on purpose: a key check
+-- would take a KEY SHARE lock on the invocation, which a backend's FOR
+-- UPDATE could block; the rows are removed when the result is applied.
+CREATE TABLE agent.run_results (
+	invocation_id	uuid PRIMARY KEY,
+	verdict			text,			-- the jail's verdict (JSON), NULL if none
+	jail_status		integer,
+	error			text,			-- an infrastructure failure (ours), or NULL
+	spawned			boolean NOT NULL DEFAULT false,
+	truncated		boolean NOT NULL DEFAULT false,
+	workspace_bytes bigint,			-- the session workspace after the run
+	workspace_entries integer,
+	workspace_reset text,			-- why the session workspace must be rebuilt, or NULL
+	recorded_at		timestamptz NOT NULL DEFAULT clock_timestamp(),
+	attempts		integer NOT NULL DEFAULT 0,
+	last_error		text
+);
+COMMENT ON TABLE agent.run_results IS
+	'results of finished sandboxes not yet applied to their invocation (normally for milliseconds)';
+
+CREATE TABLE agent.run_result_files (
+	invocation_id	uuid NOT NULL,
+	seq				integer NOT NULL,
+	name			text NOT NULL,
+	status			text NOT NULL CHECK (status IN ('saved', 'skipped', 'failed')),
+	reason			text,
+	content			bytea,
+	PRIMARY KEY (invocation_id, seq)
+);
+COMMENT ON TABLE agent.run_result_files IS
+	'files a finished run left in its workspace, until its result is applied';
+
+ALTER TABLE agent.run_results ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.run_result_files ENABLE ROW LEVEL SECURITY;
+CREATE POLICY auditor_read ON agent.run_results FOR SELECT TO agent_auditor USING (true);
+
+-- Rows in flight, for the claim's per-org and per-conversation checks.
+CREATE INDEX invocations_in_flight_idx ON agent.invocations (org_id, workspace_id)
+	WHERE state IN ('provisioning', 'running');
+CREATE INDEX invocations_conversation_in_flight_idx ON agent.invocations (conversation_id)
+	WHERE state IN ('provisioning', 'running');
+-- The queue, per org in approval order.
+CREATE INDEX invocations_approved_org_idx ON agent.invocations (org_id, approved_at, request_seq)
+	WHERE state = 'approved';
+
+-- ---- the billing rule --------------------------------------------------
+
+-- How a run ended, and whether it is charged: the one billing rule
+-- (docs/execution.md, "States and billing").  What the payload did is
+-- charged: its exit, a signal, a limit (time, memory, output, files), a
+-- cancel after it was provisioned.  A failure of ours is refunded: an error
+-- of the supervisor, the launcher or the jail (setup error, no verdict, a
+-- jail that died or was killed by us), a supervisor restart, or a sandbox
+-- stopped by the host rather than by a cancel.  `error` names a failure of
+-- ours found outside the verdict.
+CREATE FUNCTION agent._run_outcome(verdict jsonb, error text, cancel_requested boolean,
+								   cancelled_by text DEFAULT NULL,
+								   OUT state text, OUT reason text, OUT charged boolean)
+	LANGUAGE plpgsql IMMUTABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	charged := true;
+	IF error IS NOT NULL THEN
+		state := 'provision_failed';
+		reason := error;
+		charged := false;
+	ELSIF verdict IS NULL OR jsonb_typeof(verdict) <> 'object' THEN
+		state := 'provision_failed';
+		reason := 'the sandbox ended without a verdict';
+		charged := false;
+	ELSIF verdict ->> 'setup_error' IS NOT NULL OR verdict ->> 'status' = 'setup_error' THEN
+		state := 'provision_failed';
+		reason := 'sandbox setup failed: ' || coalesce(verdict ->> 'setup_error', 'unknown error');
+		charged := false;
+	ELSIF coalesce((verdict ->> 'killed')::boolean, false) AND coalesce(cancel_requested, false) THEN
+		state := 'cancelled';
+		reason := format('cancelled by %s', coalesce(cancelled_by, 'unknown'));
+	ELSIF coalesce((verdict ->> 'timed_out')::boolean, false) THEN
+		state := 'timed_out';
+		reason := 'the wall or CPU time limit was reached';
+	ELSIF coalesce((verdict ->> 'killed')::boolean, false) THEN
+		state := 'killed';
+		reason := 'the sandbox was stopped by the host, not by a cancel';
+		charged := false;
+	ELSIF verdict ->> 'status' = 'exited' AND (verdict ->> 'exit_code')::integer = 0
+		  AND NOT coalesce((verdict ->> 'file_too_large')::boolean, false) THEN
+		state := 'succeeded';
+	ELSE
+		state := 'failed';
+		reason := CASE
+			WHEN coalesce((verdict ->> 'oom_killed')::boolean, false) THEN 'out of memory'
+			WHEN coalesce((verdict ->> 'file_too_large')::boolean, false)
+				THEN 'a file or the workspace reached its size or entry limit'
+			WHEN verdict ->> 'status' = 'signaled' THEN format('killed by signal %s', verdict ->> 'signal')
+			ELSE format('exited with code %s', verdict ->> 'exit_code') END;
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION agent._run_outcome(jsonb, text, boolean, text) IS
+	'the billing rule: final state, reason and whether the run is charged, from a verdict or a failure of ours';
+
+-- ---- claim ---------------------------------------------------------------
+
+-- Claim up to max_rows approved invocations: check that the code is the
+-- code that was approved, charge the credits, move to provisioning.  Runs
+-- in the supervisor's short claim transaction, which commits before any
+-- jail starts.
+--
+-- Fairness.  Each org has at most its limit (agent._org_run_limit, and a
+-- workspace its own) in flight, counted on every host together, and the
+-- free slots go first to the orgs with the fewest runs in flight, then in
+-- approval order: a backlog of one org never delays another org's run
+-- beyond the next free slot.  An org's queue is looked at 64 deep per
+-- claim.  Within a conversation runs are serial and in approval order.
+--
+-- An invocation of an org that cannot pay is refused (insufficient_credits)
+-- without taking a slot: such rows are resolved apart from the claim, at
+-- most 100 per call, after the funded ones.
+--
+-- Nothing here waits for a lock a backend may hold: rows, orgs and audit
+-- heads locked elsewhere are skipped until a later claim.
 CREATE FUNCTION agent._claim_invocations(max_rows integer)
 	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
-				   fresh_session boolean)
+				   fresh_session boolean, has_skills boolean)
 	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
+	c			record;
 	r			agent.invocations;
 	approved	text;
+	audited		text;
 	err			text;
 	v_session	uuid;
 	v_gen		integer;
 	v_fresh		boolean;
-	taken		uuid[] := '{}';
+	v_load		bigint;
+	v_balance	bigint;
+	claimed		integer := 0;
+	taken		uuid[] := '{}'::uuid[];		-- conversations claimed in this call
+	locked_orgs uuid[] := '{}'::uuid[];		-- orgs whose lock this call holds
+	skip_orgs	uuid[] := '{}'::uuid[];		-- orgs locked elsewhere: next time
 BEGIN
-	-- Within a conversation runs are serial and in approval order: an
-	-- invocation waits while another of its conversation is in flight or
-	-- was approved before it.
-	FOR r IN
-		SELECT i.* FROM agent.invocations i
-		 WHERE i.state = 'approved'
-		   AND (i.conversation_id IS NULL
-				OR (NOT EXISTS (SELECT 1 FROM agent.invocations j
-								 WHERE j.conversation_id = i.conversation_id
-								   AND j.state IN ('provisioning', 'running'))
-					AND NOT EXISTS (SELECT 1 FROM agent.invocations j
-									 WHERE j.conversation_id = i.conversation_id
-									   AND j.state = 'approved'
-									   AND (j.approved_at, j.request_seq) < (i.approved_at, i.request_seq))))
-		 ORDER BY i.approved_at, i.request_seq
-		 LIMIT max_rows
-		   FOR UPDATE SKIP LOCKED
+	IF max_rows IS NULL OR max_rows < 0 THEN
+		RAISE EXCEPTION 'max_rows must be a non-negative number' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+
+	FOR c IN
+		WITH RECURSIVE orgs AS (	-- orgs with approved work (a loose index scan)
+			(SELECT i.org_id FROM agent.invocations i WHERE i.state = 'approved'
+			  ORDER BY i.org_id LIMIT 1)
+			UNION ALL
+			SELECT (SELECT i.org_id FROM agent.invocations i
+					 WHERE i.state = 'approved' AND i.org_id > o.org_id
+					 ORDER BY i.org_id LIMIT 1)
+			  FROM orgs o WHERE o.org_id IS NOT NULL),
+		queue AS (					-- each org's oldest approved rows
+			SELECT q.*, (coalesce(b.balance, 0) >= p.credits_per_invocation) AS funded,
+				   agent._org_run_limit(o.org_id) AS org_limit,
+				   (SELECT count(*) FROM agent.invocations j
+					 WHERE j.org_id = o.org_id AND j.state IN ('provisioning', 'running')) AS org_load
+			  FROM orgs o
+			  JOIN agent.orgs og ON og.id = o.org_id
+			  JOIN agent.plans p ON p.plan = og.plan
+			  LEFT JOIN agent.credit_balances b ON b.org_id = o.org_id
+			  CROSS JOIN LATERAL (
+					SELECT i.id, i.org_id, i.workspace_id, i.conversation_id, i.approved_at, i.request_seq
+					  FROM agent.invocations i
+					 WHERE i.state = 'approved' AND i.org_id = o.org_id
+					 ORDER BY i.approved_at, i.request_seq
+					 LIMIT 64) q
+			 WHERE o.org_id IS NOT NULL),
+		runnable AS (				-- first of its conversation, conversation idle
+			SELECT q.*,
+				   row_number() OVER (PARTITION BY q.conversation_id
+									  ORDER BY q.approved_at, q.request_seq) AS conv_rank
+			  FROM queue q),
+		ranked AS (
+			SELECT u.*,
+				   row_number() OVER (PARTITION BY u.org_id ORDER BY u.approved_at, u.request_seq) AS org_rank,
+				   row_number() OVER (PARTITION BY u.workspace_id ORDER BY u.approved_at, u.request_seq) AS ws_rank,
+				   w.max_concurrent_runs AS ws_limit,
+				   (SELECT count(*) FROM agent.invocations j
+					 WHERE j.org_id = u.org_id AND j.workspace_id = u.workspace_id
+					   AND j.state IN ('provisioning', 'running')) AS ws_load
+			  FROM runnable u
+			  JOIN agent.workspaces w ON w.id = u.workspace_id
+			 WHERE u.funded
+			   AND (u.conversation_id IS NULL
+					OR (u.conv_rank = 1
+						AND NOT EXISTS (SELECT 1 FROM agent.invocations j
+										 WHERE j.conversation_id = u.conversation_id
+										   AND j.state IN ('provisioning', 'running')))))
+		SELECT k.id, k.org_id, k.org_limit, k.ws_limit
+		  FROM ranked k
+		 WHERE k.org_load + k.org_rank <= k.org_limit
+		   AND (k.ws_limit IS NULL OR k.ws_load + k.ws_rank <= k.ws_limit)
+		 ORDER BY k.org_load + k.org_rank, k.approved_at, k.request_seq
 	LOOP
-		-- Another claimer may be working on this conversation: its lock on
-		-- the conversation row says so.  Re-check under the lock (each
-		-- statement here sees what committed before it).
-		IF r.conversation_id IS NOT NULL THEN
-			IF r.conversation_id = ANY (taken) THEN
-				CONTINUE;
-			END IF;
-			PERFORM 1 FROM agent.conversations c WHERE c.id = r.conversation_id
-			   FOR UPDATE SKIP LOCKED;
+		EXIT WHEN claimed >= max_rows;
+		CONTINUE WHEN c.org_id = ANY (skip_orgs);
+
+		-- One claimer per org at a time, so its limit holds with several
+		-- claimers (runner hosts): the org row, skipped if locked.
+		IF NOT c.org_id = ANY (locked_orgs) THEN
+			PERFORM 1 FROM agent.orgs o WHERE o.id = c.org_id FOR NO KEY UPDATE SKIP LOCKED;
 			IF NOT FOUND THEN
+				skip_orgs := skip_orgs || c.org_id;
 				CONTINUE;
 			END IF;
-			IF EXISTS (SELECT 1 FROM agent.invocations j
-						WHERE j.conversation_id = r.conversation_id
-						  AND j.state IN ('provisioning', 'running')) THEN
+			-- The audit head is appended to below: skip an org whose head
+			-- is held (by a backend's open transaction).
+			PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id FOR UPDATE SKIP LOCKED;
+			IF NOT FOUND AND EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id) THEN
+				skip_orgs := skip_orgs || c.org_id;
 				CONTINUE;
 			END IF;
+			locked_orgs := locked_orgs || c.org_id;
 		END IF;
+		-- Under the org's lock, the in-flight count is exact (it includes
+		-- this call's claims).
+		SELECT count(*) INTO v_load FROM agent.invocations j
+		 WHERE j.org_id = c.org_id AND j.state IN ('provisioning', 'running');
+		CONTINUE WHEN v_load >= c.org_limit;
+
+		SELECT * INTO r FROM agent.invocations i
+		 WHERE i.id = c.id AND i.state = 'approved'
+		   FOR NO KEY UPDATE SKIP LOCKED;
+		CONTINUE WHEN NOT FOUND;
+		IF c.ws_limit IS NOT NULL THEN
+			SELECT count(*) INTO v_load FROM agent.invocations j
+			 WHERE j.org_id = r.org_id AND j.workspace_id = r.workspace_id
+			   AND j.state IN ('provisioning', 'running');
+			CONTINUE WHEN v_load >= c.ws_limit;
+		END IF;
+		-- Another claimer may be starting this conversation: its lock on
+		-- the conversation row says so.
+		IF r.conversation_id IS NOT NULL THEN
+			CONTINUE WHEN r.conversation_id = ANY (taken);
+			PERFORM 1 FROM agent.conversations cv WHERE cv.id = r.conversation_id
+			   FOR NO KEY UPDATE SKIP LOCKED;
+			CONTINUE WHEN NOT FOUND;
+			CONTINUE WHEN EXISTS (SELECT 1 FROM agent.invocations j
+								   WHERE j.conversation_id = r.conversation_id
+									 AND j.state IN ('provisioning', 'running'));
+		END IF;
+
 		SELECT a.approved_code_sha256 INTO approved
 		  FROM agent.approval_requests a
-		 WHERE a.id = r.approval_id AND a.status = 'approved';
+		 WHERE a.id = r.approval_id AND a.invocation_id = r.id AND a.status = 'approved';
+		-- The hash the audit trail recorded at approval: a change of the
+		-- card and the code together (bypassing every trigger) still
+		-- disagrees with the chain, which is anchored outside the database.
+		SELECT e.details ->> 'code_sha256' INTO audited
+		  FROM agent.audit_events e
+		 WHERE e.invocation_id = r.id AND e.event_type = 'approval.approved'
+		 ORDER BY e.id DESC LIMIT 1;
 
 		BEGIN
 			-- The code about to run must be, byte for byte, the code approved.
-			IF approved IS NULL
+			IF approved IS NULL OR audited IS DISTINCT FROM approved
 			   OR approved <> agent.code_sha256(r.code)
 			   OR approved <> r.code_sha256 THEN
 				UPDATE agent.invocations i
@@ -141,20 +410,14 @@ BEGIN
 				PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.hash_mismatch', r.id,
 									 'supervisor',
 									 jsonb_build_object('approved_sha256', approved,
+														'audited_sha256', audited,
 														'code_sha256', agent.code_sha256(r.code)));
-				PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"provision_failed"}');
+				PERFORM agent._notify_invocation(r.id, '{"done":true}');
 				CONTINUE;
 			END IF;
 
 			IF NOT agent.charge_invocation(r.id) THEN
-				UPDATE agent.invocations i
-				   SET state = 'insufficient_credits',
-					   state_reason = 'the organization does not have enough credits',
-					   finished_at = now()
-				 WHERE i.id = r.id;
-				PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.insufficient_credits',
-									 r.id, 'supervisor', '{}'::jsonb);
-				PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"insufficient_credits"}');
+				PERFORM agent._refuse_unfunded(r);
 				CONTINUE;
 			END IF;
 
@@ -175,22 +438,29 @@ BEGIN
 								 jsonb_build_object('amount', r.credits_charged));
 			PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provisioned', r.id,
 								 'supervisor', jsonb_build_object('credits_charged', r.credits_charged));
-		EXCEPTION WHEN others THEN
-			-- One row that cannot be claimed (a bug, a broken catalog row)
-			-- must not block the queue: everything above for this row is
-			-- rolled back (uncharged) and the row fails with the reason.
-			GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
-			UPDATE agent.invocations i
-			   SET state = 'provision_failed',
-				   state_reason = 'could not provision: ' || err,
-				   finished_at = now()
-			 WHERE i.id = r.id;
-			PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
-								 'supervisor', jsonb_build_object('reason', 'could not provision: ' || err));
-			PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"provision_failed"}');
-			CONTINUE;
+		EXCEPTION
+			WHEN lock_not_available THEN
+				-- a lock not foreseen above: not this row's fault; next time
+				skip_orgs := skip_orgs || c.org_id;
+				CONTINUE;
+			WHEN others THEN
+				-- One row that cannot be claimed (a bug, a broken catalog
+				-- row) must not block the queue: everything above for this
+				-- row is rolled back (uncharged) and the row fails with the
+				-- reason.
+				GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
+				UPDATE agent.invocations i
+				   SET state = 'provision_failed',
+					   state_reason = 'could not provision: ' || err,
+					   finished_at = now()
+				 WHERE i.id = r.id;
+				PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
+									 'supervisor', jsonb_build_object('reason', 'could not provision: ' || err));
+				PERFORM agent._notify_invocation(r.id, '{"done":true}');
+				CONTINUE;
 		END;
 
+		claimed := claimed + 1;
 		id := r.id;
 		language := r.language;
 		code := r.code;
@@ -199,43 +469,189 @@ BEGIN
 		conversation_id := r.conversation_id;
 		session_id := v_session;
 		fresh_session := v_fresh;
+		has_skills := EXISTS (SELECT 1 FROM agent.agent_skills s WHERE s.agent_id = r.agent_id);
+		RETURN NEXT;
+	END LOOP;
+
+	-- Refuse the approved rows of orgs that cannot pay: no slot, no wait.
+	FOR c IN
+		SELECT i.id, i.org_id, p.credits_per_invocation AS price
+		  FROM agent.invocations i
+		  JOIN agent.orgs og ON og.id = i.org_id
+		  JOIN agent.plans p ON p.plan = og.plan
+		  LEFT JOIN agent.credit_balances b ON b.org_id = i.org_id
+		 WHERE i.state = 'approved'
+		   AND coalesce(b.balance, 0) < p.credits_per_invocation
+		 ORDER BY i.approved_at, i.request_seq
+		 LIMIT 100
+	LOOP
+		CONTINUE WHEN c.org_id = ANY (skip_orgs);
+		IF NOT c.org_id = ANY (locked_orgs) THEN
+			PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id FOR UPDATE SKIP LOCKED;
+			IF NOT FOUND AND EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id) THEN
+				skip_orgs := skip_orgs || c.org_id;
+				CONTINUE;
+			END IF;
+			locked_orgs := locked_orgs || c.org_id;
+		END IF;
+		-- Decide on the balance as it is, under its lock (a grant may be
+		-- committing right now): funded after all, a later claim takes it.
+		SELECT b.balance INTO v_balance FROM agent.credit_balances b
+		 WHERE b.org_id = c.org_id FOR UPDATE SKIP LOCKED;
+		IF NOT FOUND AND EXISTS (SELECT 1 FROM agent.credit_balances b WHERE b.org_id = c.org_id) THEN
+			skip_orgs := skip_orgs || c.org_id;
+			CONTINUE;
+		END IF;
+		CONTINUE WHEN coalesce(v_balance, 0) >= c.price;
+		SELECT * INTO r FROM agent.invocations i
+		 WHERE i.id = c.id AND i.state = 'approved'
+		   FOR NO KEY UPDATE SKIP LOCKED;
+		CONTINUE WHEN NOT FOUND;
+		PERFORM agent._refuse_unfunded(r);
+	END LOOP;
+END
+$$;
+
+-- An approved invocation its org cannot pay for ends, uncharged.
+CREATE FUNCTION agent._refuse_unfunded(r agent.invocations) RETURNS void
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	UPDATE agent.invocations i
+	   SET state = 'insufficient_credits',
+		   state_reason = 'the organization does not have enough credits',
+		   finished_at = now()
+	 WHERE i.id = r.id AND i.state = 'approved';
+	PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.insufficient_credits',
+						 r.id, 'supervisor', '{}'::jsonb);
+	PERFORM agent._notify_invocation(r.id, '{"done":true}');
+END
+$$;
+
+-- ---- start ---------------------------------------------------------------
+
+-- What to write into a claimed invocation's workspace before the jail
+-- starts: the conversation's files its session does not hold yet (all of
+-- them when the workspace is new, e.g. its directory vanished), marked as
+-- held in this transaction; and the skills to mount, one row per skill
+-- (kind 'skill': skill_id and name; the files are read with
+-- agent._skill_files()).  Fenced: nothing unless the row is provisioning.
+CREATE FUNCTION agent._prepare_invocation(invocation uuid, workspace_is_new boolean)
+	RETURNS TABLE (kind text, name text, content bytea, skill_id uuid)
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	r	agent.invocations;
+	f	record;
+	n	integer := 0;
+BEGIN
+	SELECT * INTO r FROM agent.invocations i WHERE i.id = invocation AND i.state = 'provisioning';
+	IF NOT FOUND THEN
+		RETURN;
+	END IF;
+	IF r.session_id IS NOT NULL THEN
+		IF workspace_is_new THEN
+			DELETE FROM agent.session_files sf WHERE sf.session_id = r.session_id;
+		END IF;
+		FOR f IN SELECT x.name, x.content FROM agent._files_to_place(invocation) x LOOP
+			kind := 'file';
+			name := f.name;
+			content := f.content;
+			skill_id := NULL;
+			RETURN NEXT;
+		END LOOP;
+	END IF;
+	FOR f IN
+		SELECT s.id, s.name FROM agent.agent_skills a JOIN agent.skills s ON s.id = a.skill_id
+		 WHERE a.agent_id = r.agent_id ORDER BY s.name
+	LOOP
+		n := n + 1;
+		IF n > 16 THEN
+			RAISE EXCEPTION 'the agent has more than 16 skills; at most 16 can be mounted'
+				USING ERRCODE = 'program_limit_exceeded',
+					  HINT = 'Detach skills the agent does not need (agent.set_agent_skill).';
+		END IF;
+		kind := 'skill';
+		name := f.name;
+		content := NULL;
+		skill_id := f.id;
 		RETURN NEXT;
 	END LOOP;
 END
 $$;
 
--- The jail started.
+-- The files of one skill version, to materialise it on disk.
+CREATE FUNCTION agent._skill_files(skill uuid)
+	RETURNS TABLE (path text, content bytea, executable boolean)
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT f.path, f.content, f.executable FROM agent.skill_files f
+	 WHERE f.skill_id = skill ORDER BY f.path
+$$;
+
+-- The caps on what one run may return (agent.settings), for the supervisor.
+CREATE FUNCTION agent._produced_caps(OUT max_files integer, OUT max_bytes bigint,
+									 OUT max_file_bytes bigint)
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+	RETURN ROW(agent.setting('max_produced_files')::integer,
+			   agent.setting('max_produced_bytes')::bigint,
+			   agent.setting('max_produced_file_bytes')::bigint);
+
+-- The jail started.  Skipped (false) when the row or its org's audit head
+-- is locked elsewhere: the finish then moves it through running itself.
 CREATE FUNCTION agent._mark_running(invocation uuid, pid integer) RETURNS boolean
 	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	r agent.invocations;
 BEGIN
-	UPDATE agent.invocations i
-	   SET state = 'running', started_at = now(), jail_pid = pid
+	SELECT * INTO r FROM agent.invocations i
 	 WHERE i.id = invocation AND i.state = 'provisioning'
-	RETURNING * INTO r;
+	   FOR NO KEY UPDATE SKIP LOCKED;
 	IF NOT FOUND THEN
 		RETURN false;
 	END IF;
+	PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = r.org_id FOR UPDATE SKIP LOCKED;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	UPDATE agent.invocations i
+	   SET state = 'running', started_at = now(), jail_pid = pid
+	 WHERE i.id = invocation
+	RETURNING * INTO r;
 	PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.started', r.id,
 						 'supervisor', jsonb_build_object('language', r.language));
 	RETURN true;
 END
 $$;
 
--- Append one chunk of output and announce it.
+-- Of these invocations, the ones someone asked to cancel.
+CREATE FUNCTION agent._cancel_requested(invocations uuid[]) RETURNS SETOF uuid
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT i.id FROM agent.invocations i
+	 WHERE i.id = ANY (invocations) AND i.cancel_requested_at IS NOT NULL
+$$;
+
+-- Append one chunk of output and announce it.  Fenced: nothing (NULL) once
+-- the invocation is no longer in flight.
 CREATE FUNCTION agent._append_output(invocation uuid, stream text, data text)
 	RETURNS integer
 	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	r		agent.invocations;
 	next_seq	integer;
 BEGIN
-	SELECT * INTO r FROM agent.invocations i WHERE i.id = invocation;
+	SELECT * INTO r FROM agent.invocations i
+	 WHERE i.id = invocation AND i.state IN ('provisioning', 'running');
 	IF NOT FOUND THEN
 		RETURN NULL;
 	END IF;
@@ -243,30 +659,20 @@ BEGIN
 	  FROM agent.invocation_output o WHERE o.invocation_id = invocation;
 	INSERT INTO agent.invocation_output (invocation_id, seq, org_id, workspace_id, stream, data)
 	VALUES (invocation, next_seq, r.org_id, r.workspace_id, stream, data);
-	PERFORM agent._notify_invocation(invocation,
-		jsonb_build_object('seq', next_seq, 'stream', stream, 'bytes', octet_length(data)));
+	PERFORM agent._notify_invocation(invocation, '{}');
 	RETURN next_seq;
 END
 $$;
 
--- The outcome named by a verdict.
-CREATE FUNCTION agent._verdict_state(v jsonb, cancel_requested boolean) RETURNS text
-	LANGUAGE sql IMMUTABLE PARALLEL SAFE
-	RETURN CASE
-		WHEN (v ->> 'killed')::boolean AND cancel_requested THEN 'cancelled'
-		WHEN (v ->> 'timed_out')::boolean THEN 'timed_out'
-		WHEN (v ->> 'killed')::boolean THEN 'killed'
-		WHEN v ->> 'status' = 'exited' AND (v ->> 'exit_code')::integer = 0 THEN 'succeeded'
-		ELSE 'failed'
-	END;
+-- ---- finish ----------------------------------------------------------------
 
 -- Write the tool call and the analytics row of a finished invocation.
 CREATE FUNCTION agent._record_tool_call(r agent.invocations) RETURNS void
 	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	preview_bytes	integer := coalesce((SELECT s.setting::integer FROM pg_settings s
+	preview_bytes	integer := coalesce((SELECT s.setting::integer FROM pg_catalog.pg_settings s
 										  WHERE s.name = 'sandbox.preview_size'), 4096);
 	preview			text;
 BEGIN
@@ -313,7 +719,7 @@ $$;
 -- Refund what an invocation was charged, with its audit event.
 CREATE FUNCTION agent._refund_and_audit(r agent.invocations, reason text) RETURNS void
 	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	amount bigint;
@@ -327,75 +733,92 @@ BEGIN
 END
 $$;
 
--- Finish an invocation from the jail's verdict, in the supervisor's one
--- finishing transaction.  `error` (or a verdict with setup_error, or no
--- verdict at all) means the sandbox could not be built or broke: the run is
--- provision_failed and its charge refunded here, in the same transaction.
-CREATE FUNCTION agent._finish_invocation(invocation uuid, verdict text, jail_status integer,
-										 error text, spawned boolean,
-										 truncated boolean DEFAULT false)
-	RETURNS text
+-- Lock what ending an invocation writes, without waiting: the invocation,
+-- its org's audit head and usage row, its conversation and session.
+-- Raises lock_not_available (55P03) when any is held elsewhere; returns
+-- the invocation, or NULL when it does not exist.
+CREATE FUNCTION agent._lock_for_finish(invocation uuid) RETURNS agent.invocations
 	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	r			agent.invocations;
-	v			jsonb;
-	new_state	text;
-	reason		text;
+	r agent.invocations;
 BEGIN
-	SELECT * INTO r FROM agent.invocations i WHERE i.id = invocation FOR UPDATE;
-	IF NOT FOUND OR r.state NOT IN ('provisioning', 'running') THEN
-		RETURN r.state;			-- already resolved (e.g. by recovery)
+	SELECT * INTO r FROM agent.invocations i WHERE i.id = invocation FOR NO KEY UPDATE NOWAIT;
+	IF NOT FOUND THEN
+		RETURN NULL;
+	END IF;
+	IF r.state NOT IN ('provisioning', 'running') THEN
+		RETURN r;
+	END IF;
+	PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = r.org_id FOR UPDATE NOWAIT;
+	PERFORM 1 FROM agent.org_usage u WHERE u.org_id = r.org_id FOR NO KEY UPDATE NOWAIT;
+	IF NOT FOUND THEN		-- made with the org; only an old row lacks it
+		INSERT INTO agent.org_usage (org_id) VALUES (r.org_id) ON CONFLICT (org_id) DO NOTHING;
+	END IF;
+	IF r.conversation_id IS NOT NULL THEN
+		PERFORM 1 FROM agent.conversations c WHERE c.id = r.conversation_id FOR KEY SHARE NOWAIT;
+	END IF;
+	IF r.session_id IS NOT NULL THEN
+		PERFORM 1 FROM agent.sessions s WHERE s.id = r.session_id FOR NO KEY UPDATE NOWAIT;
+	END IF;
+	RETURN r;
+END
+$$;
+
+-- Apply a staged result: the invocation's final state by the billing rule,
+-- its verdict fields, the files it returned, refund or not, tool call,
+-- analytics row, audit event, the session's bookkeeping, the org's stored
+-- bytes, and the final notification.  Returns the final state, or NULL
+-- when nothing is staged.  Raises lock_not_available when a lock is held
+-- elsewhere (nothing is written; the result stays staged).
+CREATE FUNCTION agent._apply_result(invocation uuid) RETURNS text
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	res		agent.run_results;
+	r		agent.invocations;
+	v		jsonb;
+	o		record;
+	f		agent.run_result_files;
+	out_bytes bigint;
+BEGIN
+	SELECT * INTO res FROM agent.run_results x WHERE x.invocation_id = invocation FOR UPDATE NOWAIT;
+	IF NOT FOUND THEN
+		RETURN NULL;
+	END IF;
+	r := agent._lock_for_finish(invocation);
+	IF r.id IS NULL OR r.state NOT IN ('provisioning', 'running') THEN
+		-- Already resolved (or gone): the staged result is moot.
+		DELETE FROM agent.run_result_files x WHERE x.invocation_id = invocation;
+		DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;
+		RETURN r.state;
 	END IF;
 
 	BEGIN
-		v := verdict::jsonb;
-		IF jsonb_typeof(v) <> 'object' THEN
-			v := NULL;
-		END IF;
+		v := res.verdict::jsonb;
 	EXCEPTION WHEN others THEN
 		v := NULL;
 	END;
+	SELECT * INTO o FROM agent._run_outcome(v, res.error, r.cancel_requested_at IS NOT NULL,
+											r.cancel_requested_by);
 
-	IF error IS NOT NULL THEN
-		new_state := 'provision_failed';
-		reason := error;
-	ELSIF v IS NULL THEN
-		new_state := 'provision_failed';
-		reason := format('sandbox-jail exited with status %s without a verdict', jail_status);
-	ELSIF v ->> 'setup_error' IS NOT NULL THEN
-		new_state := 'provision_failed';
-		reason := 'sandbox setup failed: ' || (v ->> 'setup_error');
-	ELSE
-		new_state := agent._verdict_state(v, r.cancel_requested_at IS NOT NULL);
-		reason := CASE new_state
-			WHEN 'cancelled' THEN format('cancelled by %s', coalesce(r.cancel_requested_by, 'unknown'))
-			WHEN 'timed_out' THEN 'the wall or CPU time limit was reached'
-			WHEN 'killed' THEN 'the sandbox was killed'
-			WHEN 'failed' THEN
-				CASE WHEN (v ->> 'oom_killed')::boolean THEN 'out of memory'
-					 WHEN v ->> 'status' = 'signaled' THEN format('killed by signal %s', v ->> 'signal')
-					 ELSE format('exited with code %s', v ->> 'exit_code') END
-			ELSE NULL END;
-	END IF;
-
-	-- The jail ran but the row was never marked running (that short
-	-- transaction failed, or the run ended first): it did start.
-	IF r.state = 'provisioning' AND new_state <> 'provision_failed' THEN
+	-- The jail ran but the row was never marked running (that step was
+	-- skipped, or the run ended first): it did start.
+	IF r.state = 'provisioning' AND o.state NOT IN ('provision_failed', 'killed', 'cancelled') THEN
 		UPDATE agent.invocations i SET state = 'running', started_at = coalesce(i.started_at, now())
 		 WHERE i.id = invocation;
 	END IF;
 
 	UPDATE agent.invocations i
-	   SET state = new_state,
-		   state_reason = reason,
+	   SET state = o.state,
+		   state_reason = o.reason,
 		   exit_code = (v ->> 'exit_code')::integer,
 		   signal = (v ->> 'signal')::integer,
 		   timed_out = coalesce((v ->> 'timed_out')::boolean, false),
 		   oom_killed = coalesce((v ->> 'oom_killed')::boolean, false),
-		   output_truncated = coalesce((v ->> 'output_truncated')::boolean, false)
-							  OR coalesce(truncated, false),
+		   output_truncated = coalesce((v ->> 'output_truncated')::boolean, false) OR res.truncated,
 		   cpu_ms = (v ->> 'cpu_ms')::bigint,
 		   peak_memory_bytes = (v ->> 'peak_memory_bytes')::bigint,
 		   stdout_bytes = (v ->> 'stdout_bytes')::bigint,
@@ -404,17 +827,26 @@ BEGIN
 	 WHERE i.id = invocation
 	RETURNING * INTO r;
 
-	IF new_state = 'provision_failed' THEN
-		PERFORM agent._refund_and_audit(r, reason);
+	-- The files it returned (a run of ours that failed returns none).
+	IF o.charged THEN
+		FOR f IN SELECT * FROM agent.run_result_files x WHERE x.invocation_id = invocation ORDER BY x.seq LOOP
+			PERFORM agent._save_produced_file(r, f.name, f.status, f.reason, f.content);
+		END LOOP;
+	END IF;
+
+	IF NOT o.charged THEN
+		PERFORM agent._refund_and_audit(r, o.reason);
 		SELECT * INTO r FROM agent.invocations i WHERE i.id = invocation;
+	END IF;
+	IF o.state = 'provision_failed' THEN
 		PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
 							 'supervisor',
-							 jsonb_build_object('reason', reason, 'jail_status', jail_status,
-												'spawned', spawned));
+							 jsonb_build_object('reason', o.reason, 'jail_status', res.jail_status,
+												'spawned', res.spawned, 'verdict', v));
 	ELSE
 		PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.finished', r.id,
 							 'supervisor',
-							 jsonb_build_object('state', new_state, 'exit_code', r.exit_code,
+							 jsonb_build_object('state', o.state, 'exit_code', r.exit_code,
 												'signal', r.signal, 'timed_out', r.timed_out,
 												'oom_killed', r.oom_killed,
 												'output_truncated', r.output_truncated,
@@ -422,61 +854,165 @@ BEGIN
 												'verdict', v));
 	END IF;
 	PERFORM agent._record_tool_call(r);
-	-- A session's idle time counts from the end of its last run.
-	UPDATE agent.sessions x SET last_used_at = now()
-	 WHERE x.id = r.session_id AND x.state = 'active';
-	PERFORM agent._notify_invocation(invocation, jsonb_build_object('done', true, 'state', new_state));
-	RETURN new_state;
+
+	-- The session: idle time counts from the end of its last run; what its
+	-- workspace holds now; rebuilt next time if the run left it over its
+	-- limits.
+	IF r.session_id IS NOT NULL THEN
+		PERFORM agent._session_after_run(r, res.workspace_bytes, res.workspace_entries,
+										 res.workspace_reset);
+	END IF;
+
+	-- Output is counted against the org's storage; it is kept even past
+	-- the quota (it is bounded per run by sandbox.output_limit).
+	SELECT coalesce(sum(octet_length(x.data)), 0) INTO out_bytes
+	  FROM agent.invocation_output x WHERE x.invocation_id = invocation;
+	PERFORM agent._use_storage(r.org_id, out_bytes, 'output', true);
+
+	PERFORM agent._notify_invocation(invocation, '{"done":true}');
+	DELETE FROM agent.run_result_files x WHERE x.invocation_id = invocation;
+	DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;
+	RETURN o.state;
+END
+$$;
+
+-- End an in-flight invocation as a failure of ours when its staged result
+-- cannot be applied (a bug, a result the database refuses): provision_failed,
+-- refunded, with the reason, its tool call and audit event.  Raises
+-- lock_not_available like agent._apply_result().
+CREATE FUNCTION agent._apply_failure(invocation uuid, reason text) RETURNS text
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	r agent.invocations;
+BEGIN
+	r := agent._lock_for_finish(invocation);
+	IF r.id IS NOT NULL AND r.state IN ('provisioning', 'running') THEN
+		UPDATE agent.invocations i
+		   SET state = 'provision_failed', state_reason = reason, finished_at = now()
+		 WHERE i.id = invocation
+		RETURNING * INTO r;
+		PERFORM agent._refund_and_audit(r, reason);
+		SELECT * INTO r FROM agent.invocations i WHERE i.id = invocation;
+		PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
+							 'supervisor', jsonb_build_object('reason', reason));
+		PERFORM agent._record_tool_call(r);
+		PERFORM agent._notify_invocation(invocation, '{"done":true}');
+	END IF;
+	DELETE FROM agent.run_result_files x WHERE x.invocation_id = invocation;
+	DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;
+	RETURN r.state;
+END
+$$;
+
+-- Apply one staged result now if its locks are free.  Returns the final
+-- state, or NULL when it stays staged (a lock is held elsewhere; a later
+-- agent._finish_pending() applies it).  A result that cannot be applied
+-- for any other reason still ends the row, as a failure of ours with the
+-- reason: no run stays in flight because its result was bad.
+CREATE FUNCTION agent._try_apply(invocation uuid) RETURNS text
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	err text;
+BEGIN
+	BEGIN
+		RETURN agent._apply_result(invocation);
+	EXCEPTION
+		WHEN lock_not_available THEN
+			UPDATE agent.run_results x
+			   SET attempts = x.attempts + 1, last_error = 'a lock is held elsewhere'
+			 WHERE x.invocation_id = invocation;
+			RETURN NULL;
+		WHEN others THEN
+			GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
+	END;
+	BEGIN
+		RETURN agent._apply_failure(invocation, 'could not record the result: ' || err);
+	EXCEPTION
+		WHEN lock_not_available THEN
+			UPDATE agent.run_results x
+			   SET attempts = x.attempts + 1, last_error = err
+			 WHERE x.invocation_id = invocation;
+			RETURN NULL;
+	END;
+END
+$$;
+
+-- Finish an invocation from the jail's verdict: stage the result (first
+-- result wins; written without touching tenant rows, so this part never
+-- waits) and apply it at once if it can be.  `error` (or a verdict with
+-- setup_error, or no verdict at all) is a failure of ours: refunded.
+-- Files the run produced were staged before with agent._store_produced_file().
+-- Returns the final state, or NULL when the result stays staged.
+CREATE FUNCTION agent._finish_invocation(invocation uuid, verdict text, jail_status integer,
+										 error text, spawned boolean,
+										 truncated boolean DEFAULT false,
+										 workspace_bytes bigint DEFAULT NULL,
+										 workspace_entries integer DEFAULT NULL,
+										 workspace_reset text DEFAULT NULL)
+	RETURNS text
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	IF invocation IS NULL THEN
+		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	INSERT INTO agent.run_results (invocation_id, verdict, jail_status, error, spawned, truncated,
+								   workspace_bytes, workspace_entries, workspace_reset)
+	VALUES (invocation, verdict, jail_status, error, coalesce(spawned, false),
+			coalesce(truncated, false), workspace_bytes, workspace_entries, workspace_reset)
+	ON CONFLICT (invocation_id) DO NOTHING;
+	RETURN agent._try_apply(invocation);
+END
+$$;
+
+-- Apply results staged earlier, oldest first, at most max_rows (NULL: all).
+-- Returns how many are still staged.
+CREATE FUNCTION agent._finish_pending(max_rows integer DEFAULT NULL) RETURNS integer
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	x record;
+BEGIN
+	FOR x IN SELECT r.invocation_id FROM agent.run_results r ORDER BY r.recorded_at
+			 LIMIT max_rows LOOP
+		PERFORM agent._try_apply(x.invocation_id);
+	END LOOP;
+	RETURN (SELECT count(*) FROM agent.run_results);
 END
 $$;
 
 -- Resolve what a dead supervisor left in flight.  Called by the supervisor
 -- at start, before it claims anything; its jails died with it
--- (PR_SET_PDEATHSIG).  A run that never got past provisioning did not run
--- user code: it is an infrastructure failure and is refunded.  A run that
--- was running is failed and stays charged (the code ran).
+-- (PR_SET_PDEATHSIG).  A result it staged before dying is applied as it
+-- is.  Every other row in flight ended because we restarted: a failure of
+-- ours, refunded (the billing rule).  Rows whose locks are held elsewhere
+-- stay staged and are applied by agent._finish_pending() later.  Returns
+-- the number of rows it found in flight.
 CREATE FUNCTION agent._supervisor_recover() RETURNS integer
 	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	r	agent.invocations;
-	n	integer := 0;
+	n	integer;
 BEGIN
-	FOR r IN
-		SELECT * FROM agent.invocations i
-		 WHERE i.state IN ('provisioning', 'running')
-		 ORDER BY i.provisioned_at
-		   FOR UPDATE
-	LOOP
-		IF r.state = 'provisioning' THEN
-			UPDATE agent.invocations i
-			   SET state = 'provision_failed',
-				   state_reason = 'supervisor restarted before the sandbox started',
-				   finished_at = now()
-			 WHERE i.id = r.id;
-			PERFORM agent._refund_and_audit(r, 'supervisor restarted before the sandbox started');
-			PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
-								 'supervisor',
-								 jsonb_build_object('reason', 'supervisor restarted before the sandbox started'));
-		ELSE
-			UPDATE agent.invocations i
-			   SET state = CASE WHEN i.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'failed' END,
-				   state_reason = 'supervisor restarted',
-				   finished_at = now()
-			 WHERE i.id = r.id;
-			PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.finished', r.id,
-								 'supervisor',
-								 jsonb_build_object('state', 'failed', 'reason', 'supervisor restarted',
-													'jail_pid', r.jail_pid));
-		END IF;
-		SELECT * INTO r FROM agent.invocations i WHERE i.id = r.id;
-		PERFORM agent._record_tool_call(r);
-		PERFORM agent._notify_invocation(r.id, jsonb_build_object('done', true, 'state', r.state));
-		n := n + 1;
-	END LOOP;
+	SELECT count(*) INTO n FROM agent.invocations i WHERE i.state IN ('provisioning', 'running');
+	INSERT INTO agent.run_results (invocation_id, error, spawned)
+	SELECT i.id,
+		   CASE i.state WHEN 'provisioning' THEN 'the supervisor restarted before the sandbox started'
+				ELSE 'the supervisor restarted while the run was in progress' END,
+		   i.state = 'running'
+	  FROM agent.invocations i
+	 WHERE i.state IN ('provisioning', 'running')
+	ON CONFLICT (invocation_id) DO NOTHING;
+	PERFORM agent._finish_pending(NULL);
 	IF n > 0 THEN
-		RAISE LOG 'sandbox_ext supervisor: resolved % invocation(s) left in flight', n;
+		RAISE LOG 'resolved % invocation(s) left in flight', n;
 	END IF;
 	RETURN n;
 END
@@ -490,7 +1026,7 @@ $$;
 CREATE FUNCTION agent._invocation_state(invocation uuid) RETURNS text
 	LANGUAGE sql STABLE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 	RETURN (SELECT i.state FROM agent.invocations i
 			 WHERE i.id = invocation
 			   AND i.org_id = agent.current_org()
@@ -501,7 +1037,7 @@ CREATE FUNCTION agent.read_output(invocation uuid, after_seq integer DEFAULT 0)
 	RETURNS TABLE (seq integer, stream text, data text, created_at timestamptz)
 	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
 	PERFORM agent._require_tenant();
@@ -533,7 +1069,7 @@ CREATE FUNCTION agent.cancel(invocation uuid, actor text, reason text DEFAULT NU
 	RETURNS text
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	r agent.invocations;
@@ -543,11 +1079,14 @@ BEGIN
 		RAISE EXCEPTION 'invocation and actor must not be null or empty'
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	PERFORM agent._require_person(actor, 'actor');
+	-- FOR NO KEY UPDATE: held by a caller's open transaction, it must not
+	-- block the FOR KEY SHARE of the supervisor's output inserts.
 	SELECT * INTO r FROM agent.invocations i
 	 WHERE i.id = invocation
 	   AND i.org_id = agent.current_org()
 	   AND i.workspace_id = agent.current_workspace()
-	   FOR UPDATE;
+	   FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'invocation % does not exist', invocation
 			USING ERRCODE = 'no_data_found',
@@ -567,7 +1106,7 @@ BEGIN
 		PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.cancelled', r.id, actor,
 							 jsonb_build_object('reason', reason, 'previous_state', r.state,
 												'charged', false));
-		PERFORM agent._notify_invocation(r.id, '{"done":true,"state":"cancelled"}');
+		PERFORM agent._notify_invocation(r.id, '{"done":true}');
 		RETURN 'cancelled';
 	ELSIF r.state IN ('provisioning', 'running') THEN
 		IF r.cancel_requested_at IS NULL THEN
@@ -599,14 +1138,20 @@ COMMENT ON FUNCTION agent.wait(uuid, interval) IS
 CREATE FUNCTION agent.worker_status(
 		OUT preloaded boolean, OUT running boolean, OUT pid integer,
 		OUT started_at timestamptz, OUT slots_in_use integer,
-		OUT max_concurrent_runs integer, OUT invocations uuid[])
+		OUT max_concurrent_runs integer, OUT invocations uuid[],
+		OUT work_dir text, OUT problem text)
 	AS 'MODULE_PATHNAME', 'sandbox_worker_status'
 	LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION agent.worker_status() IS
-	'the supervisor: whether it runs, its pid, slots in use and the invocations they run';
+	'the supervisor: whether it runs, its pid, slots in use, the invocations they run, its work directory, and why it claims nothing (problem)';
 
 REVOKE ALL ON FUNCTION agent._claim_invocations(integer), agent._mark_running(uuid, integer),
-	agent._append_output(uuid, text, text), agent._finish_invocation(uuid, text, integer, text, boolean, boolean),
+	agent._append_output(uuid, text, text),
+	agent._finish_invocation(uuid, text, integer, text, boolean, boolean, bigint, integer, text),
+	agent._finish_pending(integer), agent._try_apply(uuid), agent._apply_result(uuid),
+	agent._apply_failure(uuid, text), agent._lock_for_finish(uuid),
+	agent._prepare_invocation(uuid, boolean), agent._skill_files(uuid), agent._produced_caps(),
+	agent._cancel_requested(uuid[]), agent._refuse_unfunded(agent.invocations),
 	agent._supervisor_recover(), agent._record_tool_call(agent.invocations),
 	agent._refund_and_audit(agent.invocations, text),
 	agent.worker_status() FROM PUBLIC;

@@ -19,7 +19,11 @@ INSERT INTO agent.settings (key, value, description) VALUES
 	('max_produced_bytes', '52428800',
 	 'largest total size of the files one run may return; the rest are reported as skipped'),
 	('max_produced_file_bytes', '20971520',
-	 'largest single file one run may return; larger ones are reported as skipped');
+	 'largest single file one run may return; larger ones are reported as skipped'),
+	('max_skill_bytes', '10485760',
+	 'largest total size of the files of one skill version, in bytes'),
+	('max_skill_files', '1000',
+	 'most files one skill version may hold');
 
 -- ----------------------------------------------------------------------
 -- Skills
@@ -85,12 +89,15 @@ CREATE FUNCTION agent.create_skill(name text, files jsonb, description text DEFA
 	RETURNS uuid
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	v_id		uuid;
 	v_version	integer;
 	f			record;
+	v_content	bytea;
+	v_bytes		bigint := 0;
+	n_files		integer := 0;
 BEGIN
 	PERFORM agent._require_tenant(false);
 	IF name IS NULL OR files IS NULL OR jsonb_typeof(files) <> 'object' THEN
@@ -109,19 +116,35 @@ BEGIN
 	VALUES (agent.current_org(), create_skill.name, v_version, create_skill.description)
 	RETURNING id INTO v_id;
 	FOR f IN SELECT key, value FROM jsonb_each_text(files) LOOP
+		n_files := n_files + 1;
+		IF n_files > agent.setting('max_skill_files')::integer THEN
+			RAISE EXCEPTION 'skill "%" has too many files', create_skill.name
+				USING ERRCODE = 'program_limit_exceeded',
+					  DETAIL = format('A skill version may hold at most %s files (agent.settings max_skill_files).',
+									  agent.setting('max_skill_files'));
+		END IF;
 		IF NOT agent.valid_relative_path(f.key) THEN
-			RAISE EXCEPTION 'invalid skill file path "%"', f.key
+			RAISE EXCEPTION 'invalid skill file path "%"', left(f.key, 256)
 				USING ERRCODE = 'invalid_parameter_value',
 					  HINT = 'Use a relative path without "..", empty components or control characters.';
 		END IF;
 		BEGIN
-			INSERT INTO agent.skill_files (skill_id, path, content, executable)
-			VALUES (v_id, f.key, decode(f.value, 'base64'), f.key ~ '\.(sh|py|js)$');
+			v_content := decode(f.value, 'base64');
 		EXCEPTION WHEN invalid_parameter_value THEN
 			RAISE EXCEPTION 'the content of skill file "%" is not valid base64', f.key
 				USING ERRCODE = 'invalid_parameter_value';
 		END;
+		v_bytes := v_bytes + octet_length(v_content);
+		IF v_bytes > agent.setting('max_skill_bytes')::bigint THEN
+			RAISE EXCEPTION 'skill "%" is too large', create_skill.name
+				USING ERRCODE = 'program_limit_exceeded',
+					  DETAIL = format('The files of a skill version may hold at most %s bytes (agent.settings max_skill_bytes).',
+									  agent.setting('max_skill_bytes'));
+		END IF;
+		INSERT INTO agent.skill_files (skill_id, path, content, executable)
+		VALUES (v_id, f.key, v_content, f.key ~ '\.(sh|py|js)$');
 	END LOOP;
+	PERFORM agent._use_storage(agent.current_org(), v_bytes, format('skill "%s"', create_skill.name));
 	RETURN v_id;
 END
 $$;
@@ -133,7 +156,7 @@ CREATE FUNCTION agent.set_agent_skill(agent uuid, skill uuid, attached boolean D
 	RETURNS void
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
 	PERFORM agent._require_tenant();
@@ -178,6 +201,12 @@ CREATE TABLE agent.sessions (
 	UNIQUE (conversation_id, generation)
 );
 CREATE UNIQUE INDEX sessions_one_active ON agent.sessions (conversation_id) WHERE state = 'active';
+-- What the session's workspace held after its last run (the supervisor
+-- measures it), for the org's disk budget (max_session_disk_per_org).
+ALTER TABLE agent.sessions
+	ADD COLUMN disk_bytes bigint NOT NULL DEFAULT 0,
+	ADD COLUMN disk_entries integer NOT NULL DEFAULT 0;
+CREATE INDEX sessions_org_active_idx ON agent.sessions (org_id, last_used_at) WHERE state = 'active';
 COMMENT ON TABLE agent.sessions IS 'a conversation''s sandbox workspace, kept between its runs';
 
 -- Files of a conversation (or of a conversation-less run).  A name may have
@@ -241,7 +270,7 @@ CREATE FUNCTION agent.upload_file(conversation uuid, name text, content bytea,
 	RETURNS uuid
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	c		agent.conversations;
@@ -254,10 +283,15 @@ BEGIN
 		RAISE EXCEPTION 'conversation, name, content and uploaded_by must not be null'
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	PERFORM agent._require_person(uploaded_by, 'uploaded_by');
+	-- Serialises uploads of a conversation with each other and with the
+	-- claim of its runs; FOR NO KEY UPDATE, so that a caller holding it does
+	-- not block the FOR KEY SHARE of the supervisor's inserts (files,
+	-- sessions) that reference the conversation.
 	SELECT * INTO c FROM agent.conversations x
 	 WHERE x.id = conversation AND x.org_id = agent.current_org()
 	   AND x.workspace_id = agent.current_workspace()
-	   FOR UPDATE;
+	   FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'conversation % does not exist', conversation
 			USING ERRCODE = 'no_data_found',
@@ -267,7 +301,7 @@ BEGIN
 	IF NOT a.file_upload_enabled THEN
 		RAISE EXCEPTION 'agent "%" does not accept file uploads', a.name
 			USING ERRCODE = 'insufficient_privilege',
-				  HINT = 'Enable file uploads for the agent (agents.file_upload_enabled).';
+				  HINT = 'Enable file uploads for the agent with agent.set_agent_file_upload().';
 	END IF;
 	IF NOT agent.valid_relative_path(name) THEN
 		RAISE EXCEPTION 'invalid file name "%"', name
@@ -287,6 +321,7 @@ BEGIN
 			agent.setting('max_conversation_bytes')
 			USING ERRCODE = 'program_limit_exceeded';
 	END IF;
+	PERFORM agent._use_storage(c.org_id, octet_length(content), format('file "%s"', left(name, 256)));
 	INSERT INTO agent.files (org_id, workspace_id, conversation_id, name, origin, content, size,
 							 sha256, content_type, created_by)
 	VALUES (c.org_id, c.workspace_id, c.id, name, 'uploaded', content, octet_length(content),
@@ -308,7 +343,7 @@ CREATE FUNCTION agent.list_files(conversation uuid)
 				   current boolean)
 	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
 	IF conversation IS NULL THEN
@@ -337,7 +372,7 @@ CREATE FUNCTION agent.download_file(file uuid)
 	RETURNS TABLE (name text, content_type text, size bigint, sha256 text, content bytea)
 	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	f agent.files;
@@ -379,6 +414,7 @@ DECLARE
 	v_hash	text := agent._skills_hash(inv.agent_id);
 	v_why	text;
 BEGIN
+	PERFORM agent._trim_session_disk(inv.org_id, inv.conversation_id);
 	SELECT * INTO s FROM agent.sessions x
 	 WHERE x.conversation_id = inv.conversation_id AND x.state = 'active' FOR UPDATE;
 	IF FOUND THEN
@@ -449,44 +485,133 @@ BEGIN
 END
 $$;
 
--- The skills to mount for an invocation: one row per file.
-CREATE FUNCTION agent._skill_files_for(invocation uuid)
-	RETURNS TABLE (skill_id uuid, skill_name text, path text, content bytea, executable boolean)
-	LANGUAGE sql STABLE
-	SET search_path = pg_catalog, agent
-AS $$
-	SELECT s.id, s.name, f.path, f.content, f.executable
-	  FROM agent.invocations i
-	  JOIN agent.agent_skills a ON a.agent_id = i.agent_id
-	  JOIN agent.skills s ON s.id = a.skill_id
-	  JOIN agent.skill_files f ON f.skill_id = s.id
-	 WHERE i.id = invocation
-	 ORDER BY s.name, f.path
-$$;
-
--- Record one file a run produced (or could not return), in the finishing
--- transaction, before agent._finish_invocation().
-CREATE FUNCTION agent._store_produced_file(invocation uuid, name text, status text,
-										   reason text, content bytea)
-	RETURNS uuid
+-- Keep the session workspaces of an org within max_session_disk_per_org:
+-- end its least recently used idle sessions (not `keep`'s, none with a run
+-- in flight) until what the others held after their last run fits.  Their
+-- files stay in the database and are put back if the conversation runs
+-- again; the supervisor deletes the workspaces.
+CREATE FUNCTION agent._trim_session_disk(org uuid, keep uuid) RETURNS integer
 	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	r		agent.invocations;
+	v_budget	bigint := agent.setting('max_session_disk_per_org')::bigint;
+	v_total		bigint;
+	s			agent.sessions;
+	n			integer := 0;
+BEGIN
+	SELECT coalesce(sum(x.disk_bytes), 0) INTO v_total FROM agent.sessions x
+	 WHERE x.org_id = org AND x.state = 'active';
+	IF v_total <= v_budget THEN
+		RETURN 0;
+	END IF;
+	FOR s IN
+		SELECT x.* FROM agent.sessions x
+		 WHERE x.org_id = org AND x.state = 'active' AND x.conversation_id IS DISTINCT FROM keep
+		   AND NOT EXISTS (SELECT 1 FROM agent.invocations i
+							WHERE i.conversation_id = x.conversation_id
+							  AND i.state IN ('provisioning', 'running'))
+		 ORDER BY x.last_used_at
+		   FOR UPDATE SKIP LOCKED
+	LOOP
+		EXIT WHEN v_total <= v_budget;
+		UPDATE agent.sessions x SET state = 'ended', end_reason = 'disk_budget', ended_at = now()
+		 WHERE x.id = s.id;
+		PERFORM agent._audit(s.org_id, s.workspace_id, 'session.ended', NULL, 'supervisor',
+							 jsonb_build_object('session_id', s.id, 'generation', s.generation,
+												'conversation_id', s.conversation_id,
+												'reason', 'disk_budget', 'disk_bytes', s.disk_bytes,
+												'org_disk_bytes', v_total, 'budget', v_budget));
+		v_total := v_total - s.disk_bytes;
+		n := n + 1;
+	END LOOP;
+	RETURN n;
+END
+$$;
+
+-- A session's bookkeeping after one of its runs, in the finishing
+-- transaction: idle time counts from now; what the workspace holds; and,
+-- when the run left it over its limits (reset names why), the session ends
+-- so that the next run gets a fresh workspace with the conversation's
+-- files put back, never a workspace it cannot start in.
+CREATE FUNCTION agent._session_after_run(r agent.invocations, disk_bytes bigint,
+										 disk_entries integer, reset text)
+	RETURNS void
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	s agent.sessions;
+BEGIN
+	UPDATE agent.sessions x
+	   SET last_used_at = now(),
+		   disk_bytes = coalesce(_session_after_run.disk_bytes, x.disk_bytes),
+		   disk_entries = coalesce(_session_after_run.disk_entries, x.disk_entries)
+	 WHERE x.id = r.session_id AND x.state = 'active'
+	RETURNING * INTO s;
+	IF FOUND AND reset IS NOT NULL THEN
+		UPDATE agent.sessions x SET state = 'ended', end_reason = 'workspace_over_limit', ended_at = now()
+		 WHERE x.id = s.id;
+		PERFORM agent._audit(s.org_id, s.workspace_id, 'session.ended', r.id, 'supervisor',
+							 jsonb_build_object('session_id', s.id, 'generation', s.generation,
+												'conversation_id', s.conversation_id,
+												'reason', 'workspace_over_limit', 'detail', reset,
+												'disk_bytes', disk_bytes, 'disk_entries', disk_entries));
+	END IF;
+END
+$$;
+
+-- Stage one file a run produced (or could not return) with its result,
+-- before agent._finish_invocation(); it reaches agent.files when the result
+-- is applied.  Fenced: nothing (NULL) once the run is no longer in flight.
+CREATE FUNCTION agent._store_produced_file(invocation uuid, name text, status text,
+										   reason text, content bytea)
+	RETURNS integer
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_seq integer;
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM agent.invocations i
+					WHERE i.id = invocation AND i.state IN ('provisioning', 'running')) THEN
+		RETURN NULL;
+	END IF;
+	SELECT coalesce(max(x.seq), 0) + 1 INTO v_seq FROM agent.run_result_files x
+	 WHERE x.invocation_id = invocation;
+	INSERT INTO agent.run_result_files (invocation_id, seq, name, status, reason, content)
+	VALUES (invocation, v_seq, coalesce(name, '?'), status, reason, content);
+	RETURN v_seq;
+END
+$$;
+
+-- Record one file a run returned, when its result is applied: a saved file
+-- counts against the org's storage quota (past it, the file is recorded as
+-- skipped, with the reason).
+CREATE FUNCTION agent._save_produced_file(r agent.invocations, name text, status text,
+										  reason text, content bytea)
+	RETURNS uuid
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
 	v_id	uuid;
 	v_name	text := name;
 BEGIN
-	SELECT * INTO r FROM agent.invocations i WHERE i.id = invocation;
-	IF NOT FOUND OR r.state NOT IN ('provisioning', 'running') THEN
-		RETURN NULL;		-- fenced: the run was resolved elsewhere
-	END IF;
 	-- A name the host cannot represent as text is recorded, not dropped.
 	IF v_name IS NULL OR NOT agent.valid_relative_path(v_name) THEN
 		status := 'skipped';
 		reason := coalesce(reason || '; ', '') || 'invalid file name';
 		content := NULL;
-		v_name := coalesce(v_name, '?');
+		v_name := '?';
+	END IF;
+	IF status = 'saved' AND NOT agent._storage_fits(r.org_id, octet_length(content)) THEN
+		status := 'skipped';
+		reason := format('the organization''s storage quota (%s bytes) is exhausted',
+						 agent._org_storage_limit(r.org_id));
+	END IF;
+	IF status = 'saved' THEN
+		PERFORM agent._use_storage(r.org_id, octet_length(content), format('file "%s"', v_name), true);
 	END IF;
 	INSERT INTO agent.files (org_id, workspace_id, conversation_id, invocation_id, name, origin,
 							 status, reason, content, size, sha256, created_by)
@@ -513,7 +638,7 @@ CREATE FUNCTION agent.expire_idle_sessions(as_of timestamptz DEFAULT now())
 	RETURNS integer
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	s	agent.sessions;
@@ -525,7 +650,7 @@ BEGIN
 		  JOIN agent.conversations c ON c.id = x.conversation_id
 		 WHERE x.state = 'active'
 		   AND x.last_used_at < as_of - agent.setting('session_idle_timeout')::interval
-		   FOR UPDATE OF x, c SKIP LOCKED
+		   FOR NO KEY UPDATE OF x, c SKIP LOCKED
 	LOOP
 		IF EXISTS (SELECT 1 FROM agent.invocations i
 					WHERE i.conversation_id = s.conversation_id
@@ -549,12 +674,21 @@ $$;
 COMMENT ON FUNCTION agent.expire_idle_sessions(timestamptz) IS
 	'end idle conversation sessions; the supervisor deletes their workspaces';
 
--- Sessions whose workspace directory may be deleted (for the supervisor).
+-- Sessions whose workspace directory must be kept (for the supervisor).
 CREATE FUNCTION agent._live_session_ids() RETURNS SETOF uuid
 	LANGUAGE sql STABLE
-	SET search_path = pg_catalog, agent
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 	SELECT x.id FROM agent.sessions x WHERE x.state = 'active'
+$$;
+
+-- Skill versions attached to some agent: the supervisor deletes the
+-- materialised copies of all others.
+CREATE FUNCTION agent._skill_ids_in_use() RETURNS SETOF uuid
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT DISTINCT a.skill_id FROM agent.agent_skills a
 $$;
 
 -- ----------------------------------------------------------------------
@@ -592,7 +726,10 @@ GRANT SELECT ON agent.skills, agent.skill_files, agent.agent_skills, agent.sessi
 	agent.session_files TO agent_auditor;
 
 REVOKE ALL ON FUNCTION agent._session_for(agent.invocations), agent._files_to_place(uuid),
-	agent._skill_files_for(uuid), agent._store_produced_file(uuid, text, text, text, bytea),
+	agent._store_produced_file(uuid, text, text, text, bytea),
+	agent._save_produced_file(agent.invocations, text, text, text, bytea),
+	agent._session_after_run(agent.invocations, bigint, integer, text),
+	agent._trim_session_disk(uuid, uuid), agent._skill_ids_in_use(),
 	agent._live_session_ids(), agent.expire_idle_sessions(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agent.upload_file(uuid, text, bytea, text, text),
 	agent.list_files(uuid), agent.download_file(uuid), agent.create_skill(text, jsonb, text),

@@ -100,6 +100,73 @@ writable_dir(const char *path)
 		access(path, W_OK | X_OK) == 0;
 }
 
+/*
+ * Our own cgroup on the v2 hierarchy, relative to its mount ("/" for the
+ * root), from the "0::PATH" line of /proc/self/cgroup; "" if there is none.
+ */
+static void
+own_v2_cgroup(char *out, size_t len)
+{
+	FILE	   *f = fopen("/proc/self/cgroup", "re");
+	char		line[600];
+
+	out[0] = '\0';
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+	{
+		if (strncmp(line, "0::/", 4) == 0)
+		{
+			size_t		n = strcspn(line + 3, "\n");
+
+			if (n < len)		/* longer: unknown, never truncated */
+			{
+				memcpy(out, line + 3, n);
+				out[n] = '\0';
+			}
+			break;
+		}
+	}
+	fclose(f);
+}
+
+/*
+ * May this process put a child of its own into a new cgroup under dir
+ * (moved there, or cloned into it)?  On v2 that takes write access to
+ * cgroup.procs of the nearest common ancestor of our cgroup and the
+ * destination (the kernel's "delegation containment": see cgroup-v2.rst),
+ * so for an unprivileged account the delegated subtree must contain the
+ * account's own processes; owning the parent directory is not enough.
+ * mnt is the v2 mount, own our cgroup relative to it.  Root always may.
+ */
+static bool
+v2_may_move_into(const char *mnt, const char *dir, const char *own)
+{
+	size_t		mlen = strlen(mnt);
+	const char *rel;
+	char		path[640];
+	size_t		common = 0;
+
+	if (strncmp(dir, mnt, mlen) != 0 || (dir[mlen] != '/' && dir[mlen] != '\0') ||
+		own[0] != '/')
+		return geteuid() == 0;
+	rel = dir + mlen;			/* "/a/b" or "" for the mount itself */
+
+	/* the longest common prefix of rel and own that ends at a '/' */
+	for (size_t i = 0;; i++)
+	{
+		bool		rend = rel[i] == '\0' || rel[i] == '/';
+		bool		oend = own[i] == '\0' || own[i] == '/';
+
+		if (rend && oend)
+			common = i;
+		if (rel[i] == '\0' || own[i] == '\0' || rel[i] != own[i])
+			break;
+	}
+	snprintf(path, sizeof(path), "%s%.*s/cgroup.procs", mnt, (int) common, rel);
+	return access(path, W_OK) == 0;
+}
+
 /* A v2 parent is usable if we may write it and it hands down memory+pids. */
 static bool
 v2_parent_usable(const char *dir)
@@ -289,6 +356,7 @@ jail_cgroup_create_named(const JailOptions *opts, const char *name,
 	char		p1[512],
 				p2[512],
 				p3[512];
+	char		undelegated[512] = "";
 	struct statfs sfs;
 
 	memset(cg, 0, sizeof(*cg));
@@ -305,7 +373,19 @@ jail_cgroup_create_named(const JailOptions *opts, const char *name,
 			return -1;
 		}
 		if (sfs.f_type == CGROUP2_SUPER_MAGIC)
+		{
+			char		own[512];
+
+			own_v2_cgroup(own, sizeof(own));
+			if (m.v2[0] && !v2_may_move_into(m.v2, parent, own))
+			{
+				jail_seterr(err, "cgroup parent %s is not delegated to this process "
+							"(its cgroup %s is outside the delegated subtree)",
+							parent, own[0] ? own : "(unknown)");
+				return -1;
+			}
 			return setup_v2(opts, cg, parent, name, err);
+		}
 		if (sfs.f_type == CGROUP_SUPER_MAGIC)
 		{
 			/*
@@ -337,12 +417,44 @@ jail_cgroup_create_named(const JailOptions *opts, const char *name,
 		return -1;
 	}
 
-	/* Auto-detect: a delegated v2 subtree first, then v1. */
+	/*
+	 * Auto-detect: a delegated v2 subtree first, then v1.  On v2 that is
+	 * the nearest "sandbox_ext" beside our own cgroup or one of its
+	 * ancestors (<mount>/sandbox_ext for a jail started in the root
+	 * cgroup; <service>/sandbox_ext for a service whose processes were
+	 * moved into <service>/sandbox_ext/service, jail-host-setup.sh), that
+	 * we may use and move our children into.
+	 */
 	if (m.v2[0])
 	{
-		snprintf(p1, sizeof(p1), "%s/%s", m.v2, V2_DEFAULT_NAME);
-		if (v2_parent_usable(p1))
-			return setup_v2(opts, cg, p1, name, err);
+		char		own[512];
+		char		anc[512];
+
+		own_v2_cgroup(own, sizeof(own));
+		snprintf(anc, sizeof(anc), "%s", own[0] ? own : "/");
+		for (;;)
+		{
+			char	   *slash;
+			int			n = snprintf(p1, sizeof(p1), "%s%s/%s", m.v2,
+									 strcmp(anc, "/") == 0 ? "" : anc, V2_DEFAULT_NAME);
+
+			if (n > 0 && (size_t) n < sizeof(p1) && v2_parent_usable(p1))
+			{
+				if (v2_may_move_into(m.v2, p1, own))
+					return setup_v2(opts, cg, p1, name, err);
+				if (!undelegated[0])
+					snprintf(undelegated, sizeof(undelegated), "%s", p1);
+			}
+			slash = strrchr(anc, '/');
+			if (!slash || slash == anc)
+			{
+				if (strcmp(anc, "/") == 0)
+					break;
+				anc[1] = '\0';
+			}
+			else
+				*slash = '\0';
+		}
 	}
 	if (m.memory[0] && m.pids[0])
 	{
@@ -352,7 +464,12 @@ jail_cgroup_create_named(const JailOptions *opts, const char *name,
 		if (writable_dir(p1) && writable_dir(p2))
 			return setup_v1(opts, cg, p1, p2, m.cpuacct[0] ? p3 : NULL, name, err);
 	}
-	jail_seterr(err, "no writable cgroup parent (run scripts/jail-host-setup.sh)");
+	if (undelegated[0])
+		jail_seterr(err, "cgroup v2 parent %s is not delegated to this process: "
+					"the account's own processes must run inside it (scripts/jail-host-setup.sh, "
+					"docs/jail.md \"Delegation\")", undelegated);
+	else
+		jail_seterr(err, "no writable cgroup parent (run scripts/jail-host-setup.sh)");
 	return -1;
 }
 

@@ -85,6 +85,7 @@ build_request(const JailOptions *o, const char *workspace, char *buf, size_t *le
 		put(buf, len, "--output-limit") && put(buf, len, "%llu", ULL(o->output_limit)) &&
 		put(buf, len, "--file-size") && put(buf, len, "%llu", ULL(o->file_size)) &&
 		put(buf, len, "--workspace-size") && put(buf, len, "%llu", ULL(o->workspace_size)) &&
+		put(buf, len, "--workspace-entries") && put(buf, len, "%llu", ULL(o->workspace_entries)) &&
 		put(buf, len, "--tmp-size") && put(buf, len, "%llu", ULL(o->tmp_size));
 	for (int i = 0; ok && i < o->nbinds; i++)
 		ok = put(buf, len, "--ro-bind") &&

@@ -68,6 +68,7 @@ typedef struct JailOptions
 	uint64_t	output_limit;	/* per stream */
 	uint64_t	file_size;		/* RLIMIT_FSIZE, 0 = unlimited */
 	uint64_t	workspace_size; /* 0 = unlimited */
+	uint64_t	workspace_entries;	/* files, directories, links: at most */
 	uint64_t	tmp_size;
 	int			verdict_fd;		/* -1: not given */
 	const char *verdict_file;
@@ -330,7 +331,9 @@ extern int	jail_serve_main(int argc, char **argv);
 extern int	jail_client_main(int argc, char **argv);
 
 /* workspace.c */
-extern int	jail_workspace_usage(int dirfd, uint64_t file_limit,
+#define JAIL_DEFAULT_WORKSPACE_ENTRIES 200000
+#define JAIL_MAX_WORKSPACE_ENTRIES 1000000
+extern int	jail_workspace_usage(int dirfd, uint64_t file_limit, uint64_t max_entries,
 								 uint64_t *total, bool *big_file);
 
 #endif							/* SANDBOX_JAIL_H */

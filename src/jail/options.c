@@ -30,6 +30,7 @@ enum
 	OPT_OUTPUT,
 	OPT_FSIZE,
 	OPT_WSIZE,
+	OPT_WENTRIES,
 	OPT_TMPSIZE,
 	OPT_VERDICT_FD,
 	OPT_VERDICT_FILE,
@@ -52,6 +53,7 @@ static const struct option long_opts[] = {
 	{"output-limit", required_argument, NULL, OPT_OUTPUT},
 	{"file-size", required_argument, NULL, OPT_FSIZE},
 	{"workspace-size", required_argument, NULL, OPT_WSIZE},
+	{"workspace-entries", required_argument, NULL, OPT_WENTRIES},
 	{"tmp-size", required_argument, NULL, OPT_TMPSIZE},
 	{"verdict-fd", required_argument, NULL, OPT_VERDICT_FD},
 	{"verdict-file", required_argument, NULL, OPT_VERDICT_FILE},
@@ -72,7 +74,7 @@ jail_usage(FILE *out)
 			"         the sandbox, without arguments; no code is read)\n"
 			"         [--wall-time SEC] [--cpu-time SEC] [--memory BYTES|NNNK|NNNM|NNNG]\n"
 			"         [--pids N] [--output-limit BYTES] [--file-size BYTES]\n"
-			"         [--workspace-size BYTES] [--tmp-size BYTES]\n"
+			"         [--workspace-size BYTES] [--workspace-entries N] [--tmp-size BYTES]\n"
 			"         [--verdict-fd N | --verdict-file PATH]\n"
 			"         [--cgroup-parent DIR] [--require-cgroup] [--quiet]\n"
 			"       sandbox-jail --serve SOCKET [--pool N] [--cgroup-parent DIR]\n"
@@ -212,6 +214,7 @@ jail_parse_options(int argc, char **argv, JailOptions *o, bool allow_help)
 	o->output_limit = 1 * MiB;
 	o->file_size = 256 * MiB;
 	o->workspace_size = 1024 * MiB;
+	o->workspace_entries = JAIL_DEFAULT_WORKSPACE_ENTRIES;
 	o->tmp_size = JAIL_DEFAULT_TMP_SIZE;
 	o->verdict_fd = -1;
 
@@ -305,6 +308,12 @@ jail_parse_options(int argc, char **argv, JailOptions *o, bool allow_help)
 			case OPT_WSIZE:
 				if (parse_size(optarg, &o->workspace_size) < 0)
 					BAD("bad --workspace-size \"%s\"", optarg);
+				break;
+			case OPT_WENTRIES:
+				if (parse_count(optarg, &o->workspace_entries) < 0 || o->workspace_entries < 1 ||
+					o->workspace_entries > JAIL_MAX_WORKSPACE_ENTRIES)
+					BAD("bad --workspace-entries \"%s\" (1 to %d)", optarg,
+						JAIL_MAX_WORKSPACE_ENTRIES);
 				break;
 			case OPT_TMPSIZE:
 				if (parse_size(optarg, &o->tmp_size) < 0 ||

@@ -748,9 +748,9 @@ jail_child_main(void *arg)
 	/*
 	 * Meanwhile the parent has been moving us into the run's cgroup (on
 	 * cgroup v1 that write can take ~10 ms, which is why it overlaps with
-	 * the mount work above).  Nothing untrusted runs before this second
-	 * go; the cgroup namespace is created only now so that its root is
-	 * the run's cgroup.
+	 * the mount work above; on v2 we were normally cloned into it).
+	 * Nothing untrusted runs before this second go; the cgroup namespace
+	 * is created only now so that its root is the run's cgroup.
 	 */
 	if (read(a->go_fd, &go, 1) != 1)
 		_exit(1);

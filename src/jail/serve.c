@@ -107,7 +107,7 @@ static uint32_t *owner_hint;
 static const char *const run_options[] = {
 	"--language", "--exec", "--workspace", "--ro-bind", "--wall-time", "--cpu-time",
 	"--memory", "--pids", "--output-limit", "--file-size",
-	"--workspace-size", "--tmp-size", "--cgroup-parent", "--require-cgroup",
+	"--workspace-size", "--workspace-entries", "--tmp-size", "--cgroup-parent", "--require-cgroup",
 	NULL
 };
 
@@ -526,16 +526,27 @@ spawn_worker(int lfd, int sigfd, Worker *w)
 
 	memset(w, 0, sizeof(*w));
 	w->slot.v2_dirfd = -1;
-	if (slots_enabled)
+
+	/*
+	 * Tried even when the launcher started without slots: the delegated
+	 * subtree may appear later (on a systemd host it is made by the
+	 * service's ExecStartPost, which may run after the launcher started;
+	 * jail-host-setup.sh).  Off the run's path: this is the refill.
+	 */
+	snprintf(name, sizeof(name), "srv-%d-%lu", (int) launcher_pid, serial++);
+	if (jail_cgroup_create_named(&slot_defaults, name, &w->slot, err) == 0)
 	{
-		snprintf(name, sizeof(name), "srv-%d-%lu", (int) launcher_pid, serial++);
-		if (jail_cgroup_create_named(&slot_defaults, name, &w->slot, err) == 0)
-			w->has_slot = true;
-		else
-		{
+		w->has_slot = true;
+		if (!slots_enabled)
+			jail_warn("cgroup slots are available now (%s)", w->slot.mode == CGROUP_V2 ?
+					  w->slot.v2_dir : w->slot.mem_dir);
+		slots_enabled = true;
+	}
+	else
+	{
+		if (slots_enabled)
 			jail_warn("could not create a cgroup slot: %s", err);
-			jail_cgroup_destroy(&w->slot);
-		}
+		jail_cgroup_destroy(&w->slot);
 	}
 	w->pid = fork();
 	if (w->pid == 0)

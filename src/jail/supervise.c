@@ -203,22 +203,45 @@ write_id_maps(pid_t pid, uid_t uid, gid_t gid, char *err)
 	return 0;
 }
 
-/* clone3 where available (pidfd); plain clone for valgrind and old kernels. */
+/*
+ * clone3 where available (pidfd); plain clone for valgrind and old kernels.
+ * cgroup_fd, a v2 run cgroup or -1: the child is born in it
+ * (CLONE_INTO_CGROUP, Linux 5.7+), so there is no move into it to pay for
+ * (on v1 the move waits for an RCU grace period, up to ~10 ms); *born_in
+ * says whether that happened.  If it did not (an older kernel, clone3
+ * refused), the caller moves the child as on v1, and that move reports
+ * the reason if there is one.
+ */
 static pid_t
-spawn_child(JailChildArgs *args, int *pidfd)
+spawn_child(JailChildArgs *args, int *pidfd, int cgroup_fd, bool *born_in)
 {
 	uint64_t	flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS |
 		CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
 	struct clone_args ca;
-	pid_t		pid;
+	pid_t		pid = -1;
 
 	/* A launcher's worker hands over a fresh netns it made for this run. */
 	if (!args->netns_ready)
 		flags |= CLONE_NEWNET;
+	*born_in = false;
 	memset(&ca, 0, sizeof(ca));
-	ca.flags = flags;
 	ca.pidfd = (uint64_t) (uintptr_t) pidfd;
 	ca.exit_signal = SIGCHLD;
+	if (cgroup_fd >= 0)
+	{
+		ca.flags = flags | CLONE_INTO_CGROUP;
+		ca.cgroup = (uint64_t) cgroup_fd;
+		pid = syscall(SYS_clone3, &ca, sizeof(ca));
+		if (pid == 0)
+			_exit(jail_child_main(args));
+		if (pid > 0)
+		{
+			*born_in = true;
+			return pid;
+		}
+		ca.cgroup = 0;
+	}
+	ca.flags = flags;
 	pid = syscall(SYS_clone3, &ca, sizeof(ca));
 	if (pid < 0 && errno == ENOSYS)
 		pid = syscall(SYS_clone, flags | SIGCHLD, NULL, pidfd, NULL, 0);
@@ -304,7 +327,7 @@ check_workspace(Run *run)
 
 	if (run->wsfd < 0 || run->opts->workspace_size == 0)
 		return;
-	if (jail_workspace_usage(run->wsfd, 0, &total, &big) < 0 ||
+	if (jail_workspace_usage(run->wsfd, 0, run->opts->workspace_entries, &total, &big) < 0 ||
 		total > run->opts->workspace_size)
 	{
 		run->over_workspace = true;
@@ -550,6 +573,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 {
 	JailChildArgs args;
 	sigset_t	mask;
+	bool		born_in;
 
 	memset(p, 0, sizeof(*p));
 	p->pid = -1;
@@ -626,7 +650,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 		p->ouid = 65534;
 		p->ogid = 65534;
 	}
-	p->pid = spawn_child(&args, &p->pidfd);
+	p->pid = spawn_child(&args, &p->pidfd, -1, &born_in);
 	if (p->pid < 0)
 	{
 		jail_seterr(err, "clone: %s", strerror(errno));
@@ -707,10 +731,10 @@ measure_workspace(const Run *run, bool *big_before, char *err)
 	const JailOptions *opts = run->opts;
 	uint64_t	total = 0;
 
-	if (jail_workspace_usage(run->wsfd, opts->file_size, &total, big_before) < 0)
+	if (jail_workspace_usage(run->wsfd, opts->file_size, opts->workspace_entries, &total, big_before) < 0)
 	{
-		jail_seterr(err, "workspace %s could not be measured (too deep or too many entries)",
-					opts->workspace);
+		jail_seterr(err, "workspace %s could not be measured (deeper than 64 or more than %llu entries, --workspace-entries)",
+					opts->workspace, (unsigned long long) opts->workspace_entries);
 		return -1;
 	}
 	if (opts->workspace_size && total > opts->workspace_size)
@@ -770,6 +794,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	bool		big_before = false;
 	JailPrespawn *pre;
 	bool		early_go = false;
+	bool		born_in_cg = false; /* cloned into run.cg (v2) */
 	int			rc = -1;
 
 	memset(&run, 0, sizeof(run));
@@ -856,6 +881,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		if (opts->require_cgroup)
 			goto out;
 		/* rlimits only; the verdict says "cgroup":"none" */
+		jail_warn("no cgroup, rlimits only: %s", err);
 		err[0] = '\0';
 	}
 
@@ -934,7 +960,9 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		args.served = env != &oneshot;
 
 		start = jail_now_ms();
-		run.pid = spawn_child(&args, &run.pidfd);
+		run.pid = spawn_child(&args, &run.pidfd,
+							  run.cg.mode == CGROUP_V2 ? run.cg.v2_dirfd : -1,
+							  &born_in_cg);
 		if (run.pid < 0)
 		{
 			jail_seterr(err, "clone: %s", strerror(errno));
@@ -953,7 +981,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		 !early_go && write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "r", 1) != 1 :
 		 (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
 		  write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "g", 1) != 1)) ||
-		(!run.cg_borrowed && jail_cgroup_attach(&run.cg, run.pid, err) < 0))
+		(!run.cg_borrowed && !born_in_cg && jail_cgroup_attach(&run.cg, run.pid, err) < 0))
 	{
 		if (!err[0])
 			jail_seterr(err, "signal the sandbox: %s", strerror(errno));
@@ -1042,7 +1070,8 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		uint64_t	total = 0;
 		bool		big = false;
 
-		if (jail_workspace_usage(run.wsfd, opts->file_size, &total, &big) < 0 ||
+		if (jail_workspace_usage(run.wsfd, opts->file_size, opts->workspace_entries,
+								 &total, &big) < 0 ||
 			(big && !big_before) ||
 			(opts->workspace_size && total > opts->workspace_size))
 			res->file_too_large = true;

@@ -27,11 +27,11 @@
 #include "jail.h"
 
 #define MAX_DEPTH	64
-#define MAX_ENTRIES 200000
 
 typedef struct Walk
 {
 	uint64_t	file_limit;
+	uint64_t	max_entries;
 	uint64_t	total;
 	uint64_t	entries;
 	bool		big_file;
@@ -58,7 +58,7 @@ walk_dir(int dirfd, int depth, Walk *w)
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (++w->entries > MAX_ENTRIES)
+		if (++w->entries > w->max_entries)
 		{
 			rc = -1;
 			break;
@@ -101,13 +101,15 @@ walk_dir(int dirfd, int depth, Walk *w)
  * Sum the workspace below dirfd.  big_file is set when a regular file has
  * reached file_limit (0: no check): RLIMIT_FSIZE stopped a write there,
  * even if the program (Python ignores SIGXFSZ) only saw EFBIG.
- * Returns -1 when the tree could not be walked within the bounds.
+ * Returns -1 when the tree could not be walked within the bounds (more
+ * than max_entries entries, deeper than MAX_DEPTH), which the callers
+ * count as over the limit: the walk's cost is bounded by max_entries.
  */
 int
-jail_workspace_usage(int dirfd, uint64_t file_limit, uint64_t *total,
-					 bool *big_file)
+jail_workspace_usage(int dirfd, uint64_t file_limit, uint64_t max_entries,
+					 uint64_t *total, bool *big_file)
 {
-	Walk		w = {.file_limit = file_limit};
+	Walk		w = {.file_limit = file_limit, .max_entries = max_entries};
 	int			fd;
 	int			rc;
 

@@ -296,6 +296,14 @@ for i in range(100000):
 	jr "$u" shell 'for i in $(seq 1 40); do head -c 900K /dev/zero > /workspace/f$i || break; sleep 0.05; done; echo wrote' --file-size 1M --workspace-size 4M
 	t "$u: workspace size cap (many small files)" '[ $RC = 0 ] && [ "$(v file_too_large)" = true ] && [ "$(du -sk "$WS" | cut -f1)" -lt 20000 ]'
 	fresh_ws "$u"
+	jr "$u" python 'i = 0
+while True:
+    open("/workspace/e%d" % i, "w").close()
+    i += 1' --workspace-entries 1000 --wall-time 20
+	t "$u: workspace entry cap (files without end) -> file_too_large, killed before the wall clock" '[ $RC = 0 ] && [ "$(v file_too_large)" = true ] && [ "$(v timed_out)" = false ] && [ "$(v status)" = signaled ]'
+	jr "$u" shell 'echo small > /workspace/out.txt' --workspace-entries 1000
+	t "$u: workspace already over --workspace-entries -> setup error" '[ $RC = 1 ] && [ "$(v status)" = setup_error ] && [ ! -e "$WS/out.txt" ]'
+	fresh_ws "$u"
 	head -c 3M /dev/zero > "$WS/input.bin"
 	jr "$u" shell 'echo small > /workspace/out.txt' --file-size 1M --workspace-size 2M
 	t "$u: workspace already over --workspace-size -> setup error" '[ $RC = 1 ] && [ "$(v status)" = setup_error ] && [ ! -e "$WS/out.txt" ]'

@@ -10,7 +10,7 @@ CREATE FUNCTION pg_temp.has_columns(tbl text, cols text[], description text) RET
 					 WHERE attrelid = ('agent.' || tbl)::regclass AND attnum > 0 AND NOT attisdropped),
 			  '{}'::text[], description)
 $$;
-SELECT plan(47);
+SELECT plan(49);
 
 -- Other parts of the project add their own tables and columns to schema
 -- agent: these checks name what the control plane owns, not everything.
@@ -94,6 +94,9 @@ SELECT is((SELECT rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = 'agent_
 	'agent_backend is bound by row-level security');
 SELECT is((SELECT rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = 'agent_auditor'), false,
 	'agent_auditor reads through policies, not BYPASSRLS');
+SELECT has_role('agent_admin', 'role agent_admin exists (org policy)');
+SELECT is((SELECT rolbypassrls OR rolsuper OR rolcanlogin FROM pg_roles WHERE rolname = 'agent_admin'), false,
+	'agent_admin is NOLOGIN and bound by row-level security');
 
 SELECT is(ARRAY(SELECT c.relname::text FROM pg_class c
 				 WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind = 'r'
@@ -110,8 +113,8 @@ SELECT is_definer('agent', 'charge_invocation', 'charge_invocation is SECURITY D
 SELECT isnt_definer('agent', '_audit', '_audit runs as its caller (the owner): it is no API');
 SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
 				 WHERE p.pronamespace = 'agent'::regnamespace AND p.prosecdef
-				   AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, agent'], false)),
-		  '{}'::text[], 'every SECURITY DEFINER function pins search_path');
+				   AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, agent, pg_temp'], false)),
+		  '{}'::text[], 'every SECURITY DEFINER function pins search_path (44_search_path.sql attacks it)');
 SELECT is(ARRAY(SELECT f FROM unnest(ARRAY[
 			'agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer)',
 			'agent.approve(uuid, text, text)', 'agent.deny(uuid, text, text)',

@@ -163,14 +163,14 @@ SELECT throws_ok(format('SELECT agent.refund_invocation(%L, %L)', pg_temp.id('A'
 	'42501', NULL, 'the backend cannot refund');
 SELECT throws_ok('SELECT agent.expire_pending_approvals()', '42501', NULL, 'the backend cannot expire other tenants'' cards');
 
--- What the backend may edit, it may edit only in its tenant.
-SELECT lives_ok($$UPDATE agent.agents SET file_upload_enabled = true WHERE id = 'cf000000-0000-4000-8000-00000000000a'$$,
-	'the backend edits its own agent''s toggles');
-SELECT is(pg_temp.rows_changed($$UPDATE agent.agents SET code_execution_enabled = false
-								   WHERE id = 'cf000000-0000-4000-8000-00000000000b'$$),
-	0::bigint, 'an update of B''s agent touches nothing');
-SELECT is(pg_temp.rows_changed($$UPDATE agent.orgs SET personal_agents_code_execution = true$$),
-	1::bigint, 'the admin switch changes for A only');
+-- What the backend may change (through the API), it may change only in
+-- its tenant; the org's policy is not its to change at all.
+SELECT lives_ok($$SELECT agent.set_agent_file_upload('cf000000-0000-4000-8000-00000000000a', true, 'alice')$$,
+	'the backend changes its own agent''s toggles through the API');
+SELECT throws_ok($$SELECT agent.set_agent_code_execution('cf000000-0000-4000-8000-00000000000b', false, 'mallory')$$,
+	'P0002', NULL, 'B''s agent does not exist for A''s backend');
+SELECT throws_ok($$UPDATE agent.orgs SET personal_agents_code_execution = true$$,
+	'42501', NULL, 'the backend cannot turn on the admin switch');
 SELECT throws_ok($$INSERT INTO agent.agents (org_id, workspace_id, name, kind)
 	VALUES ('af000000-0000-4000-8000-00000000000b', 'bf000000-0000-4000-8000-00000000000b', 'planted', 'shared')$$,
 	'42501', NULL, 'the backend cannot plant an agent in B');

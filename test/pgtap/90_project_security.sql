@@ -29,16 +29,20 @@ SELECT is(ARRAY(SELECT c.relname::text FROM pg_class c
 				 ORDER BY 1),
 		  '{}'::text[], 'PUBLIC reads no table or view');
 
--- agent_backend writes directly only to its own catalog (agents, threads,
--- the org switch); everything else goes through the API.
-SELECT is(ARRAY(SELECT DISTINCT c.relname::text FROM pg_class c,
-					unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) priv
-				 WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind = 'r'
-				   AND (has_table_privilege('agent_backend', c.oid, priv)
-						OR (priv = 'UPDATE' AND has_any_column_privilege('agent_backend', c.oid, 'UPDATE')))
+-- agent_backend and agent_admin write no table directly (not one column):
+-- everything goes through the API.  Without UPDATE, DELETE or TRUNCATE they
+-- can neither LOCK a table beyond ACCESS SHARE nor take row locks with
+-- SELECT ... FOR UPDATE (40_hostile_backend.sql tries).
+SELECT is(ARRAY(SELECT DISTINCT r || ': ' || c.relname::text FROM pg_class c,
+					unnest(ARRAY['agent_backend', 'agent_admin']) r,
+					unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) priv
+				 WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+				   AND (has_table_privilege(r, c.oid, priv)
+						OR (priv IN ('INSERT', 'UPDATE', 'REFERENCES')
+							AND has_any_column_privilege(r, c.oid, priv)))
 				 ORDER BY 1),
-		  ARRAY['agents', 'conversations', 'orgs'],
-		  'agent_backend writes directly only to agents, conversations and the org switch');
+		  '{}'::text[],
+		  'agent_backend and agent_admin write no table of schema agent directly');
 
 -- agent_auditor reads everything and writes nothing.
 SELECT is(ARRAY(SELECT c.relname::text FROM pg_class c

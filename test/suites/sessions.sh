@@ -10,7 +10,6 @@ PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
 CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:?}
 PORT=${SANDBOX_PGPORT:?}
 DB=${SANDBOX_DB:?}
-WORK="$CLUSTER_DIR/data/sandbox_work"
 
 pass=0
 fail=0
@@ -49,6 +48,7 @@ SELECT c.org_id, c.workspace_id, c.agent_id, c.id FROM c, g;
 SQL
 }
 read -r ORG WS AGENT CONV < <(new_tenant true)
+WORK=$(q -c "SELECT work_dir FROM agent.worker_status()")
 
 request() {			# lang code [conversation|none] → "inv approval"
 	local conv=${3:-$CONV}

@@ -80,6 +80,8 @@ run() {				# LANG CODE [wall_s] → inv (approved and waited for)
 	await "$inv" >/dev/null
 	echo "$inv"
 }
+# One statement in the tenant's session, as the backend would run it.
+tval() { q -c "SET sandbox.org_id = '$ORG'" -c "SET sandbox.workspace_id = '$WS'" -c "$1"; }
 field() { q -c "SELECT $2 FROM agent.invocations WHERE id = '$1'"; }
 output() { q -c "SELECT string_agg(data, '' ORDER BY seq) FROM agent.invocation_output WHERE invocation_id = '$1' AND stream = '${2:-stdout}'"; }
 balance() { q -c "SELECT balance FROM agent.credit_balances WHERE org_id = '${1:-$ORG}'"; }
@@ -90,6 +92,9 @@ for _ in $(seq 1 50); do
 	sleep 0.2
 done
 check "supervisor is running" t "$(q -c 'SELECT running FROM agent.worker_status()')"
+WORK=$(q -c "SELECT work_dir FROM agent.worker_status()")
+check "the work directory is on a filesystem of its own" "t|" \
+	"$([ "$(stat -c %d "$WORK")" != "$(stat -c %d "$CLUSTER_DIR/data")" ] && echo t || echo f)|$(q -c "SELECT problem FROM agent.worker_status()")"
 check "supervisor in pg_stat_activity" 1 \
 	"$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'sandbox_ext supervisor'")"
 
@@ -111,13 +116,13 @@ check "shell succeeds, stderr separate" "succeeded|sh 42|oops" "$(field "$inv" s
 
 # ---- the resident launcher and the one-shot jail ------------------------------
 check "runs go through the resident launcher (sandbox.jail_launcher = on)" t \
-	"$(pgrep -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_work/launcher/jail.sock" >/dev/null && echo t || echo f)"
+	"$(pgrep -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_launcher/jail.sock" >/dev/null && echo t || echo f)"
 q -c "ALTER SYSTEM SET sandbox.jail_launcher = off" -c "SELECT pg_reload_conf()" >/dev/null
 sleep 0.5
 inv=$(run python 'print("one-shot")')
 check "with the launcher off, one-shot jails run the code" "succeeded|one-shot" "$(field "$inv" state)|$(output "$inv")"
 check "and the launcher is stopped" f \
-	"$(pgrep -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_work/launcher/jail.sock" >/dev/null && echo t || echo f)"
+	"$(pgrep -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_launcher/jail.sock" >/dev/null && echo t || echo f)"
 inv=$(run shell 'sleep 30' 1)
 check "one-shot timeout is timed_out" timed_out "$(field "$inv" state)"
 q -c "ALTER SYSTEM RESET sandbox.jail_launcher" -c "SELECT pg_reload_conf()" >/dev/null
@@ -146,16 +151,21 @@ check "missing jail is provision_failed" provision_failed "$(field "$inv" state)
 check "provision_failed is refunded (net 0)" "0|$before" "$(field "$inv" credits_charged)|$(balance)"
 check "ledger has charge and refund" "charge:-2,refund:2" \
 	"$(q -c "SELECT string_agg(kind || ':' || amount, ',' ORDER BY id) FROM agent.credit_ledger WHERE invocation_id = '$inv'")"
-# An unusable work directory: refunded, with the reason.
+# An unusable work directory: nothing is claimed (the run waits, uncharged)
+# and worker_status() says why; once it is usable again the run runs.
 before=$(balance)
 q -c "ALTER SYSTEM SET sandbox.work_dir = '/proc/sandbox_not_here'" -c "SELECT pg_reload_conf()" >/dev/null
 sleep 0.5
-inv=$(run shell 'echo never')
+read -r inv appr < <(request shell 'echo waited')
+approve "$appr"
+st=$(await "$inv" 3)
+check "unusable work directory: the run waits, uncharged" "approved|0|$before" \
+	"$st|$(field "$inv" credits_charged)|$(balance)"
+check "worker_status() names the directory and why" t \
+	"$(q -c "SELECT problem LIKE '%/proc/sandbox_not_here%' FROM agent.worker_status()")"
 q -c "ALTER SYSTEM RESET sandbox.work_dir" -c "SELECT pg_reload_conf()" >/dev/null
-sleep 0.5
-check "unwritable work directory is provision_failed, refunded" "provision_failed|0|$before" \
-	"$(field "$inv" state)|$(field "$inv" credits_charged)|$(balance)"
-check "the reason names the directory" t "$(field "$inv" "state_reason LIKE '%/proc/sandbox_not_here%'")"
+check "once usable again, the waiting run runs" "succeeded|waited" "$(await "$inv")|$(output "$inv")"
+check "... and worker_status() has no problem" "" "$(q -c "SELECT problem FROM agent.worker_status()")"
 inv=$(run shell 'echo back')
 check "supervisor keeps serving after a bad invocation" "succeeded|back" "$(field "$inv" state)|$(output "$inv")"
 
@@ -202,14 +212,19 @@ read -r inv appr < <(request python 'import time
 print("first", flush=True)
 time.sleep(2)
 print("second", flush=True)')
-channel=$(q -c "SELECT agent.output_channel('$inv')")
+channel=$(tval "SELECT agent.output_channel('$inv')")
 as_pg "$tmp/listen" "host=$CLUSTER_DIR port=$PORT user=postgres dbname=$DB" "$channel" 60 >"$tmp/notes" 2>"$tmp/listen.err" &
 lpid=$!
 for _ in $(seq 1 50); do grep -q ready "$tmp/listen.err" 2>/dev/null && break; sleep 0.1; done
 approve "$appr"
-wait "$lpid"
-first_ms=$(grep -m1 '"seq"' "$tmp/notes" | cut -d' ' -f1)
-done_ms=$(grep -m1 '"done"' "$tmp/notes" | cut -d' ' -f1)
+await "$inv" >/dev/null
+# The end's hint is sent when the finish commits, as wait() returns: give
+# it a moment to arrive (bounded), then stop the listener.
+for _ in $(seq 1 50); do grep -q ' done$' "$tmp/notes" && break; sleep 0.1; done
+kill "$lpid" 2>/dev/null
+wait "$lpid" 2>/dev/null
+first_ms=$(grep -m1 ' output$' "$tmp/notes" | cut -d' ' -f1)
+done_ms=$(grep -m1 ' done$' "$tmp/notes" | cut -d' ' -f1)
 if [ -n "$first_ms" ] && [ -n "$done_ms" ] && [ $((done_ms - first_ms)) -ge 1500 ]; then
 	ok "first line notified $((done_ms - first_ms)) ms before the end (streamed, not at the end)"
 else
@@ -218,6 +233,41 @@ fi
 check "streamed chunks complete and ordered" "first
 second" "$(q -c "BEGIN; SELECT agent.set_tenant('$ORG', '$WS'); SELECT string_agg(data, '' ORDER BY seq) FROM agent.read_output('$inv', 0); COMMIT;" | sed '/^$/d')"
 check "notifications carry no output" 0 "$(grep -c 'first\|second' "$tmp/notes")"
+check "a notification carries a hint only (output or done: no seq, stream, size or state)" "0|1" \
+	"$(grep -cvE '^[0-9]+ (output|done)$' "$tmp/notes")|$(grep -c ' done$' "$tmp/notes")"
+check "the channel is not named after the invocation" f \
+	"$([[ "$channel" == *"$inv"* || "$channel" == *"${inv//-/}"* ]] && echo t || echo f)"
+
+# ---- a notification is only a hint: forged ones do not end a client ----------
+# scripts/follow.sh is the demo's (and the docs') client.  Once the run has
+# printed its first line, NOTIFY a forged end on the old, guessable channel
+# (sandbox_output_<id>) and, as someone who learned it, on the real one.
+# The client must keep following (it reads the state, still running) and
+# end with the real final state.
+read -r inv appr < <(request python 'import time
+print("first", flush=True)
+time.sleep(25)
+print("second", flush=True)')
+"$top/scripts/follow.sh" "$tmp/listen" "$ORG" "$WS" "$inv" 60 >"$tmp/follow.out" 2>"$tmp/follow.err" &
+fpid=$!
+for _ in $(seq 1 100); do grep -q '^ready$' "$tmp/follow.err" 2>/dev/null && break; sleep 0.1; done
+approve "$appr"
+for _ in $(seq 1 200); do grep -q $'^stdout\tfirst$' "$tmp/follow.out" && break; sleep 0.1; done
+channel=$(tval "SELECT agent.output_channel('$inv')")
+q -c "NOTIFY \"sandbox_output_$inv\", '{\"done\":true,\"state\":\"succeeded\"}'" >/dev/null
+q -c "SELECT pg_notify('$channel', 'done'), pg_notify('$channel', '{\"done\":true,\"state\":\"succeeded\"}')" >/dev/null
+# What the client did after the second forged end: it looked at the state.
+after_forged() { awk '/^hint .*done/ { n++; next } n >= 2 && /^look / { print $2; exit }' "$tmp/follow.err"; }
+for _ in $(seq 1 100); do [ -n "$(after_forged)" ] && break; sleep 0.1; done
+check "the forged ends reached the client" 2 "$(grep -c '^hint .*done' "$tmp/follow.err")"
+check "after them it read the state (running) and kept following" "running|running|alive" \
+	"$(after_forged)|$(field "$inv" state)|$(kill -0 "$fpid" 2>/dev/null && echo alive || echo gone)"
+tval "SELECT agent.cancel('$inv', 'tester')" >/dev/null
+wait "$fpid"
+rc=$?
+check "the client ends with the real final state" "0|$(field "$inv" state)" \
+	"$rc|$(grep $'^state\t' "$tmp/follow.out" | cut -f2)"
+check "and printed the real output only" "stdout	first" "$(grep -v $'^state\t' "$tmp/follow.out")"
 
 # ---- tenancy of the execution API ------------------------------------------
 read -r O3 W3 A3 C3 < <(new_tenant 0)
@@ -271,8 +321,9 @@ for _ in $(seq 1 100); do
 	sleep 0.1
 done
 st=$(await "$inv" 20)
-check "worker killed mid-run: row resolved as failed, charged once" "failed|supervisor restarted|2|1" \
-	"$st|$(field "$inv" state_reason)|$(field "$inv" credits_charged)|$(q -c "SELECT count(*) FROM agent.credit_ledger WHERE invocation_id = '$inv' AND kind = 'charge'")"
+check "worker killed mid-run: a failure of ours, refunded (charged once, refunded once)" \
+	"provision_failed|the supervisor restarted while the run was in progress|0|charge:-2,refund:2" \
+	"$st|$(field "$inv" state_reason)|$(field "$inv" credits_charged)|$(q -c "SELECT string_agg(kind || ':' || amount, ',' ORDER BY id) FROM agent.credit_ledger WHERE invocation_id = '$inv'")"
 # The payload dies with its jail (PR_SET_PDEATHSIG); give a loaded machine time.
 for _ in $(seq 1 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
 check "no orphan payload after the worker died" 0 "$(pgrep -fc "$marker" || true)"
@@ -287,13 +338,13 @@ check "no orphan payload after an immediate shutdown" 0 "$(pgrep -fc "$marker-2"
 pg_ctl -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null
 for _ in $(seq 1 100); do
 	st=$(field "$inv" state 2>/dev/null)
-	[ "$st" = failed ] && break
+	[ "$st" = provision_failed ] && break
 	sleep 0.2
 done
-check "after crash restart the row is resolved" "failed|2" "$st|$(field "$inv" credits_charged)"
+check "after crash restart the row is resolved, refunded" "provision_failed|0" "$st|$(field "$inv" credits_charged)"
 inv=$(run shell 'echo alive')
 check "runs again after the restart" "succeeded|alive" "$(field "$inv" state)|$(output "$inv")"
-check "no leftover work directories" 0 "$(find "$CLUSTER_DIR/data/sandbox_work" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills ! -name launcher 2>/dev/null | wc -l)"
+check "no leftover work directories" 0 "$(find "$WORK" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills ! -name launcher 2>/dev/null | wc -l)"
 
 # ---- not preloaded -----------------------------------------------------------
 q -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_cron'" >/dev/null

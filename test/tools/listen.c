@@ -3,10 +3,13 @@
  *
  *	listen CONNINFO CHANNEL TIMEOUT_S
  *
- * Each line is "<unix epoch ms> <payload>".  Exits 0 after a payload that
- * contains "done":true, 1 on timeout or error.  Used by the streaming test
- * (test/suites/supervisor.sh) and by scripts/demo.sh.  "ready" is printed on
- * stderr once LISTEN is in effect, so a caller can start the run after it.
+ * Each line is "<unix epoch ms> <payload>".  A notification is only a hint
+ * (anyone who can name a channel can NOTIFY on it), so this tool never
+ * decides that a run is over: its caller reads the state and stops it
+ * (SIGTERM).  Exits 0 when TIMEOUT_S has passed, 1 on error.  Used by
+ * scripts/follow.sh (the demo's client) and the streaming test
+ * (test/suites/supervisor.sh).  "ready" is printed on stderr once LISTEN is
+ * in effect, so a caller can start the run after it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,8 +72,8 @@ main(int argc, char **argv)
 
 		if (left <= 0)
 		{
-			fprintf(stderr, "listen: timed out\n");
-			return 1;
+			PQfinish(conn);
+			return 0;
 		}
 		FD_ZERO(&rfds);
 		FD_SET(sock, &rfds);
@@ -88,17 +91,9 @@ main(int argc, char **argv)
 		}
 		while ((n = PQnotifies(conn)) != NULL)
 		{
-			int			done = strstr(n->extra, "\"done\":true") != NULL ||
-				strstr(n->extra, "\"done\" : true") != NULL;
-
 			printf("%lld %s\n", now_ms(), n->extra);
 			fflush(stdout);
 			PQfreemem(n);
-			if (done)
-			{
-				PQfinish(conn);
-				return 0;
-			}
 		}
 	}
 }

@@ -1,0 +1,367 @@
+-- Setup through functions: agents and conversations (the backend's) and org
+-- policy (the admin's).  Neither role writes these tables directly: a
+-- table-level write grant would let it LOCK a table every tenant and the
+-- supervisor read, take row locks, choose primary keys (an existence
+-- oracle across tenants), or change what it is not meant to (an agent's
+-- kind, the org's policy) and so pass the IAM checks it is subject to.
+--
+-- Every function here takes the tenant from agent.set_tenant(), makes the
+-- ids it creates, names the person acting (agent._require_person), and
+-- writes one audit event per change in the org's chain, in the same
+-- transaction.  Setters return whether the value changed; setting a value
+-- it already has writes nothing.  An id of another tenant is reported
+-- exactly like an id that does not exist.
+--
+-- Row locks are FOR NO KEY UPDATE (a plain UPDATE of non-key columns takes
+-- the same): the foreign-key checks of other inserts (invocations of an
+-- agent, files of a conversation) take FOR KEY SHARE and do not wait.
+
+-- ----------------------------------------------------------------------
+-- Agents and conversations (agent_backend)
+-- ----------------------------------------------------------------------
+
+-- Create an agent in the current workspace and return its id.  Its kind is
+-- fixed from now on; only a personal agent has an owner (a person).
+CREATE FUNCTION agent.create_agent(name text, kind text, model uuid, created_by text,
+								   owner text DEFAULT NULL,
+								   code_execution_enabled boolean DEFAULT false,
+								   file_upload_enabled boolean DEFAULT false)
+	RETURNS uuid
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+	v_ok	boolean;
+	v_org	uuid := agent.current_org();
+	v_ws	uuid := agent.current_workspace();
+	v_id	uuid;
+	v_event	bigint;
+BEGIN
+	v_ok := agent._require_tenant(true);
+	IF name IS NULL OR kind IS NULL OR code_execution_enabled IS NULL
+	   OR file_upload_enabled IS NULL THEN
+		RAISE EXCEPTION 'name, kind and the toggles must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF btrim(name) = '' THEN
+		RAISE EXCEPTION 'name must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	v_ok := agent._require_person(created_by, 'created_by');
+	IF kind NOT IN ('specialist', 'shared', 'personal') THEN
+		RAISE EXCEPTION 'invalid agent kind "%"', left(kind, 64)
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Use specialist, shared or personal.';
+	END IF;
+	IF kind = 'personal' THEN
+		v_ok := agent._require_person(owner, 'owner');
+	ELSIF owner IS NOT NULL THEN
+		RAISE EXCEPTION 'a % agent has no owner', kind
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Only a personal agent belongs to a person; pass owner => NULL.';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM agent.workspaces w WHERE w.id = v_ws AND w.org_id = v_org) THEN
+		RAISE EXCEPTION 'workspace % does not exist', v_ws
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the tenant set with agent.set_tenant().';
+	END IF;
+	IF model IS NOT NULL AND NOT EXISTS (SELECT 1 FROM agent.models m WHERE m.id = model) THEN
+		RAISE EXCEPTION 'model % does not exist', model USING ERRCODE = 'no_data_found';
+	END IF;
+
+	INSERT INTO agent.agents (org_id, workspace_id, name, kind, owner, model_id,
+							  code_execution_enabled, file_upload_enabled)
+	VALUES (v_org, v_ws, name, kind, owner, model, code_execution_enabled, file_upload_enabled)
+	RETURNING agents.id INTO v_id;
+	v_event := agent._audit(v_org, v_ws, 'agent.created', NULL, created_by,
+		pg_catalog.jsonb_build_object('agent_id', v_id, 'name', name, 'kind', kind,
+									  'owner', owner, 'model_id', model,
+									  'code_execution_enabled', code_execution_enabled,
+									  'file_upload_enabled', file_upload_enabled));
+	RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION agent.create_agent(text, text, uuid, text, text, boolean, boolean) IS
+	'create an agent in the current workspace; returns its id (its kind is fixed from then on)';
+
+-- Create a conversation (thread) of an agent of the current workspace and
+-- return its id.
+CREATE FUNCTION agent.create_conversation(agent uuid, created_by text, title text DEFAULT NULL,
+										  code_execution_enabled boolean DEFAULT false)
+	RETURNS uuid
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+	v_ok	boolean;
+	v_org	uuid := agent.current_org();
+	v_ws	uuid := agent.current_workspace();
+	v_id	uuid;
+	v_event	bigint;
+BEGIN
+	v_ok := agent._require_tenant(true);
+	IF agent IS NULL OR code_execution_enabled IS NULL THEN
+		RAISE EXCEPTION 'agent and code_execution_enabled must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	v_ok := agent._require_person(created_by, 'created_by');
+	-- Another tenant's agent is indistinguishable from a missing one.
+	IF NOT EXISTS (SELECT 1 FROM agent.agents a
+					WHERE a.id = agent AND a.org_id = v_org AND a.workspace_id = v_ws) THEN
+		RAISE EXCEPTION 'agent % does not exist', agent
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the id and that the tenant set with agent.set_tenant() owns it.';
+	END IF;
+
+	INSERT INTO agent.conversations (org_id, workspace_id, agent_id, title, created_by,
+									 code_execution_enabled)
+	VALUES (v_org, v_ws, agent, title, created_by, code_execution_enabled)
+	RETURNING conversations.id INTO v_id;
+	v_event := agent._audit(v_org, v_ws, 'conversation.created', NULL, created_by,
+		pg_catalog.jsonb_build_object('conversation_id', v_id, 'agent_id', agent,
+									  'title', title,
+									  'code_execution_enabled', code_execution_enabled));
+	RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION agent.create_conversation(uuid, text, text, boolean) IS
+	'create a conversation of an agent of the current workspace; returns its id';
+
+-- Change an agent's toggles (NULL: leave as it is); one agent.changed event
+-- per setting that changes.  Returns whether anything changed.  The one
+-- place an agent row is updated, so the setters below and later ones
+-- (name, model) share the tenant check, the lock and the audit.
+CREATE FUNCTION agent._change_agent(agent uuid, actor text,
+									code_execution_enabled boolean DEFAULT NULL,
+									file_upload_enabled boolean DEFAULT NULL)
+	RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_variable
+DECLARE
+	v_ok	boolean;
+	v_event	bigint;
+	a		agent.agents;
+	v_changes jsonb := '[]';
+	c		jsonb;
+BEGIN
+	v_ok := agent._require_tenant(true);
+	IF agent IS NULL THEN
+		RAISE EXCEPTION 'agent must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	v_ok := agent._require_person(actor, 'actor');
+	SELECT * INTO a FROM agent.agents x
+	 WHERE x.id = agent AND x.org_id = agent.current_org()
+	   AND x.workspace_id = agent.current_workspace()
+	   FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'agent % does not exist', agent
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the id and that the tenant set with agent.set_tenant() owns it.';
+	END IF;
+	IF code_execution_enabled IS DISTINCT FROM a.code_execution_enabled
+	   AND code_execution_enabled IS NOT NULL THEN
+		v_changes := v_changes || pg_catalog.jsonb_build_object('setting', 'code_execution_enabled',
+			'from', a.code_execution_enabled, 'to', code_execution_enabled);
+	END IF;
+	IF file_upload_enabled IS DISTINCT FROM a.file_upload_enabled
+	   AND file_upload_enabled IS NOT NULL THEN
+		v_changes := v_changes || pg_catalog.jsonb_build_object('setting', 'file_upload_enabled',
+			'from', a.file_upload_enabled, 'to', file_upload_enabled);
+	END IF;
+	IF pg_catalog.jsonb_array_length(v_changes) = 0 THEN
+		RETURN false;
+	END IF;
+
+	UPDATE agent.agents x
+	   SET code_execution_enabled = coalesce(code_execution_enabled, x.code_execution_enabled),
+		   file_upload_enabled = coalesce(file_upload_enabled, x.file_upload_enabled)
+	 WHERE x.id = a.id;
+	FOR c IN SELECT * FROM pg_catalog.jsonb_array_elements(v_changes) LOOP
+		v_event := agent._audit(a.org_id, a.workspace_id, 'agent.changed', NULL, actor,
+								pg_catalog.jsonb_build_object('agent_id', a.id) || c);
+	END LOOP;
+	RETURN true;
+END
+$$;
+
+CREATE FUNCTION agent.set_agent_code_execution(agent uuid, enabled boolean, actor text)
+	RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	IF enabled IS NULL THEN
+		RAISE EXCEPTION 'enabled must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	RETURN agent._change_agent(agent, actor, code_execution_enabled => enabled);
+END
+$$;
+COMMENT ON FUNCTION agent.set_agent_code_execution(uuid, boolean, text) IS
+	'turn code execution on or off for an agent of the current workspace; true when it changed';
+
+CREATE FUNCTION agent.set_agent_file_upload(agent uuid, enabled boolean, actor text)
+	RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	IF enabled IS NULL THEN
+		RAISE EXCEPTION 'enabled must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	RETURN agent._change_agent(agent, actor, file_upload_enabled => enabled);
+END
+$$;
+COMMENT ON FUNCTION agent.set_agent_file_upload(uuid, boolean, text) IS
+	'turn file uploads on or off for an agent of the current workspace; true when it changed';
+
+-- The per-thread toggle.
+CREATE FUNCTION agent.set_conversation_code_execution(conversation uuid, enabled boolean,
+													  actor text)
+	RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_ok	boolean;
+	v_event	bigint;
+	c		agent.conversations;
+BEGIN
+	v_ok := agent._require_tenant(true);
+	IF conversation IS NULL OR enabled IS NULL THEN
+		RAISE EXCEPTION 'conversation and enabled must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	v_ok := agent._require_person(actor, 'actor');
+	SELECT * INTO c FROM agent.conversations x
+	 WHERE x.id = conversation AND x.org_id = agent.current_org()
+	   AND x.workspace_id = agent.current_workspace()
+	   FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'conversation % does not exist', conversation
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the id and that the tenant set with agent.set_tenant() owns it.';
+	END IF;
+	IF c.code_execution_enabled = enabled THEN
+		RETURN false;
+	END IF;
+	UPDATE agent.conversations x SET code_execution_enabled = enabled WHERE x.id = c.id;
+	v_event := agent._audit(c.org_id, c.workspace_id, 'conversation.changed', NULL, actor,
+		pg_catalog.jsonb_build_object('conversation_id', c.id, 'setting', 'code_execution_enabled',
+									  'from', c.code_execution_enabled, 'to', enabled));
+	RETURN true;
+END
+$$;
+COMMENT ON FUNCTION agent.set_conversation_code_execution(uuid, boolean, text) IS
+	'turn code execution on or off for a conversation of the current workspace; true when it changed';
+
+-- ----------------------------------------------------------------------
+-- Org policy (agent_admin)
+-- ----------------------------------------------------------------------
+
+-- Change the current org's policy (NULL: leave as it is); one
+-- org.policy_changed event (org-wide, no workspace) per setting that
+-- changes.  Returns whether anything changed.  The plan is not policy: it
+-- stays the owner's.
+CREATE FUNCTION agent._change_org_policy(actor text,
+										 personal_agents_code_execution boolean DEFAULT NULL,
+										 require_distinct_approver boolean DEFAULT NULL)
+	RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_variable
+DECLARE
+	v_ok	boolean;
+	v_event	bigint;
+	o		agent.orgs;
+	v_changes jsonb := '[]';
+	c		jsonb;
+BEGIN
+	v_ok := agent._require_tenant(false);
+	v_ok := agent._require_person(actor, 'actor');
+	SELECT * INTO o FROM agent.orgs x WHERE x.id = agent.current_org() FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'org % does not exist', agent.current_org()
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the tenant set with agent.set_tenant().';
+	END IF;
+	IF personal_agents_code_execution IS DISTINCT FROM o.personal_agents_code_execution
+	   AND personal_agents_code_execution IS NOT NULL THEN
+		v_changes := v_changes || pg_catalog.jsonb_build_object('setting', 'personal_agents_code_execution',
+			'from', o.personal_agents_code_execution, 'to', personal_agents_code_execution);
+	END IF;
+	IF require_distinct_approver IS DISTINCT FROM o.require_distinct_approver
+	   AND require_distinct_approver IS NOT NULL THEN
+		v_changes := v_changes || pg_catalog.jsonb_build_object('setting', 'require_distinct_approver',
+			'from', o.require_distinct_approver, 'to', require_distinct_approver);
+	END IF;
+	IF pg_catalog.jsonb_array_length(v_changes) = 0 THEN
+		RETURN false;
+	END IF;
+
+	UPDATE agent.orgs x
+	   SET personal_agents_code_execution = coalesce(personal_agents_code_execution,
+													 x.personal_agents_code_execution),
+		   require_distinct_approver = coalesce(require_distinct_approver, x.require_distinct_approver)
+	 WHERE x.id = o.id;
+	FOR c IN SELECT * FROM pg_catalog.jsonb_array_elements(v_changes) LOOP
+		v_event := agent._audit(o.id, NULL, 'org.policy_changed', NULL, actor, c);
+	END LOOP;
+	RETURN true;
+END
+$$;
+
+-- The admin switch for code execution by the org's personal agents.
+CREATE FUNCTION agent.set_personal_agents_code_execution(enabled boolean, actor text)
+	RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	IF enabled IS NULL THEN
+		RAISE EXCEPTION 'enabled must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	RETURN agent._change_org_policy(actor, personal_agents_code_execution => enabled);
+END
+$$;
+COMMENT ON FUNCTION agent.set_personal_agents_code_execution(boolean, text) IS
+	'org policy: allow or forbid code execution by the current org''s personal agents; true when it changed';
+
+-- Whether an approver must be someone other than the requester (on by
+-- default).
+CREATE FUNCTION agent.set_require_distinct_approver(enabled boolean, actor text)
+	RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	IF enabled IS NULL THEN
+		RAISE EXCEPTION 'enabled must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	RETURN agent._change_org_policy(actor, require_distinct_approver => enabled);
+END
+$$;
+COMMENT ON FUNCTION agent.set_require_distinct_approver(boolean, text) IS
+	'org policy: require an approver other than the requester in the current org; true when it changed';
+
+REVOKE ALL ON FUNCTION agent._change_agent(uuid, text, boolean, boolean),
+	agent._change_org_policy(text, boolean, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+	agent.create_agent(text, text, uuid, text, text, boolean, boolean),
+	agent.create_conversation(uuid, text, text, boolean),
+	agent.set_agent_code_execution(uuid, boolean, text),
+	agent.set_agent_file_upload(uuid, boolean, text),
+	agent.set_conversation_code_execution(uuid, boolean, text)
+	TO agent_backend;
+GRANT EXECUTE ON FUNCTION
+	agent.set_personal_agents_code_execution(boolean, text),
+	agent.set_require_distinct_approver(boolean, text)
+	TO agent_admin;

@@ -1,0 +1,371 @@
+#!/usr/bin/env bash
+# test/cgroup-v2/checks.sh [BINARY]
+#
+# The jail's cgroup code on a cgroup-v2-only host: every limit and its
+# verdict fields, one-shot and served, as root and as postgres through the
+# delegation scripts/jail-host-setup.sh sets up, slot reuse and clean-up,
+# killed jails and launchers, an account that is not delegated, and the
+# systemd layout (a service's own delegated subtree).  Runs as root on a
+# host whose cgroup2 mount has memory, pids and cpu and no v1 hierarchy:
+# test/cgroup-v2/run.sh boots such a guest and runs this there, but any
+# such host will do.  One line per check; ends with "N passed, N failed".
+# No check times anything; waits are bounded so a broken jail cannot hang
+# the suite.  CG2_ONLY=REGEX runs only the checks whose name matches
+# (the runs they need still run).
+set -u
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${1:-$ROOT/src/jail/sandbox-jail}
+PY=/usr/bin/python3
+CG=$(awk '{ for (i = 1; i <= NF; i++) if ($i == "-") break;
+	if ($(i+1) == "cgroup2") { print $5; exit } }' /proc/self/mountinfo)
+D=$CG/sandbox_ext			# the delegated parent jail-host-setup.sh makes
+SVC=$D/service				# where postgres's own processes run
+
+PASS=0
+FAIL=0
+WORK=$(mktemp -d /tmp/cg2test.XXXXXX)
+chmod 755 "$WORK"
+MARK=$((RANDOM * 32768 + RANDOM + 100000))	# unique sleep durations
+LAUNCHERS=()
+cleanup() {
+	for p in "${LAUNCHERS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+	pkill -KILL -f "sleep $MARK" 2>/dev/null
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+ok() { PASS=$((PASS + 1)); echo "ok   - $*"; }
+fail() {
+	FAIL=$((FAIL + 1))
+	echo "FAIL - $*"
+	echo "       verdict: $(cat "$WORK/verdict" 2>/dev/null)"
+	echo "       rc=${RC:-} stdout: $(head -c 300 "$WORK/out" 2>/dev/null | tr '\n' '|')"
+	echo "       stderr: $(head -c 400 "$WORK/err" 2>/dev/null | tr '\n' '|')"
+}
+# t NAME CONDITION: CONDITION is evaluated by the shell
+t() {
+	local name=$1
+	shift
+	if [ -n "${CG2_ONLY:-}" ] && ! [[ $name =~ $CG2_ONLY ]]; then return; fi
+	if eval "$@"; then ok "$name"; else fail "$name [$*]"; fi
+}
+# field of the last verdict; INVALID if it is not exactly one JSON object
+v() {
+	$PY -c '
+import json, sys
+try:
+    lines = open(sys.argv[1]).read().splitlines()
+    assert len(lines) == 1
+    x = json.loads(lines[0])[sys.argv[2]]
+    print(x if isinstance(x, str) else json.dumps(x))
+except Exception:
+    print("INVALID")
+' "$WORK/verdict" "$1"
+}
+out_has() { grep -q -- "$1" "$WORK/out"; }
+err_has() { grep -q -- "$1" "$WORK/err"; }
+survivors() { pgrep -f "sleep $MARK" >/dev/null; }
+# bounded wait until a command succeeds
+wait_until() {
+	local n=0
+	until eval "$1"; do
+		[ $n -ge "${2:-200}" ] && return 1
+		sleep 0.1
+		n=$((n + 1))
+	done
+}
+
+if [ "$(id -u)" != 0 ] || [ -z "$CG" ] || [ ! -x "$BIN" ]; then
+	echo "checks.sh needs root, a cgroup2 mount and the jail at $BIN" >&2
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+
+# runner USER: the command prefix that runs a command as USER; postgres's
+# processes start inside the delegated subtree, as its service's would
+# (SVC), root's where we are (the root cgroup)
+IN_CG='echo $$ > "$1/cgroup.procs" && shift && exec runuser -u "$@"'
+runner() {
+	if [ "$1" = root ]; then RUNNER=(env)
+	else RUNNER=(sh -c "$IN_CG" sh "$SVC" "$1" --); fi
+}
+fresh_ws() {
+	rm -rf "$WORK/ws"
+	mkdir "$WORK/ws"
+	if [ "$1" = root ]; then chown 65534:65534 "$WORK/ws"; else chown "$1": "$WORK/ws"; fi
+	WS=$WORK/ws
+}
+# jr USER LANG CODE [jail options...]: one run through $JAIL (the one-shot
+# binary, or the client of USER's launcher); sets RC and out/err/verdict
+JAIL=()
+jr() {
+	local u=$1 lang=$2 code=$3
+	shift 3
+	printf '%s\n' "$code" > "$WORK/code"
+	: > "$WORK/verdict"
+	timeout -s KILL 300 "${RUNNER[@]}" "${JAIL[@]}" --language "$lang" --workspace "$WS" \
+		--verdict-fd 3 "$@" < "$WORK/code" > "$WORK/out" 2> "$WORK/err" 3> "$WORK/verdict"
+	RC=$?
+}
+# jbg NAME USER LANG CODE [opts]: a run in the background, files
+# $WORK/NAME.{out,err,verdict}; sets BGPID
+jbg() {
+	local name=$1 u=$2 lang=$3 code=$4
+	shift 4
+	printf '%s\n' "$code" > "$WORK/$name.code"
+	: > "$WORK/$name.verdict"
+	timeout -s KILL 300 "${RUNNER[@]}" "${JAIL[@]}" --language "$lang" --workspace "$WS" \
+		--verdict-fd 3 "$@" < "$WORK/$name.code" > "$WORK/$name.out" 2> "$WORK/$name.err" \
+		3> "$WORK/$name.verdict" &
+	BGPID=$!
+}
+vf() { cp "$1" "$WORK/verdict"; v "$2"; }
+# the v2 cgroup (relative to the mount) of the first process matching $1
+cg_of() { sed -n 's/^0:://p' "/proc/$(pgrep -f -o "$1")/cgroup" 2>/dev/null; }
+stale() { ls -d "$1"/run-* "$1"/srv-* 2>/dev/null; }
+
+# ---- the host: cgroup2 alone, and what jail-host-setup.sh makes of it -------
+echo "# kernel $(uname -r), cgroup2 at $CG: $(cat "$CG/cgroup.controllers")"
+mkdir -p "$WORK/v1"
+v1=no
+mount -t cgroup -o memory none "$WORK/v1" 2>/dev/null && { v1=yes; umount "$WORK/v1"; }
+t "host: memory, pids and cpu on cgroup2, and no v1 hierarchy can be mounted" \
+	'[ $v1 = no ] && [ -z "$(awk '"'"'$3 == "cgroup"'"'"' /proc/self/mounts)" ] && [ "$(grep -ow -e memory -e pids -e cpu "$CG/cgroup.controllers" | wc -l)" = 3 ]'
+"$ROOT/scripts/jail-host-setup.sh" postgres > "$WORK/setup.out" 2>&1
+cp "$WORK/setup.out" "$WORK/err"
+t "jail-host-setup.sh: $D delegated to postgres (directory, procs, subtree_control), memory pids cpu enabled" \
+	'[ "$(stat -c %U "$D" "$D/cgroup.procs" "$D/cgroup.subtree_control" "$SVC" "$SVC/cgroup.procs" | sort -u)" = postgres ] && [ "$(cat "$D/cgroup.subtree_control")" = "cpu memory pids" ] && err_has "v2: $D delegated to postgres"'
+t "jail-host-setup.sh: says where postgres's service must run for its jails to get cgroups" \
+	'err_has "start postgres.s service in $SVC"'
+
+# ---- one-shot runs ------------------------------------------------------------
+oneshot() {
+	local u=$1
+	echo "# one-shot as $u"
+	JAIL=("$BIN")
+	runner "$u"
+	fresh_ws "$u"
+	jr "$u" shell 'echo hi; cat /proc/self/cgroup'
+	t "$u: one-shot run gets a v2 cgroup; inside, its cgroup namespace root is /" \
+		'[ $RC = 0 ] && [ "$(v cgroup)" = v2 ] && out_has "^0::/$" && [ "$(v exit_code)" = 0 ]'
+
+	# born in its cgroup: clone3 with CLONE_INTO_CGROUP, no cgroup.procs write
+	printf 'true\n' > "$WORK/code"
+	install -m 0644 -o "$u" /dev/null "$WORK/strace"
+	"${RUNNER[@]}" strace -qq -o "$WORK/strace" -e trace=clone3,openat -e signal=none \
+		"$BIN" --language shell --workspace "$WS" --verdict-fd 3 < "$WORK/code" \
+		> "$WORK/out" 2> "$WORK/err" 3> "$WORK/verdict"
+	RC=$?
+	t "$u: one-shot sandbox is cloned into its cgroup (CLONE_INTO_CGROUP), never moved" \
+		'[ $RC = 0 ] && [ "$(v cgroup)" = v2 ] && grep -Eq "^clone3\(.*CLONE_INTO_CGROUP.*\) = [1-9][0-9]*$" "$WORK/strace" && ! grep -q "run-[0-9]*/cgroup.procs" "$WORK/strace"'
+
+	# the limits as written, read from outside while the run waits
+	jbg lim "$u" shell "sleep $MARK & while [ ! -e /workspace/stop ]; do sleep 0.1; done" \
+		--memory 96M --pids 21 --wall-time 120
+	wait_until "pgrep -f 'sleep $MARK' >/dev/null"
+	local rcg
+	rcg=$(cg_of "sleep $MARK")
+	echo "$(cat "$CG$rcg/memory.max" "$CG$rcg/memory.swap.max" "$CG$rcg/pids.max" 2>&1 | tr '\n' ' ')" > "$WORK/out"
+	touch "$WS/stop"
+	wait "$BGPID"
+	cp "$WORK/lim.verdict" "$WORK/verdict"
+	t "$u: the run's own cgroup $D/run-<jail pid> holds the payload, with memory.max, memory.swap.max=0, pids.max" \
+		'[[ "$rcg" == "${D#"$CG"}/run-"* ]] && [ "$(cat "$WORK/out")" = "100663296 0 21 " ] && [ "$(v exit_code)" = 0 ]'
+
+	jr "$u" python 'x = bytearray(1 << 30); x[::4096] = b"x" * len(x[::4096]); print("survived")' --memory 64M
+	t "$u: memory limit: oom_killed, SIGKILL, peak at the limit" \
+		'[ $RC = 0 ] && [ "$(v oom_killed)" = true ] && [ "$(v signal)" = 9 ] && ! out_has survived && [ "$(v peak_memory_bytes)" -le 67108864 ] && [ "$(v peak_memory_bytes)" -ge 50331648 ]'
+	jr "$u" python 'x = bytearray(48 << 20); x[::4096] = b"x" * len(x[::4096]); print("kept")' --memory 256M
+	t "$u: memory.peak: a run that touches 48 MiB under 256 MiB reports 48..256 MiB, no oom" \
+		'[ $RC = 0 ] && out_has kept && [ "$(v oom_killed)" = false ] && [ "$(v peak_memory_bytes)" -ge 50331648 ] && [ "$(v peak_memory_bytes)" -lt 268435456 ]'
+	jr "$u" shell 'bomb() { bomb | bomb & }; bomb; sleep 1; echo bomb-done' --pids 24 --wall-time 20
+	t "$u: pids limit contains a fork bomb" \
+		'[ $RC = 0 ] && err_has "Resource temporarily unavailable" && [ "$(v status)" != setup_error ] && [ "$(v cgroup)" = v2 ]'
+	jr "$u" shell 'for i in 1 2 3; do ( while :; do :; done ) & done; wait' --cpu-time 2 --wall-time 300
+	t "$u: cpu time summed over processes (cpu.stat) ends the run as timed_out" \
+		'[ $RC = 0 ] && [ "$(v status)" = timed_out ] && [ "$(v cpu_ms)" -ge 2000 ]'
+	jr "$u" shell "sleep $MARK &
+setsid sleep $MARK &
+( trap '' TERM HUP; ( sleep $MARK & ) ; sleep $MARK ) &
+sleep $MARK" --wall-time 2
+	t "$u: wall timeout kills the whole tree (pid namespace + cgroup.kill)" \
+		'[ $RC = 0 ] && [ "$(v status)" = timed_out ] && wait_until "! survivors" 50'
+	t "$u: no run-* cgroup left behind by the runs" '[ -z "$(ls -d "$D"/run-* 2>/dev/null)" ]'
+
+	# a jail killed mid-run: its sandbox goes with it (death signal), its
+	# empty run-<pid> stays until jail-host-setup.sh removes it
+	printf 'sleep %s\n' "$MARK" > "$WORK/code"
+	"${RUNNER[@]}" "$BIN" --language shell --workspace "$WS" --verdict-file /dev/null \
+		< "$WORK/code" > /dev/null 2>&1 &
+	local bg=$! jp
+	wait_until "pgrep -f 'sleep $MARK' >/dev/null"
+	jp=$(pgrep -o -f "^$BIN --language shell --workspace $WS --verdict-file")
+	kill -KILL "$jp"
+	wait "$bg" 2>/dev/null
+	local left=no
+	wait_until "! survivors" 100
+	[ -d "$D/run-$jp" ] && left=yes
+	"$ROOT/scripts/jail-host-setup.sh" postgres 2>/dev/null
+	t "$u: SIGKILL of the jail: no sandbox process survives; jail-host-setup.sh removes its empty run-$jp" \
+		'[ -n "$jp" ] && ! survivors && [ $left = yes ] && [ ! -d "$D/run-$jp" ]'
+}
+
+# ---- served runs -----------------------------------------------------------------
+start_launcher() {
+	local u=$1
+	SDIR=$WORK/launcher-$u
+	rm -rf "$SDIR"
+	mkdir "$SDIR"
+	chown "$u": "$SDIR"
+	SOCK=$SDIR/jail.sock
+	runner "$u"
+	"${RUNNER[@]}" "$BIN" --serve "$SOCK" --pool 2 2>> "$WORK/launcher.log" &
+	LPARENT=$!
+	wait_until "[ -S '$SOCK' ] || ! kill -0 $LPARENT 2>/dev/null"
+	LPID=$(pgrep -o -f "^$BIN --serve $SOCK")
+	LAUNCHERS+=("$LPID")
+}
+slots() { ls -d "$D"/srv-"$LPID"-* 2>/dev/null; }
+# the highest serial of the launcher's slots
+last_slot() { slots | sed 's/.*-//' | sort -n | tail -n 1; }
+
+served() {
+	local u=$1 a b
+	echo "# served as $u"
+	start_launcher "$u"
+	JAIL=("$BIN" --client "$SOCK")
+	RUNNER=(runuser -u "$u" --)
+	fresh_ws "$u"
+	jr "$u" shell 'cat /proc/self/cgroup'
+	t "$u: served run gets a v2 cgroup, the namespace root inside" \
+		'[ $RC = 0 ] && [ "$(v cgroup)" = v2 ] && out_has "^0::/$"'
+
+	# two at once: each in a slot of its own with its own limits
+	jbg a "$u" shell "sleep $((MARK + 1)) & while [ ! -e /workspace/stop ]; do sleep 0.1; done" --memory 100M --pids 30 --wall-time 120
+	a=$BGPID
+	jbg b "$u" shell "sleep $((MARK + 2)) & while [ ! -e /workspace/stop ]; do sleep 0.1; done" --memory 200M --pids 40 --wall-time 120
+	b=$BGPID
+	wait_until "pgrep -f 'sleep $((MARK + 1))' >/dev/null && pgrep -f 'sleep $((MARK + 2))' >/dev/null"
+	local ca cb
+	ca=$(cg_of "sleep $((MARK + 1))")
+	cb=$(cg_of "sleep $((MARK + 2))")
+	echo "$(cat "$CG$ca/memory.max" "$CG$ca/pids.max" "$CG$cb/memory.max" "$CG$cb/pids.max" 2>&1 | tr '\n' ' ')" > "$WORK/out"
+	touch "$WS/stop"
+	wait "$a"
+	wait "$b"
+	t "$u: two served runs at once: separate slots srv-<launcher>-N with their own memory.max and pids.max (+1 for the worker)" \
+		'[[ "$ca" == "${D#"$CG"}/srv-$LPID-"* ]] && [[ "$cb" == "${D#"$CG"}/srv-$LPID-"* ]] && [ "$ca" != "$cb" ] && [ "$(cat "$WORK/out")" = "104857600 31 209715200 41 " ] && [ "$(vf "$WORK/a.verdict" exit_code)" = 0 ] && [ "$(vf "$WORK/b.verdict" exit_code)" = 0 ]'
+	rm -f "$WS/stop"
+
+	jr "$u" python 'x = bytearray(1 << 30); x[::4096] = b"x" * len(x[::4096]); print("survived")' --memory 64M
+	t "$u: served memory limit: oom_killed, SIGKILL; the worker survives to send the verdict" \
+		'[ $RC = 0 ] && [ "$(v oom_killed)" = true ] && [ "$(v signal)" = 9 ] && ! out_has survived && kill -0 "$LPID"'
+	jr "$u" python 'x = bytearray(100 << 20); x[::4096] = b"x" * len(x[::4096]); print("big")' --memory 256M
+	t "$u: served memory.peak: a run touching 100 MiB reports >= 100 MiB" \
+		'[ $RC = 0 ] && out_has big && [ "$(v peak_memory_bytes)" -ge 104857600 ]'
+	jr "$u" python 'print("small")' --memory 256M
+	t "$u: served memory.peak is the run's own: the next run (a fresh slot) reports < 64 MiB" \
+		'[ $RC = 0 ] && out_has small && [ "$(v peak_memory_bytes)" -gt 0 ] && [ "$(v peak_memory_bytes)" -lt 67108864 ] && [ "$(v oom_killed)" = false ]'
+	jr "$u" shell 'bomb() { bomb | bomb & }; bomb; sleep 1; echo bomb-done' --pids 24 --wall-time 20
+	t "$u: served pids limit contains a fork bomb" \
+		'[ $RC = 0 ] && err_has "Resource temporarily unavailable" && [ "$(v status)" != setup_error ]'
+	jr "$u" shell 'for i in 1 2 3; do ( while :; do :; done ) & done; wait' --cpu-time 2 --wall-time 300
+	t "$u: served cpu time summed over processes ends the run as timed_out" \
+		'[ $RC = 0 ] && [ "$(v status)" = timed_out ] && [ "$(v cpu_ms)" -ge 2000 ]'
+	jr "$u" shell "setsid sleep $MARK & sleep $MARK" --wall-time 2
+	t "$u: served wall timeout: verdict timed_out (the slot is never cgroup.kill'ed with its worker), nothing survives" \
+		'[ $RC = 0 ] && [ "$(v status)" = timed_out ] && wait_until "! survivors" 50 && kill -0 "$LPID"'
+	# each worker's slot serves one run and goes with it: a fresh one per run
+	local before
+	wait_until '[ "$(slots | wc -l)" = 2 ]' 50
+	before=$(last_slot)
+	for _ in 1 2 3; do jr "$u" shell 'true'; done
+	wait_until '[ "$(slots | wc -l)" = 2 ] && [ "$(last_slot)" = $((before + 3)) ]' 50
+	t "$u: slots: a fresh one per run, each removed after its run (3 runs, pool of 2: 2 slots, 3 new)" \
+		'[ $RC = 0 ] && [ "$(slots | wc -l)" = 2 ] && [ "$(last_slot)" = $((before + 3)) ]'
+
+	kill -TERM "$LPID"
+	wait_until "! kill -0 $LPID 2>/dev/null"
+	t "$u: launcher TERM: all its slots removed" '! kill -0 "$LPID" 2>/dev/null && [ -z "$(slots)" ]'
+
+	start_launcher "$u"
+	JAIL=("$BIN" --client "$SOCK")
+	jbg k "$u" shell "sleep $MARK"
+	wait_until "pgrep -f 'sleep $MARK' >/dev/null"
+	kill -KILL "$LPID"
+	wait "$BGPID"
+	RC=$?
+	cp "$WORK/k.verdict" "$WORK/verdict"
+	local left
+	wait_until "! survivors" 100
+	left=$(slots | wc -l)
+	"$ROOT/scripts/jail-host-setup.sh" postgres 2>/dev/null
+	t "$u: launcher SIGKILL: its sandboxes die, the client gets a setup error, jail-host-setup.sh removes the $left empty slots" \
+		'! survivors && [ $RC = 1 ] && [ "$(v status)" = setup_error ] && [ "$left" -ge 1 ] && [ -z "$(slots)" ]'
+	wait "$LPARENT" 2>/dev/null
+}
+
+oneshot root
+oneshot postgres
+served root
+served postgres
+
+# ---- an account whose own processes are outside the delegated subtree --------
+echo "# postgres outside $D (not delegated)"
+fresh_ws postgres
+JAIL=("$BIN")
+RUNNER=(runuser -u postgres --)
+jr postgres shell 'echo ran'
+t "not delegated: the run falls back to rlimits, says so (cgroup none, and why on stderr)" \
+	'[ $RC = 0 ] && out_has ran && [ "$(v cgroup)" = none ] && err_has "is not delegated to this process"'
+jr postgres shell 'echo never' --require-cgroup
+t "not delegated + --require-cgroup: setup error naming the reason" \
+	'[ $RC = 1 ] && [ "$(v status)" = setup_error ] && grep -q "not delegated" <<<"$(v setup_error)" && ! out_has never'
+jr postgres shell 'echo never' --cgroup-parent "$D" --require-cgroup
+t "not delegated, explicit --cgroup-parent: refused before any cgroup is made" \
+	'[ $RC = 1 ] && grep -q "not delegated" <<<"$(v setup_error)" && [ -z "$(stale "$D")" ]'
+SOCK=$WORK/nodeleg.sock
+timeout -s KILL 60 runuser -u postgres -- "$BIN" --serve "$SOCK" --pool 1 --require-cgroup > "$WORK/out" 2> "$WORK/err"
+RC=$?
+t "not delegated: a launcher with --require-cgroup refuses to start, naming the reason" \
+	'[ $RC = 1 ] && err_has "not delegated" && [ ! -e "$SOCK" ]'
+
+# ---- the systemd layout: a service's own subtree (Delegate=yes) --------------
+# What the drop-in does, without systemd: a service cgroup with the
+# service's processes in it, and the ExecStartPost run from <service>/.control.
+echo "# a delegated service (the systemd drop-in's ExecStartPost)"
+S=$CG/system.slice/sbx-test.service
+mkdir -p "$CG/system.slice"
+for c in +memory +pids +cpu; do echo $c > "$CG/system.slice/cgroup.subtree_control"; done
+mkdir -p "$S/.control"
+# the "server": postgres processes in S, one forking more while we move
+sh -c 'echo $$ > "$1/cgroup.procs" && exec runuser -u postgres -- sh -c "sleep $2 & while :; do sleep 0.2; done"' sh "$S" "$MARK" &
+SERVER=$!
+wait_until "[ \$(wc -l < '$S/cgroup.procs') -ge 2 ]"
+sh -c 'echo $$ > "$1/.control/cgroup.procs" && exec "$2" --service-cgroup postgres' sh "$S" "$ROOT/scripts/jail-host-setup.sh" > "$WORK/out" 2> "$WORK/err"
+cp "$WORK/err" "$WORK/out"
+t "service layout: ExecStartPost moves the service into <service>/sandbox_ext/service and delegates <service>/sandbox_ext" \
+	'[ -z "$(cat "$S/cgroup.procs")" ] && [ "$(wc -l < "$S/sandbox_ext/service/cgroup.procs")" -ge 2 ] && [ "$(stat -c %U "$S/sandbox_ext" "$S/sandbox_ext/cgroup.procs" | sort -u)" = postgres ] && [ "$(cat "$S/sandbox_ext/cgroup.subtree_control")" = "cpu memory pids" ] && out_has "delegated to postgres"'
+fresh_ws postgres
+printf 'cat /proc/self/cgroup; sleep %s & wait_for() { :; }; while [ ! -e /workspace/stop ]; do sleep 0.1; done\n' "$((MARK + 5))" > "$WORK/svc.code"
+sh -c 'echo $$ > "$1/sandbox_ext/service/cgroup.procs" && shift && exec runuser -u postgres -- "$@"' sh "$S" \
+	"$BIN" --language shell --workspace "$WS" --verdict-fd 3 --memory 80M < "$WORK/svc.code" \
+	> "$WORK/out" 2> "$WORK/err" 3> "$WORK/verdict" &
+bg=$!
+wait_until "pgrep -f 'sleep $((MARK + 5))' >/dev/null"
+scg=$(cg_of "sleep $((MARK + 5))")
+smax=$(cat "$CG$scg/memory.max" 2>&1)
+touch "$WS/stop"
+wait "$bg"
+RC=$?
+t "service layout: postgres's jail finds <service>/sandbox_ext by itself; limits apply there" \
+	'[ $RC = 0 ] && [ "$(v cgroup)" = v2 ] && [[ "$scg" == /system.slice/sbx-test.service/sandbox_ext/run-* ]] && [ "$smax" = 83886080 ]'
+kill -KILL "$SERVER" 2>/dev/null
+pkill -KILL -f "sleep $MARK" 2>/dev/null
+wait "$SERVER" 2>/dev/null
+wait_until '[ -z "$(cat "$S/sandbox_ext/service/cgroup.procs")" ]' 50
+rmdir "$S"/sandbox_ext/run-* "$S/sandbox_ext/service" "$S/sandbox_ext" "$S/.control" "$S" 2>/dev/null
+
+echo "$PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]

@@ -1,0 +1,436 @@
+#!/usr/bin/env bash
+# Hostile tenants and faults (issue 11, items 1-3), attacked through the
+# real supervisor and the real jail on the cluster test/run.sh started:
+#
+#   - every way a run can end returns its slot: the resident launcher or a
+#     one-shot jail killed mid-run, sandbox.work_dir moved mid-run, a
+#     workspace left with 200,000 entries (and four such conversations:
+#     another org still runs);
+#   - the queue cannot be starved: an org that cannot pay floods it, an org
+#     that can pay fills it, a backend holds its org's locks;
+#   - the database's disk is safe: the work directory refused on the data
+#     directory's filesystem, per-org storage quotas and session disk, skill
+#     caps, unused skills collected, and a run filling its workspace on a
+#     small cluster whose data directory is a small tmpfs.
+#
+# Each check fails on the code before issue 11 and passes after.  T=REGEX
+# runs only the matching tests.  Ends with "N passed, N failed".
+set -uo pipefail
+
+top=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=../lib.sh
+. "$top/test/lib.sh"
+
+tmp=$(mktemp -d /tmp/sandbox_hostile.XXXXXX)
+chmod 0755 "$tmp"
+cleanup() {
+	q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'hostile-%'" \
+		>/dev/null 2>&1
+	for c in sandbox.jail_launcher sandbox.work_dir sandbox.work_dir_on_data_fs \
+		sandbox.max_concurrent_runs sandbox.workspace_entries; do
+		q -c "ALTER SYSTEM RESET $c" >/dev/null 2>&1
+	done
+	q -c "SELECT pg_reload_conf()" >/dev/null 2>&1
+	q -c "UPDATE agent.settings SET value = '1073741824' WHERE key = 'max_session_disk_per_org'" >/dev/null 2>&1
+	q -c "UPDATE agent.settings SET value = '10485760' WHERE key = 'max_skill_bytes'" >/dev/null 2>&1
+	small_cluster_stop
+	if mountpoint -q "$tmp/alt" 2>/dev/null; then umount "$tmp/alt"; fi
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# ---- helpers over a tenant "org ws agent conv" ---------------------------------
+req() {				# tenant lang code [conv|none] [wall_s] → "inv approval"
+	local org ws agent conv c
+	read -r org ws agent conv <<<"$1"
+	c=${4:-$conv}
+	if [ "$c" = none ]; then c=NULL; else c="'$c'"; fi
+	tq "$org" "$ws" "SELECT invocation_id, approval_id FROM agent.request_execution('$ws', '$agent', $c, '$2', :'code', 'requester', NULL, NULL, ${5:-NULL});" \
+		-F ' ' -v code="$3" | tail -n 1
+}
+approve() {			# tenant approval
+	local org ws rest
+	read -r org ws rest <<<"$1"
+	tq "$org" "$ws" "SELECT agent.approve('$2', 'approver');" >/dev/null
+}
+await() {			# tenant inv [timeout_s] → state
+	local org ws rest
+	read -r org ws rest <<<"$1"
+	tq "$org" "$ws" "SELECT agent.wait('$2', '${3:-60} s');" | tail -n 1
+}
+run() {				# tenant lang code [conv|none] [wall_s] → inv, waited for
+	local inv appr
+	read -r inv appr < <(req "$@")
+	approve "$1" "$appr"
+	await "$1" "$inv" >/dev/null
+	echo "$inv"
+}
+start() {			# like run, without waiting
+	local inv appr
+	read -r inv appr < <(req "$@")
+	approve "$1" "$appr"
+	echo "$inv"
+}
+field() { q -c "SELECT $2 FROM agent.invocations WHERE id = '$1'"; }
+output() { q -c "SELECT string_agg(data, '' ORDER BY seq) FROM agent.invocation_output WHERE invocation_id = '$1' AND stream = 'stdout'"; }
+ledger() { q -c "SELECT coalesce(string_agg(kind || ':' || amount, ',' ORDER BY id), '') FROM agent.credit_ledger WHERE invocation_id = '$1'"; }
+wait_state() {		# inv state [tenths of a second]
+	for _ in $(seq 1 "${3:-300}"); do
+		[ "$(field "$1" state)" = "$2" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+reload() { q -c "SELECT pg_reload_conf()" >/dev/null; sleep 0.5; }
+setconf() { q -c "ALTER SYSTEM SET $1 = '$2'" >/dev/null; reload; }
+resetconf() { q -c "ALTER SYSTEM RESET $1" >/dev/null; reload; }
+slots() { q -c "SELECT slots_in_use FROM agent.worker_status()"; }
+wait_slots() {		# n: until that many slots are in use (10 s at most)
+	for _ in $(seq 1 100); do
+		[ "$(slots)" = "$1" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+setting() { q -c "UPDATE agent.settings SET value = '$2' WHERE key = '$1'" >/dev/null; }
+
+for _ in $(seq 1 50); do
+	[ "$(q -c 'SELECT running FROM agent.worker_status()')" = t ] && break
+	sleep 0.2
+done
+WORK=$(q -c "SELECT work_dir FROM agent.worker_status()")
+A=$(new_tenant 1000)
+B=$(new_tenant 1000)
+
+# ---- 1. every way a run can end gives its slot back ------------------------------
+
+t_launcher_killed() {
+	local inv launcher
+	inv=$(start "$A" shell 'echo started; sleep 30' none)
+	wait_state "$inv" running
+	launcher=$(pgrep -o -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_launcher/jail.sock")
+	kill -9 "$launcher"
+	check "launcher killed mid-run: the run ends, a failure of ours, refunded" \
+		"provision_failed|charge:-2,refund:2" "$(await "$A" "$inv" 30)|$(ledger "$inv")"
+	wait_slots 0
+	check "... and its slot comes back" 0 "$(slots)"
+	inv=$(run "$A" shell 'echo again' none)
+	check "... and the next run succeeds (the launcher is restarted)" "succeeded|again" \
+		"$(field "$inv" state)|$(output "$inv")"
+}
+
+t_oneshot_killed() {
+	local inv pid
+	setconf sandbox.jail_launcher off
+	inv=$(start "$A" shell 'echo started; sleep 30' none)
+	wait_state "$inv" running
+	for _ in $(seq 1 50); do
+		pid=$(field "$inv" "coalesce(jail_pid, 0)")
+		[ "$pid" != 0 ] && break
+		sleep 0.1
+	done
+	kill -9 "$pid"
+	check "one-shot jail killed mid-run: a failure of ours, refunded" \
+		"provision_failed|charge:-2,refund:2" "$(await "$A" "$inv" 30)|$(ledger "$inv")"
+	wait_slots 0
+	check "... and its slot comes back" 0 "$(slots)"
+	resetconf sandbox.jail_launcher
+}
+
+t_work_dir_moved() {
+	local inv alt
+	mkdir -p "$tmp/alt"
+	mount -t tmpfs -o size=64m,mode=0700 sandbox_test_alt "$tmp/alt"
+	chown postgres: "$tmp/alt"
+	inv=$(start "$A" shell 'sleep 2; echo moved' none)
+	wait_state "$inv" running
+	setconf sandbox.work_dir "$tmp/alt/work"
+	check "sandbox.work_dir moved to a new mount mid-run: the run still ends as its payload did" \
+		"succeeded|moved" "$(await "$A" "$inv" 30)|$(output "$inv")"
+	wait_slots 0
+	check "... its slot comes back" 0 "$(slots)"
+	inv=$(run "$A" shell 'pwd; echo new' none)
+	alt=$(q -c "SELECT work_dir FROM agent.worker_status()")
+	check "... and the next run works in the new directory" "succeeded|$tmp/alt/work" \
+		"$(field "$inv" state)|$alt"
+	resetconf sandbox.work_dir
+	umount "$tmp/alt" 2>/dev/null || true
+}
+
+# A run that leaves its session workspace with far too many entries.
+flood_entries='import os
+os.makedirs("many", exist_ok=True)
+for i in range(200000):
+    open("many/f%d" % i, "w").close()
+print("wrote them all")'
+
+t_many_entries() {
+	local inv gen1 gen2 convs=() c i
+	inv=$(run "$A" python "$flood_entries")
+	check "a run filling its workspace with entries is stopped at the entry limit (charged)" \
+		"failed|2" "$(field "$inv" state)|$(field "$inv" credits_charged)"
+	gen1=$(field "$inv" session_generation)
+	# The rebuilt workspace holds the conversation's files again: those the
+	# flood returned (max_produced_files of them), not the rest.
+	inv=$(run "$A" shell 'find . -type f | wc -l')
+	gen2=$(field "$inv" session_generation)
+	check "the next run of that conversation starts (its workspace was rebuilt, not a setup error)" \
+		"succeeded|100|$((gen1 + 1))" "$(field "$inv" state)|$(output "$inv")|$gen2"
+	check "... the rebuild is audited (session.ended, workspace_over_limit)" 1 \
+		"$(q -c "SELECT count(*) FROM agent.audit_events WHERE event_type = 'session.ended' AND details ->> 'reason' = 'workspace_over_limit' AND details ->> 'conversation_id' = '$(field "$inv" conversation_id)'")"
+
+	# Four conversations like that, each with its next run queued behind
+	# the flood (before the fix each of these became a setup error that
+	# never finished and held its slot: with four, nothing else ran).
+	local again=()
+	for i in 1 2 3 4; do
+		c=$(q -c "INSERT INTO agent.conversations (org_id, workspace_id, agent_id, code_execution_enabled) SELECT org_id, workspace_id, id, true FROM agent.agents WHERE id = '$(cut -d' ' -f3 <<<"$A")' RETURNING id")
+		convs+=("$c")
+		start "$A" python "$flood_entries" "$c" >/dev/null
+		again+=("$(start "$A" shell 'find . -type f | wc -l' "$c")")
+	done
+	for inv in "${again[@]}"; do
+		check "... each such conversation runs again after its flood" "succeeded|100" \
+			"$(await "$A" "$inv" 60)|$(output "$inv")"
+	done
+	inv=$(run "$B" python 'print(1)' none)
+	check "four such conversations do not stop another org's run" "succeeded|1" \
+		"$(field "$inv" state)|$(output "$inv")"
+	wait_slots 0
+	check "... every slot came back" 0 "$(slots)"
+}
+
+# ---- 2. the queue cannot be starved ----------------------------------------------
+
+t_unfunded_flood() {
+	local Z zorg zws zagent inv
+	Z=$(new_tenant 0)
+	read -r zorg zws zagent _ <<<"$Z"
+	# 200 approved runs of an org with no credits, in one transaction.
+	tq "$zorg" "$zws" "SELECT count(agent.approve((agent.request_execution('$zws', '$zagent', NULL, 'shell', 'echo ' || n, 'requester')).approval_id, 'approver')) FROM generate_series(1, 200) n;" >/dev/null
+	inv=$(start "$B" python 'print(1)' none)
+	check "an unfunded org's 200 approved runs do not delay another org's run" succeeded \
+		"$(await "$B" "$inv" 30)"
+	for _ in $(seq 1 100); do
+		[ "$(q -c "SELECT count(*) FROM agent.invocations WHERE org_id = '$zorg' AND state = 'approved'")" = 0 ] && break
+		sleep 0.1
+	done
+	check "... they are all refused, uncharged" "200|0" \
+		"$(q -c "SELECT count(*) FILTER (WHERE state = 'insufficient_credits') || '|' || count(*) FILTER (WHERE credits_charged <> 0) FROM agent.invocations WHERE org_id = '$zorg'")"
+}
+
+t_paying_flood() {
+	local org ws ids=() inv i
+	read -r org ws _ <<<"$A"
+	for i in 1 2 3 4 5 6; do
+		ids+=("$(start "$A" shell "sleep 20; echo $i" none 30)")
+	done
+	for _ in $(seq 1 100); do
+		[ "$(q -c "SELECT count(*) FROM agent.invocations WHERE org_id = '$org' AND state = 'running'")" = 2 ] && break
+		sleep 0.1
+	done
+	inv=$(start "$B" python 'print(1)' none)
+	check "an org filling the queue with long runs: another org's run goes first" succeeded \
+		"$(await "$B" "$inv" 15)"
+	check "... while the backlog still waits (it is held at its org's limit of 2)" "2|4" \
+		"$(q -c "SELECT count(*) FILTER (WHERE state = 'running') || '|' || count(*) FILTER (WHERE state = 'approved') FROM agent.invocations WHERE id IN ($(printf "'%s'," "${ids[@]}" | sed 's/,$//'))")"
+	tq "$org" "$ws" "SELECT count(agent.cancel(id, 'requester')) FROM agent.invocations WHERE id IN ($(printf "'%s'," "${ids[@]}" | sed 's/,$//')) AND state IN ('approved', 'provisioning', 'running');" >/dev/null
+	wait_slots 0
+}
+
+t_lock_holder() {
+	local org ws agent inv victim
+	read -r org ws agent _ <<<"$A"
+	inv=$(start "$A" shell 'sleep 2; echo held' none)
+	wait_state "$inv" running
+	# The hostile backend: an audited call, then its transaction stays open
+	# (holding its org's audit head) until this test ends it.
+	tq "$org" "$ws" "SET application_name = 'hostile-holder'; SELECT status FROM agent.request_execution('$ws', '$agent', NULL, 'shell', 'true', 'requester'); SELECT pg_sleep(60);" \
+		>/dev/null 2>&1 &
+	for _ in $(seq 1 50); do
+		[ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'hostile-holder' AND state = 'active'")" = 1 ] && break
+		sleep 0.1
+	done
+	for _ in $(seq 1 100); do
+		[ "$(q -c "SELECT count(*) FROM agent.run_results WHERE invocation_id = '$inv'")" = 1 ] && break
+		sleep 0.1
+	done
+	check "a backend holding its org's locks: that org's finished run waits, staged" \
+		"running|1" "$(field "$inv" state)|$(q -c "SELECT count(*) FROM agent.run_results WHERE invocation_id = '$inv'")"
+	wait_slots 0
+	check "... without holding a slot" 0 "$(slots)"
+	victim=$(start "$B" python 'print(1)' none)
+	check "... and another org's run goes on" succeeded "$(await "$B" "$victim" 20)"
+	check "... the holder is still there (nothing waited for it)" 1 \
+		"$(q -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'hostile-holder'")"
+	q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'hostile-holder'" >/dev/null
+	wait
+	check "once the lock is gone, the staged result is applied" "succeeded|held|2" \
+		"$(await "$A" "$inv" 20)|$(output "$inv")|$(field "$inv" credits_charged)"
+}
+
+# ---- 3. the database's disk ------------------------------------------------------
+
+t_work_dir_on_data_fs() {
+	local inv
+	setconf sandbox.work_dir sandbox_work
+	check "a work directory on the data directory's filesystem is refused" t \
+		"$(q -c "SELECT problem LIKE '%filesystem of the data directory%' FROM agent.worker_status()")"
+	inv=$(start "$A" shell 'echo on-data' none)
+	check "... nothing is claimed while it is (the run waits, uncharged)" "approved|0" \
+		"$(await "$A" "$inv" 3)|$(field "$inv" credits_charged)"
+	setconf sandbox.work_dir_on_data_fs on
+	check "... unless the operator says so" "succeeded|on-data" "$(await "$A" "$inv" 30)|$(output "$inv")"
+	resetconf sandbox.work_dir_on_data_fs
+	resetconf sandbox.work_dir
+	inv=$(run "$A" shell 'echo back' none)
+	check "... and back on its own filesystem" "succeeded|" \
+		"$(field "$inv" state)|$(q -c "SELECT problem FROM agent.worker_status()")"
+}
+
+t_storage_quota() {
+	local org ws agent conv inv err skill
+	read -r org ws agent conv <<<"$A"
+	q -c "SELECT agent.set_org_limits('$org', NULL, (SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org') + 100000)" >/dev/null
+	tq "$org" "$ws" "SELECT agent.upload_file('$conv', 'first.bin', decode(repeat('ab', 60000), 'hex'), 'requester');" >/dev/null
+	check "an upload within the org's storage quota is stored" 1 \
+		"$(q -c "SELECT count(*) FROM agent.files WHERE org_id = '$org' AND name = 'first.bin'")"
+	err=$(tq "$org" "$ws" "SELECT agent.upload_file('$conv', 'second.bin', decode(repeat('ab', 60000), 'hex'), 'requester');" 2>&1 |
+		grep -o 'storage quota is exhausted' | head -n 1)
+	check "... one past it is refused, with a clear error" "storage quota is exhausted" "$err"
+	err=$(tq "$org" "$ws" "\\set VERBOSITY verbose
+SELECT agent.upload_file('$conv', 'second.bin', decode(repeat('ab', 60000), 'hex'), 'requester');" 2>&1 |
+		grep -o '53400' | head -n 1)
+	check "... SQLSTATE 53400 (configuration_limit_exceeded)" 53400 "$err"
+	inv=$(run "$A" python 'open("out.bin", "wb").write(b"x" * 60000); print("wrote")' none)
+	check "a produced file past the quota is recorded as skipped, with the reason" "succeeded|skipped|true" \
+		"$(field "$inv" state)|$(q -c "SELECT status || '|' || (reason LIKE '%storage quota%') FROM agent.files WHERE invocation_id = '$inv' AND name = 'out.bin'")"
+	setting max_skill_bytes 1000
+	err=$(tq "$org" "$ws" "SELECT agent.create_skill('big', jsonb_build_object('a.txt', encode(decode(repeat('ab', 2000), 'hex'), 'base64')));" 2>&1 |
+		grep -o 'is too large' | head -n 1)
+	check "a skill over max_skill_bytes is refused" "is too large" "$err"
+	setting max_skill_bytes 10485760
+	skill=$(q -c "SELECT count(*) FROM agent.skills WHERE org_id = '$org' AND name = 'big'")
+	check "... and nothing of it is left" 0 "$skill"
+	q -c "SELECT agent.set_org_limits('$org', NULL, NULL)" >/dev/null
+}
+
+t_skill_gc() {
+	local org ws agent conv skill inv
+	read -r org ws agent conv <<<"$A"
+	skill=$(tq "$org" "$ws" "SELECT agent.create_skill('gc-me', jsonb_build_object('hello.sh', encode(convert_to('echo hi', 'UTF8'), 'base64')));" | tail -n 1)
+	tq "$org" "$ws" "SELECT agent.set_agent_skill('$agent', '$skill');" >/dev/null
+	inv=$(run "$A" shell 'cat /skills/gc-me/hello.sh' none)
+	check "a skill is materialised for the run" "succeeded|echo hi|t" \
+		"$(field "$inv" state)|$(output "$inv")|$([ -d "$WORK/skills/$skill" ] && echo t || echo f)"
+	tq "$org" "$ws" "SELECT agent.set_agent_skill('$agent', '$skill', false);" >/dev/null
+	run "$A" shell 'true' none >/dev/null
+	for _ in $(seq 1 50); do [ -d "$WORK/skills/$skill" ] || break; sleep 0.1; done
+	check "... and its copy on disk is removed once no agent has it" gone \
+		"$([ -d "$WORK/skills/$skill" ] && echo present || echo gone)"
+}
+
+t_session_disk_budget() {
+	local org ws agent conv c2 inv s1
+	read -r org ws agent conv <<<"$A"
+	c2=$(q -c "INSERT INTO agent.conversations (org_id, workspace_id, agent_id, code_execution_enabled) VALUES ('$org', '$ws', '$agent', true) RETURNING id")
+	setting max_session_disk_per_org 200000
+	inv=$(run "$A" python 'open("big.bin", "wb").write(b"y" * 300000); print("kept")' "$conv")
+	s1=$(field "$inv" session_id)
+	check "a session workspace records what it holds" t \
+		"$(q -c "SELECT disk_bytes >= 300000 FROM agent.sessions WHERE id = '$s1'")"
+	run "$A" shell 'echo other' "$c2" >/dev/null
+	check "past the org's session disk budget, the least recently used session ends" "ended|disk_budget" \
+		"$(q -c "SELECT state || '|' || end_reason FROM agent.sessions WHERE id = '$s1'")"
+	for _ in $(seq 1 50); do [ -d "$WORK/sessions/$s1" ] || break; sleep 0.1; done
+	check "... its workspace is deleted" gone "$([ -d "$WORK/sessions/$s1" ] && echo present || echo gone)"
+	inv=$(run "$A" shell 'wc -c < big.bin' "$conv")
+	check "... and its files come back from the database when it runs again" "succeeded|300000" \
+		"$(field "$inv" state)|$(output "$inv")"
+	setting max_session_disk_per_org 1073741824
+}
+
+# A second cluster whose data directory is a small tmpfs, with the default
+# work directory: one run writes 40 x 10 MB into its workspace.  Before
+# issue 11 the work directory was inside the data directory, the run filled
+# it and the server could not write (nor checkpoint, nor restart).  Now the
+# work directory is on a filesystem of its own (/var/lib/sandbox_ext), the
+# run is stopped at its workspace limit, the database keeps running beside
+# it and the space comes back.
+SMALL=$tmp/small
+SPORT=$((PORT + 7))
+small_q() { as_pg "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$SMALL" -p "$SPORT" -U postgres -d postgres "$@"; }
+small_cluster_stop() {
+	local wd
+	if [ -f "$SMALL/data/postmaster.pid" ]; then
+		wd=$(small_q -c "SELECT work_dir FROM agent.worker_status()" 2>/dev/null)
+		as_pg "$PGBIN/pg_ctl" -D "$SMALL/data" -m immediate -w stop >/dev/null 2>&1
+		case "$wd" in /var/lib/sandbox_ext/[0-9]*) rm -rf "$wd" ;; esac
+	fi
+	if mountpoint -q "$SMALL" 2>/dev/null; then umount "$SMALL" 2>/dev/null || umount -l "$SMALL"; fi
+}
+
+t_disk_full() {
+	local T1 T2 inv1 inv2 wd used
+	if [ "$(id -u)" != 0 ]; then
+		nok "the small-disk cluster needs root (to mount its tmpfs)"
+		return
+	fi
+	mkdir -p "$SMALL"
+	mount -t tmpfs -o size=300m sandbox_test_small "$SMALL"
+	chown postgres: "$SMALL"
+	as_pg "$PGBIN/initdb" -D "$SMALL/data" -U postgres -A trust --no-sync -E UTF8 --locale=C.UTF-8 >/dev/null
+	cat >>"$SMALL/data/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$SMALL'
+port = $SPORT
+shared_preload_libraries = 'sandbox_ext'
+sandbox.database = 'postgres'
+sandbox.jail_path = '$PGBIN/sandbox-jail'
+sandbox.workspace_size = 64MB
+max_wal_size = 64MB
+min_wal_size = 32MB
+CONF
+	as_pg "$PGBIN/pg_ctl" -D "$SMALL/data" -l "$SMALL/server.log" -w -t 60 start >/dev/null
+	small_q -c "CREATE EXTENSION sandbox_ext" >/dev/null
+	for _ in $(seq 1 50); do
+		[ "$(small_q -c 'SELECT running FROM agent.worker_status()')" = t ] && break
+		sleep 0.2
+	done
+	wd=$(small_q -c "SELECT work_dir FROM agent.worker_status()")
+	check "small disk: the work directory is not on the data directory's filesystem" t \
+		"$([ -n "$wd" ] && [ "$(stat -c %d "$wd")" != "$(stat -c %d "$SMALL/data")" ] && echo t || echo f)"
+	T1=$(CLUSTER_DIR=$SMALL PORT=$SPORT DB=postgres new_tenant 100)
+	T2=$(CLUSTER_DIR=$SMALL PORT=$SPORT DB=postgres new_tenant 100)
+	# The hog and another tenant's run writing files at the same time.
+	inv1=$(CLUSTER_DIR=$SMALL PORT=$SPORT DB=postgres start "$T1" shell \
+		'for i in $(seq 1 40); do head -c 10000000 /dev/zero > f$i || break; done; echo wrote $i' none)
+	inv2=$(CLUSTER_DIR=$SMALL PORT=$SPORT DB=postgres run "$T2" shell 'for i in 1 2 3; do echo $i > g$i; sleep 0.3; done; cat g1 g2 g3' none)
+	check "... a run writing 40 x 10 MB ends at its workspace limit (charged: the payload did it)" \
+		"failed|t" \
+		"$(CLUSTER_DIR=$SMALL PORT=$SPORT DB=postgres await "$T1" "$inv1" 60)|$(small_q -c "SELECT state_reason ~ 'limit' FROM agent.invocations WHERE id = '$inv1'")"
+	check "... the server stays up and can checkpoint" "1|ok" \
+		"$(small_q -c 'SELECT 1')|$(small_q -c 'CHECKPOINT' >/dev/null 2>&1 && echo ok)"
+	check "... another tenant's run, writing files at the same time, succeeded" "succeeded" \
+		"$(small_q -c "SELECT state FROM agent.invocations WHERE id = '$inv2'")"
+	used=$(du -sk "$wd" 2>/dev/null | cut -f1)
+	if [ -n "$used" ] && [ "$used" -lt 1024 ]; then
+		ok "... and the space came back ($used kB left in its work directory)"
+	else
+		nok "the space came back" "${used:-?} kB in $wd"
+	fi
+	check "... the data directory's filesystem was never filled" t \
+		"$([ "$(df --output=avail -k "$SMALL" | tail -n 1 | tr -d ' ')" -gt 100000 ] && echo t || echo f)"
+	small_cluster_stop
+}
+
+run_tests t_launcher_killed t_oneshot_killed t_work_dir_moved t_many_entries \
+	t_unfunded_flood t_paying_flood t_lock_holder \
+	t_work_dir_on_data_fs t_storage_quota t_skill_gc t_session_disk_budget t_disk_full
+
+check "balance equals the ledger sum for every org" 0 "$(q -c "SELECT count(*) FROM agent.credit_balances b WHERE b.balance <> (SELECT coalesce(sum(amount), 0) FROM agent.credit_ledger l WHERE l.org_id = b.org_id)")"
+check "no invocation charged twice" 0 "$(q -c "SELECT count(*) FROM (SELECT invocation_id FROM agent.credit_ledger WHERE kind = 'charge' GROUP BY 1 HAVING count(*) > 1) x")"
+check "nothing is left in flight or staged" "0|0" \
+	"$(q -c "SELECT count(*) FROM agent.invocations WHERE state IN ('provisioning', 'running')")|$(q -c "SELECT count(*) FROM agent.run_results")"
+check "audit chain valid for every org" 0 "$(q -c "SELECT count(*) FROM agent.orgs o, LATERAL agent.verify_audit_chain(o.id) v WHERE NOT v.ok")"
+finish_suite

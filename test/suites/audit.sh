@@ -10,38 +10,28 @@
 # disabled: a rewritten event with every later hash recomputed and the
 # head moved to match, all of an org's events and its head deleted, a
 # back-dated event inserted with a correct hash, a rewritten approval.
-# Each must be found by agent.verify_audit_chain() once an anchor exists.
-# Also checks what is documented as not found (a rewrite after the last
-# anchor; any rewrite without an export), that an uncommitted head is never
-# anchored, and that verify refuses to vouch without ClickHouse.
-# Prints one line per test and ends with "N passed, N failed".
+# Each must be found by agent.verify_audit_chain() once an anchor exists
+# (each fails on the code before the anchors: verify said ok).  Also checks
+# what is documented as not found (a rewrite after the last anchor; any
+# rewrite without an export), that an uncommitted head is never anchored,
+# and that verify refuses to vouch without ClickHouse.
+# T=REGEX runs only the matching tests.  Ends with "N passed, N failed".
 #
 # Env (from test/run.sh): SANDBOX_CLUSTER_DIR, SANDBOX_PGPORT, SANDBOX_DB,
 # PG_CONFIG; CLICKHOUSE_HTTP_PORT / CLICKHOUSE_TCP_PORT pick the ports.
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
-PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
-CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_cluster}
-PGPORT_=${SANDBOX_PGPORT:-55432}
-DB=${SANDBOX_DB:-sandbox_test}
+# shellcheck source=../lib.sh
+. "$top/test/lib.sh"
 # The same ports as test/suites/export.sh (suites run one after the other).
-export CLICKHOUSE_HTTP_PORT=${CLICKHOUSE_HTTP_PORT:-$((PGPORT_ + 2000))}
-export CLICKHOUSE_TCP_PORT=${CLICKHOUSE_TCP_PORT:-$((PGPORT_ + 3000))}
-export CLICKHOUSE_DIR=${CLICKHOUSE_DIR:-/tmp/sandbox_ch_test.$PGPORT_}
+export CLICKHOUSE_HTTP_PORT=${CLICKHOUSE_HTTP_PORT:-$((PORT + 2000))}
+export CLICKHOUSE_TCP_PORT=${CLICKHOUSE_TCP_PORT:-$((PORT + 3000))}
+export CLICKHOUSE_DIR=${CLICKHOUSE_DIR:-/tmp/sandbox_ch_test.$PORT}
 CH="$top/scripts/clickhouse.sh"
 CHURL="http://127.0.0.1:$CLICKHOUSE_HTTP_PORT"
 
-pass=0
-fail=0
-
-as_pg() {
-	if [ "$(id -un)" = postgres ]; then "$@"
-	elif [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"
-	else sudo -u postgres -- "$@"; fi
-}
-psql_() { as_pg "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$CLUSTER_DIR" -p "$PGPORT_" -d "$DB" "$@"; }
-sql() { psql_ -c "$1"; }
+sql() { q -c "$1"; }
 # The SQLSTATE a statement fails with ("ok" when it does not).
 sqlstate() {
 	sql "DO \$do\$ BEGIN EXECUTE \$s\$$1\$s\$; RAISE NOTICE 'ok'; EXCEPTION WHEN OTHERS THEN RAISE NOTICE '%', SQLSTATE; END \$do\$" 2>&1 |
@@ -50,24 +40,22 @@ sqlstate() {
 chq() { "$CH" query "$1" 2>&1; }
 # ch_as USER PASSWORD DATABASE QUERY: "HTTP-status body" over HTTP.
 ch_as() {
-	curl -s -o /tmp/audit_ch_body.$$ -w '%{http_code}' -u "$1:$2" \
+	curl -s -o "$work/ch_body" -w '%{http_code}' -u "$1:$2" \
 		"$CHURL/?database=$3" --data-binary "$4"
 	printf ' '
-	head -c 300 /tmp/audit_ch_body.$$ | tr '\n' ' '
-	rm -f /tmp/audit_ch_body.$$
+	head -c 300 "$work/ch_body" | tr '\n' ' '
 }
 # What an external auditor sees: the anchors' own database, read-only.
 auditor() { ch_as sandbox_auditor auditor sandbox_audit "$1" | sed 's/^200 //; s/ *$//'; }
 
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-not_ok() { fail=$((fail + 1)); echo "not ok - $1${2:+: $2}"; }
-check() {			# name expected actual
-	if [ "$2" = "$3" ]; then ok "$1"; else not_ok "$1" "expected [$2], got [$3]"; fi
-}
 check_like() {		# name pattern actual
 	# shellcheck disable=SC2053
-	if [[ "$3" == $2 ]]; then ok "$1"; else not_ok "$1" "expected [$2], got [$3]"; fi
+	if [[ "$3" == $2 ]]; then ok "$1"; else nok "$1" "expected [$2], got [$3]"; fi
 }
+work=$(mktemp -d /tmp/sandbox_audit_test.XXXXXX)
+chmod 0755 "$work"
+touch "$work/orgs"
+holder_pid=
 
 # wait_for SECONDS SHELL-CONDITION: poll until the condition holds.
 wait_for() {
@@ -88,13 +76,14 @@ set_conf() {		# setting value ...: ALTER SYSTEM SET each pair, then reload
 	sleep 0.3
 }
 
-ORGS=()
+# Every org made here (a file: new_org runs in command substitutions).
+mine() { echo "$1" >>"$work/orgs"; }
 new_org() {			# name → org id; five events in its chain
 	local id
 	id=$(sql "INSERT INTO agent.orgs (name, plan) VALUES ('audit-$1-' || gen_random_uuid(), 'pro') RETURNING id")
+	mine "$id"
 	sql "SELECT count(agent._audit('$id', NULL, 'test.event', NULL, 'tester', jsonb_build_object('n', n)))
 	       FROM generate_series(1, 5) n" >/dev/null
-	ORGS+=("$id")
 	echo "$id"
 }
 head_of() { sql "SELECT last_id FROM agent.audit_heads WHERE org_id = '$1'"; }
@@ -158,7 +147,7 @@ SQL
 # attack SQL: run SQL as a superuser with the triggers off, then put them
 # back (covering tracks), in one transaction.
 attack() {
-	psql_ <<SQL
+	q <<SQL
 $TOOLS
 BEGIN;
 SET LOCAL session_replication_role = replica;
@@ -177,12 +166,10 @@ self_consistent() {
 	         FROM agent.audit_events a WHERE a.org_id = '$1') s WHERE bad"
 }
 
-work=$(mktemp -d /tmp/sandbox_audit_test.XXXXXX)
-chmod 0755 "$work"
-holder_pid=
 # Leave the shared cluster as later suites expect it: exporter off, no
 # slot, the supervisor running, and none of our orgs (their chains were
-# tampered with on purpose).
+# tampered with on purpose): every agent table's rows of them, in replica
+# mode (no foreign-key order) with the audit triggers off.
 cleanup() {
 	[ -n "$holder_pid" ] && kill "$holder_pid" 2>/dev/null
 	for s in sandbox.clickhouse_url sandbox.clickhouse_anchor_insert_table sandbox.anchor_interval \
@@ -193,26 +180,25 @@ cleanup() {
 	sleep 0.5
 	sql "SELECT agent.export_drop()" >/dev/null 2>&1
 	sql "ALTER TABLE agent.tool_invocations REPLICA IDENTITY DEFAULT" >/dev/null 2>&1
-	if [ ${#ORGS[@]} -gt 0 ]; then
+	if [ -s "$work/orgs" ]; then
 		local list
-		list=$(printf "'%s'," "${ORGS[@]}")
-		list=${list%,}
-		psql_ >/dev/null 2>&1 <<SQL
+		list=$(sed "s/.*/'&'/" "$work/orgs" | paste -sd, -)
+		q >/dev/null <<SQL
 $TOOLS
 BEGIN;
 SET LOCAL session_replication_role = replica;
 SELECT pg_temp.triggers_off();
-DELETE FROM agent.tool_invocations WHERE org_id IN ($list);
-DELETE FROM agent.credit_ledger WHERE org_id IN ($list);
-DELETE FROM agent.credit_balances WHERE org_id IN ($list);
-DELETE FROM agent.audit_events WHERE org_id IN ($list);
-DELETE FROM agent.audit_heads WHERE org_id IN ($list);
-DELETE FROM agent.approval_requests WHERE org_id IN ($list);
-DELETE FROM agent.invocations WHERE org_id IN ($list);
-DELETE FROM agent.conversations WHERE org_id IN ($list);
-DELETE FROM agent.agents WHERE org_id IN ($list);
-DELETE FROM agent.workspaces WHERE org_id IN ($list);
-DELETE FROM agent.orgs WHERE id IN ($list);
+CREATE TEMP TABLE doomed AS SELECT unnest(ARRAY[$list]::uuid[]) AS id;
+DO \$\$
+DECLARE t regclass;
+BEGIN
+	FOR t IN SELECT a.attrelid::regclass FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+	          WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind = 'r'
+	            AND a.attname = 'org_id' AND NOT a.attisdropped LOOP
+		EXECUTE format('DELETE FROM %s WHERE org_id IN (SELECT id FROM doomed)', t);
+	END LOOP;
+	DELETE FROM agent.orgs WHERE id IN (SELECT id FROM doomed);
+END \$\$;
 SELECT pg_temp.triggers_on();
 COMMIT;
 SQL
@@ -221,6 +207,247 @@ SQL
 	rm -rf "$work"
 }
 trap cleanup EXIT
+# anchor_now ORG: let the exporter anchor the org's current head (a round
+# with a 1 s interval), then wait for it.
+anchor_now() {
+	set_conf sandbox.anchor_interval 1s
+	wait_for 30 "head_anchored $1"
+}
+# hold_anchors: a long interval, and a moment for a round under way to end:
+# from now on only an export batch publishes anchors.
+hold_anchors() {
+	set_conf sandbox.anchor_interval 1h
+	sleep 1.5
+}
+# anchored_ids ORG: how many anchored events ClickHouse holds for the org.
+anchored_ids() { auditor "SELECT uniqExact(last_id) FROM audit_anchors WHERE org_id = toUUID('$1')"; }
+
+# ---- the exporter's ClickHouse user: insert only ----
+t_insert_only_user() {
+	local probe=ffffffff-ffff-4fff-8fff-ffffffffffff stmt
+	check_like "the exporter's user may insert an anchor" "200*" \
+		"$(ch_as sandbox_exporter exporter default "INSERT INTO audit_anchors_in (org_id, last_id, last_hash, events, read_at_ms, source) VALUES ('$probe', 1, 'probe', 1, 0, 'probe')")"
+	check "an inserted anchor lands in the anchors' database, stamped by ClickHouse" "1|1" \
+		"$(auditor "SELECT count(), max(anchored_at) > now() - 600 FROM audit_anchors WHERE org_id = toUUID('$probe') FORMAT TabSeparated" | tr '\t' '|')"
+	check_like "the exporter's user cannot supply anchored_at" "[45]0[0-9] *anchored_at*" \
+		"$(ch_as sandbox_exporter exporter default "INSERT INTO audit_anchors_in (org_id, last_id, last_hash, events, read_at_ms, source, anchored_at) VALUES ('$probe', 2, 'x', 2, 0, 'x', '2001-01-01 00:00:00')")"
+	for stmt in "ALTER TABLE sandbox_audit.audit_anchors DELETE WHERE 1" \
+		"TRUNCATE TABLE sandbox_audit.audit_anchors" \
+		"DROP TABLE sandbox_audit.audit_anchors" \
+		"DETACH TABLE sandbox_audit.audit_anchors" \
+		"RENAME TABLE sandbox_audit.audit_anchors TO default.gone" \
+		"ALTER TABLE audit_anchors DELETE WHERE 1" \
+		"INSERT INTO sandbox_audit.audit_anchors VALUES ('$probe', 3, 'x', 3, 0, 'x', now())"; do
+		check_like "the exporter's user is refused: ${stmt%% WHERE*}" "[45]0[0-9] *" \
+			"$(ch_as sandbox_exporter exporter default "$stmt")"
+	done
+	check "the anchors survive all of that" 1 "$(auditor "SELECT count() FROM audit_anchors WHERE org_id = toUUID('$probe')")"
+	check_like "the auditor's user reads the anchors" "200 1*" \
+		"$(ch_as sandbox_auditor auditor sandbox_audit "SELECT count() FROM audit_anchors WHERE org_id = toUUID('$probe')")"
+	check_like "the auditor's user cannot write" "[45]0[0-9] *" \
+		"$(ch_as sandbox_auditor auditor sandbox_audit "INSERT INTO audit_anchors VALUES ('$probe', 4, 'x', 4, 0, 'x', now())")"
+}
+
+# ---- the exporter publishes anchors; verify reads them ----
+t_publish() {
+	local a
+	a=$(new_org publish)
+	if anchor_now "$a"; then
+		ok "the exporter anchors an org's head in ClickHouse"
+	else
+		nok "the exporter anchors an org's head in ClickHouse" \
+			"$(sql "SELECT state, last_error, anchors_published FROM agent.export_status()")"
+	fi
+	check "the anchor is the head: id, hash, events, source" \
+		"$(sql "SELECT last_id || '|' || last_hash || '|' || events FROM agent.audit_heads WHERE org_id = '$a'")|sandbox_ext_export" \
+		"$(auditor "SELECT last_id, last_hash, events, source FROM audit_anchors WHERE org_id = toUUID('$a') ORDER BY last_id DESC LIMIT 1 FORMAT TabSeparated" | tr '\t' '|')"
+	check "verify compares with the anchor" "t|5|1|$(head_of "$a")" \
+		"$(sql "SELECT ok, events_checked, anchors_checked, anchor_last_id FROM agent.verify_audit_chain('$a')")"
+	check "export_status counts the anchors" t \
+		"$(sql "SELECT anchors_published > 0 AND last_anchor_at IS NOT NULL FROM agent.export_status()")"
+	check "verify is for auditors: the anchor reader too" "42501|ok" \
+		"$(sqlstate "SET ROLE agent_backend; SELECT agent._audit_anchors('$a')")|$(sqlstate "SET ROLE agent_auditor; SELECT agent.verify_audit_chain('$a'); SELECT agent._audit_anchors('$a')")"
+	check_like "verify refuses a repeatable read transaction while anchoring" \
+		"*cannot verify an audit chain against its anchors in a repeatable read transaction*" \
+		"$(q -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT agent.verify_audit_chain('$a')" 2>&1)"
+}
+
+# An uncommitted head is never anchored: hold an append open, then commit
+# one to another org after it and wait until that one is anchored (the
+# round that anchored it read the heads after the held append).
+t_uncommitted() {
+	local u v
+	u=$(new_org uncommitted)
+	v=$(new_org witness)
+	anchor_now "$u" && wait_for 30 "head_anchored $v"
+	q -c "BEGIN" -c "SELECT agent._audit('$u', NULL, 'test.uncommitted', NULL, 'tester', '{}')" \
+		-c "SELECT pg_sleep(60)" >/dev/null 2>&1 &
+	holder_pid=$!
+	wait_for 10 "[ \"\$(sql \"SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' AND state = 'active'\")\" = 1 ]"
+	sql "SELECT agent._audit('$v', NULL, 'test.event', NULL, 'tester', '{}')" >/dev/null
+	wait_for 30 "head_anchored $v"
+	check "a head that has not committed is not anchored: the anchors name the committed head" \
+		"1|$(head_of "$u")|5" \
+		"$(auditor "SELECT uniqExact(last_id, events), max(last_id), max(events) FROM audit_anchors WHERE org_id = toUUID('$u') FORMAT TabSeparated" | tr '\t' '|')"
+	sql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' AND pid <> pg_backend_pid()" >/dev/null
+	wait "$holder_pid" 2>/dev/null
+	holder_pid=
+	check "the rolled-back append leaves the chain and its anchors in agreement" "t|t" "$(verify_ok "$u")|$(verify_ok "$v")"
+}
+
+# Anchors follow every export batch, not only the interval.
+t_batch() {
+	local b
+	hold_anchors
+	b=$(new_org batch)
+	sleep 1.5
+	check "with a long interval, a new head waits" 0 "$(anchored_ids "$b")"
+	sql "INSERT INTO agent.tool_invocations (invocation_id, org_id, workspace_id, language, status)
+	     VALUES (gen_random_uuid(), '$b', gen_random_uuid(), 'python', 'audit_batch')" >/dev/null
+	if wait_for 30 "head_anchored $b"; then
+		ok "an export batch publishes the heads with it"
+	else
+		nok "an export batch publishes the heads with it" "$(sql "SELECT state, last_error FROM agent.export_status()")"
+	fi
+}
+
+# ---- attack 1: rewrite an event, re-hash every later one, move the head ----
+t_rewrite() {
+	local a a3 anchored forged
+	a=$(new_org rewrite)
+	anchor_now "$a"
+	hold_anchors		# nothing re-anchored until we ask
+	a3=$(event_id "$a" 3)
+	anchored=$(head_of "$a")
+	check "replica mode: rewriting an event is refused" 42501 \
+		"$(sqlstate "SET session_replication_role = replica; UPDATE agent.audit_events SET details = '{\"n\": 300}' WHERE id = $a3")"
+	check "replica mode: moving the head is refused" 42501 \
+		"$(sqlstate "SET session_replication_role = replica; UPDATE agent.audit_heads SET last_hash = 'x' WHERE org_id = '$a'")"
+	attack "UPDATE agent.audit_events SET details = '{\"n\": 300}' WHERE id = $a3; SELECT pg_temp.rehash('$a');" >/dev/null
+	check "attack 1 (control): the forged chain is consistent in itself, its head too" "t|300" \
+		"$(self_consistent "$a")|$(sql "SELECT details->>'n' FROM agent.audit_events WHERE id = $a3")"
+	check_like "attack 1: a rewritten, re-hashed chain is found at its anchor" \
+		"f|5|$anchored|the chain up to event $anchored does not match its anchor of *: an event at or before it was changed, added or removed|1" \
+		"$(verify "$a")"
+	# The exporter then anchors the forged head too: the first anchor still tells.
+	forged=$(sql "SELECT last_hash FROM agent.audit_heads WHERE org_id = '$a'")
+	set_conf sandbox.anchor_interval 1s
+	wait_for 30 "[ \"\$(auditor \"SELECT count() FROM audit_anchors WHERE org_id = toUUID('$a') AND last_hash = '$forged'\")\" -ge 1 ]"
+	check_like "attack 1: anchoring the forged head afterwards does not hide it" \
+		"f|5|$anchored|ClickHouse holds 2 different anchors of event $anchored*|1" "$(verify "$a")"
+	echo "$a" >"$work/rehashed"
+}
+
+# ---- attack 2: delete all of an org's events and its head ----
+t_erase() {
+	local c anchored
+	c=$(new_org erase)
+	anchor_now "$c"
+	check "replica mode: deleting the events is refused" 42501 \
+		"$(sqlstate "SET session_replication_role = replica; DELETE FROM agent.audit_events WHERE org_id = '$c'")"
+	check "replica mode: deleting the head is refused" 42501 \
+		"$(sqlstate "SET session_replication_role = replica; DELETE FROM agent.audit_heads WHERE org_id = '$c'")"
+	anchored=$(head_of "$c")
+	attack "DELETE FROM agent.audit_events WHERE org_id = '$c'; DELETE FROM agent.audit_heads WHERE org_id = '$c';" >/dev/null
+	check "attack 2 (control): no event and no head left" "0|0" \
+		"$(sql "SELECT count(*) FROM agent.audit_events WHERE org_id = '$c'")|$(sql "SELECT count(*) FROM agent.audit_heads WHERE org_id = '$c'")"
+	check_like "attack 2: an erased chain is found" \
+		"f|0|$anchored|the org has no audit events, but ClickHouse holds an anchor of 5 events up to event $anchored *: they were removed|1" \
+		"$(verify "$c")"
+	echo "$c" >"$work/erased"
+}
+
+# ---- attack 3: a back-dated event with a correct hash, before the anchor ----
+# A rolled-back append leaves a free id between the org's 2nd and 3rd event.
+t_backdate() {
+	local d gap anchored
+	d=$(sql "INSERT INTO agent.orgs (name, plan) VALUES ('audit-backdate-' || gen_random_uuid(), 'pro') RETURNING id")
+	mine "$d"
+	sql "SELECT agent._audit('$d', NULL, 'test.event', NULL, 'tester', jsonb_build_object('n', n)) FROM generate_series(1, 2) n" >/dev/null
+	gap=$(sql "BEGIN; SELECT agent._audit('$d', NULL, 'test.event', NULL, 'tester', '{}'); ROLLBACK;" | tail -n 1)
+	sql "SELECT agent._audit('$d', NULL, 'test.event', NULL, 'tester', jsonb_build_object('n', n)) FROM generate_series(3, 5) n" >/dev/null
+	anchor_now "$d"
+	check "replica mode: inserting a head by hand is refused" 42501 \
+		"$(sqlstate "SET session_replication_role = replica; INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events) VALUES (gen_random_uuid(), 0, '', 0)")"
+	anchored=$(head_of "$d")
+	attack "INSERT INTO agent.audit_events (id, org_id, event_type, actor, details, created_at, prev_hash, hash)
+	        SELECT $gap, org_id, 'credits.granted', 'forger', '{\"amount\": 1000000}', created_at + interval '1 ms', NULL, ''
+	          FROM agent.audit_events WHERE org_id = '$d' ORDER BY id OFFSET 1 LIMIT 1;
+	        SELECT pg_temp.rehash('$d');" >/dev/null
+	check "attack 3 (control): the inserted event has a correct hash in a consistent chain" "t|6" \
+		"$(self_consistent "$d")|$(sql "SELECT count(*) FROM agent.audit_events WHERE org_id = '$d'")"
+	check_like "attack 3: a back-dated insert before the anchor is found" \
+		"f|6|$anchored|the chain up to event $anchored does not match its anchor of * (5 events, hash *; the chain has 6 events, hash *)*|$(anchored_ids "$d")" \
+		"$(verify "$d")"
+}
+
+# ---- attack 4: the approval of a run, rewritten to cover other code ----
+t_approval() {
+	local e ws agent conv inv card anchored
+	read -r e ws agent conv <<<"$(new_tenant 10)"
+	mine "$e"
+	read -r inv card <<<"$(tq "$e" "$ws" "SELECT invocation_id, approval_id FROM agent.request_execution('$ws', '$agent', '$conv', 'python', 'print(1)', 'requester');" -F ' ')"
+	tq "$e" "$ws" "SELECT agent.approve('$card', 'approver');" >/dev/null
+	check "the approval event carries the approved code's hash" "$(sql "SELECT agent.code_sha256('print(1)')")" \
+		"$(sql "SELECT details->>'code_sha256' FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'approval.approved'")"
+	anchor_now "$e"
+	anchored=$(head_of "$e")
+	attack "UPDATE agent.invocations SET code = 'print(2)', code_sha256 = agent.code_sha256('print(2)') WHERE id = '$inv';
+	        UPDATE agent.approval_requests SET code = 'print(2)', code_sha256 = agent.code_sha256('print(2)'),
+	               approved_code_sha256 = agent.code_sha256('print(2)') WHERE id = '$card';
+	        UPDATE agent.audit_events SET details = jsonb_set(details, '{code_sha256}', to_jsonb(agent.code_sha256('print(2)')))
+	         WHERE invocation_id = '$inv' AND event_type = 'approval.approved';
+	        SELECT pg_temp.rehash('$e');" >/dev/null
+	check "attack 4 (control): card, invocation and approval event all name the new code" "t|t" \
+		"$(sql "SELECT agent.approved_code_matches('$inv')")|$(self_consistent "$e")"
+	check_like "attack 4: a rewritten approval event is found at its anchor" \
+		"f|*|$anchored|the chain up to event $anchored does not match its anchor*|$(anchored_ids "$e")" \
+		"$(verify "$e")"
+}
+
+# ---- what is not found: a rewrite after the last anchor ----
+t_after_anchor() {
+	local f f7
+	f=$(new_org after-anchor)
+	anchor_now "$f"
+	hold_anchors
+	sql "SELECT agent._audit('$f', NULL, 'test.event', NULL, 'tester', '{\"n\": 6}')" >/dev/null
+	f7=$(head_of "$f")
+	attack "UPDATE agent.audit_events SET details = '{\"n\": 600}' WHERE id = $f7; SELECT pg_temp.rehash('$f');" >/dev/null
+	check "not found (documented): a rewrite after the last anchor, before the next" "t|6|1" "$(verify3 "$f")"
+	anchor_now "$f"
+	check "not found (documented): once the next anchor covers it, for good" "t|6|2" "$(verify3 "$f")"
+}
+
+# ---- ClickHouse unreachable: verify does not vouch ----
+t_clickhouse_down() {
+	local a
+	a=$(new_org down)
+	anchor_now "$a"
+	"$CH" kill >/dev/null
+	check "ClickHouse down: verify refuses to vouch for an anchored chain" 08006 \
+		"$(sqlstate "SELECT agent.verify_audit_chain('$a')")"
+	check_like "ClickHouse down: the error says why" "*could not read the audit anchors from ClickHouse*" \
+		"$(sql "SELECT agent.verify_audit_chain('$a')" 2>&1 | head -n 1)"
+	"$CH" restart >/dev/null
+}
+
+# ---- without an export, only the walk (last: it turns the export off) ----
+t_no_export() {
+	local g h
+	g=$(new_org no-export-rehash)
+	h=$(new_org no-export-erase)
+	anchor_now "$g" && anchor_now "$h"
+	attack "UPDATE agent.audit_events SET details = '{\"n\": 300}' WHERE id = $(event_id "$g" 3); SELECT pg_temp.rehash('$g');
+	        DELETE FROM agent.audit_events WHERE org_id = '$h'; DELETE FROM agent.audit_heads WHERE org_id = '$h';" >/dev/null
+	sql "ALTER SYSTEM RESET sandbox.clickhouse_url" >/dev/null
+	sql "SELECT pg_reload_conf()" >/dev/null
+	sleep 0.5
+	check "without an export, verify walks the chain only (anchors_checked is NULL)" "t|5||" \
+		"$(sql "SELECT v.ok, v.events_checked, to_jsonb(v)->>'anchors_checked', to_jsonb(v)->>'anchor_last_id' FROM agent.verify_audit_chain('$g') v")"
+	check "not found (documented): without an export, a re-hashed chain verifies" "t|5|" "$(verify3 "$g")"
+	check "not found (documented): without an export, an erased chain verifies" "t|0|" "$(verify3 "$h")"
+}
 
 # ---- setup ----
 if ! command -v clickhouse-server >/dev/null; then
@@ -240,223 +467,13 @@ clickhouse-client --host 127.0.0.1 --port "$CLICKHOUSE_TCP_PORT" --database defa
 	<"$top/sql/clickhouse/hardened/audit_anchors.sql"
 check "the hardened anchor layout is in place" "1|1|1" \
 	"$(chq "SELECT countIf(database = 'sandbox_audit' AND name = 'audit_anchors'), countIf(database = 'default' AND name = 'audit_anchors_in'), countIf(database = 'default' AND name = 'audit_anchors' AND engine = 'MaterializedView') FROM system.tables FORMAT TabSeparated" | tr '\t' '|')"
-
-# ---- the exporter's ClickHouse user: insert only ----
-probe=ffffffff-ffff-4fff-8fff-ffffffffffff
-check_like "the exporter's user may insert an anchor" "200*" \
-	"$(ch_as sandbox_exporter exporter default "INSERT INTO audit_anchors_in (org_id, last_id, last_hash, events, read_at_ms, source) VALUES ('$probe', 1, 'probe', 1, 0, 'probe')")"
-check "an inserted anchor lands in the anchors' database, stamped by ClickHouse" "1|1" \
-	"$(auditor "SELECT count(), max(anchored_at) > now() - 600 FROM audit_anchors WHERE org_id = toUUID('$probe') FORMAT TabSeparated" | tr '\t' '|')"
-check_like "the exporter's user cannot supply anchored_at" "[45]0[0-9] *anchored_at*" \
-	"$(ch_as sandbox_exporter exporter default "INSERT INTO audit_anchors_in (org_id, last_id, last_hash, events, read_at_ms, source, anchored_at) VALUES ('$probe', 2, 'x', 2, 0, 'x', '2001-01-01 00:00:00')")"
-for stmt in "ALTER TABLE sandbox_audit.audit_anchors DELETE WHERE 1" \
-	"TRUNCATE TABLE sandbox_audit.audit_anchors" \
-	"DROP TABLE sandbox_audit.audit_anchors" \
-	"DETACH TABLE sandbox_audit.audit_anchors" \
-	"RENAME TABLE sandbox_audit.audit_anchors TO default.gone" \
-	"ALTER TABLE audit_anchors DELETE WHERE 1" \
-	"INSERT INTO sandbox_audit.audit_anchors VALUES ('$probe', 3, 'x', 3, 0, 'x', now())"; do
-	check_like "the exporter's user is refused: ${stmt%% WHERE*}" "[45]0[0-9] *" \
-		"$(ch_as sandbox_exporter exporter default "$stmt")"
-done
-# Dropping the view stops new anchors; it cannot take old ones away.
-check "the anchors survive all of that" 1 "$(auditor "SELECT count() FROM audit_anchors WHERE org_id = toUUID('$probe')")"
-check_like "the auditor's user reads the anchors" "200 1*" \
-	"$(ch_as sandbox_auditor auditor sandbox_audit "SELECT count() FROM audit_anchors WHERE org_id = toUUID('$probe')")"
-check_like "the auditor's user cannot write" "[45]0[0-9] *" \
-	"$(ch_as sandbox_auditor auditor sandbox_audit "INSERT INTO audit_anchors VALUES ('$probe', 4, 'x', 4, 0, 'x', now())")"
-
-# ---- the exporter publishes anchors ----
-# The supervisor claims nothing here: the chains are ours to write.
-set_conf sandbox.max_concurrent_runs 0
-A=$(new_org rewrite)
-check "without an export, verify walks the chain only (anchors_checked is NULL)" "t|5||" \
-	"$(sql "SELECT ok, events_checked, anchors_checked, anchor_last_id FROM agent.verify_audit_chain('$A')")"
-set_conf sandbox.clickhouse_url "http://sandbox_exporter:exporter@127.0.0.1:$CLICKHOUSE_HTTP_PORT" \
+# The supervisor claims nothing here: the chains are ours to write.  The
+# exporter writes as the insert-only user.
+set_conf sandbox.max_concurrent_runs 0 \
+	sandbox.clickhouse_url "http://sandbox_exporter:exporter@127.0.0.1:$CLICKHOUSE_HTTP_PORT" \
 	sandbox.clickhouse_anchor_insert_table audit_anchors_in \
 	sandbox.anchor_interval 1s sandbox.export_poll_interval 1s
-if wait_for 30 "head_anchored $A"; then
-	ok "the exporter anchors an org's head in ClickHouse"
-else
-	not_ok "the exporter anchors an org's head in ClickHouse" \
-		"$(sql "SELECT state, last_error, anchors_published FROM agent.export_status()")"
-fi
-check "the anchor is the head: id, hash, events, source" \
-	"$(sql "SELECT last_id || '|' || last_hash || '|' || events FROM agent.audit_heads WHERE org_id = '$A'")|sandbox_ext_export" \
-	"$(auditor "SELECT last_id, last_hash, events, source FROM audit_anchors WHERE org_id = toUUID('$A') ORDER BY last_id DESC LIMIT 1 FORMAT TabSeparated" | tr '\t' '|')"
-check "verify compares with the anchor" "t|5|1|$(head_of "$A")" \
-	"$(sql "SELECT ok, events_checked, anchors_checked, anchor_last_id FROM agent.verify_audit_chain('$A')")"
-check "export_status counts the anchors" t \
-	"$(sql "SELECT anchors_published > 0 AND last_anchor_at IS NOT NULL FROM agent.export_status()")"
-check "verify is for auditors: the anchor reader too" "42501|ok" \
-	"$(sqlstate "SET ROLE agent_backend; SELECT agent._audit_anchors('$A')")|$(sqlstate "SET ROLE agent_auditor; SELECT agent.verify_audit_chain('$A'); SELECT agent._audit_anchors('$A')")"
-check_like "verify refuses a repeatable read transaction while anchoring" \
-	"*cannot verify an audit chain against its anchors in a repeatable read transaction*" \
-	"$(psql_ -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT agent.verify_audit_chain('$A')" 2>&1)"
 
-# An uncommitted head is never anchored: hold an append open, then commit
-# one to another org after it and wait until that one is anchored (the
-# round that anchored it read the heads after the held append).
-U=$(new_org uncommitted)
-V=$(new_org witness)
-wait_for 30 "head_anchored $U && head_anchored $V"
-psql_ -c "BEGIN" -c "SELECT agent._audit('$U', NULL, 'test.uncommitted', NULL, 'tester', '{}')" \
-	-c "SELECT pg_sleep(60)" >/dev/null 2>&1 &
-holder_pid=$!
-wait_for 10 "[ \"\$(sql \"SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' AND state = 'active'\")\" = 1 ]"
-sql "SELECT agent._audit('$V', NULL, 'test.event', NULL, 'tester', '{}')" >/dev/null
-wait_for 30 "head_anchored $V"
-check "a head that has not committed is not anchored: U's anchors all name its committed head" \
-	"1|$(head_of "$U")|5" \
-	"$(auditor "SELECT uniqExact(last_id, events), max(last_id), max(events) FROM audit_anchors WHERE org_id = toUUID('$U') FORMAT TabSeparated" | tr '\t' '|')"
-sql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' AND pid <> pg_backend_pid()" >/dev/null
-wait "$holder_pid" 2>/dev/null
-holder_pid=
-check "the rolled-back append leaves the chain and its anchors in agreement" "t|t" "$(verify_ok "$U")|$(verify_ok "$V")"
-
-# Anchors follow every export batch, not only the interval.
-set_conf sandbox.anchor_interval 1h
-sleep 1.5		# a round under way ends; none follows
-B=$(new_org batch)
-sleep 1.5
-check "with a long interval, a new head waits" 0 "$(auditor "SELECT count() FROM audit_anchors WHERE org_id = toUUID('$B')")"
-sql "INSERT INTO agent.tool_invocations (invocation_id, org_id, workspace_id, language, status)
-     VALUES (gen_random_uuid(), '$B', gen_random_uuid(), 'python', 'audit_batch')" >/dev/null
-if wait_for 30 "head_anchored $B"; then
-	ok "an export batch publishes the heads with it"
-else
-	not_ok "an export batch publishes the heads with it" "$(sql "SELECT state, last_error FROM agent.export_status()")"
-fi
-
-# ---- attack 1: rewrite an event, re-hash every later one, move the head ----
-# (A is anchored; the interval is long, so nothing is re-anchored meanwhile.)
-a3=$(event_id "$A" 3)
-anchored_a=$(head_of "$A")
-check "replica mode: rewriting an event is refused" 42501 \
-	"$(sqlstate "SET session_replication_role = replica; UPDATE agent.audit_events SET details = '{\"n\": 300}' WHERE id = $a3")"
-check "replica mode: moving the head is refused" 42501 \
-	"$(sqlstate "SET session_replication_role = replica; UPDATE agent.audit_heads SET last_hash = 'x' WHERE org_id = '$A'")"
-attack "UPDATE agent.audit_events SET details = '{\"n\": 300}' WHERE id = $a3; SELECT pg_temp.rehash('$A');" >/dev/null
-check "attack 1 (control): the forged chain is consistent in itself, its head too" "t|300" \
-	"$(self_consistent "$A")|$(sql "SELECT details->>'n' FROM agent.audit_events WHERE id = $a3")"
-check_like "attack 1: a rewritten, re-hashed chain is found at its anchor" \
-	"f|5|$anchored_a|the chain up to event $anchored_a does not match its anchor of *: an event at or before it was changed, added or removed|1" \
-	"$(verify "$A")"
-# The exporter then anchors the forged head too: the first anchor still tells.
-set_conf sandbox.anchor_interval 1s
-forged=$(sql "SELECT last_hash FROM agent.audit_heads WHERE org_id = '$A'")
-wait_for 30 "[ \"\$(auditor \"SELECT count() FROM audit_anchors WHERE org_id = toUUID('$A') AND last_hash = '$forged'\")\" -ge 1 ]"
-check_like "attack 1: anchoring the forged head afterwards does not hide it" \
-	"f|5|$anchored_a|ClickHouse holds 2 different anchors of event $anchored_a*|1" "$(verify "$A")"
-
-# ---- attack 2: delete all of an org's events and its head ----
-C=$(new_org erase)
-wait_for 30 "head_anchored $C"
-check "replica mode: deleting the events is refused" 42501 \
-	"$(sqlstate "SET session_replication_role = replica; DELETE FROM agent.audit_events WHERE org_id = '$C'")"
-check "replica mode: deleting the head is refused" 42501 \
-	"$(sqlstate "SET session_replication_role = replica; DELETE FROM agent.audit_heads WHERE org_id = '$C'")"
-anchored_c=$(head_of "$C")
-attack "DELETE FROM agent.audit_events WHERE org_id = '$C'; DELETE FROM agent.audit_heads WHERE org_id = '$C';" >/dev/null
-check "attack 2 (control): no event and no head left" "0|0" \
-	"$(sql "SELECT count(*) FROM agent.audit_events WHERE org_id = '$C'")|$(sql "SELECT count(*) FROM agent.audit_heads WHERE org_id = '$C'")"
-check_like "attack 2: an erased chain is found" \
-	"f|0|$anchored_c|the org has no audit events, but ClickHouse holds an anchor of 5 events up to event $anchored_c *: they were removed|1" \
-	"$(verify "$C")"
-
-# ---- attack 3: a back-dated event with a correct hash, before the anchor ----
-# A rolled-back append leaves a free id between the org's 2nd and 3rd event.
-D=$(sql "INSERT INTO agent.orgs (name, plan) VALUES ('audit-backdate-' || gen_random_uuid(), 'pro') RETURNING id")
-ORGS+=("$D")
-sql "SELECT agent._audit('$D', NULL, 'test.event', NULL, 'tester', jsonb_build_object('n', n)) FROM generate_series(1, 2) n" >/dev/null
-gap=$(sql "BEGIN; SELECT agent._audit('$D', NULL, 'test.event', NULL, 'tester', '{}'); ROLLBACK;" | tail -n 1)
-sql "SELECT agent._audit('$D', NULL, 'test.event', NULL, 'tester', jsonb_build_object('n', n)) FROM generate_series(3, 5) n" >/dev/null
-wait_for 30 "head_anchored $D"
-check "replica mode: inserting a head by hand is refused" 42501 \
-	"$(sqlstate "SET session_replication_role = replica; INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events) VALUES (gen_random_uuid(), 0, '', 0)")"
-anchored_d=$(head_of "$D")
-attack "INSERT INTO agent.audit_events (id, org_id, event_type, actor, details, created_at, prev_hash, hash)
-        SELECT $gap, org_id, 'credits.granted', 'forger', '{\"amount\": 1000000}', created_at + interval '1 ms', NULL, ''
-          FROM agent.audit_events WHERE org_id = '$D' ORDER BY id OFFSET 1 LIMIT 1;
-        SELECT pg_temp.rehash('$D');" >/dev/null
-check "attack 3 (control): the inserted event has a correct hash in a consistent chain" "t|6" \
-	"$(self_consistent "$D")|$(sql "SELECT count(*) FROM agent.audit_events WHERE org_id = '$D'")"
-check_like "attack 3: a back-dated insert before the anchor is found" \
-	"f|6|$anchored_d|the chain up to event $anchored_d does not match its anchor of * (5 events, hash *; the chain has 6 events, hash *)*|$(auditor "SELECT uniqExact(last_id) FROM audit_anchors WHERE org_id = toUUID('$D')")" \
-	"$(verify "$D")"
-
-# ---- attack 4: the approval of a run, rewritten to cover other code ----
-read -r E WS AGENT <<<"$(psql_ -F ' ' <<'SQL'
-WITH o AS (INSERT INTO agent.orgs (name, plan) VALUES ('audit-approval-' || gen_random_uuid(), 'pro') RETURNING id),
-	 w AS (INSERT INTO agent.workspaces (org_id, name) SELECT id, 'w' FROM o RETURNING id, org_id),
-	 m AS (INSERT INTO agent.models (name, supports_code_execution)
-		   VALUES ('m-' || gen_random_uuid(), true) RETURNING id),
-	 a AS (INSERT INTO agent.agents (org_id, workspace_id, name, kind, model_id, code_execution_enabled)
-		   SELECT w.org_id, w.id, 'a', 'specialist', m.id, true FROM w, m RETURNING id, org_id, workspace_id)
-SELECT org_id, workspace_id, id FROM a;
-SQL
-)"
-ORGS+=("$E")
-sql "SELECT agent.grant_credits('$E', 10, 'test')" >/dev/null
-read -r INV CARD <<<"$(psql_ -F ' ' <<SQL | tail -n 1
-BEGIN;
-SELECT agent.set_tenant('$E', '$WS');
-SELECT invocation_id, approval_id FROM agent.request_execution('$WS', '$AGENT', NULL, 'python', 'print(1)', 'requester');
-COMMIT;
-SQL
-)"
-psql_ -c "BEGIN; SELECT agent.set_tenant('$E', '$WS'); SELECT agent.approve('$CARD', 'approver'); COMMIT;" >/dev/null
-check "the approval event carries the approved code's hash" "$(sql "SELECT agent.code_sha256('print(1)')")" \
-	"$(sql "SELECT details->>'code_sha256' FROM agent.audit_events WHERE invocation_id = '$INV' AND event_type = 'approval.approved'")"
-wait_for 30 "head_anchored $E"
-anchored_e=$(head_of "$E")
-attack "UPDATE agent.invocations SET code = 'print(2)', code_sha256 = agent.code_sha256('print(2)') WHERE id = '$INV';
-        UPDATE agent.approval_requests SET code = 'print(2)', code_sha256 = agent.code_sha256('print(2)'),
-               approved_code_sha256 = agent.code_sha256('print(2)') WHERE id = '$CARD';
-        UPDATE agent.audit_events SET details = jsonb_set(details, '{code_sha256}', to_jsonb(agent.code_sha256('print(2)')))
-         WHERE invocation_id = '$INV' AND event_type = 'approval.approved';
-        SELECT pg_temp.rehash('$E');" >/dev/null
-check "attack 4 (control): card, invocation and approval event all name the new code" "t|t" \
-	"$(sql "SELECT agent.approved_code_matches('$INV')")|$(self_consistent "$E")"
-check_like "attack 4: a rewritten approval event is found at its anchor" \
-	"f|*|$anchored_e|the chain up to event $anchored_e does not match its anchor*|$(auditor "SELECT uniqExact(last_id) FROM audit_anchors WHERE org_id = toUUID('$E')")" \
-	"$(verify "$E")"
-
-# ---- what is not found: a rewrite after the last anchor ----
-set_conf sandbox.anchor_interval 1h
-sleep 1.5		# a round under way ends; none follows
-F=$(new_org after-anchor)
-sql "SELECT agent.grant_credits('$F', 1, 'test')" >/dev/null
-set_conf sandbox.anchor_interval 1s
-wait_for 30 "head_anchored $F"
-set_conf sandbox.anchor_interval 1h
-sleep 1.5		# a round under way ends; none follows
-sql "SELECT agent._audit('$F', NULL, 'test.event', NULL, 'tester', '{\"n\": 7}')" >/dev/null
-f7=$(head_of "$F")
-attack "UPDATE agent.audit_events SET details = '{\"n\": 700}' WHERE id = $f7; SELECT pg_temp.rehash('$F');" >/dev/null
-check "not found (documented): a rewrite after the last anchor, before the next" "t|7|1" \
-	"$(verify3 "$F")"
-set_conf sandbox.anchor_interval 1s
-wait_for 30 "head_anchored $F"
-check "not found (documented): once the next anchor covers it, for good" "t|7|2" \
-	"$(verify3 "$F")"
-
-# ---- ClickHouse unreachable: verify does not vouch ----
-"$CH" kill >/dev/null
-check "ClickHouse down: verify refuses to vouch for an anchored chain" 08006 \
-	"$(sqlstate "SELECT agent.verify_audit_chain('$A')")"
-check_like "ClickHouse down: the error says why" "*could not read the audit anchors from ClickHouse*" \
-	"$(sql "SELECT agent.verify_audit_chain('$A')" 2>&1 | head -n 1)"
-"$CH" restart >/dev/null
-
-# ---- without an export, only the walk ----
-sql "ALTER SYSTEM RESET sandbox.clickhouse_url" >/dev/null
-sql "SELECT pg_reload_conf()" >/dev/null
-sleep 0.5
-check "not found (documented): without an export, a re-hashed chain verifies" "t|5|" \
-	"$(verify3 "$A")"
-check "not found (documented): without an export, an erased chain verifies" "t|0|" \
-	"$(verify3 "$C")"
-
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+run_tests t_insert_only_user t_publish t_uncommitted t_batch \
+	t_rewrite t_erase t_backdate t_approval t_after_anchor t_clickhouse_down t_no_export
+finish_suite

@@ -47,6 +47,7 @@ int			sandbox_workspace_size_mb = 256;
 int			sandbox_workspace_entries = 10000;
 bool		sandbox_jail_launcher = true;
 bool		sandbox_work_dir_on_data_fs = false;
+bool		sandbox_require_cgroup = true;
 static char *sandbox_org_id = NULL;
 static char *sandbox_workspace_id = NULL;
 
@@ -141,6 +142,14 @@ sandbox_define_gucs(void)
 							 "Off: the supervisor claims nothing while it is, so that no run can fill "
 							 "the disk the database lives on.",
 							 &sandbox_work_dir_on_data_fs, false,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+	DefineCustomBoolVariable("sandbox.require_cgroup",
+							 "Refuse to run a sandbox without its own cgroup.",
+							 "On: a host where the jail cannot get a delegated cgroup ends each run as "
+							 "provision_failed with the jail's reason; off: such runs go on with rlimits "
+							 "only (no memory cap), which the verdict's \"cgroup\":\"none\" shows.",
+							 &sandbox_require_cgroup, true,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
 	DefineCustomIntVariable("sandbox.workspace_size",

@@ -40,6 +40,7 @@ extern int	sandbox_workspace_size_mb;
 extern int	sandbox_workspace_entries;
 extern bool sandbox_jail_launcher;
 extern bool sandbox_work_dir_on_data_fs;
+extern bool sandbox_require_cgroup;
 extern bool sandbox_preloaded;
 
 /*

@@ -857,6 +857,8 @@ spawn_served(Run *run, const char *code_path, const char *ws_path,
 		appendBinaryStringInfo(&msg, "--ro-bind", sizeof("--ro-bind"));
 		appendBinaryStringInfo(&msg, run->binds[i], strlen(run->binds[i]) + 1);
 	}
+	if (sandbox_require_cgroup)
+		appendBinaryStringInfo(&msg, "--require-cgroup", sizeof("--require-cgroup"));
 
 	memset(&mh, 0, sizeof(mh));
 	iov.iov_base = msg.data;
@@ -1021,6 +1023,8 @@ spawn_jail(Run *run, const char *code, int wall_s, int memory_mb, int pids)
 		argv[argc++] = "--ro-bind";
 		argv[argc++] = run->binds[i];
 	}
+	if (sandbox_require_cgroup)
+		argv[argc++] = "--require-cgroup";
 	argv[argc++] = "--verdict-fd";
 	argv[argc++] = "3";
 	argv[argc++] = "--quiet";

@@ -58,7 +58,7 @@ no_survivors() {
 # wait_for FILE TEXT: bounded wait until FILE contains TEXT
 wait_for() {
 	local n=0
-	while ! grep -q -- "$2" "$1" 2>/dev/null && [ $n -lt 150 ]; do sleep 0.1; n=$((n + 1)); done
+	while ! grep -q -- "$2" "$1" 2>/dev/null && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
 }
 # served_bg USER NAME LANG CODEFILE [opts]: a client run in the background,
 # files $WORK/NAME.{out,err,verdict}; sets BGPID

@@ -16,11 +16,16 @@ DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*--*.sql))
 DOCS = $(wildcard docs/*.md)
 
 # pg_regress inputs live in test/regress/sql with their expected output in
-# test/regress/expected.  test/run.sh drives them (and the other suites)
-# against a throwaway cluster; `make installcheck` runs them against the
-# server of PGHOST/PGPORT, which must preload sandbox_ext (docs: README).
+# test/regress/expected, the isolation specs in test/isolation.  test/run.sh
+# drives them (and the other suites) against a throwaway cluster;
+# `make installcheck` runs these two against the server of PGHOST/PGPORT in a
+# database of their own (contrib_regression, isolation_regression), and that
+# server must preload
+# sandbox_ext (shared_preload_libraries) like any server that runs it.
 REGRESS = $(sort $(basename $(notdir $(wildcard test/regress/sql/*.sql))))
 REGRESS_OPTS = --inputdir=test/regress --load-extension=sandbox_ext
+ISOLATION = $(sort $(basename $(notdir $(wildcard test/isolation/specs/*.spec))))
+ISOLATION_OPTS = --inputdir=test/isolation --load-extension=sandbox_ext
 
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \

@@ -20,8 +20,7 @@ DOCS = $(wildcard docs/*.md)
 # drives them (and the other suites) against a throwaway cluster;
 # `make installcheck` runs these two against the server of PGHOST/PGPORT in a
 # database of their own (contrib_regression, isolation_regression), and that
-# server must preload
-# sandbox_ext (shared_preload_libraries) like any server that runs it.
+# server must preload sandbox_ext (shared_preload_libraries).
 REGRESS = $(sort $(basename $(notdir $(wildcard test/regress/sql/*.sql))))
 REGRESS_OPTS = --inputdir=test/regress --load-extension=sandbox_ext
 ISOLATION = $(sort $(basename $(notdir $(wildcard test/isolation/specs/*.spec))))

@@ -98,7 +98,8 @@ t_conversationless() {
 	check "next conversation-less run starts empty" "succeeded|0" "$(field "$inv" state)|$(output "$inv")"
 	check "its file was still returned, with no conversation" "left_behind.txt|saved|" \
 		"$(q -c "SELECT name || '|' || status || '|' || coalesce(conversation_id::text, '') FROM agent.files WHERE invocation_id = '$first'")"
-	check "no per-run work directories left" 0 "$(find "$WORK" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills ! -name launcher | wc -l)"
+	check "no per-run work directories left" "t|0" \
+		"$([ -d "$WORK" ] && echo t)|$(find "$WORK" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills ! -name launcher | wc -l)"
 }
 
 # Hostile outputs: links to host files (one the server may read and write)
@@ -131,6 +132,7 @@ echo fine > plain.txt")
 	check "nothing of the host was copied" "0|0" \
 		"$(q -c "SELECT count(*) FROM agent.files WHERE invocation_id = '$inv' AND content IS NOT NULL AND name <> 'plain.txt'")|$(q -c "SELECT count(*) FROM agent.files WHERE position('host secret'::bytea IN content) > 0")"
 	sess=$(field "$inv" session_id)
+	check "(the session has a workspace)" t "$([ -d "$WORK/sessions/$sess/workspace" ] && echo t)"
 	expire_now
 	check "(the session ended, its workspace deleted)" "ended|gone" \
 		"$(q -c "SELECT state FROM agent.sessions WHERE id = '$sess'")|$([ -e "$WORK/sessions/$sess" ] && echo present || echo gone)"
@@ -142,7 +144,7 @@ echo fine > plain.txt")
 # A link planted where an uploaded file will be written must not redirect
 # the host's write.
 t_planted_symlink() {
-	local A inv victim
+	local A inv victim planted
 	A=$(new_tenant 1000)
 	upload "$A" incoming.txt hello >/dev/null
 	victim=$(mktemp "$tmp/victim.XXXXXX")
@@ -151,10 +153,10 @@ t_planted_symlink() {
 	inv=$(run "$A" shell "cat incoming.txt")
 	check "upload placed before the next run" "succeeded|hello" "$(field "$inv" state)|$(output "$inv")"
 	upload "$A" incoming.txt second >/dev/null
-	ln -sf "$victim" "$WORK/sessions/$(field "$inv" session_id)/workspace/incoming.txt"
+	planted=$(ln -sf "$victim" "$WORK/sessions/$(field "$inv" session_id)/workspace/incoming.txt" && echo planted)
 	inv=$(run "$A" shell "cat incoming.txt")
-	check "a planted symlink is replaced, not followed" "succeeded|second|original" \
-		"$(field "$inv" state)|$(output "$inv")|$(cat "$victim")"
+	check "a planted symlink is replaced, not followed" "planted|succeeded|second|original" \
+		"$planted|$(field "$inv" state)|$(output "$inv")|$(cat "$victim")"
 }
 
 t_caps() {
@@ -190,6 +192,7 @@ t_expiry_rebuild() {
 	check "(a session with a returned file and one too large to return)" "succeeded|notes.txt:saved:" \
 		"$(field "$inv" state)|$(q -c "SELECT name || ':' || status || ':' FROM agent.files WHERE invocation_id = '$inv' AND status = 'saved'")"
 	sess=$(field "$inv" session_id)
+	check "(the session has a workspace)" t "$([ -d "$WORK/sessions/$sess/workspace" ] && echo t)"
 	expire_now
 	check "expire_idle_sessions(NULL) (as of now) ends the idle session" "ended|expired" \
 		"$(q -c "SELECT state || '|' || end_reason FROM agent.sessions WHERE id = '$sess'")"

@@ -201,7 +201,7 @@ second" "$(tq "$ORG" "$WS" "SELECT string_agg(data, '' ORDER BY seq) FROM agent.
 	check "a notification carries a hint only (output or done: no seq, stream, size or state)" "0|1" \
 		"$(grep -cvE '^[0-9]+ (output|done)$' "$tmp/notes")|$(grep -c ' done$' "$tmp/notes")"
 	check "the channel is not named after the invocation" f \
-		"$([[ "$channel" == *"$inv"* || "$channel" == *"${inv//-/}"* ]] && echo t || echo f)"
+		"$([[ -z "$channel" || "$channel" == *"$inv"* || "$channel" == *"${inv//-/}"* ]] && echo t || echo f)"
 }
 
 # A notification is only a hint: forged ones do not end a client.
@@ -282,6 +282,7 @@ t_recovery_worker_killed() {
 	marker="sbx-recovery-$$"
 	inv=$(start "$A" shell "exec -a $marker sleep 120")
 	wait_state "$inv" running 100
+	check "(its payload runs)" 1 "$(pgrep -fc "$marker")"
 	oldpid=$(q -c "SELECT pid FROM agent.worker_status()")
 	q -c "SELECT pg_terminate_backend($oldpid)" >/dev/null
 	for _ in $(seq 1 100); do
@@ -304,6 +305,7 @@ t_recovery_immediate_restart() {
 	marker="sbx-recovery-$$-2"
 	inv=$(start "$A" shell "exec -a $marker sleep 120")
 	wait_state "$inv" running 100
+	check "(its payload runs)" 1 "$(pgrep -fc "$marker")"
 	pg_ctl -m immediate -w stop >/dev/null 2>&1
 	for _ in $(seq 1 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
 	check "no orphan payload after an immediate shutdown" 0 "$(pgrep -fc "$marker" || true)"
@@ -316,7 +318,8 @@ t_recovery_immediate_restart() {
 	check "after crash restart the row is resolved, refunded" "provision_failed|0" "$st|$(field "$inv" credits_charged)"
 	inv=$(run "$A" shell 'echo alive')
 	check "runs again after the restart" "succeeded|alive" "$(field "$inv" state)|$(output "$inv")"
-	check "no leftover work directories" 0 "$(find "$WORK" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills ! -name launcher 2>/dev/null | wc -l)"
+	check "no leftover work directories" "t|0" \
+		"$([ -d "$WORK" ] && echo t)|$(find "$WORK" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills ! -name launcher | wc -l)"
 }
 
 t_not_preloaded() {

@@ -134,6 +134,7 @@ echo fine > plain.txt")
 	sess=$(field "$inv" session_id)
 	check "(the session has a workspace)" t "$([ -d "$WORK/sessions/$sess/workspace" ] && echo t)"
 	expire_now
+	for _ in $(seq 1 50); do [ -e "$WORK/sessions/$sess" ] || break; sleep 0.1; done
 	check "(the session ended, its workspace deleted)" "ended|gone" \
 		"$(q -c "SELECT state FROM agent.sessions WHERE id = '$sess'")|$([ -e "$WORK/sessions/$sess" ] && echo present || echo gone)"
 	check "host files untouched (a file the server can write, its directory, /etc/shadow)" \

@@ -46,8 +46,8 @@ CREATE FUNCTION agent._export_worker_state(
 CREATE FUNCTION agent.export_setup() RETURNS text
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-	v_slot name := current_setting('sandbox.export_slot');
-	v_done text[] := '{}';
+	v_slot name := current_setting('sandbox.export_slot')::name;
+	v_done text[] := '{}'::text[];
 BEGIN
 	IF to_regclass('agent.tool_invocations') IS NULL THEN
 		RAISE EXCEPTION 'relation "agent.tool_invocations" does not exist'
@@ -92,7 +92,7 @@ COMMENT ON FUNCTION agent.export_setup() IS
 CREATE FUNCTION agent.export_resync() RETURNS text
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-	v_slot name := current_setting('sandbox.export_slot');
+	v_slot name := current_setting('sandbox.export_slot')::name;
 BEGIN
 	INSERT INTO agent.export_state AS e (slot_name, resync_requested) VALUES (v_slot, true)
 		ON CONFLICT (slot_name) DO UPDATE SET resync_requested = true;
@@ -111,7 +111,7 @@ COMMENT ON FUNCTION agent.export_resync() IS
 CREATE FUNCTION agent.export_drop() RETURNS text
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-	v_slot name := current_setting('sandbox.export_slot');
+	v_slot name := current_setting('sandbox.export_slot')::name;
 BEGIN
 	IF current_setting('sandbox.clickhouse_url') <> '' THEN
 		RAISE EXCEPTION 'cannot drop the export objects while the exporter is on'

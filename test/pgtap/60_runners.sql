@@ -113,7 +113,7 @@ CREATE FUNCTION pg_temp.claim(name text, n integer) RETURNS text LANGUAGE sql AS
 	SELECT coalesce(string_agg(tag, ',' ORDER BY tag), '') FROM ins
 $$;
 
-SELECT plan(106);
+SELECT plan(108);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -468,14 +468,26 @@ SELECT cmp_ok(pg_temp.deadline('x4'), '>', (SELECT value::timestamptz FROM seen 
 SELECT is(agent.reap_expired_leases((SELECT value::timestamptz FROM seen WHERE what = 'x4 deadline') + interval '1 millisecond'),
 		  0, '... and the reaper leaves it past the old deadline');
 
+-- a runner's token is for one invocation: not for another it holds too
+SELECT pg_temp.queue('a', 'x5');
+SET SESSION AUTHORIZATION tap_runner_a;
+SELECT is(pg_temp.claim('tap-a', 2), 'x5', 'runner a claims x5 too');
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_append_output(%L, %L, %L, ''stdout'', ''x'')',
+			pg_temp.rid('tap-a'), pg_temp.tok('x5'), pg_temp.cid('x4'))),
+		  '55000: lease of invocation <id> is not held by this runner',
+		  'the token of one of its runs does not open another of its runs');
+RESET SESSION AUTHORIZATION;
+
 -- ---- a restart ends what the previous process held ---------------------------------------------
 SET SESSION AUTHORIZATION tap_runner_a;
 INSERT INTO seen SELECT 'old incarnation', incarnation::text FROM reg WHERE name = 'tap-a';
 UPDATE reg SET incarnation = r.incarnation FROM agent.runner_register('tap-a', 'host-a', '1.1', 2) r
  WHERE name = 'tap-a';
 RESET SESSION AUTHORIZATION;
-SELECT is((SELECT format('%s/%s/%s', state, credits_charged, state_reason) FROM pg_temp.inv('x4')),
-		  'provision_failed/0/the runner "tap-a" restarted', 're-registering ends what the old process held, refunded');
+SELECT is((SELECT string_agg(format('%s:%s/%s/%s', idempotency_key, state, credits_charged, state_reason), ',' ORDER BY idempotency_key)
+			 FROM agent.invocations WHERE idempotency_key IN ('x4', 'x5') AND org_id::text LIKE 'e1000000-%'),
+		  'x4:provision_failed/0/the runner "tap-a" restarted,x5:provision_failed/0/the runner "tap-a" restarted',
+		  're-registering ends what the old process held, refunded');
 SET SESSION AUTHORIZATION tap_runner_a;
 SELECT is(pg_temp.error_of(format('SELECT agent.runner_append_output(%L, %L, %L, ''stdout'', ''x'')',
 			pg_temp.rid('tap-a'), pg_temp.tok('x4'), pg_temp.cid('x4'))),

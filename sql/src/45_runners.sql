@@ -445,10 +445,14 @@ COMMENT ON FUNCTION agent.runner_register(text, text, text, integer) IS
 
 -- Renew the runner's leases (all at once: its heartbeat) and report its
 -- slots in use.  Leases that expired before this heartbeat are ended first,
--- as the reaper would: a lease never comes back.  Returns the runner's
+-- as the reaper would: a lease never comes back.  held, when given, is
+-- every invocation the runner runs: a lease of it that held does not name,
+-- claimed before the runner's previous heartbeat (so the runner had a whole
+-- heartbeat to learn of it: a claim whose answer was lost with the
+-- connection), is ended too, as a failure of ours.  Returns the runner's
 -- state (draining: claim nothing new; removed: stop), how many leases it
--- holds now, and, of the invocations it says it runs (held), those it no
--- longer holds: their sandboxes must be killed and their results dropped.
+-- holds now, and, of held, those it no longer holds: their sandboxes must
+-- be killed and their results dropped.
 CREATE FUNCTION agent.runner_heartbeat(runner uuid, incarnation uuid, in_use integer,
 									   held uuid[] DEFAULT NULL,
 									   OUT state text, OUT renewed integer, OUT lost uuid[])
@@ -457,12 +461,26 @@ CREATE FUNCTION agent.runner_heartbeat(runner uuid, incarnation uuid, in_use int
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	rn agent.runners := agent._runner_current(runner, incarnation);
+	rn		agent.runners := agent._runner_current(runner, incarnation);
+	v_lease interval := agent._runner_lease();
+	w		record;
 BEGIN
 	IF runner_heartbeat.in_use IS NULL OR runner_heartbeat.in_use < 0 THEN
 		RAISE EXCEPTION 'in_use must be a non-negative number' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	PERFORM agent._reap_leases(rn.id, pg_catalog.clock_timestamp());
+	IF held IS NOT NULL THEN
+		-- (the claim set lease_expires_at to its clock plus a lease)
+		FOR w IN SELECT i.id, i.state FROM agent.invocations i
+				  WHERE i.runner_id = rn.id AND i.state IN ('provisioning', 'running')
+					AND i.lease_expires_at - v_lease < rn.last_heartbeat
+					AND NOT i.id = ANY (held)
+					AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id)
+				  ORDER BY i.provisioned_at, i.id LOOP
+			PERFORM agent._end_leased(w.id, pg_catalog.format('the runner "%s" no longer runs it', rn.name),
+									  w.state = 'running');
+		END LOOP;
+	END IF;
 	UPDATE agent.runners x
 	   SET last_heartbeat = pg_catalog.clock_timestamp(), in_use = runner_heartbeat.in_use,
 		   gone_at = NULL

@@ -113,7 +113,7 @@ CREATE FUNCTION pg_temp.claim(name text, n integer) RETURNS text LANGUAGE sql AS
 	SELECT coalesce(string_agg(tag, ',' ORDER BY tag), '') FROM ins
 $$;
 
-SELECT plan(108);
+SELECT plan(112);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -496,6 +496,21 @@ SELECT is(left(pg_temp.error_of(format('SELECT agent.runner_heartbeat(%L, %L, 0)
 			(SELECT value FROM seen WHERE what = 'old incarnation'))), 5),
 		  '55000', '... and so is the old process''s heartbeat');
 RESET SESSION AUTHORIZATION;
+
+-- a claim whose answer the runner never got (the connection broke): its
+-- heartbeat's list of what it runs leaves it out for a whole heartbeat
+SELECT pg_temp.queue('a', 'x6');
+SET SESSION AUTHORIZATION tap_runner_a;
+SELECT is(pg_temp.claim('tap-a', 2), 'x6', 'runner a claims x6 (and, say, never hears of it)');
+SELECT is((SELECT format('%s/%s', renewed, cardinality(lost))
+			 FROM agent.runner_heartbeat(pg_temp.rid('tap-a'), pg_temp.inc('tap-a'), 0, '{}')),
+		  '1/0', 'a run claimed since the previous heartbeat is kept, though held does not name it');
+SELECT is((SELECT format('%s/%s', renewed, cardinality(lost))
+			 FROM agent.runner_heartbeat(pg_temp.rid('tap-a'), pg_temp.inc('tap-a'), 0, '{}')),
+		  '0/0', 'one heartbeat later it is ended');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT format('%s/%s/%s', state, credits_charged, state_reason) FROM pg_temp.inv('x6')),
+		  'provision_failed/0/the runner "tap-a" no longer runs it', '... as a failure of ours, refunded');
 
 -- ---- slots, drain and remove ---------------------------------------------------------------------
 SELECT pg_temp.queue('b', 'y1'), pg_temp.queue('b', 'y2');

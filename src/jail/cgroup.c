@@ -231,7 +231,7 @@ set_knob(const char *dir, const char *knob, uint64_t value, bool optional,
 
 /*
  * The run's limits.  extra_pids: processes of ours that share the cgroup
- * (a launcher worker supervising from inside its slot) and must not eat
+ * (a launcher worker that watches its run from inside its slot) and must not eat
  * into the payload's allowance.
  */
 int

@@ -7,7 +7,7 @@
  * One module per kernel facility (after nsjail): options.c parses the
  * command line, cgroup.c owns the per-run cgroup, rootfs.c builds the
  * mount namespace, seccomp.c the filter, sandbox.c everything that runs
- * inside the namespaces, supervise.c the host-side loop, workspace.c the
+ * inside the namespaces, run.c the host-side run, workspace.c the
  * host-side size check, verdict.c the JSON line.  Only main.c decides to
  * exit; helpers return an error code and put the reason in a buffer.
  *
@@ -93,7 +93,7 @@ typedef enum CgroupMode
 	CGROUP_V2
 } CgroupMode;
 
-/* Everything the verdict reports; filled in by the supervisor. */
+/* Everything the verdict reports; filled in by jail_run (run.c). */
 typedef struct JailResult
 {
 	JailStatus	status;
@@ -172,7 +172,7 @@ typedef struct JailPrespawn
 	uid_t		ouid;			/* the outer ids its maps were written with */
 	gid_t		ogid;
 	int			heldns[3];		/* the sandbox's mount, ipc and uts
-								 * namespaces, held (supervise.c) */
+								 * namespaces, held (run.c) */
 } JailPrespawn;
 
 /*
@@ -311,7 +311,7 @@ extern int	jail_rootfs_complete(const JailChildArgs *args, char *err);
 extern int	jail_child_main(void *arg);
 extern int	jail_loopback_up(char *err);
 
-/* supervise.c */
+/* run.c */
 extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,
 					 const JailRunEnv *env, JailResult *res);
 extern void jail_run_reap(void);

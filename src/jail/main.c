@@ -69,7 +69,7 @@ main(int argc, char **argv)
 	memset(&res, 0, sizeof(res));
 
 	/*
-	 * Die with the supervisor: if it crashes, we get SIGKILL, and our
+	 * Die with our caller (the extension's supervisor): if it crashes, we get SIGKILL, and our
 	 * sandbox's init gets SIGKILL from its own death signal, which takes
 	 * the whole pid namespace with it.  Check the parent did not already
 	 * go before the prctl took effect.

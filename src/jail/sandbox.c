@@ -684,7 +684,7 @@ jail_child_main(void *arg)
 	close_inherited(a);
 
 	/*
-	 * A served run shares its cgroup with the worker that supervises it;
+	 * A served run shares its cgroup with the worker that watches over it;
 	 * should the memory limit strike, the kernel must pick the sandbox,
 	 * never the worker (which would lose the verdict).  Raising the score
 	 * needs no privilege; the payload inherits it.

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * verdict.c
- *	  The one line of flat JSON that tells the supervisor what happened.
+ *	  The one line of flat JSON that tells the caller (the extension's
+ *	  background worker, or a launcher's client) what happened.
  *
  * The shape is a contract with the background worker (docs/jail.md): keep
  * it flat, keep every key present, and write it with a single write(2) so

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
- * supervise.c
+ * run.c
  *	  The host side of one run: build the filter and cgroup, create the
  *	  namespaced child, map its ids, then pump its output, watch the
- *	  clocks and signals, and collect the facts for the verdict.
+ *	  clocks and signals (monitor), and collect the facts for the verdict.
  *
  * Two kinds of failure are kept apart (the billing rule depends on it):
  * the sandbox could not be built (setup_error: any text on the child's
@@ -67,7 +67,7 @@ typedef struct Stream
  */
 static Stream stream_store[2];
 
-typedef struct Run
+typedef struct JailRun
 {
 	const JailOptions *opts;
 	JailResult *res;
@@ -89,7 +89,7 @@ typedef struct Run
 	bool		defer_reap;		/* the run may end on init's report alone */
 	bool		init_pending;	/* ended so: init to be reaped after the
 								 * verdict (jail_run_reap) */
-} Run;
+} JailRun;
 
 /* An init that reported itself alone, reaped by jail_run_reap(). */
 static pid_t pending_init = -1;
@@ -119,7 +119,7 @@ close_child_ends(int outp[2], int errout[2], int gop[2], int errp[2],
 }
 
 static void
-kill_sandbox(Run *run)
+kill_sandbox(JailRun *run)
 {
 	/*
 	 * SIGKILL to the pid namespace's init makes the kernel kill every
@@ -308,7 +308,7 @@ stream_write(Stream *s)
 }
 
 static void
-check_cpu(Run *run)
+check_cpu(JailRun *run)
 {
 	uint64_t	used = jail_cgroup_cpu_ms(&run->cg);
 
@@ -320,7 +320,7 @@ check_cpu(Run *run)
 }
 
 static void
-check_workspace(Run *run)
+check_workspace(JailRun *run)
 {
 	uint64_t	total = 0;
 	bool		big = false;
@@ -337,7 +337,7 @@ check_workspace(Run *run)
 
 /* Pump output and watch clocks until init is reaped and pipes are dry. */
 static void
-supervise(Run *run, Stream *streams, int errfd, int sigfd,
+monitor(JailRun *run, Stream *streams, int errfd, int sigfd,
 		  uint64_t start, char *setup_err, size_t *setup_err_len)
 {
 	const JailOptions *opts = run->opts;
@@ -726,7 +726,7 @@ discard_prespawn(JailPrespawn *p)
  * the payload.
  */
 static int
-measure_workspace(const Run *run, bool *big_before, char *err)
+measure_workspace(const JailRun *run, bool *big_before, char *err)
 {
 	const JailOptions *opts = run->opts;
 	uint64_t	total = 0;
@@ -770,7 +770,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	static const JailRunEnv oneshot = {
 		.stdout_fd = STDOUT_FILENO, .stderr_fd = STDERR_FILENO, .cancel_fd = -1,
 	};
-	Run			run;
+	JailRun		run;
 	JailFilter	filter = {0};
 	JailChildArgs args;
 	Stream	   *streams;
@@ -1028,9 +1028,9 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	streams[0].out = env->stdout_fd;
 	streams[1].in = errout[0];
 	streams[1].out = env->stderr_fd;
-	supervise(&run, streams, errp[0], sigfd, start, child_err, &child_err_len);
-	errp[0] = -1;				/* closed by supervise */
-	JAIL_TRACE("supervise done");
+	monitor(&run, streams, errp[0], sigfd, start, child_err, &child_err_len);
+	errp[0] = -1;				/* closed by monitor */
+	JAIL_TRACE("monitor done");
 
 	if (!run.reaped)
 	{

@@ -149,6 +149,23 @@ typedef struct JailFilter
 } JailFilter;
 
 /*
+ * The six pipes between the host side of a run and its sandbox, each
+ * [0] the read end and [1] the write end.  After the clone the host side
+ * keeps one end of each and closes the other (jail_pipes_close_child_ends),
+ * so that EOF or HUP on its ends means the sandbox is gone; the sandbox
+ * keeps the other ends (JailChildArgs, jail_pipes_child_ends).
+ */
+typedef struct JailPipes
+{
+	int			out[2];			/* the payload's stdout; ours: [0] */
+	int			errout[2];		/* the payload's stderr; ours: [0] */
+	int			go[2];			/* the go bytes; ours: [1] */
+	int			err[2];			/* setup error text (CLOEXEC); ours: [0] */
+	int			stat[2];		/* init's JailInitReport; ours: [0] */
+	int			life[2];		/* lifeline: HUP when we are gone; ours: [1] */
+} JailPipes;
+
+/*
  * A sandbox cloned ahead of its request by a launcher's worker (serve.c):
  * its namespaces exist and it waits for its first go byte; the request
  * (options and code) is put in reqfd before that byte is sent.
@@ -157,12 +174,7 @@ typedef struct JailPrespawn
 {
 	pid_t		pid;
 	int			pidfd;
-	int			outp[2];
-	int			errout[2];
-	int			gop[2];
-	int			errp[2];
-	int			statp[2];
-	int			life[2];
+	JailPipes	pipes;			/* the child's ends already closed */
 	int			sigfd;
 	int			reqfd;			/* memfd: u32 length, options, then code */
 	int			treesock[2];	/* [0] ours: receives the sandbox's copy of
@@ -312,6 +324,11 @@ extern int	jail_child_main(void *arg);
 extern int	jail_loopback_up(char *err);
 
 /* run.c */
+extern void jail_pipes_init(JailPipes *p);
+extern int	jail_pipes_open(JailPipes *p, char *err);
+extern void jail_pipes_child_ends(const JailPipes *p, JailChildArgs *args);
+extern void jail_pipes_close_child_ends(JailPipes *p);
+extern void jail_pipes_close(JailPipes *p);
 extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,
 					 const JailRunEnv *env, JailResult *res);
 extern void jail_run_reap(void);

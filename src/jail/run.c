@@ -102,20 +102,70 @@ close_fd(int *fd)
 	*fd = -1;
 }
 
+/* Nothing open: every descriptor -1. */
+void
+jail_pipes_init(JailPipes *p)
+{
+	int		   *pairs[] = {p->out, p->errout, p->go, p->err, p->stat, p->life};
+
+	for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
+		pairs[i][0] = pairs[i][1] = -1;
+}
+
+/* All six, close-on-exec; on failure the ones made are left to jail_pipes_close. */
+int
+jail_pipes_open(JailPipes *p, char *err)
+{
+	int		   *pairs[] = {p->out, p->errout, p->go, p->err, p->stat, p->life};
+
+	for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
+	{
+		if (pipe2(pairs[i], O_CLOEXEC) < 0)
+		{
+			jail_seterr(err, "pipe: %s", strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The sandbox's ends, into the arguments of its clone. */
+void
+jail_pipes_child_ends(const JailPipes *p, JailChildArgs *args)
+{
+	args->out_fd = p->out[1];
+	args->errout_fd = p->errout[1];
+	args->go_fd = p->go[0];
+	args->err_fd = p->err[1];
+	args->status_fd = p->stat[1];
+	args->lifeline_fd = p->life[0];
+}
+
 /*
  * After the clone: close the ends of the pipes that belong to the sandbox
  * (it holds its own copies), so that EOF on ours means it is gone.
  */
-static void
-close_child_ends(int outp[2], int errout[2], int gop[2], int errp[2],
-				 int statp[2], int life[2])
+void
+jail_pipes_close_child_ends(JailPipes *p)
 {
-	close_fd(&outp[1]);
-	close_fd(&errout[1]);
-	close_fd(&gop[0]);
-	close_fd(&errp[1]);
-	close_fd(&statp[1]);
-	close_fd(&life[0]);
+	close_fd(&p->out[1]);
+	close_fd(&p->errout[1]);
+	close_fd(&p->go[0]);
+	close_fd(&p->err[1]);
+	close_fd(&p->stat[1]);
+	close_fd(&p->life[0]);
+}
+
+void
+jail_pipes_close(JailPipes *p)
+{
+	int		   *pairs[] = {p->out, p->errout, p->go, p->err, p->stat, p->life};
+
+	for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
+	{
+		close_fd(&pairs[i][0]);
+		close_fd(&pairs[i][1]);
+	}
 }
 
 static void
@@ -582,14 +632,13 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	p->reqfd = -1;
 	for (int i = 0; i < 3; i++)
 		p->heldns[i] = -1;
+	jail_pipes_init(&p->pipes);
 	for (int i = 0; i < 2; i++)
-		p->outp[i] = p->errout[i] = p->gop[i] = p->errp[i] = p->statp[i] =
-			p->life[i] = p->treesock[i] = p->paygo[i] = -1;
+		p->treesock[i] = p->paygo[i] = -1;
 
-	if (pipe2(p->outp, O_CLOEXEC) < 0 || pipe2(p->errout, O_CLOEXEC) < 0 ||
-		pipe2(p->gop, O_CLOEXEC) < 0 || pipe2(p->errp, O_CLOEXEC) < 0 ||
-		pipe2(p->statp, O_CLOEXEC) < 0 || pipe2(p->life, O_CLOEXEC) < 0 ||
-		pipe2(p->paygo, O_CLOEXEC) < 0 ||
+	if (jail_pipes_open(&p->pipes, err) < 0)
+		return -1;
+	if (pipe2(p->paygo, O_CLOEXEC) < 0 ||
 		socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, p->treesock) < 0 ||
 		(p->reqfd = memfd_create("sandbox-request", MFD_CLOEXEC)) < 0)
 	{
@@ -612,12 +661,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	memset(&args, 0, sizeof(args));
 	args.filter = env->filter;
 	args.init_filter = env->init_filter;
-	args.go_fd = p->gop[0];
-	args.err_fd = p->errp[1];
-	args.status_fd = p->statp[1];
-	args.out_fd = p->outp[1];
-	args.errout_fd = p->errout[1];
-	args.lifeline_fd = p->life[0];
+	jail_pipes_child_ends(&p->pipes, &args);
 	args.req_fd = p->reqfd;
 	args.tree_sock = p->treesock[1];
 	args.paygo_fd = p->paygo[0];
@@ -656,7 +700,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 		jail_seterr(err, "clone: %s", strerror(errno));
 		return -1;
 	}
-	close_child_ends(p->outp, p->errout, p->gop, p->errp, p->statp, p->life);
+	jail_pipes_close_child_ends(&p->pipes);
 	close_fd(&p->treesock[1]);
 	close_fd(&p->paygo[0]);
 
@@ -682,7 +726,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	if (args.prebuild)
 	{
 		if (write_id_maps(p->pid, p->ouid, p->ogid, err) < 0 ||
-			write(p->gop[1], "g", 1) != 1)
+			write(p->pipes.go[1], "g", 1) != 1)
 		{
 			if (!err[0])
 				jail_seterr(err, "signal the sandbox: %s", strerror(errno));
@@ -702,12 +746,7 @@ discard_prespawn(JailPrespawn *p)
 	if (syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0) < 0)
 		kill(p->pid, SIGKILL);
 	waitpid(p->pid, NULL, 0);
-	close_fd(&p->outp[0]);
-	close_fd(&p->errout[0]);
-	close_fd(&p->gop[1]);
-	close_fd(&p->errp[0]);
-	close_fd(&p->statp[0]);
-	close_fd(&p->life[1]);
+	jail_pipes_close(&p->pipes);
 	close_fd(&p->sigfd);
 	close_fd(&p->pidfd);
 	close_fd(&p->reqfd);
@@ -774,12 +813,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	JailFilter	filter = {0};
 	JailChildArgs args;
 	Stream	   *streams;
-	int			outp[2] = {-1, -1},
-				errout[2] = {-1, -1},
-				gop[2] = {-1, -1},
-				errp[2] = {-1, -1},
-				statp[2] = {-1, -1},
-				life[2] = {-1, -1};
+	JailPipes	pipes;
 	int			sigfd = -1;
 	sigset_t	mask,
 				oldmask;
@@ -808,6 +842,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		env = &oneshot;
 	run.cancel_fd = env->cancel_fd;
 	run.statfd = -1;
+	jail_pipes_init(&pipes);
 	pre = env->pre;
 	if (pre)
 	{
@@ -825,7 +860,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * handled, where the go is sent otherwise.
 	 */
 	if (pre && pre->prebuilt && slot_serves(opts, env))
-		early_go = write(pre->gop[1], "r", 1) == 1;
+		early_go = write(pre->pipes.go[1], "r", 1) == 1;
 
 	streams = stream_store;
 	for (int i = 0; i < 2; i++)
@@ -902,26 +937,16 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	if (pre)
 	{
 		/* cloned before the request came: take over its descriptors */
-		JailPrespawn *p = pre;
-
-		memcpy(outp, p->outp, sizeof(outp));
-		memcpy(errout, p->errout, sizeof(errout));
-		memcpy(gop, p->gop, sizeof(gop));
-		memcpy(errp, p->errp, sizeof(errp));
-		memcpy(statp, p->statp, sizeof(statp));
-		memcpy(life, p->life, sizeof(life));
-		sigfd = p->sigfd;
+		pipes = pre->pipes;
+		jail_pipes_init(&pre->pipes);
+		sigfd = pre->sigfd;
+		pre->sigfd = -1;
 		start = jail_now_ms();
 	}
 	else
 	{
-		if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errout, O_CLOEXEC) < 0 ||
-			pipe2(gop, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
-			pipe2(statp, O_CLOEXEC) < 0 || pipe2(life, O_CLOEXEC) < 0)
-		{
-			jail_seterr(err, "pipe: %s", strerror(errno));
+		if (jail_pipes_open(&pipes, err) < 0)
 			goto out;
-		}
 
 		/*
 		 * Termination requests arrive through a signalfd, so they are handled
@@ -946,12 +971,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		args.code = code;
 		args.code_len = code_len;
 		args.filter = &filter;
-		args.go_fd = gop[0];
-		args.err_fd = errp[1];
-		args.status_fd = statp[1];
-		args.out_fd = outp[1];
-		args.errout_fd = errout[1];
-		args.lifeline_fd = life[0];
+		jail_pipes_child_ends(&pipes, &args);
 		args.req_fd = -1;
 		args.tree_sock = -1;
 		args.paygo_fd = -1;
@@ -969,7 +989,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 			goto out;
 		}
 	}
-	close_child_ends(outp, errout, gop, errp, statp, life);
+	jail_pipes_close_child_ends(&pipes);
 
 	/*
 	 * Two go bytes: the first after the id maps (the child can then build
@@ -978,9 +998,9 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * The payload is forked only after the second.
 	 */
 	if ((pre && pre->prebuilt ?
-		 !early_go && write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "r", 1) != 1 :
+		 !early_go && write(pipes.go[1], run.cg.mode == CGROUP_NONE ? "n" : "r", 1) != 1 :
 		 (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
-		  write(gop[1], run.cg.mode == CGROUP_NONE ? "n" : "g", 1) != 1)) ||
+		  write(pipes.go[1], run.cg.mode == CGROUP_NONE ? "n" : "g", 1) != 1)) ||
 		(!run.cg_borrowed && !born_in_cg && jail_cgroup_attach(&run.cg, run.pid, err) < 0))
 	{
 		if (!err[0])
@@ -988,7 +1008,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		kill_sandbox(&run);
 		waitpid(run.pid, &run.wstatus, 0);
 		run.reaped = true;
-		take_child_error(errp[0], err);
+		take_child_error(pipes.err[0], err);
 		goto out;
 	}
 	if (measure_workspace(&run, &big_before, err) < 0)
@@ -1005,16 +1025,16 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * process (its init has completed the root and dropped its last
 	 * capabilities by itself meanwhile); otherwise to init.
 	 */
-	if (write(pre && pre->prebuilt ? pre->paygo[1] : gop[1], "c", 1) != 1)
+	if (write(pre && pre->prebuilt ? pre->paygo[1] : pipes.go[1], "c", 1) != 1)
 	{
 		jail_seterr(err, "signal the sandbox: %s", strerror(errno));
 		kill_sandbox(&run);
 		waitpid(run.pid, &run.wstatus, 0);
 		run.reaped = true;
-		take_child_error(errp[0], err);
+		take_child_error(pipes.err[0], err);
 		goto out;
 	}
-	close_fd(&gop[1]);
+	close_fd(&pipes.go[1]);
 	JAIL_TRACE("go sent");
 
 	/*
@@ -1023,13 +1043,13 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * of our own, which is removed below.
 	 */
 	run.defer_reap = env->defer_reap && (run.cg_borrowed || run.cg.mode == CGROUP_NONE);
-	run.statfd = statp[0];
-	streams[0].in = outp[0];
+	run.statfd = pipes.stat[0];
+	streams[0].in = pipes.out[0];
 	streams[0].out = env->stdout_fd;
-	streams[1].in = errout[0];
+	streams[1].in = pipes.errout[0];
 	streams[1].out = env->stderr_fd;
-	monitor(&run, streams, errp[0], sigfd, start, child_err, &child_err_len);
-	errp[0] = -1;				/* closed by monitor */
+	monitor(&run, streams, pipes.err[0], sigfd, start, child_err, &child_err_len);
+	pipes.err[0] = -1;			/* closed by monitor */
 	JAIL_TRACE("monitor done");
 
 	if (!run.reaped)
@@ -1042,7 +1062,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		run.reaped_at = jail_now_ms();
 	}
 	if (!run.have_report &&
-		read(statp[0], &run.rep, sizeof(run.rep)) == sizeof(run.rep))
+		read(pipes.stat[0], &run.rep, sizeof(run.rep)) == sizeof(run.rep))
 		run.have_report = true;
 	if (run.have_report)
 	{
@@ -1139,15 +1159,7 @@ out:
 		res->cgroup = run.cg.mode;
 	if (!run.cg_borrowed)
 		jail_cgroup_destroy(&run.cg);
-	{
-		int		   *pairs[] = {outp, errout, gop, errp, statp, life};
-
-		for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
-		{
-			close_fd(&pairs[i][0]);
-			close_fd(&pairs[i][1]);
-		}
-	}
+	jail_pipes_close(&pipes);
 	close_fd(&sigfd);
 	close_fd(&run.pidfd);
 	close_fd(&run.wsfd);

@@ -166,6 +166,21 @@ typedef struct JailPipes
 } JailPipes;
 
 /*
+ * The go bytes: what the host side tells the sandbox, one byte each, on
+ * JailPipes.go (the last one of a prespawned sandbox goes to its payload's
+ * process directly, JailPrespawn.paygo).  Nothing of the payload runs
+ * before JAIL_GO_RUN.
+ *	  one-shot:   MAPPED or NOCGROUP (jail_run), then RUN
+ *	  prespawned: MAPPED (jail_prespawn), REQUEST or NOCGROUP (jail_run),
+ *				  then RUN (on paygo)
+ */
+#define JAIL_GO_MAPPED		'g'	/* the id maps are written: build the root */
+#define JAIL_GO_REQUEST		'r'	/* prespawned: the request waits in reqfd */
+#define JAIL_GO_NOCGROUP	'n'	/* MAPPED or REQUEST, for a run with no
+								 * cgroup (RLIMIT_NPROC stands in) */
+#define JAIL_GO_RUN			'c'	/* in the cgroup, workspace checked: start */
+
+/*
  * A sandbox cloned ahead of its request by a launcher's worker (serve.c):
  * its namespaces exist and it waits for its first go byte; the request
  * (options and code) is put in reqfd before that byte is sent.
@@ -239,7 +254,7 @@ typedef struct JailChildArgs
 	const JailFilter *filter;
 	const JailFilter *init_filter;	/* served init: loaded before the request,
 									 * or NULL: init confines itself after */
-	int			go_fd;			/* read: 1st byte maps done, 2nd cgroup */
+	int			go_fd;			/* read: the go bytes (JAIL_GO_*) */
 	int			err_fd;			/* write: setup error text, CLOEXEC */
 	int			status_fd;		/* write: a JailInitReport */
 	int			out_fd;			/* write end of stdout pipe */

@@ -168,6 +168,13 @@ jail_pipes_close(JailPipes *p)
 	}
 }
 
+/* One go byte (JAIL_GO_*); false if the sandbox is gone. */
+static bool
+send_go(int fd, char go)
+{
+	return write(fd, &go, 1) == 1;
+}
+
 static void
 kill_sandbox(JailRun *run)
 {
@@ -726,7 +733,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	if (args.prebuild)
 	{
 		if (write_id_maps(p->pid, p->ouid, p->ogid, err) < 0 ||
-			write(p->pipes.go[1], "g", 1) != 1)
+			!send_go(p->pipes.go[1], JAIL_GO_MAPPED))
 		{
 			if (!err[0])
 				jail_seterr(err, "signal the sandbox: %s", strerror(errno));
@@ -860,7 +867,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * handled, where the go is sent otherwise.
 	 */
 	if (pre && pre->prebuilt && slot_serves(opts, env))
-		early_go = write(pre->pipes.go[1], "r", 1) == 1;
+		early_go = send_go(pre->pipes.go[1], JAIL_GO_REQUEST);
 
 	streams = stream_store;
 	for (int i = 0; i < 2; i++)
@@ -998,9 +1005,9 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * The payload is forked only after the second.
 	 */
 	if ((pre && pre->prebuilt ?
-		 !early_go && write(pipes.go[1], run.cg.mode == CGROUP_NONE ? "n" : "r", 1) != 1 :
+		 !early_go && !send_go(pipes.go[1], run.cg.mode == CGROUP_NONE ? JAIL_GO_NOCGROUP : JAIL_GO_REQUEST) :
 		 (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
-		  write(pipes.go[1], run.cg.mode == CGROUP_NONE ? "n" : "g", 1) != 1)) ||
+		  !send_go(pipes.go[1], run.cg.mode == CGROUP_NONE ? JAIL_GO_NOCGROUP : JAIL_GO_MAPPED))) ||
 		(!run.cg_borrowed && !born_in_cg && jail_cgroup_attach(&run.cg, run.pid, err) < 0))
 	{
 		if (!err[0])
@@ -1025,7 +1032,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * process (its init has completed the root and dropped its last
 	 * capabilities by itself meanwhile); otherwise to init.
 	 */
-	if (write(pre && pre->prebuilt ? pre->paygo[1] : pipes.go[1], "c", 1) != 1)
+	if (!send_go(pre && pre->prebuilt ? pre->paygo[1] : pipes.go[1], JAIL_GO_RUN))
 	{
 		jail_seterr(err, "signal the sandbox: %s", strerror(errno));
 		kill_sandbox(&run);

@@ -563,7 +563,7 @@ served_payload(JailChildArgs *a, int reqpipe)
 	if (a->tree_sock >= 0)
 		close(a->tree_sock);
 
-	/* init's part (the root complete), then the worker's go */
+	/* init's part (the root complete), then the worker's JAIL_GO_RUN */
 	if (read(reqpipe, &pr, sizeof(pr)) != sizeof(pr))
 		_exit(1);				/* init gave up: its reason is on err_fd */
 	if (read(a->paygo_fd, &go, 1) != 1)
@@ -630,10 +630,10 @@ served_init(JailChildArgs *a)
 		child_fail(a, err);
 	}
 
-	/* The first byte: the request is in req_fd (and: is there a cgroup?) */
+	/* JAIL_GO_REQUEST (or _NOCGROUP): the request is in req_fd */
 	if (read(a->go_fd, &go, 1) != 1)
 		_exit(1);
-	if (go == 'n')
+	if (go == JAIL_GO_NOCGROUP)
 		a->cgroup_none = true;
 	JAIL_TRACE("init: request go");
 	load_request(a);
@@ -692,10 +692,10 @@ jail_child_main(void *arg)
 	if (a->served)
 		(void) jail_write_file("/proc/self/oom_score_adj", "1000");
 
-	/* The parent writes our uid/gid maps, then says go (first byte). */
+	/* The parent writes our uid/gid maps, then says JAIL_GO_MAPPED. */
 	if (read(a->go_fd, &go, 1) != 1)
 		_exit(1);
-	if (go == 'n')
+	if (go == JAIL_GO_NOCGROUP)
 		a->cgroup_none = true;	/* decided after a prespawned clone */
 	JAIL_TRACE("child: first go");
 	if (a->req_fd >= 0 && !a->prebuild)
@@ -749,7 +749,7 @@ jail_child_main(void *arg)
 	 * Meanwhile the parent has been moving us into the run's cgroup (on
 	 * cgroup v1 that write can take ~10 ms, which is why it overlaps with
 	 * the mount work above; on v2 we were normally cloned into it).
-	 * Nothing untrusted runs before this second go; the cgroup namespace
+	 * Nothing untrusted runs before this JAIL_GO_RUN; the cgroup namespace
 	 * is created only now so that its root is the run's cgroup.
 	 */
 	if (read(a->go_fd, &go, 1) != 1)

@@ -182,8 +182,10 @@ typedef struct JailPipes
 
 /*
  * A sandbox cloned ahead of its request by a launcher's worker (serve.c):
- * its namespaces exist and it waits for its first go byte; the request
- * (options and code) is put in reqfd before that byte is sent.
+ * its namespaces exist, its ids are mapped (mapped to a guess when root
+ * runs the launcher: ouid, ogid), it has built the fixed part of its root
+ * and waits for JAIL_GO_REQUEST; the request (options and code) is put in
+ * reqfd before that byte is sent.
  */
 typedef struct JailPrespawn
 {
@@ -195,7 +197,6 @@ typedef struct JailPrespawn
 	int			treesock[2];	/* [0] ours: receives the sandbox's copy of
 								 * the host tree, released when we exit */
 	int			paygo[2];		/* [1] ours: the payload's own last go */
-	bool		prebuilt;		/* ids mapped and root built ahead */
 	uid_t		ouid;			/* the outer ids its maps were written with */
 	gid_t		ogid;
 	int			heldns[3];		/* the sandbox's mount, ipc and uts
@@ -268,7 +269,8 @@ typedef struct JailChildArgs
 	int			paygo_fd;		/* prespawned: read by the payload's process,
 								 * the worker's go once the workspace is
 								 * checked; or -1 */
-	bool		prebuild;		/* prespawned with maps: build the root ahead */
+	bool		prebuild;		/* prespawned (req_fd): ids mapped at once,
+								 * the fixed root built ahead (served_init) */
 	bool		cgroup_none;	/* no cgroup: fall back to RLIMIT_NPROC */
 	bool		netns_ready;	/* network namespace inherited, lo already up */
 	bool		served;			/* run by the launcher's worker (serve.c) */

@@ -730,18 +730,14 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 			p->heldns[i] = open(path, O_RDONLY | O_CLOEXEC);
 		}
 	}
-	if (args.prebuild)
+	if (write_id_maps(p->pid, p->ouid, p->ogid, err) < 0 ||
+		!send_go(p->pipes.go[1], JAIL_GO_MAPPED))
 	{
-		if (write_id_maps(p->pid, p->ouid, p->ogid, err) < 0 ||
-			!send_go(p->pipes.go[1], JAIL_GO_MAPPED))
-		{
-			if (!err[0])
-				jail_seterr(err, "signal the sandbox: %s", strerror(errno));
-			(void) syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0);
-			waitpid(p->pid, NULL, 0);
-			return -1;
-		}
-		p->prebuilt = true;
+		if (!err[0])
+			jail_seterr(err, "signal the sandbox: %s", strerror(errno));
+		(void) syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0);
+		waitpid(p->pid, NULL, 0);
+		return -1;
 	}
 	return 0;
 }
@@ -866,7 +862,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * request runs before the second go.  A failed write is retried, and
 	 * handled, where the go is sent otherwise.
 	 */
-	if (pre && pre->prebuilt && slot_serves(opts, env))
+	if (pre && slot_serves(opts, env))
 		early_go = send_go(pre->pipes.go[1], JAIL_GO_REQUEST);
 
 	streams = stream_store;
@@ -1004,7 +1000,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * and the workspace check: both overlap with the child's mount work.
 	 * The payload is forked only after the second.
 	 */
-	if ((pre && pre->prebuilt ?
+	if ((pre ?
 		 !early_go && !send_go(pipes.go[1], run.cg.mode == CGROUP_NONE ? JAIL_GO_NOCGROUP : JAIL_GO_REQUEST) :
 		 (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
 		  !send_go(pipes.go[1], run.cg.mode == CGROUP_NONE ? JAIL_GO_NOCGROUP : JAIL_GO_MAPPED))) ||
@@ -1032,7 +1028,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * process (its init has completed the root and dropped its last
 	 * capabilities by itself meanwhile); otherwise to init.
 	 */
-	if (!send_go(pre && pre->prebuilt ? pre->paygo[1] : pipes.go[1], JAIL_GO_RUN))
+	if (!send_go(pre ? pre->paygo[1] : pipes.go[1], JAIL_GO_RUN))
 	{
 		jail_seterr(err, "signal the sandbox: %s", strerror(errno));
 		kill_sandbox(&run);

@@ -698,8 +698,6 @@ jail_child_main(void *arg)
 	if (go == JAIL_GO_NOCGROUP)
 		a->cgroup_none = true;	/* decided after a prespawned clone */
 	JAIL_TRACE("child: first go");
-	if (a->req_fd >= 0 && !a->prebuild)
-		load_request(a);
 
 	/*
 	 * Become the mapped unprivileged identity.  When the jail runs as root

@@ -200,7 +200,7 @@ typedef struct JailPrespawn
 	uid_t		ouid;			/* the outer ids its maps were written with */
 	gid_t		ogid;
 	int			heldns[3];		/* the sandbox's mount, ipc and uts
-								 * namespaces, held (run.c) */
+								 * namespaces, held (spawn.c) */
 } JailPrespawn;
 
 /*
@@ -298,6 +298,7 @@ extern int	jail_write_file(const char *path, const char *data);
 extern int	jail_write_fileat(int dirfd, const char *name, const char *data);
 extern int	jail_read_fileat(int dirfd, const char *name, char *buf, size_t len);
 extern int	jail_write_all(int fd, const void *buf, size_t len);
+extern void jail_close(int *fd);
 extern int	jail_send_fd(int sock, int fd);
 extern uint64_t jail_now_ms(void);
 extern char *jail_read_code(int fd, size_t *len, char *err);
@@ -340,16 +341,24 @@ extern int	jail_rootfs_complete(const JailChildArgs *args, char *err);
 extern int	jail_child_main(void *arg);
 extern int	jail_loopback_up(char *err);
 
-/* run.c */
+/* spawn.c */
 extern void jail_pipes_init(JailPipes *p);
 extern int	jail_pipes_open(JailPipes *p, char *err);
 extern void jail_pipes_child_ends(const JailPipes *p, JailChildArgs *args);
 extern void jail_pipes_close_child_ends(JailPipes *p);
 extern void jail_pipes_close(JailPipes *p);
+extern int	jail_stop_signals(char *err);
+extern void jail_outer_ids(int wsfd, uid_t *uid, gid_t *gid);
+extern int	jail_write_id_maps(pid_t pid, uid_t uid, gid_t gid, char *err);
+extern bool jail_send_go(int fd, char go);
+extern pid_t jail_spawn(JailChildArgs *args, int *pidfd, int cgroup_fd, bool *born_in);
+extern int	jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err);
+extern void jail_prespawn_discard(JailPrespawn *p);
+
+/* run.c */
 extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,
 					 const JailRunEnv *env, JailResult *res);
 extern void jail_run_reap(void);
-extern int	jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err);
 
 /* wire.c: the launcher's protocol (docs/jail.md, "Resident launcher") */
 #define JAIL_WIRE_MAGIC		"sandbox-jail/1"

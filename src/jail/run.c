@@ -95,87 +95,6 @@ typedef struct JailRun
 static pid_t pending_init = -1;
 
 static void
-close_fd(int *fd)
-{
-	if (*fd >= 0)
-		close(*fd);
-	*fd = -1;
-}
-
-/* Nothing open: every descriptor -1. */
-void
-jail_pipes_init(JailPipes *p)
-{
-	int		   *pairs[] = {p->out, p->errout, p->go, p->err, p->stat, p->life};
-
-	for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
-		pairs[i][0] = pairs[i][1] = -1;
-}
-
-/* All six, close-on-exec; on failure the ones made are left to jail_pipes_close. */
-int
-jail_pipes_open(JailPipes *p, char *err)
-{
-	int		   *pairs[] = {p->out, p->errout, p->go, p->err, p->stat, p->life};
-
-	for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
-	{
-		if (pipe2(pairs[i], O_CLOEXEC) < 0)
-		{
-			jail_seterr(err, "pipe: %s", strerror(errno));
-			return -1;
-		}
-	}
-	return 0;
-}
-
-/* The sandbox's ends, into the arguments of its clone. */
-void
-jail_pipes_child_ends(const JailPipes *p, JailChildArgs *args)
-{
-	args->out_fd = p->out[1];
-	args->errout_fd = p->errout[1];
-	args->go_fd = p->go[0];
-	args->err_fd = p->err[1];
-	args->status_fd = p->stat[1];
-	args->lifeline_fd = p->life[0];
-}
-
-/*
- * After the clone: close the ends of the pipes that belong to the sandbox
- * (it holds its own copies), so that EOF on ours means it is gone.
- */
-void
-jail_pipes_close_child_ends(JailPipes *p)
-{
-	close_fd(&p->out[1]);
-	close_fd(&p->errout[1]);
-	close_fd(&p->go[0]);
-	close_fd(&p->err[1]);
-	close_fd(&p->stat[1]);
-	close_fd(&p->life[0]);
-}
-
-void
-jail_pipes_close(JailPipes *p)
-{
-	int		   *pairs[] = {p->out, p->errout, p->go, p->err, p->stat, p->life};
-
-	for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
-	{
-		close_fd(&pairs[i][0]);
-		close_fd(&pairs[i][1]);
-	}
-}
-
-/* One go byte (JAIL_GO_*); false if the sandbox is gone. */
-static bool
-send_go(int fd, char go)
-{
-	return write(fd, &go, 1) == 1;
-}
-
-static void
 kill_sandbox(JailRun *run)
 {
 	/*
@@ -193,118 +112,6 @@ kill_sandbox(JailRun *run)
 			jail_cgroup_kill(&run->cg);
 		run->kill_sent = true;
 	}
-}
-
-/* Outer uid/gid the sandbox's uid 1000 stands for. */
-static void
-outer_ids(const JailOptions *opts, uid_t *uid, gid_t *gid, int wsfd)
-{
-	struct stat st;
-
-	if (geteuid() != 0)
-	{
-		/* unprivileged user namespaces allow exactly our own ids */
-		*uid = geteuid();
-		*gid = getegid();
-		return;
-	}
-
-	/*
-	 * Started by root: never run the payload as uid 0.  Use the
-	 * workspace's owner so the payload can write there and files keep an
-	 * owner that makes sense; a root-owned workspace gets nobody.
-	 */
-	if (fstat(wsfd, &st) == 0 && st.st_uid != 0)
-	{
-		*uid = st.st_uid;
-		*gid = st.st_gid != 0 ? st.st_gid : 65534;
-	}
-	else
-	{
-		*uid = 65534;
-		*gid = 65534;
-	}
-}
-
-static int
-write_id_maps(pid_t pid, uid_t uid, gid_t gid, char *err)
-{
-	char		path[64];
-	char		map[64];
-
-	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int) pid);
-	snprintf(map, sizeof(map), "%d %u 1\n", JAIL_INNER_UID, (unsigned) uid);
-	if (jail_write_file(path, map) < 0)
-	{
-		jail_seterr(err, "write uid_map: %s", strerror(errno));
-		return -1;
-	}
-
-	/*
-	 * setgroups is denied for good: the payload can then never drop a
-	 * supplementary group to get around a "group may not read" rule.
-	 */
-	snprintf(path, sizeof(path), "/proc/%d/setgroups", (int) pid);
-	if (jail_write_file(path, "deny") < 0)
-	{
-		jail_seterr(err, "write setgroups: %s", strerror(errno));
-		return -1;
-	}
-	snprintf(path, sizeof(path), "/proc/%d/gid_map", (int) pid);
-	snprintf(map, sizeof(map), "%d %u 1\n", JAIL_INNER_GID, (unsigned) gid);
-	if (jail_write_file(path, map) < 0)
-	{
-		jail_seterr(err, "write gid_map: %s", strerror(errno));
-		return -1;
-	}
-	return 0;
-}
-
-/*
- * clone3 where available (pidfd); plain clone for valgrind and old kernels.
- * cgroup_fd, a v2 run cgroup or -1: the child is born in it
- * (CLONE_INTO_CGROUP, Linux 5.7+), so there is no move into it to pay for
- * (on v1 the move waits for an RCU grace period, up to ~10 ms); *born_in
- * says whether that happened.  If it did not (an older kernel, clone3
- * refused), the caller moves the child as on v1, and that move reports
- * the reason if there is one.
- */
-static pid_t
-spawn_child(JailChildArgs *args, int *pidfd, int cgroup_fd, bool *born_in)
-{
-	uint64_t	flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS |
-		CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
-	struct clone_args ca;
-	pid_t		pid = -1;
-
-	/* A launcher's worker hands over a fresh netns it made for this run. */
-	if (!args->netns_ready)
-		flags |= CLONE_NEWNET;
-	*born_in = false;
-	memset(&ca, 0, sizeof(ca));
-	ca.pidfd = (uint64_t) (uintptr_t) pidfd;
-	ca.exit_signal = SIGCHLD;
-	if (cgroup_fd >= 0)
-	{
-		ca.flags = flags | CLONE_INTO_CGROUP;
-		ca.cgroup = (uint64_t) cgroup_fd;
-		pid = syscall(SYS_clone3, &ca, sizeof(ca));
-		if (pid == 0)
-			_exit(jail_child_main(args));
-		if (pid > 0)
-		{
-			*born_in = true;
-			return pid;
-		}
-		ca.cgroup = 0;
-	}
-	ca.flags = flags;
-	pid = syscall(SYS_clone3, &ca, sizeof(ca));
-	if (pid < 0 && errno == ENOSYS)
-		pid = syscall(SYS_clone, flags | SIGCHLD, NULL, pidfd, NULL, 0);
-	if (pid == 0)
-		_exit(jail_child_main(args));
-	return pid;
 }
 
 static void
@@ -532,9 +339,9 @@ monitor(JailRun *run, Stream *streams, int errfd, int sigfd,
 						if (r > 0)
 							*setup_err_len += r;
 						else if (r == 0 || (errno != EINTR && errno != EAGAIN))
-							close_fd(&errfd);
+							jail_close(&errfd);
 						if (*setup_err_len >= JAIL_ERRLEN - 1)
-							close_fd(&errfd);
+							jail_close(&errfd);
 						break;
 					}
 				case 2:
@@ -597,7 +404,7 @@ monitor(JailRun *run, Stream *streams, int errfd, int sigfd,
 			}
 		}
 	}
-	close_fd(&errfd);
+	jail_close(&errfd);
 }
 
 /*
@@ -616,148 +423,6 @@ take_child_error(int fd, char *err)
 		buf[n] = '\0';
 		snprintf(err, JAIL_ERRLEN, "%s", buf);
 	}
-}
-
-/*
- * Clone a sandbox before its request exists (serve.c's workers): the
- * clone of six namespaces is the largest fixed cost of a run, and none of
- * it depends on the request.  The child waits for its first go byte and
- * then reads the request from reqfd; jail_run (env->pre) does the rest
- * exactly as for a sandbox cloned on the spot.
- */
-int
-jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
-{
-	JailChildArgs args;
-	sigset_t	mask;
-	bool		born_in;
-
-	memset(p, 0, sizeof(*p));
-	p->pid = -1;
-	p->pidfd = -1;
-	p->sigfd = -1;
-	p->reqfd = -1;
-	for (int i = 0; i < 3; i++)
-		p->heldns[i] = -1;
-	jail_pipes_init(&p->pipes);
-	for (int i = 0; i < 2; i++)
-		p->treesock[i] = p->paygo[i] = -1;
-
-	if (jail_pipes_open(&p->pipes, err) < 0)
-		return -1;
-	if (pipe2(p->paygo, O_CLOEXEC) < 0 ||
-		socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, p->treesock) < 0 ||
-		(p->reqfd = memfd_create("sandbox-request", MFD_CLOEXEC)) < 0)
-	{
-		jail_seterr(err, "pipe: %s", strerror(errno));
-		return -1;
-	}
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
-	sigaddset(&mask, SIGQUIT);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
-	p->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (p->sigfd < 0)
-	{
-		jail_seterr(err, "signalfd: %s", strerror(errno));
-		return -1;
-	}
-
-	memset(&args, 0, sizeof(args));
-	args.filter = env->filter;
-	args.init_filter = env->init_filter;
-	jail_pipes_child_ends(&p->pipes, &args);
-	args.req_fd = p->reqfd;
-	args.tree_sock = p->treesock[1];
-	args.paygo_fd = p->paygo[0];
-	args.linger = env->defer_reap;
-	args.netns_ready = env->netns_ready;
-	args.served = true;
-
-	/*
-	 * The id maps are written now, so that the child can build the fixed
-	 * part of its root ahead too.  Unprivileged, they are always our own
-	 * ids.  Started by root, the outer ids are the workspace's owner's,
-	 * which only the request tells: we guess the ids of the last run
-	 * (nobody's before the first), and jail_run throws this sandbox away
-	 * and clones a fresh one if the request proves the guess wrong.  A
-	 * map is never rewritten, and a sandbox never serves another uid.
-	 */
-	args.prebuild = true;
-	if (geteuid() != 0)
-	{
-		p->ouid = geteuid();
-		p->ogid = getegid();
-	}
-	else if (env->owner_hint && env->owner_hint[0] != 0)
-	{
-		p->ouid = env->owner_hint[0];
-		p->ogid = env->owner_hint[1];
-	}
-	else
-	{
-		p->ouid = 65534;
-		p->ogid = 65534;
-	}
-	p->pid = spawn_child(&args, &p->pidfd, -1, &born_in);
-	if (p->pid < 0)
-	{
-		jail_seterr(err, "clone: %s", strerror(errno));
-		return -1;
-	}
-	jail_pipes_close_child_ends(&p->pipes);
-	close_fd(&p->treesock[1]);
-	close_fd(&p->paygo[0]);
-
-	/*
-	 * Tearing down a mount namespace waits for an RCU grace period, paid
-	 * by whoever drops the last reference: without this, the sandbox's
-	 * init, before it can be reaped, i.e. before the verdict.  An ipc
-	 * namespace's is queued to a kworker, which then competes with the
-	 * end of the run.  The worker keeps a reference to each (and the uts
-	 * namespace's, for the same reason on a smaller scale) and drops
-	 * them when it exits, after the verdict is sent.
-	 */
-	{
-		static const char *const ns[3] = {"mnt", "ipc", "uts"};
-		char		path[64];
-
-		for (int i = 0; i < 3; i++)
-		{
-			snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int) p->pid, ns[i]);
-			p->heldns[i] = open(path, O_RDONLY | O_CLOEXEC);
-		}
-	}
-	if (write_id_maps(p->pid, p->ouid, p->ogid, err) < 0 ||
-		!send_go(p->pipes.go[1], JAIL_GO_MAPPED))
-	{
-		if (!err[0])
-			jail_seterr(err, "signal the sandbox: %s", strerror(errno));
-		(void) syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0);
-		waitpid(p->pid, NULL, 0);
-		return -1;
-	}
-	return 0;
-}
-
-/* A prespawned sandbox that does not fit the request: kill it, close all. */
-static void
-discard_prespawn(JailPrespawn *p)
-{
-	if (syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0) < 0)
-		kill(p->pid, SIGKILL);
-	waitpid(p->pid, NULL, 0);
-	jail_pipes_close(&p->pipes);
-	close_fd(&p->sigfd);
-	close_fd(&p->pidfd);
-	close_fd(&p->reqfd);
-	for (int i = 0; i < 3; i++)
-		close_fd(&p->heldns[i]);
-	close_fd(&p->treesock[0]);
-	close_fd(&p->paygo[1]);
-	p->pid = -1;
 }
 
 /*
@@ -818,8 +483,6 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	Stream	   *streams;
 	JailPipes	pipes;
 	int			sigfd = -1;
-	sigset_t	mask,
-				oldmask;
 	char		err[JAIL_ERRLEN] = "";
 	char		child_err[JAIL_ERRLEN] = "";
 	size_t		child_err_len = 0;
@@ -863,7 +526,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * handled, where the go is sent otherwise.
 	 */
 	if (pre && slot_serves(opts, env))
-		early_go = send_go(pre->pipes.go[1], JAIL_GO_REQUEST);
+		early_go = jail_send_go(pre->pipes.go[1], JAIL_GO_REQUEST);
 
 	streams = stream_store;
 	for (int i = 0; i < 2; i++)
@@ -876,7 +539,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		jail_seterr(err, "workspace %s: %s", opts->workspace, strerror(errno));
 		goto out;
 	}
-	outer_ids(opts, &ouid, &ogid, run.wsfd);
+	jail_outer_ids(run.wsfd, &ouid, &ogid);
 	JAIL_TRACE("workspace opened");
 
 	/*
@@ -892,7 +555,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	}
 	if (pre && (pre->ouid != ouid || pre->ogid != ogid))
 	{
-		discard_prespawn(pre);
+		jail_prespawn_discard(pre);
 		pre = NULL;
 		run.pid = -1;
 		run.pidfd = -1;
@@ -931,7 +594,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 */
 	if (pre && !run.cg_borrowed && run.cg.mode != CGROUP_NONE)
 	{
-		discard_prespawn(pre);
+		jail_prespawn_discard(pre);
 		pre = NULL;
 		run.pid = -1;
 		run.pidfd = -1;
@@ -951,23 +614,9 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		if (jail_pipes_open(&pipes, err) < 0)
 			goto out;
 
-		/*
-		 * Termination requests arrive through a signalfd, so they are handled
-		 * in the loop like everything else; blocked before the clone so none
-		 * is lost in between (the payload unblocks them before execve).
-		 */
-		sigemptyset(&mask);
-		sigaddset(&mask, SIGTERM);
-		sigaddset(&mask, SIGINT);
-		sigaddset(&mask, SIGHUP);
-		sigaddset(&mask, SIGQUIT);
-		sigprocmask(SIG_BLOCK, &mask, &oldmask);
-		sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+		sigfd = jail_stop_signals(err);
 		if (sigfd < 0)
-		{
-			jail_seterr(err, "signalfd: %s", strerror(errno));
 			goto out;
-		}
 
 		memset(&args, 0, sizeof(args));
 		args.opts = opts;
@@ -983,7 +632,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		args.served = env != &oneshot;
 
 		start = jail_now_ms();
-		run.pid = spawn_child(&args, &run.pidfd,
+		run.pid = jail_spawn(&args, &run.pidfd,
 							  run.cg.mode == CGROUP_V2 ? run.cg.v2_dirfd : -1,
 							  &born_in_cg);
 		if (run.pid < 0)
@@ -1001,9 +650,9 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * The payload is forked only after the second.
 	 */
 	if ((pre ?
-		 !early_go && !send_go(pipes.go[1], run.cg.mode == CGROUP_NONE ? JAIL_GO_NOCGROUP : JAIL_GO_REQUEST) :
-		 (write_id_maps(run.pid, ouid, ogid, err) < 0 ||
-		  !send_go(pipes.go[1], run.cg.mode == CGROUP_NONE ? JAIL_GO_NOCGROUP : JAIL_GO_MAPPED))) ||
+		 !early_go && !jail_send_go(pipes.go[1], run.cg.mode == CGROUP_NONE ? JAIL_GO_NOCGROUP : JAIL_GO_REQUEST) :
+		 (jail_write_id_maps(run.pid, ouid, ogid, err) < 0 ||
+		  !jail_send_go(pipes.go[1], run.cg.mode == CGROUP_NONE ? JAIL_GO_NOCGROUP : JAIL_GO_MAPPED))) ||
 		(!run.cg_borrowed && !born_in_cg && jail_cgroup_attach(&run.cg, run.pid, err) < 0))
 	{
 		if (!err[0])
@@ -1028,7 +677,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * process (its init has completed the root and dropped its last
 	 * capabilities by itself meanwhile); otherwise to init.
 	 */
-	if (!send_go(pre ? pre->paygo[1] : pipes.go[1], JAIL_GO_RUN))
+	if (!jail_send_go(pre ? pre->paygo[1] : pipes.go[1], JAIL_GO_RUN))
 	{
 		jail_seterr(err, "signal the sandbox: %s", strerror(errno));
 		kill_sandbox(&run);
@@ -1037,7 +686,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		take_child_error(pipes.err[0], err);
 		goto out;
 	}
-	close_fd(&pipes.go[1]);
+	jail_close(&pipes.go[1]);
 	JAIL_TRACE("go sent");
 
 	/*
@@ -1163,9 +812,9 @@ out:
 	if (!run.cg_borrowed)
 		jail_cgroup_destroy(&run.cg);
 	jail_pipes_close(&pipes);
-	close_fd(&sigfd);
-	close_fd(&run.pidfd);
-	close_fd(&run.wsfd);
+	jail_close(&sigfd);
+	jail_close(&run.pidfd);
+	jail_close(&run.wsfd);
 	if (!env->filter)
 		free(filter.insns);
 	return rc;

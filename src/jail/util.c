@@ -72,6 +72,15 @@ jail_write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+/* Close *fd if it is open, and mark it closed (-1). */
+void
+jail_close(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
 /*
  * Write a small control file (uid_map, cgroup knobs).  O_NOFOLLOW because
  * these paths are never meant to be symlinks; a symlink there means someone

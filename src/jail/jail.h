@@ -246,6 +246,41 @@ typedef struct JailRunEnv
 								 * itself alone may be reaped then */
 } JailRunEnv;
 
+/*
+ * One run, host side, from jail_run's start to its verdict: what run.c
+ * prepared and started, and what the monitor (monitor.c) learned while it
+ * ran.  Lives on jail_run's stack.
+ */
+typedef struct JailRun
+{
+	const JailOptions *opts;
+	const JailRunEnv *env;
+	JailResult *res;
+	JailCgroup	cg;
+	bool		cg_borrowed;	/* the launcher's slot: not ours to remove */
+	int			wsfd;			/* the workspace (a directory), for size checks */
+	JailPipes	pipes;			/* our ends, once the sandbox exists */
+	int			sigfd;			/* the stop signals (jail_stop_signals) */
+	pid_t		pid;			/* the sandbox's init, seen from here */
+	int			pidfd;
+	uint64_t	start;			/* ms: cloned, or taken over when prespawned */
+	bool		defer_reap;		/* the run may end on init's report alone */
+
+	/* learned by the monitor */
+	bool		kill_sent;
+	bool		over_workspace; /* killed for the workspace's size */
+	bool		reaped;			/* init reaped, or reported itself alone */
+	uint64_t	reaped_at;		/* ms, for wall_ms (not the flush) */
+	int			wstatus;		/* of init */
+	struct rusage ru;			/* of init, or its report's */
+	bool		have_report;
+	JailInitReport rep;			/* init's report of the payload */
+	bool		init_pending;	/* ended on the report: init to be reaped
+								 * after the verdict (jail_run_reap) */
+	char		child_err[JAIL_ERRLEN]; /* the sandbox's setup error text */
+	size_t		child_err_len;
+} JailRun;
+
 /* What the child needs to build the sandbox; shared by fork. */
 typedef struct JailChildArgs
 {
@@ -358,7 +393,11 @@ extern void jail_prespawn_discard(JailPrespawn *p);
 /* run.c */
 extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,
 					 const JailRunEnv *env, JailResult *res);
+extern void jail_run_kill(JailRun *run);
 extern void jail_run_reap(void);
+
+/* monitor.c */
+extern void jail_monitor(JailRun *run);
 
 /* wire.c: the launcher's protocol (docs/jail.md, "Resident launcher") */
 #define JAIL_WIRE_MAGIC		"sandbox-jail/1"

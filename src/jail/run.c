@@ -41,61 +41,11 @@
 
 #include "jail.h"
 
-#define STREAM_BUF			65536
-#define CPU_POLL_MS			100
-#define WORKSPACE_POLL_MS	500
-#define FLUSH_GRACE_MS		2000
-
-typedef struct Stream
-{
-	int			in;				/* read end of the payload's pipe */
-	int			out;			/* our stdout or stderr */
-	size_t		off;
-	size_t		len;
-	uint64_t	produced;		/* everything the payload wrote */
-	uint64_t	forwarded;		/* accepted for delivery (<= cap) */
-	bool		eof;
-	bool		out_dead;		/* our reader went away: discard */
-	char		buf[STREAM_BUF];	/* last: not cleared per run */
-} Stream;
-
-/*
- * The two streams of the (one) run of this process.  Static, and only the
- * fields before buf are cleared: a calloc of 128 KiB costs a memset and
- * ~30 page faults (~60 us) before every run, for output that a short run
- * never has.
- */
-static Stream stream_store[2];
-
-typedef struct JailRun
-{
-	const JailOptions *opts;
-	JailResult *res;
-	JailCgroup	cg;
-	pid_t		pid;			/* the sandbox's init, seen from here */
-	int			pidfd;
-	bool		reaped;
-	uint64_t	reaped_at;		/* ms, for wall_ms (not the flush) */
-	int			wstatus;		/* of init */
-	struct rusage ru;
-	bool		kill_sent;
-	int			wsfd;			/* workspace, O_PATH, for size checks */
-	bool		over_workspace;
-	bool		cg_borrowed;	/* the launcher's slot: not ours to remove */
-	int			cancel_fd;		/* the launcher's client: EOF = stop */
-	int			statfd;			/* init's report (JailInitReport), or -1 */
-	bool		have_report;
-	JailInitReport rep;
-	bool		defer_reap;		/* the run may end on init's report alone */
-	bool		init_pending;	/* ended so: init to be reaped after the
-								 * verdict (jail_run_reap) */
-} JailRun;
-
 /* An init that reported itself alone, reaped by jail_run_reap(). */
 static pid_t pending_init = -1;
 
-static void
-kill_sandbox(JailRun *run)
+void
+jail_run_kill(JailRun *run)
 {
 	/*
 	 * SIGKILL to the pid namespace's init makes the kernel kill every
@@ -112,299 +62,6 @@ kill_sandbox(JailRun *run)
 			jail_cgroup_kill(&run->cg);
 		run->kill_sent = true;
 	}
-}
-
-static void
-stream_read(Stream *s, uint64_t cap, JailResult *res)
-{
-	char		discard[STREAM_BUF];
-	ssize_t		n;
-
-	/* only when the buffer is empty: that is our backpressure */
-	n = read(s->in, s->len == 0 ? s->buf : discard, STREAM_BUF);
-	if (n < 0)
-	{
-		if (errno == EINTR || errno == EAGAIN)
-			return;
-		n = 0;
-	}
-	if (n == 0)
-	{
-		s->eof = true;
-		return;
-	}
-	s->produced += n;
-	if (s->forwarded < cap && !s->out_dead && s->len == 0)
-	{
-		size_t		keep = (uint64_t) n < cap - s->forwarded ? (size_t) n : cap - s->forwarded;
-
-		if (keep < (size_t) n)
-			res->output_truncated = true;
-		s->forwarded += keep;
-		s->off = 0;
-		s->len = keep;
-	}
-	else
-		res->output_truncated = true;	/* over the cap, or nobody reads */
-}
-
-static void
-stream_write(Stream *s)
-{
-	size_t		chunk = s->len - s->off;
-	ssize_t		n;
-
-	if (chunk > PIPE_BUF)
-		chunk = PIPE_BUF;
-	n = write(s->out, s->buf + s->off, chunk);
-	if (n < 0)
-	{
-		if (errno == EINTR || errno == EAGAIN)
-			return;
-		/* EPIPE and friends: nobody is listening; keep draining */
-		s->out_dead = true;
-		s->off = s->len = 0;
-		return;
-	}
-	s->off += n;
-	if (s->off == s->len)
-		s->off = s->len = 0;
-}
-
-static void
-check_cpu(JailRun *run)
-{
-	uint64_t	used = jail_cgroup_cpu_ms(&run->cg);
-
-	if (used >= run->opts->cpu_ms && !run->reaped)
-	{
-		run->res->timed_out = true;
-		kill_sandbox(run);
-	}
-}
-
-static void
-check_workspace(JailRun *run)
-{
-	uint64_t	total = 0;
-	bool		big = false;
-
-	if (run->wsfd < 0 || run->opts->workspace_size == 0)
-		return;
-	if (jail_workspace_usage(run->wsfd, 0, run->opts->workspace_entries, &total, &big) < 0 ||
-		total > run->opts->workspace_size)
-	{
-		run->over_workspace = true;
-		kill_sandbox(run);
-	}
-}
-
-/* Pump output and watch clocks until init is reaped and pipes are dry. */
-static void
-monitor(JailRun *run, Stream *streams, int errfd, int sigfd,
-		  uint64_t start, char *setup_err, size_t *setup_err_len)
-{
-	const JailOptions *opts = run->opts;
-	JailResult *res = run->res;
-	uint64_t	deadline = start + opts->wall_ms;
-	uint64_t	next_cpu = start + CPU_POLL_MS;
-	uint64_t	next_ws = start + WORKSPACE_POLL_MS;
-	uint64_t	flush_deadline = 0;
-	bool		watch_cpu = jail_cgroup_cpu_ms(&run->cg) != 0 ||
-		run->cg.mode == CGROUP_V2 || run->cg.cpu_dir[0];
-
-	for (;;)
-	{
-		struct pollfd pfd[8];
-		int			idx[8];
-		int			n = 0;
-		uint64_t	now = jail_now_ms();
-		int			timeout;
-		uint64_t	wake;
-
-		if (!run->reaped && now >= deadline && !run->kill_sent)
-		{
-			res->timed_out = true;
-			kill_sandbox(run);
-		}
-		if (!run->reaped && watch_cpu && now >= next_cpu)
-		{
-			check_cpu(run);
-			next_cpu = now + CPU_POLL_MS;
-		}
-		if (!run->reaped && now >= next_ws)
-		{
-			check_workspace(run);
-			next_ws = now + WORKSPACE_POLL_MS;
-		}
-
-		if (run->reaped)
-		{
-			bool		done = errfd < 0;
-
-			for (int i = 0; i < 2; i++)
-				if (!streams[i].eof || streams[i].len > 0)
-					done = false;
-			if (done)
-				break;
-			if (flush_deadline == 0)
-				flush_deadline = now + FLUSH_GRACE_MS;
-			else if (now >= flush_deadline)
-				break;			/* a caller that never reads: give up */
-		}
-
-		if (!run->reaped)
-		{
-			pfd[n].fd = run->pidfd;
-			pfd[n].events = POLLIN;
-			idx[n++] = 0;
-		}
-		for (int i = 0; i < 2; i++)
-		{
-			Stream	   *s = &streams[i];
-
-			if (s->len > 0)
-			{
-				pfd[n].fd = s->out;
-				pfd[n].events = POLLOUT;
-				idx[n++] = 10 + i;
-			}
-			else if (!s->eof)
-			{
-				pfd[n].fd = s->in;
-				pfd[n].events = POLLIN;
-				idx[n++] = 20 + i;
-			}
-		}
-		if (errfd >= 0)
-		{
-			pfd[n].fd = errfd;
-			pfd[n].events = POLLIN;
-			idx[n++] = 1;
-		}
-		pfd[n].fd = sigfd;
-		pfd[n].events = POLLIN;
-		idx[n++] = 2;
-		if (run->cancel_fd >= 0 && !run->reaped)
-		{
-			pfd[n].fd = run->cancel_fd;
-			pfd[n].events = POLLIN | POLLRDHUP;
-			idx[n++] = 3;
-		}
-		if (run->defer_reap && run->statfd >= 0 && !run->have_report && !run->reaped)
-		{
-			pfd[n].fd = run->statfd;
-			pfd[n].events = POLLIN;
-			idx[n++] = 4;
-		}
-
-		wake = run->reaped ? flush_deadline : deadline;
-		if (!run->reaped && watch_cpu && next_cpu < wake)
-			wake = next_cpu;
-		if (!run->reaped && opts->workspace_size && next_ws < wake)
-			wake = next_ws;
-		if (run->kill_sent && !run->reaped)
-			wake = now + 1000;	/* kill sent: just wait for the reap */
-		timeout = wake > now ? (int) (wake - now) : 0;
-
-		if (poll(pfd, n, timeout) < 0)
-		{
-			if (errno == EINTR)
-				continue;
-			jail_warn("poll: %s", strerror(errno));
-			kill_sandbox(run);
-			break;
-		}
-		for (int i = 0; i < n; i++)
-		{
-			if (!pfd[i].revents)
-				continue;
-			switch (idx[i])
-			{
-				case 0:
-					if (waitpid(run->pid, &run->wstatus, WNOHANG) == run->pid)
-					{
-						/* wait4 semantics via getrusage of children */
-						getrusage(RUSAGE_CHILDREN, &run->ru);
-						JAIL_TRACE("init reaped");
-						run->reaped = true;
-						run->reaped_at = jail_now_ms();
-					}
-					break;
-				case 1:
-					{
-						ssize_t		r = read(errfd, setup_err + *setup_err_len,
-											 JAIL_ERRLEN - 1 - *setup_err_len);
-
-						if (r > 0)
-							*setup_err_len += r;
-						else if (r == 0 || (errno != EINTR && errno != EAGAIN))
-							jail_close(&errfd);
-						if (*setup_err_len >= JAIL_ERRLEN - 1)
-							jail_close(&errfd);
-						break;
-					}
-				case 2:
-					{
-						struct signalfd_siginfo si;
-
-						if (read(sigfd, &si, sizeof(si)) == sizeof(si))
-						{
-							res->killed = true;
-							kill_sandbox(run);
-						}
-						break;
-					}
-				case 3:
-					/*
-					 * The launcher's client hung up or asked to stop
-					 * (nothing else is ever sent mid-run): like SIGTERM
-					 * to a one-shot jail.
-					 */
-					res->killed = true;
-					kill_sandbox(run);
-					run->cancel_fd = -1;
-					break;
-				case 4:
-					{
-						/*
-						 * Init reaped the payload.  If it found itself
-						 * alone, nothing of the run is left to outlive
-						 * the verdict: the run ends now, and init (which
-						 * waits for it, or is exiting) is killed and
-						 * reaped after the verdict.
-						 */
-						ssize_t		r = read(run->statfd, &run->rep, sizeof(run->rep));
-
-						if (r == sizeof(run->rep))
-						{
-							run->have_report = true;
-							JAIL_TRACE("init report read");
-							if (run->rep.alone && run->defer_reap)
-							{
-								run->reaped = true;
-								run->init_pending = true;
-								run->reaped_at = jail_now_ms();
-							}
-							else if (run->rep.lingering)
-								kill_sandbox(run);	/* we wait for its exit */
-						}
-						else if (r >= 0 || (errno != EINTR && errno != EAGAIN))
-							run->statfd = -1;	/* init is gone: wait for the reap */
-						break;
-					}
-				case 10:
-				case 11:
-					stream_write(&streams[idx[i] - 10]);
-					break;
-				case 20:
-				case 21:
-					stream_read(&streams[idx[i] - 20], opts->output_limit, res);
-					break;
-			}
-		}
-	}
-	jail_close(&errfd);
 }
 
 /*
@@ -480,13 +137,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	JailRun		run;
 	JailFilter	filter = {0};
 	JailChildArgs args;
-	Stream	   *streams;
-	JailPipes	pipes;
-	int			sigfd = -1;
 	char		err[JAIL_ERRLEN] = "";
-	char		child_err[JAIL_ERRLEN] = "";
-	size_t		child_err_len = 0;
-	uint64_t	start = jail_now_ms();
 	uid_t		ouid;
 	gid_t		ogid;
 	int			payload_status = 0;
@@ -500,15 +151,16 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	memset(&run, 0, sizeof(run));
 	run.opts = opts;
 	run.res = res;
+	run.start = jail_now_ms();
+	run.sigfd = -1;
 	run.pid = -1;
 	run.pidfd = -1;
 	run.wsfd = -1;
 	run.cg.v2_dirfd = -1;
 	if (!env)
 		env = &oneshot;
-	run.cancel_fd = env->cancel_fd;
-	run.statfd = -1;
-	jail_pipes_init(&pipes);
+	run.env = env;
+	jail_pipes_init(&run.pipes);
 	pre = env->pre;
 	if (pre)
 	{
@@ -527,10 +179,6 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 */
 	if (pre && slot_serves(opts, env))
 		early_go = jail_send_go(pre->pipes.go[1], JAIL_GO_REQUEST);
-
-	streams = stream_store;
-	for (int i = 0; i < 2; i++)
-		memset(&streams[i], 0, offsetof(Stream, buf));
 
 	/* The workspace must be a real directory, not a symlink. */
 	run.wsfd = open(opts->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -603,19 +251,19 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	if (pre)
 	{
 		/* cloned before the request came: take over its descriptors */
-		pipes = pre->pipes;
+		run.pipes = pre->pipes;
 		jail_pipes_init(&pre->pipes);
-		sigfd = pre->sigfd;
+		run.sigfd = pre->sigfd;
 		pre->sigfd = -1;
-		start = jail_now_ms();
+		run.start = jail_now_ms();
 	}
 	else
 	{
-		if (jail_pipes_open(&pipes, err) < 0)
+		if (jail_pipes_open(&run.pipes, err) < 0)
 			goto out;
 
-		sigfd = jail_stop_signals(err);
-		if (sigfd < 0)
+		run.sigfd = jail_stop_signals(err);
+		if (run.sigfd < 0)
 			goto out;
 
 		memset(&args, 0, sizeof(args));
@@ -623,7 +271,7 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		args.code = code;
 		args.code_len = code_len;
 		args.filter = &filter;
-		jail_pipes_child_ends(&pipes, &args);
+		jail_pipes_child_ends(&run.pipes, &args);
 		args.req_fd = -1;
 		args.tree_sock = -1;
 		args.paygo_fd = -1;
@@ -631,17 +279,17 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		args.netns_ready = env->netns_ready;
 		args.served = env != &oneshot;
 
-		start = jail_now_ms();
+		run.start = jail_now_ms();
 		run.pid = jail_spawn(&args, &run.pidfd,
-							  run.cg.mode == CGROUP_V2 ? run.cg.v2_dirfd : -1,
-							  &born_in_cg);
+							 run.cg.mode == CGROUP_V2 ? run.cg.v2_dirfd : -1,
+							 &born_in_cg);
 		if (run.pid < 0)
 		{
 			jail_seterr(err, "clone: %s", strerror(errno));
 			goto out;
 		}
 	}
-	jail_pipes_close_child_ends(&pipes);
+	jail_pipes_close_child_ends(&run.pipes);
 
 	/*
 	 * Two go bytes: the first after the id maps (the child can then build
@@ -650,22 +298,22 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * The payload is forked only after the second.
 	 */
 	if ((pre ?
-		 !early_go && !jail_send_go(pipes.go[1], run.cg.mode == CGROUP_NONE ? JAIL_GO_NOCGROUP : JAIL_GO_REQUEST) :
+		 !early_go && !jail_send_go(run.pipes.go[1], run.cg.mode == CGROUP_NONE ? JAIL_GO_NOCGROUP : JAIL_GO_REQUEST) :
 		 (jail_write_id_maps(run.pid, ouid, ogid, err) < 0 ||
-		  !jail_send_go(pipes.go[1], run.cg.mode == CGROUP_NONE ? JAIL_GO_NOCGROUP : JAIL_GO_MAPPED))) ||
+		  !jail_send_go(run.pipes.go[1], run.cg.mode == CGROUP_NONE ? JAIL_GO_NOCGROUP : JAIL_GO_MAPPED))) ||
 		(!run.cg_borrowed && !born_in_cg && jail_cgroup_attach(&run.cg, run.pid, err) < 0))
 	{
 		if (!err[0])
 			jail_seterr(err, "signal the sandbox: %s", strerror(errno));
-		kill_sandbox(&run);
+		jail_run_kill(&run);
 		waitpid(run.pid, &run.wstatus, 0);
 		run.reaped = true;
-		take_child_error(pipes.err[0], err);
+		take_child_error(run.pipes.err[0], err);
 		goto out;
 	}
 	if (measure_workspace(&run, &big_before, err) < 0)
 	{
-		kill_sandbox(&run);
+		jail_run_kill(&run);
 		waitpid(run.pid, &run.wstatus, 0);
 		run.reaped = true;
 		goto out;
@@ -677,16 +325,16 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * process (its init has completed the root and dropped its last
 	 * capabilities by itself meanwhile); otherwise to init.
 	 */
-	if (!jail_send_go(pre ? pre->paygo[1] : pipes.go[1], JAIL_GO_RUN))
+	if (!jail_send_go(pre ? pre->paygo[1] : run.pipes.go[1], JAIL_GO_RUN))
 	{
 		jail_seterr(err, "signal the sandbox: %s", strerror(errno));
-		kill_sandbox(&run);
+		jail_run_kill(&run);
 		waitpid(run.pid, &run.wstatus, 0);
 		run.reaped = true;
-		take_child_error(pipes.err[0], err);
+		take_child_error(run.pipes.err[0], err);
 		goto out;
 	}
-	jail_close(&pipes.go[1]);
+	jail_close(&run.pipes.go[1]);
 	JAIL_TRACE("go sent");
 
 	/*
@@ -695,26 +343,20 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 	 * of our own, which is removed below.
 	 */
 	run.defer_reap = env->defer_reap && (run.cg_borrowed || run.cg.mode == CGROUP_NONE);
-	run.statfd = pipes.stat[0];
-	streams[0].in = pipes.out[0];
-	streams[0].out = env->stdout_fd;
-	streams[1].in = pipes.errout[0];
-	streams[1].out = env->stderr_fd;
-	monitor(&run, streams, pipes.err[0], sigfd, start, child_err, &child_err_len);
-	pipes.err[0] = -1;			/* closed by monitor */
+	jail_monitor(&run);
 	JAIL_TRACE("monitor done");
 
 	if (!run.reaped)
 	{
 		/* only after a poll failure: make sure, then wait */
-		kill_sandbox(&run);
+		jail_run_kill(&run);
 		waitpid(run.pid, &run.wstatus, 0);
 		getrusage(RUSAGE_CHILDREN, &run.ru);
 		run.reaped = true;
 		run.reaped_at = jail_now_ms();
 	}
 	if (!run.have_report &&
-		read(pipes.stat[0], &run.rep, sizeof(run.rep)) == sizeof(run.rep))
+		read(run.pipes.stat[0], &run.rep, sizeof(run.rep)) == sizeof(run.rep))
 		run.have_report = true;
 	if (run.have_report)
 	{
@@ -724,14 +366,10 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 			run.ru = run.rep.ru;	/* the run's processes, not init's */
 	}
 
-	res->wall_ms = run.reaped_at - start;
+	res->wall_ms = run.reaped_at - run.start;
 	res->cpu_ms = (run.ru.ru_utime.tv_sec + run.ru.ru_stime.tv_sec) * 1000ULL +
 		(run.ru.ru_utime.tv_usec + run.ru.ru_stime.tv_usec) / 1000;
 	res->peak_memory_bytes = (uint64_t) run.ru.ru_maxrss * 1024;
-	res->stdout_bytes = streams[0].produced;
-	res->stderr_bytes = streams[1].produced;
-	if (streams[0].len > 0 || streams[1].len > 0)
-		res->output_truncated = true;	/* caller never read the rest */
 
 	jail_cgroup_collect(&run.cg, res);
 	JAIL_TRACE("cgroup collected");
@@ -752,10 +390,10 @@ jail_run(const JailOptions *opts, const char *code, size_t code_len,
 		res->file_too_large = true;
 	JAIL_TRACE("workspace rescanned");
 
-	if (child_err_len > 0)
+	if (run.child_err_len > 0)
 	{
-		child_err[child_err_len] = '\0';
-		snprintf(err, sizeof(err), "%s", child_err);
+		run.child_err[run.child_err_len] = '\0';
+		snprintf(err, sizeof(err), "%s", run.child_err);
 	}
 
 	if (res->killed)
@@ -798,7 +436,7 @@ out:
 		pending_init = run.pid;
 	else if (run.pid > 0 && !run.reaped)
 	{
-		kill_sandbox(&run);
+		jail_run_kill(&run);
 		waitpid(run.pid, &run.wstatus, 0);
 	}
 	if (err[0] && !res->killed)
@@ -811,8 +449,8 @@ out:
 		res->cgroup = run.cg.mode;
 	if (!run.cg_borrowed)
 		jail_cgroup_destroy(&run.cg);
-	jail_pipes_close(&pipes);
-	jail_close(&sigfd);
+	jail_pipes_close(&run.pipes);
+	jail_close(&run.sigfd);
 	jail_close(&run.pidfd);
 	jail_close(&run.wsfd);
 	if (!env->filter)

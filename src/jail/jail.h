@@ -247,23 +247,54 @@ typedef struct JailRunEnv
 } JailRunEnv;
 
 /*
+ * The phases of one run (run.c), in order.  Each step of jail_run moves
+ * the run to the next one or fails with a setup error; the clean-up and
+ * the status decision read how far it got.
+ */
+typedef enum JailRunPhase
+{
+	RUN_PREPARING,				/* workspace, ids, filter, cgroup; no sandbox of
+								 * ours yet (a prespawned one may wait) */
+	RUN_STARTED,				/* the sandbox exists and waits for its go bytes */
+	RUN_RUNNING,				/* JAIL_GO_RUN sent: the monitor watches it */
+	RUN_ENDED,					/* init reaped (or reported itself alone) */
+	RUN_COLLECTED				/* the facts are in the result: decide */
+} JailRunPhase;
+
+/*
  * One run, host side, from jail_run's start to its verdict: what run.c
  * prepared and started, and what the monitor (monitor.c) learned while it
  * ran.  Lives on jail_run's stack.
  */
 typedef struct JailRun
 {
+	JailRunPhase phase;
 	const JailOptions *opts;
-	const JailRunEnv *env;
+	const char *code;
+	size_t		code_len;
+	const JailRunEnv *env;		/* the caller's, or the one-shot defaults */
+	bool		served;			/* a launcher's run (env given) */
 	JailResult *res;
+	char		err[JAIL_ERRLEN];	/* the setup error, "" while there is none */
+
+	/* prepare */
+	int			wsfd;			/* the workspace (a directory), for size checks */
+	uid_t		ouid;			/* the outer ids of the sandbox's uid/gid 1000 */
+	gid_t		ogid;
+	JailFilter	filter;			/* env's (borrowed) or ours (freed) */
 	JailCgroup	cg;
 	bool		cg_borrowed;	/* the launcher's slot: not ours to remove */
-	int			wsfd;			/* the workspace (a directory), for size checks */
+	JailPrespawn *pre;			/* the sandbox cloned ahead, while it may serve */
+	bool		early_go;		/* pre got its JAIL_GO_REQUEST in prepare */
+
+	/* start and go */
 	JailPipes	pipes;			/* our ends, once the sandbox exists */
 	int			sigfd;			/* the stop signals (jail_stop_signals) */
 	pid_t		pid;			/* the sandbox's init, seen from here */
 	int			pidfd;
+	bool		born_in_cg;		/* cloned into cg (v2): no move */
 	uint64_t	start;			/* ms: cloned, or taken over when prespawned */
+	bool		big_before;		/* a file at the size limit before the run */
 	bool		defer_reap;		/* the run may end on init's report alone */
 
 	/* learned by the monitor */

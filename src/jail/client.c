@@ -104,8 +104,7 @@ local_setup_error(int verdict_fd, const char *msg)
 	JailResult	res;
 
 	memset(&res, 0, sizeof(res));
-	res.status = STATUS_SETUP_ERROR;
-	snprintf(res.setup_error, sizeof(res.setup_error), "%s", msg);
+	jail_verdict_setup_error(&res, msg);
 	jail_warn("setup error: %s", msg);
 	if (jail_write_verdict(verdict_fd, &res) < 0)
 		fprintf(stderr, "sandbox-jail: could not write the verdict: %s\n", strerror(errno));

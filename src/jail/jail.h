@@ -115,6 +115,20 @@ typedef struct JailResult
 	char		setup_error[JAIL_ERRLEN];	/* empty: none */
 } JailResult;
 
+/*
+ * How a run that ran to its end ended, as its host side saw it: what the
+ * status decision (jail_verdict_decide) needs besides the result's facts.
+ */
+typedef struct JailEnd
+{
+	const char *setup_error;	/* the sandbox's own text; "": none */
+	bool		have_status;	/* init reported the payload's wait status */
+	int			payload_status;
+	int			init_status;	/* init's own wait status, for the message */
+	bool		over_workspace; /* killed for the workspace's total size */
+	uint64_t	cpu_limit_ms;
+} JailEnd;
+
 /* Per-run cgroup; paths are empty for controllers not in use. */
 typedef struct JailCgroup
 {
@@ -375,6 +389,8 @@ extern int	jail_parse_options(int argc, char **argv, JailOptions *opts, bool all
 extern void jail_usage(FILE *out);
 
 /* verdict.c */
+extern void jail_verdict_setup_error(JailResult *res, const char *msg);
+extern int	jail_verdict_decide(JailResult *res, const JailEnd *end);
 extern int	jail_format_verdict(char *line, size_t len, const JailResult *res);
 extern int	jail_write_verdict(int fd, const JailResult *res);
 extern int	jail_open_verdict(const JailOptions *opts, int *rc);

@@ -111,8 +111,7 @@ main(int argc, char **argv)
 
 	if (err[0])
 	{
-		res.status = STATUS_SETUP_ERROR;
-		snprintf(res.setup_error, sizeof(res.setup_error), "%s", err);
+		jail_verdict_setup_error(&res, err);
 		rc = -1;
 	}
 	else

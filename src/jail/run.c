@@ -11,7 +11,8 @@
  *	    monitor   output, clocks, signals until init is reaped (monitor.c)
  *	    end       make sure init is reaped, read its report
  *	    collect   the facts of the run into the result
- *	    finish    the status (verdict.c), then release what the run held
+ *	    finish    the status (jail_verdict_decide), then release what the
+ *	              run held
  *
  * Two kinds of failure are kept apart (the billing rule depends on it):
  * the sandbox could not be built (setup_error: any text on the child's
@@ -453,53 +454,6 @@ run_collect(JailRun *run)
 	run->phase = RUN_COLLECTED;
 }
 
-/* The status of a collected run; 0 ran, -1 setup error (in run->err). */
-static int
-run_decide(JailRun *run)
-{
-	JailResult *res = run->res;
-	bool		have_status = run->have_report;
-	int			payload_status = run->rep.status;
-
-	if (res->killed)
-		res->status = STATUS_KILLED;
-	else if (run->err[0])
-		return -1;
-	else if (res->timed_out && !have_status)
-		res->status = STATUS_TIMED_OUT;
-	else if (have_status && WIFEXITED(payload_status))
-	{
-		res->status = STATUS_EXITED;
-		res->have_exit_code = true;
-		res->exit_code = WEXITSTATUS(payload_status);
-	}
-	else if (have_status && WIFSIGNALED(payload_status))
-	{
-		res->status = STATUS_SIGNALED;
-		res->have_signal = true;
-		res->signal = WTERMSIG(payload_status);
-		if (res->signal == SIGXCPU ||
-			(res->signal == SIGKILL && res->cpu_ms >= run->opts->cpu_ms))
-			res->timed_out = true;
-		if (res->signal == SIGXFSZ)
-			res->file_too_large = true;
-	}
-	else if (res->oom_killed || run->over_workspace)
-	{
-		/* a limit killed the sandbox's init itself */
-		res->status = STATUS_SIGNALED;
-		res->have_signal = true;
-		res->signal = SIGKILL;
-	}
-	else
-	{
-		jail_seterr(run->err, "sandbox init ended without reporting (status 0x%x)",
-					(unsigned) run->wstatus);
-		return -1;
-	}
-	return 0;
-}
-
 /*
  * Finish: the status, then everything the run held released.  A sandbox
  * still alive (a step failed after the start) is killed and reaped here;
@@ -510,7 +464,23 @@ static int
 run_finish(JailRun *run)
 {
 	JailResult *res = run->res;
-	int			rc = run->phase == RUN_COLLECTED ? run_decide(run) : -1;
+	int			rc = -1;
+
+	if (run->phase == RUN_COLLECTED)
+	{
+		JailEnd		end = {
+			.setup_error = run->err,
+			.have_status = run->have_report,
+			.payload_status = run->rep.status,
+			.init_status = run->wstatus,
+			.over_workspace = run->over_workspace,
+			.cpu_limit_ms = run->opts->cpu_ms,
+		};
+
+		rc = jail_verdict_decide(res, &end);
+	}
+	else
+		jail_verdict_setup_error(res, run->err);
 
 	if (run->pre && run->phase == RUN_PREPARING)
 		run_drop_prespawn(run);
@@ -521,13 +491,6 @@ run_finish(JailRun *run)
 		jail_run_kill(run);
 		waitpid(run->pid, &run->wstatus, 0);
 	}
-	if (rc < 0 && !res->killed)
-	{
-		res->status = STATUS_SETUP_ERROR;
-		snprintf(res->setup_error, sizeof(res->setup_error), "%s", run->err);
-	}
-	else
-		rc = 0;
 	if (res->cgroup == CGROUP_NONE)
 		res->cgroup = run->cg.mode;
 	if (!run->cg_borrowed)

@@ -371,8 +371,7 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 	 */
 	if (slot && jail_cgroup_set_limits(slot, &opts, 1, err) < 0)
 	{
-		res.status = STATUS_SETUP_ERROR;
-		snprintf(res.setup_error, sizeof(res.setup_error), "%s", err);
+		jail_verdict_setup_error(&res, err);
 		res.cgroup = slot->mode;
 		rc = -1;
 	}

@@ -157,14 +157,19 @@ jail_client_main(int argc, char **argv)
 	rargv[0] = argv[0];
 	for (int i = 3; i < argc; i++)
 		rargv[i - 2] = argv[i];
-	if (jail_parse_options(argc - 2, rargv, &opts, true) < 0)
+	rc = jail_parse_options(argc - 2, rargv, &opts, true);
+	free(rargv);				/* opts points into argv's strings, not here */
+	if (rc == JAIL_OPTIONS_HELP)
+	{
+		jail_usage(stdout);
+		return JAIL_EXIT_OK;
+	}
+	if (rc < 0)
 	{
 		fprintf(stderr, "sandbox-jail: %s\n", jail_option_error);
 		jail_usage(stderr);
-		free(rargv);
 		return JAIL_EXIT_USAGE;
 	}
-	free(rargv);				/* opts points into argv's strings, not here */
 	jail_quiet = opts.quiet;
 
 	/* as the one-shot jail: die with our caller (and so end the run) */

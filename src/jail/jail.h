@@ -384,6 +384,7 @@ extern uint64_t jail_now_ms(void);
 extern char *jail_read_code(int fd, size_t *len, char *err);
 
 /* options.c */
+#define JAIL_OPTIONS_HELP	1	/* jail_parse_options saw --help */
 extern char jail_option_error[JAIL_ERRLEN];
 extern int	jail_parse_options(int argc, char **argv, JailOptions *opts, bool allow_help);
 extern void jail_usage(FILE *out);

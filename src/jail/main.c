@@ -59,7 +59,13 @@ main(int argc, char **argv)
 		return jail_serve_main(argc, argv);
 	if (argc >= 2 && strcmp(argv[1], "--client") == 0)
 		return jail_client_main(argc, argv);
-	if (jail_parse_options(argc, argv, &opts, true) < 0)
+	rc = jail_parse_options(argc, argv, &opts, true);
+	if (rc == JAIL_OPTIONS_HELP)
+	{
+		jail_usage(stdout);
+		return JAIL_EXIT_OK;
+	}
+	if (rc < 0)
 	{
 		fprintf(stderr, "sandbox-jail: %s\n", jail_option_error);
 		jail_usage(stderr);

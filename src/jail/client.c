@@ -133,7 +133,6 @@ jail_client_main(int argc, char **argv)
 	int			nfds;
 	bool		truncated;
 	ssize_t		n;
-	pid_t		ppid;
 	struct sockaddr_un sa;
 	struct sigaction sact;
 
@@ -173,9 +172,7 @@ jail_client_main(int argc, char **argv)
 	jail_quiet = opts.quiet;
 
 	/* as the one-shot jail: die with our caller (and so end the run) */
-	ppid = getppid();
-	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	if (getppid() != ppid)
+	if (jail_die_with_parent() < 0)
 		return JAIL_EXIT_SETUP;
 	signal(SIGPIPE, SIG_IGN);
 

@@ -379,6 +379,7 @@ extern int	jail_write_fileat(int dirfd, const char *name, const char *data);
 extern int	jail_read_fileat(int dirfd, const char *name, char *buf, size_t len);
 extern int	jail_write_all(int fd, const void *buf, size_t len);
 extern void jail_close(int *fd);
+extern int	jail_die_with_parent(void);
 extern int	jail_send_fd(int sock, int fd);
 extern uint64_t jail_now_ms(void);
 extern char *jail_read_code(int fd, size_t *len, char *err);

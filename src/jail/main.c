@@ -51,7 +51,6 @@ main(int argc, char **argv)
 	char	   *code = NULL;
 	size_t		code_len = 0;
 	int			verdict_fd = STDERR_FILENO;
-	pid_t		ppid;
 	int			rc;
 
 	ensure_stdio();
@@ -75,14 +74,11 @@ main(int argc, char **argv)
 	memset(&res, 0, sizeof(res));
 
 	/*
-	 * Die with our caller (the extension's supervisor): if it crashes, we get SIGKILL, and our
-	 * sandbox's init gets SIGKILL from its own death signal, which takes
-	 * the whole pid namespace with it.  Check the parent did not already
-	 * go before the prctl took effect.
+	 * Die with our caller (the extension's supervisor): if it crashes, we
+	 * get SIGKILL, and our sandbox's init gets SIGKILL from its own death
+	 * signal, which takes the whole pid namespace with it.
 	 */
-	ppid = getppid();
-	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	if (getppid() != ppid)
+	if (jail_die_with_parent() < 0)
 		return JAIL_EXIT_SETUP;
 
 	/* A payload that closes its stdout must not kill us with SIGPIPE. */

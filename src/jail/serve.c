@@ -45,7 +45,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,8 +161,16 @@ parse_serve_args(int argc, char **argv)
 
 /* ---------------------------------------------------------------- worker */
 
-/* Answer a refused request (exit code 2) and end the worker. */
-static void refuse(int conn, const char *fmt,...) __attribute__((noreturn, format(printf, 2, 3)));
+/* One request, received and checked: what the run is made of. */
+typedef struct Request
+{
+	JailOptions opts;
+	int			fds[JAIL_WIRE_NFDS];	/* code, stdout, stderr */
+	char	   *code;
+	size_t		code_len;
+	const char *raw;			/* the options as they came (for a sandbox */
+	uint32_t	raw_len;		/* cloned ahead, which parses them again) */
+} Request;
 
 static void
 send_response(int conn, int rc, const char *verdict, const char *msg)
@@ -177,18 +184,12 @@ send_response(int conn, int rc, const char *verdict, const char *msg)
 		(void) jail_wire_send(conn, buf, n, NULL, 0);
 }
 
+/* Answer a refused request (exit code 2); the worker then ends. */
 static void
-refuse(int conn, const char *fmt,...)
+refuse(int conn, const char *msg)
 {
-	char		msg[JAIL_ERRLEN];
-	va_list		ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
 	jail_warn("refused a request: %s", msg);
 	send_response(conn, JAIL_EXIT_USAGE, "", msg);
-	_exit(0);
 }
 
 static bool
@@ -203,160 +204,204 @@ is_run_option(const char *arg)
 }
 
 /*
- * Read the code from the request's descriptor.  Only a regular file
- * (a memfd, normally) is accepted: a pipe or socket could keep this
- * worker waiting forever on a client that never writes.
+ * The launcher's socket is reachable only by its owner (mode 0600), and
+ * the peer's uid is checked here too.
  */
-static char *
-read_request_code(int conn, int fd, size_t *len)
+static int
+check_peer(int conn, char *msg)
 {
-	struct stat st;
-	char	   *buf;
-	size_t		off = 0;
-
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-		refuse(conn, "the code descriptor must be a regular file or memfd");
-	if ((fcntl(fd, F_GETFL) & O_ACCMODE) == O_WRONLY)
-		refuse(conn, "the code descriptor is not readable");
-	if (st.st_size > JAIL_MAX_CODE)
-		refuse(conn, "code is larger than %d bytes", JAIL_MAX_CODE);
-	buf = malloc(st.st_size + 1);
-	if (!buf)
-		refuse(conn, "out of memory");
-	while (off < (size_t) st.st_size)
-	{
-		ssize_t		r = pread(fd, buf + off, st.st_size - off, off);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;				/* shrunk under us: run what is there */
-		off += r;
-	}
-	*len = off;
-	return buf;
-}
-
-static void
-check_output_fd(int conn, int fd, const char *name)
-{
-	int			fl = fcntl(fd, F_GETFL);
-
-	if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY)
-		refuse(conn, "the %s descriptor is not writable", name);
-}
-
-/*
- * One request, start to end.  The launcher's socket is reachable only by
- * its owner (mode 0600, and the peer's uid is checked below), so nothing
- * here crosses a privilege boundary; it is validated as if it did, since
- * a confused caller is still a caller.
- */
-static void handle_request(int conn, JailCgroup *slot, bool netns_ready,
-						   JailPrespawn *pre) __attribute__((noreturn));
-
-/* The request for a prespawned sandbox: u32 length, options, code. */
-static void
-fill_request(int conn, JailPrespawn *pre, const char *args, uint32_t alen,
-			 const char *code, size_t code_len)
-{
-	if (pwrite(pre->reqfd, &alen, sizeof(alen), 0) != sizeof(alen) ||
-		pwrite(pre->reqfd, args, alen, sizeof(alen)) != (ssize_t) alen ||
-		(code_len > 0 &&
-		 pwrite(pre->reqfd, code, code_len, sizeof(alen) + alen) != (ssize_t) code_len))
-		refuse(conn, "could not pass the request to the sandbox: %s", strerror(errno));
-}
-
-static void
-handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
-{
-	static char buf[JAIL_WIRE_MAX + 1];
-	static char raw[JAIL_WIRE_MAX + 1];	/* the options, before parsing */
-	uint32_t	raw_len = 0;
-	char	   *args[MAX_REQ_ARGS + 2];
-	int			fds[JAIL_WIRE_NFDS];
-	int			nfds = 0;
-	int			nargs = 0;
-	bool		truncated;
-	ssize_t		n;
 	struct ucred cred;
 	socklen_t	credlen = sizeof(cred);
-	JailOptions opts;
-	JailResult	res;
-	JailRunEnv	env;
-	char		err[JAIL_ERRLEN] = "";
-	char		line[JAIL_VERDICT_MAX];
-	char	   *code;
-	size_t		code_len = 0;
-	int			rc;
 
 	if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &credlen) < 0 ||
 		cred.uid != launcher_uid)
-		refuse(conn, "peer uid %d is not the launcher's owner", (int) cred.uid);
-
-	/*
-	 * A caller that connects and never sends would hold this worker (one
-	 * place in the pool) forever.  Only the request read is bounded; the
-	 * run itself watches the connection with poll.
-	 */
 	{
-		struct timeval tv = {.tv_sec = REQUEST_TIMEOUT_S};
-
-		setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		jail_seterr(msg, "peer uid %d is not the launcher's owner", (int) cred.uid);
+		return -1;
 	}
+	return 0;
+}
+
+/*
+ * The request's one message, into buf: its length; 0 when the caller
+ * connected and left; -1 with msg when it cannot be taken.  A caller that
+ * connects and never sends would hold this worker (one place in the pool)
+ * forever: only the request read is bounded, the run itself watches the
+ * connection with poll.
+ */
+static ssize_t
+receive_request(int conn, char *buf, int *fds, char *msg)
+{
+	struct timeval tv = {.tv_sec = REQUEST_TIMEOUT_S};
+	bool		truncated;
+	int			nfds = 0;
+	ssize_t		n;
+
+	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	n = jail_wire_recv(conn, buf, JAIL_WIRE_MAX, fds, JAIL_WIRE_NFDS, &nfds, &truncated);
 	JAIL_TRACE("request received");
 	if (n == 0)
-		_exit(0);				/* connected and left: nothing to do */
+		return 0;
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-		refuse(conn, "no request within %d s of connecting", REQUEST_TIMEOUT_S);
-	if (n < 0)
-		refuse(conn, "could not receive the request: %s", strerror(errno));
-	if (truncated)
-		refuse(conn, "request larger than %d bytes, or with unexpected control data", JAIL_WIRE_MAX);
-	if (nfds != JAIL_WIRE_NFDS)
-		refuse(conn, "request must carry exactly %d descriptors (code, stdout, stderr), got %d",
-			   JAIL_WIRE_NFDS, nfds);
-	if (buf[n - 1] != '\0')
-		refuse(conn, "request is not a list of NUL-terminated strings");
-	/* parsing writes into the strings (SRC:DST); keep them as they came */
-	raw_len = n - strnlen(buf, n) - 1;
-	memcpy(raw, buf + (n - raw_len), raw_len);
+		jail_seterr(msg, "no request within %d s of connecting", REQUEST_TIMEOUT_S);
+	else if (n < 0)
+		jail_seterr(msg, "could not receive the request: %s", strerror(errno));
+	else if (truncated)
+		jail_seterr(msg, "request larger than %d bytes, or with unexpected control data",
+					JAIL_WIRE_MAX);
+	else if (nfds != JAIL_WIRE_NFDS)
+		jail_seterr(msg, "request must carry exactly %d descriptors (code, stdout, stderr), got %d",
+					JAIL_WIRE_NFDS, nfds);
+	else if (buf[n - 1] != '\0')
+		jail_seterr(msg, "request is not a list of NUL-terminated strings");
+	else
+		return n;
+	return -1;
+}
 
-	/* "sandbox-jail/1\0" then the run options, one string each */
+/*
+ * "sandbox-jail/1\0" then the run options, one string each, into
+ * rq->opts.  Parsing writes into the strings (SRC:DST), so a copy of the
+ * options as they came is kept first (raw).
+ */
+static int
+parse_request(char *buf, ssize_t n, Request *rq, char *msg)
+{
+	static char raw[JAIL_WIRE_MAX + 1];
+	char	   *args[MAX_REQ_ARGS + 2];
+	int			nargs = 0;
+
+	rq->raw_len = n - strnlen(buf, n) - 1;
+	memcpy(raw, buf + (n - rq->raw_len), rq->raw_len);
+	rq->raw = raw;
+
 	args[nargs++] = "sandbox-jail";
 	for (char *p = buf; p < buf + n; p += strlen(p) + 1)
 	{
 		if (p == buf)
 		{
 			if (strcmp(p, JAIL_WIRE_MAGIC) != 0)
-				refuse(conn, "unknown protocol (want %s)", JAIL_WIRE_MAGIC);
+			{
+				jail_seterr(msg, "unknown protocol (want %s)", JAIL_WIRE_MAGIC);
+				return -1;
+			}
 			continue;
 		}
 		if (nargs > MAX_REQ_ARGS)
-			refuse(conn, "too many request arguments (at most %d)", MAX_REQ_ARGS);
+		{
+			jail_seterr(msg, "too many request arguments (at most %d)", MAX_REQ_ARGS);
+			return -1;
+		}
 		/* exact long names only: getopt would take abbreviations */
 		if (p[0] == '-' && !is_run_option(p))
-			refuse(conn, "option not allowed in a request: %s", p);
+		{
+			jail_seterr(msg, "option not allowed in a request: %s", p);
+			return -1;
+		}
 		args[nargs++] = p;
 	}
 	args[nargs] = NULL;
-	if (jail_parse_options(nargs, args, &opts, false) < 0)
-		refuse(conn, "%s", jail_option_error);
-	if (opts.workspace[0] != '/')
-		refuse(conn, "the workspace path must be absolute");
-	opts.quiet = cfg.quiet;
+	if (jail_parse_options(nargs, args, &rq->opts, false) < 0)
+	{
+		jail_seterr(msg, "%s", jail_option_error);
+		return -1;
+	}
+	if (rq->opts.workspace[0] != '/')
+	{
+		jail_seterr(msg, "the workspace path must be absolute");
+		return -1;
+	}
+	rq->opts.quiet = cfg.quiet;
+	return 0;
+}
 
-	check_output_fd(conn, fds[1], "stdout");
-	check_output_fd(conn, fds[2], "stderr");
-	code = read_request_code(conn, fds[0], &code_len);
-	close(fds[0]);
-	JAIL_TRACE("request checked");
+static int
+check_output_fd(int fd, const char *name, char *msg)
+{
+	int			fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY)
+	{
+		jail_seterr(msg, "the %s descriptor is not writable", name);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Read the code from the request's descriptor.  Only a regular file
+ * (a memfd, normally) is accepted: a pipe or socket could keep this
+ * worker waiting forever on a client that never writes.
+ */
+static int
+read_request_code(int fd, Request *rq, char *msg)
+{
+	struct stat st;
+	size_t		off = 0;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		jail_seterr(msg, "the code descriptor must be a regular file or memfd");
+	else if ((fcntl(fd, F_GETFL) & O_ACCMODE) == O_WRONLY)
+		jail_seterr(msg, "the code descriptor is not readable");
+	else if (st.st_size > JAIL_MAX_CODE)
+		jail_seterr(msg, "code is larger than %d bytes", JAIL_MAX_CODE);
+	else if (!(rq->code = malloc(st.st_size + 1)))
+		jail_seterr(msg, "out of memory");
+	else
+	{
+		while (off < (size_t) st.st_size)
+		{
+			ssize_t		r = pread(fd, rq->code + off, st.st_size - off, off);
+
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0)
+				break;			/* shrunk under us: run what is there */
+			off += r;
+		}
+		rq->code_len = off;
+		return 0;
+	}
+	return -1;
+}
+
+/* The request for a prespawned sandbox: u32 length, options, code. */
+static int
+fill_request(JailPrespawn *pre, const Request *rq, char *msg)
+{
+	uint32_t	alen = rq->raw_len;
+
+	if (pwrite(pre->reqfd, &alen, sizeof(alen), 0) != sizeof(alen) ||
+		pwrite(pre->reqfd, rq->raw, alen, sizeof(alen)) != (ssize_t) alen ||
+		(rq->code_len > 0 &&
+		 pwrite(pre->reqfd, rq->code, rq->code_len, sizeof(alen) + alen) != (ssize_t) rq->code_len))
+	{
+		jail_seterr(msg, "could not pass the request to the sandbox: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Run a checked request with jail_run and answer with its verdict.  The
+ * slot gets this run's limits even when the run uses a cgroup of its own
+ * (a request naming another parent): the sandbox is born in the slot
+ * either way.  One more pid for this worker.
+ */
+static void
+run_request(int conn, Request *rq, JailCgroup *slot, bool netns_ready,
+			JailPrespawn *pre)
+{
+	JailResult	res;
+	JailRunEnv	env;
+	char		err[JAIL_ERRLEN] = "";
+	char		line[JAIL_VERDICT_MAX];
+	int			rc;
 
 	memset(&res, 0, sizeof(res));
 	memset(&env, 0, sizeof(env));
-	env.stdout_fd = fds[1];
-	env.stderr_fd = fds[2];
+	env.stdout_fd = rq->fds[1];
+	env.stderr_fd = rq->fds[2];
 	env.cancel_fd = conn;
 	env.netns_ready = netns_ready;
 	env.filter = &filter;
@@ -364,12 +409,7 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 	env.owner_hint = owner_hint;
 	env.defer_reap = true;
 
-	/*
-	 * The slot gets this run's limits even when the run uses a cgroup of
-	 * its own (a request naming another parent): the sandbox is born in
-	 * the slot either way.  One more pid for this worker.
-	 */
-	if (slot && jail_cgroup_set_limits(slot, &opts, 1, err) < 0)
+	if (slot && jail_cgroup_set_limits(slot, &rq->opts, 1, err) < 0)
 	{
 		jail_verdict_setup_error(&res, err);
 		res.cgroup = slot->mode;
@@ -380,10 +420,14 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 		env.slot = slot;
 		if (pre)
 		{
-			fill_request(conn, pre, raw, raw_len, code, code_len);
+			if (fill_request(pre, rq, err) < 0)
+			{
+				refuse(conn, err);
+				return;
+			}
 			env.pre = pre;
 		}
-		rc = jail_run(&opts, code, code_len, &env, &res);
+		rc = jail_run(&rq->opts, rq->code, rq->code_len, &env, &res);
 	}
 	if (rc < 0)
 		jail_warn("setup error: %s", res.setup_error);
@@ -394,7 +438,43 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 				  rc < 0 ? res.setup_error : "");
 	JAIL_TRACE("verdict sent");
 	jail_run_reap();
-	_exit(0);
+}
+
+/*
+ * One request, start to end: received, checked, run, answered (or
+ * refused).  Nothing here crosses a privilege boundary (check_peer); the
+ * request is validated as if it did, since a confused caller is still a
+ * caller.  The worker ends after it.
+ */
+static void
+handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
+{
+	static char buf[JAIL_WIRE_MAX + 1];
+	Request		rq;
+	char		msg[JAIL_ERRLEN] = "";
+	ssize_t		n;
+
+	memset(&rq, 0, sizeof(rq));
+	if (check_peer(conn, msg) < 0)
+	{
+		refuse(conn, msg);
+		return;
+	}
+	n = receive_request(conn, buf, rq.fds, msg);
+	if (n == 0)
+		return;					/* connected and left: nothing to do */
+	if (n < 0 ||
+		parse_request(buf, n, &rq, msg) < 0 ||
+		check_output_fd(rq.fds[1], "stdout", msg) < 0 ||
+		check_output_fd(rq.fds[2], "stderr", msg) < 0 ||
+		read_request_code(rq.fds[0], &rq, msg) < 0)
+	{
+		refuse(conn, msg);
+		return;
+	}
+	close(rq.fds[0]);
+	JAIL_TRACE("request checked");
+	run_request(conn, &rq, slot, netns_ready, pre);
 }
 
 /*
@@ -402,18 +482,20 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
  * unshare one directly.  Anyone else needs a user namespace to own it;
  * that one maps only our own uid and gid onto themselves, so the ids the
  * run's own user namespace maps to stay what a one-shot run maps to.
- * Returns false when none could be made (the sandbox then makes its own);
- * a half-made one ends the worker.
+ * *ready false when none could be made (the sandbox then makes its own).
+ * 0, or the exit status the worker ends with: WORKER_PREP_FAILED for a
+ * half-made one, 1 if the launcher went away meanwhile.
  */
-static bool
-prepare_netns(void)
+static int
+prepare_netns(bool *ready)
 {
 	char		err[JAIL_ERRLEN] = "";
 
+	*ready = false;
 	if (geteuid() == 0)
 	{
 		if (unshare(CLONE_NEWNET) < 0)
-			return false;
+			return 0;
 	}
 	else
 	{
@@ -422,30 +504,56 @@ prepare_netns(void)
 		char		map[64];
 
 		if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
-			return false;
+			return 0;
 		snprintf(map, sizeof(map), "%u %u 1\n", (unsigned) uid, (unsigned) uid);
 		if (jail_write_file("/proc/self/setgroups", "deny") < 0 ||
 			jail_write_file("/proc/self/uid_map", map) < 0)
-			_exit(WORKER_PREP_FAILED);
+			return WORKER_PREP_FAILED;
 		snprintf(map, sizeof(map), "%u %u 1\n", (unsigned) gid, (unsigned) gid);
 		if (jail_write_file("/proc/self/gid_map", map) < 0)
-			_exit(WORKER_PREP_FAILED);
+			return WORKER_PREP_FAILED;
 		/* a credential change clears the death signal */
 		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 		if (getppid() != launcher_pid)
-			_exit(1);
+			return 1;
 	}
 	if (jail_loopback_up(err) < 0)
 	{
 		jail_warn("worker: %s", err);
-		_exit(WORKER_PREP_FAILED);
+		return WORKER_PREP_FAILED;
 	}
-	return true;
+	*ready = true;
+	return 0;
 }
 
-static void worker_main(int lfd, Worker *w) __attribute__((noreturn));
+/*
+ * And the sandbox itself, as far as it does not depend on the request:
+ * cloned into its namespaces (in the slot, in our netns), waiting.
+ */
+static bool
+prespawn_sandbox(JailPrespawn *pre, bool netns_ready)
+{
+	char		err[JAIL_ERRLEN] = "";
+	JailRunEnv	penv;
 
-static void
+	memset(&penv, 0, sizeof(penv));
+	penv.filter = &filter;
+	penv.init_filter = &init_filter;
+	penv.defer_reap = true;		/* as run_request's runs */
+	penv.netns_ready = netns_ready;
+	penv.owner_hint = owner_hint;
+	if (jail_prespawn(pre, &penv, err) == 0)
+		return true;
+	jail_warn("worker: could not clone a sandbox ahead: %s", err);
+	return false;
+}
+
+/*
+ * A worker's life, forked by spawn_worker: everything a run needs that
+ * does not depend on the request, then one connection.  Returns the exit
+ * status the worker ends with (spawn_worker's _exit).
+ */
+static int
 worker_main(int lfd, Worker *w)
 {
 	JailCgroup *slot = NULL;
@@ -453,13 +561,13 @@ worker_main(int lfd, Worker *w)
 	bool		netns_ready = false;
 	sigset_t	none;
 	JailPrespawn pre;
-	JailRunEnv	penv;
 	bool		have_pre;
 	int			conn;
+	int			rc;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	if (getppid() != launcher_pid)
-		_exit(1);
+		return 1;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGCHLD, SIG_DFL);
@@ -476,22 +584,9 @@ worker_main(int lfd, Worker *w)
 		else
 			jail_warn("worker: %s", err);
 	}
-	if (netns_pool)
-		netns_ready = prepare_netns();
-
-	/*
-	 * And the sandbox itself, as far as it does not depend on the request:
-	 * cloned into its namespaces (in the slot, in our netns), waiting.
-	 */
-	memset(&penv, 0, sizeof(penv));
-	penv.filter = &filter;
-	penv.init_filter = &init_filter;
-	penv.defer_reap = true;		/* as handle_request's runs */
-	penv.netns_ready = netns_ready;
-	penv.owner_hint = owner_hint;
-	have_pre = jail_prespawn(&pre, &penv, err) == 0;
-	if (!have_pre)
-		jail_warn("worker: could not clone a sandbox ahead: %s", err);
+	if (netns_pool && (rc = prepare_netns(&netns_ready)) != 0)
+		return rc;
+	have_pre = prespawn_sandbox(&pre, netns_ready);
 
 	/*
 	 * What the slot counted so far (our own set-up, the sandbox's fixed
@@ -509,10 +604,11 @@ worker_main(int lfd, Worker *w)
 		conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 	while (conn < 0 && (errno == EINTR || errno == ECONNABORTED));
 	if (conn < 0)
-		_exit(1);
+		return 1;
 	JAIL_TRACE("accepted");
 	close(lfd);
 	handle_request(conn, slot, netns_ready, have_pre ? &pre : NULL);
+	return 0;
 }
 
 /* -------------------------------------------------------------- launcher */
@@ -550,8 +646,9 @@ spawn_worker(int lfd, int sigfd, Worker *w)
 	w->pid = fork();
 	if (w->pid == 0)
 	{
+		/* the worker: never back into the launcher's loop */
 		close(sigfd);
-		worker_main(lfd, w);
+		_exit(worker_main(lfd, w));
 	}
 	if (w->pid < 0)
 	{
@@ -650,76 +747,60 @@ shutdown_pool(void)
 	}
 }
 
-int
-jail_serve_main(int argc, char **argv)
+/*
+ * What every worker is forked with: the slot defaults, both compiled
+ * filters, the shared owner hint; and one trial slot, which decides
+ * whether runs get cgroups at all.  -1 with err: the launcher cannot run.
+ */
+static int
+launcher_setup(char *err)
 {
 	char	   *dargv[] = {"sandbox-jail", "--language", "shell", "--workspace", "/", NULL};
-	char		err[JAIL_ERRLEN] = "";
-	sigset_t	mask;
-	int			sigfd;
-	int			lfd;
-	pid_t		ppid = getppid();
+	JailCgroup	probe;
+	char		name[64];
 
-	if (parse_serve_args(argc, argv) < 0)
-	{
-		jail_usage(stderr);
-		return JAIL_EXIT_USAGE;
-	}
-	jail_quiet = cfg.quiet;
-	launcher_pid = getpid();
-#ifdef JAIL_TIMING
-	jail_trace_init();
-#endif
-	launcher_uid = geteuid();
-
-	if (!cfg.keep_running)
-	{
-		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-		if (getppid() != ppid)
-			return JAIL_EXIT_SETUP;
-	}
-	signal(SIGPIPE, SIG_IGN);
 	if (geteuid() == 0 && setgroups(0, NULL) < 0)
 	{
-		fprintf(stderr, "sandbox-jail: setgroups: %s\n", strerror(errno));
-		return JAIL_EXIT_SETUP;
+		jail_seterr(err, "setgroups: %s", strerror(errno));
+		return -1;
 	}
 
 	/* The defaults a slot is created with; each run sets its own. */
 	if (jail_parse_options(5, dargv, &slot_defaults, false) < 0)
-		return JAIL_EXIT_SETUP;
+	{
+		jail_seterr(err, "slot defaults: %s", jail_option_error);
+		return -1;
+	}
 	slot_defaults.cgroup_parent = cfg.cgroup_parent;
 	slot_defaults.pids += 1;	/* the worker that sits in the slot */
 
 	if (jail_filter_get(&filter, FILTER_PAYLOAD, err) < 0 ||
 		jail_filter_get(&init_filter, FILTER_INIT, err) < 0)
-	{
-		fprintf(stderr, "sandbox-jail: %s\n", err);
-		return JAIL_EXIT_SETUP;
-	}
+		return -1;
 	owner_hint = mmap(NULL, 2 * sizeof(uint32_t), PROT_READ | PROT_WRITE,
 					  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (owner_hint == MAP_FAILED)
 		owner_hint = NULL;		/* root's runs then always guess nobody */
 
-	/* One trial slot decides whether runs get cgroups at all. */
+	snprintf(name, sizeof(name), "srv-%d-probe", (int) launcher_pid);
+	slots_enabled = jail_cgroup_create_named(&slot_defaults, name, &probe, err) == 0;
+	jail_cgroup_destroy(&probe);
+	if (!slots_enabled)
 	{
-		JailCgroup	probe;
-		char		name[64];
-
-		snprintf(name, sizeof(name), "srv-%d-probe", (int) launcher_pid);
-		slots_enabled = jail_cgroup_create_named(&slot_defaults, name, &probe, err) == 0;
-		jail_cgroup_destroy(&probe);
-		if (!slots_enabled)
-		{
-			if (cfg.require_cgroup)
-			{
-				fprintf(stderr, "sandbox-jail: %s\n", err);
-				return JAIL_EXIT_SETUP;
-			}
-			jail_warn("no cgroup slots (%s): runs use their own cgroup or rlimits", err);
-		}
+		if (cfg.require_cgroup)
+			return -1;
+		jail_warn("no cgroup slots (%s): runs use their own cgroup or rlimits", err);
+		err[0] = '\0';
 	}
+	return 0;
+}
+
+/* SIGCHLD and the stop signals, through a signalfd; -1 with err. */
+static int
+launcher_signals(char *err)
+{
+	sigset_t	mask;
+	int			fd;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);
@@ -728,20 +809,19 @@ jail_serve_main(int argc, char **argv)
 	sigaddset(&mask, SIGHUP);
 	sigaddset(&mask, SIGQUIT);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
-	sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (sigfd < 0)
-	{
-		fprintf(stderr, "sandbox-jail: signalfd: %s\n", strerror(errno));
-		return JAIL_EXIT_SETUP;
-	}
+	fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (fd < 0)
+		jail_seterr(err, "signalfd: %s", strerror(errno));
+	return fd;
+}
 
-	lfd = open_socket(err);
-	if (lfd < 0)
-	{
-		fprintf(stderr, "sandbox-jail: %s\n", err);
-		return JAIL_EXIT_SETUP;
-	}
-
+/*
+ * Keep the pool full until asked to stop: refill each place a worker
+ * left, reap workers, and on a stop signal kill them all.  The exit code.
+ */
+static int
+launcher_loop(int lfd, int sigfd)
+{
 	for (;;)
 	{
 		struct pollfd pfd = {.fd = sigfd,.events = POLLIN};
@@ -778,4 +858,36 @@ jail_serve_main(int argc, char **argv)
 	shutdown_pool();
 	unlink(cfg.path);
 	return JAIL_EXIT_SETUP;
+}
+
+/* `sandbox-jail --serve SOCKET ...`: the exit code, for main. */
+int
+jail_serve_main(int argc, char **argv)
+{
+	char		err[JAIL_ERRLEN] = "";
+	int			sigfd;
+	int			lfd;
+
+	if (parse_serve_args(argc, argv) < 0)
+	{
+		jail_usage(stderr);
+		return JAIL_EXIT_USAGE;
+	}
+	jail_quiet = cfg.quiet;
+	launcher_pid = getpid();
+#ifdef JAIL_TIMING
+	jail_trace_init();
+#endif
+	launcher_uid = geteuid();
+	if (!cfg.keep_running && jail_die_with_parent() < 0)
+		return JAIL_EXIT_SETUP;
+	signal(SIGPIPE, SIG_IGN);
+	if (launcher_setup(err) < 0 ||
+		(sigfd = launcher_signals(err)) < 0 ||
+		(lfd = open_socket(err)) < 0)
+	{
+		fprintf(stderr, "sandbox-jail: %s\n", err);
+		return JAIL_EXIT_SETUP;
+	}
+	return launcher_loop(lfd, sigfd);
 }

@@ -8,11 +8,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -70,6 +72,19 @@ jail_write_all(int fd, const void *buf, size_t len)
 		len -= n;
 	}
 	return 0;
+}
+
+/*
+ * Die with our parent: SIGKILL when it exits (PR_SET_PDEATHSIG).  -1 if it
+ * is gone already, before the prctl could take effect.
+ */
+int
+jail_die_with_parent(void)
+{
+	pid_t		ppid = getppid();
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	return getppid() != ppid ? -1 : 0;
 }
 
 /* Close *fd if it is open, and mark it closed (-1). */

@@ -383,6 +383,7 @@ extern int	jail_die_with_parent(void);
 extern int	jail_send_fd(int sock, int fd);
 extern uint64_t jail_now_ms(void);
 extern char *jail_read_code(int fd, size_t *len, char *err);
+extern char *jail_load_code(const JailOptions *opts, size_t *len, char *err);
 
 /* options.c */
 #define JAIL_OPTIONS_HELP	1	/* jail_parse_options saw --help */

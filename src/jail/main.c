@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "jail.h"
@@ -93,23 +92,8 @@ main(int argc, char **argv)
 		return rc;
 
 	/* --exec runs a program of the sandbox: there is no code to read */
-	if (!err[0] && opts.language != LANG_EXEC)
-	{
-		if (opts.code_file)
-		{
-			int			fd = open(opts.code_file, O_RDONLY | O_CLOEXEC);
-
-			if (fd < 0)
-				jail_seterr(err, "code file %s: %s", opts.code_file, strerror(errno));
-			else
-			{
-				code = jail_read_code(fd, &code_len, err);
-				close(fd);
-			}
-		}
-		else
-			code = jail_read_code(STDIN_FILENO, &code_len, err);
-	}
+	if (!err[0])
+		code = jail_load_code(&opts, &code_len, err);
 
 	if (err[0])
 	{

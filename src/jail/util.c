@@ -314,3 +314,30 @@ jail_read_code(int fd, size_t *len, char *err)
 	*len = n;
 	return buf;
 }
+
+/*
+ * The code of a run, where the command line says: --code-file, else
+ * stdin; none for --exec.  Malloc'd (NULL for --exec, *len 0), or NULL
+ * with err set.
+ */
+char *
+jail_load_code(const JailOptions *opts, size_t *len, char *err)
+{
+	char	   *code;
+	int			fd;
+
+	*len = 0;
+	if (opts->language == LANG_EXEC)
+		return NULL;
+	if (!opts->code_file)
+		return jail_read_code(STDIN_FILENO, len, err);
+	fd = open(opts->code_file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+	{
+		jail_seterr(err, "code file %s: %s", opts->code_file, strerror(errno));
+		return NULL;
+	}
+	code = jail_read_code(fd, len, err);
+	close(fd);
+	return code;
+}

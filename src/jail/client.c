@@ -140,20 +140,9 @@ client_options(int argc, char **argv, const char **path, JailOptions *opts)
 	rargv[0] = argv[0];
 	for (int i = 3; i < argc; i++)
 		rargv[i - 2] = argv[i];
-	rc = jail_parse_options(argc - 2, rargv, opts, true);
+	rc = jail_parse_command_line(argc - 2, rargv, opts);
 	free(rargv);				/* opts points into argv's strings, not here */
-	if (rc == JAIL_OPTIONS_HELP)
-	{
-		jail_usage(stdout);
-		return JAIL_EXIT_OK;
-	}
-	if (rc < 0)
-	{
-		fprintf(stderr, "sandbox-jail: %s\n", jail_option_error);
-		jail_usage(stderr);
-		return JAIL_EXIT_USAGE;
-	}
-	return -1;
+	return rc;
 }
 
 /*

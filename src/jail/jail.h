@@ -389,6 +389,7 @@ extern char *jail_load_code(const JailOptions *opts, size_t *len, char *err);
 #define JAIL_OPTIONS_HELP	1	/* jail_parse_options saw --help */
 extern char jail_option_error[JAIL_ERRLEN];
 extern int	jail_parse_options(int argc, char **argv, JailOptions *opts, bool allow_help);
+extern int	jail_parse_command_line(int argc, char **argv, JailOptions *opts);
 extern void jail_usage(FILE *out);
 
 /* verdict.c */
@@ -432,7 +433,7 @@ extern int	jail_pipes_open(JailPipes *p, char *err);
 extern void jail_pipes_child_ends(const JailPipes *p, JailChildArgs *args);
 extern void jail_pipes_close_child_ends(JailPipes *p);
 extern void jail_pipes_close(JailPipes *p);
-extern int	jail_stop_signals(char *err);
+extern int	jail_stop_signals(int also, char *err);
 extern void jail_outer_ids(int wsfd, uid_t *uid, gid_t *gid);
 extern int	jail_write_id_maps(pid_t pid, uid_t uid, gid_t gid, char *err);
 extern bool jail_send_go(int fd, char go);

@@ -57,18 +57,8 @@ main(int argc, char **argv)
 		return jail_serve_main(argc, argv);
 	if (argc >= 2 && strcmp(argv[1], "--client") == 0)
 		return jail_client_main(argc, argv);
-	rc = jail_parse_options(argc, argv, &opts, true);
-	if (rc == JAIL_OPTIONS_HELP)
-	{
-		jail_usage(stdout);
-		return JAIL_EXIT_OK;
-	}
-	if (rc < 0)
-	{
-		fprintf(stderr, "sandbox-jail: %s\n", jail_option_error);
-		jail_usage(stderr);
-		return JAIL_EXIT_USAGE;
-	}
+	if ((rc = jail_parse_command_line(argc, argv, &opts)) >= 0)
+		return rc;
 	jail_quiet = opts.quiet;
 	memset(&res, 0, sizeof(res));
 

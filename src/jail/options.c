@@ -433,3 +433,27 @@ jail_parse_options(int argc, char **argv, JailOptions *o, bool allow_help)
 		BAD("unexpected argument \"%s\" (code goes in --code-file or stdin)", argv[optind]);
 	return check_options(o, have_lang, have_cpu);
 }
+
+/*
+ * jail_parse_options for a command line (one-shot, --client): on --help
+ * the usage goes to stdout; on a usage error the reason and the usage to
+ * stderr.  -1 to go on, or the exit code to end with.
+ */
+int
+jail_parse_command_line(int argc, char **argv, JailOptions *opts)
+{
+	int			rc = jail_parse_options(argc, argv, opts, true);
+
+	if (rc == JAIL_OPTIONS_HELP)
+	{
+		jail_usage(stdout);
+		return JAIL_EXIT_OK;
+	}
+	if (rc < 0)
+	{
+		fprintf(stderr, "sandbox-jail: %s\n", jail_option_error);
+		jail_usage(stderr);
+		return JAIL_EXIT_USAGE;
+	}
+	return -1;
+}

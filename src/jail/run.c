@@ -251,7 +251,7 @@ run_clone(JailRun *run)
 
 	if (jail_pipes_open(&run->pipes, run->err) < 0)
 		return -1;
-	run->sigfd = jail_stop_signals(run->err);
+	run->sigfd = jail_stop_signals(0, run->err);
 	if (run->sigfd < 0)
 		return -1;
 

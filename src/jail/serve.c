@@ -795,26 +795,6 @@ launcher_setup(char *err)
 	return 0;
 }
 
-/* SIGCHLD and the stop signals, through a signalfd; -1 with err. */
-static int
-launcher_signals(char *err)
-{
-	sigset_t	mask;
-	int			fd;
-
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGCHLD);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
-	sigaddset(&mask, SIGQUIT);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
-	fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (fd < 0)
-		jail_seterr(err, "signalfd: %s", strerror(errno));
-	return fd;
-}
-
 /*
  * Keep the pool full until asked to stop: refill each place a worker
  * left, reap workers, and on a stop signal kill them all.  The exit code.
@@ -883,7 +863,7 @@ jail_serve_main(int argc, char **argv)
 		return JAIL_EXIT_SETUP;
 	signal(SIGPIPE, SIG_IGN);
 	if (launcher_setup(err) < 0 ||
-		(sigfd = launcher_signals(err)) < 0 ||
+		(sigfd = jail_stop_signals(SIGCHLD, err)) < 0 ||
 		(lfd = open_socket(err)) < 0)
 	{
 		fprintf(stderr, "sandbox-jail: %s\n", err);

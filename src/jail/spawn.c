@@ -102,15 +102,18 @@ jail_pipes_close(JailPipes *p)
  * Termination requests (SIGTERM, SIGINT, SIGHUP, SIGQUIT) arrive through
  * a signalfd, so that the run's loop handles them like everything else;
  * blocked before the clone so none is lost in between (the payload
- * unblocks them before execve).  The signalfd, or -1 with err set.
+ * unblocks them before execve).  also: one more signal for the same
+ * signalfd (the launcher's SIGCHLD), or 0.  The signalfd, or -1 with err.
  */
 int
-jail_stop_signals(char *err)
+jail_stop_signals(int also, char *err)
 {
 	sigset_t	mask;
 	int			fd;
 
 	sigemptyset(&mask);
+	if (also)
+		sigaddset(&mask, also);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGHUP);
@@ -270,7 +273,7 @@ prespawn_open(JailPrespawn *p, char *err)
 		jail_seterr(err, "pipe: %s", strerror(errno));
 		return -1;
 	}
-	p->sigfd = jail_stop_signals(err);
+	p->sigfd = jail_stop_signals(0, err);
 	return p->sigfd < 0 ? -1 : 0;
 }
 

@@ -671,14 +671,83 @@ served_init(JailChildArgs *a)
 	init_reap(a, payload, a->init_filter != NULL);
 }
 
+/*
+ * Become the mapped unprivileged identity.  When the jail runs as root
+ * our kernel uid is still 0 (unmapped here); this makes it the outer
+ * sandbox uid.  Capabilities in our own user namespace survive because
+ * inner uid 0 does not exist, so there is no "root" to leave.  A
+ * credential change clears the death signal: set it again, and check on
+ * the lifeline that the parent did not die in between.
+ */
+static void
+become_sandbox_user(const JailChildArgs *a)
+{
+	char		err[JAIL_ERRLEN] = "";
+	struct pollfd pfd;
+
+	if (setresgid(JAIL_INNER_GID, JAIL_INNER_GID, JAIL_INNER_GID) < 0 ||
+		setresuid(JAIL_INNER_UID, JAIL_INNER_UID, JAIL_INNER_UID) < 0)
+	{
+		jail_seterr(err, "switch to sandbox uid: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	pfd.fd = a->lifeline_fd;
+	pfd.events = POLLIN;
+	if (poll(&pfd, 1, 0) != 0)
+		_exit(1);
+	close(a->lifeline_fd);
+}
+
+/*
+ * Init of a sandbox cloned on the spot, its root built.  Meanwhile the
+ * parent has been moving us into the run's cgroup (on cgroup v1 that
+ * write can take ~10 ms, which is why it overlaps with the mount work; on
+ * v2 we were normally cloned into it).  Nothing untrusted runs before
+ * JAIL_GO_RUN; the cgroup namespace is created only then, so that its
+ * root is the run's cgroup.  Then the payload, and init_reap.
+ */
+static void oneshot_init(const JailChildArgs *a) __attribute__((noreturn));
+
+static void
+oneshot_init(const JailChildArgs *a)
+{
+	char		err[JAIL_ERRLEN] = "";
+	char		go;
+	pid_t		payload;
+
+	if (read(a->go_fd, &go, 1) != 1)
+		_exit(1);
+	JAIL_TRACE("child: cgroup go");
+	close(a->go_fd);
+	if (unshare(CLONE_NEWCGROUP) < 0)
+	{
+		jail_seterr(err, "cgroup namespace: %s", strerror(errno));
+		child_fail(a, err);
+	}
+
+	JAIL_TRACE("child: cgroup ns");
+	payload = fork();
+	if (payload < 0)
+	{
+		jail_seterr(err, "fork payload: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	if (payload == 0)
+		payload_exec(a);
+	init_reap(a, payload, false);
+}
+
+/*
+ * The clone's child (jail_spawn), pid 1 of the new namespaces: the steps
+ * of the header comment.  Never returns: every path ends in _exit.
+ */
 int
 jail_child_main(void *arg)
 {
 	JailChildArgs *a = arg;		/* our own copy (clone without CLONE_VM) */
 	char		err[JAIL_ERRLEN] = "";
 	char		go;
-	struct pollfd pfd;
-	pid_t		payload;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	close_inherited(a);
@@ -698,27 +767,7 @@ jail_child_main(void *arg)
 	if (go == JAIL_GO_NOCGROUP)
 		a->cgroup_none = true;	/* decided after a prespawned clone */
 	JAIL_TRACE("child: first go");
-
-	/*
-	 * Become the mapped unprivileged identity.  When the jail runs as root
-	 * our kernel uid is still 0 (unmapped here); this makes it the outer
-	 * sandbox uid.  Capabilities in our own user namespace survive because
-	 * inner uid 0 does not exist, so there is no "root" to leave.
-	 */
-	if (setresgid(JAIL_INNER_GID, JAIL_INNER_GID, JAIL_INNER_GID) < 0 ||
-		setresuid(JAIL_INNER_UID, JAIL_INNER_UID, JAIL_INNER_UID) < 0)
-	{
-		jail_seterr(err, "switch to sandbox uid: %s", strerror(errno));
-		child_fail(a, err);
-	}
-	/* A credential change clears the death signal; set it again, and
-	 * check the parent did not die in between. */
-	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	pfd.fd = a->lifeline_fd;
-	pfd.events = POLLIN;
-	if (poll(&pfd, 1, 0) != 0)
-		_exit(1);
-	close(a->lifeline_fd);
+	become_sandbox_user(a);
 
 	if (sethostname("sandbox", 7) < 0)
 	{
@@ -742,32 +791,5 @@ jail_child_main(void *arg)
 	if (jail_rootfs_setup(a, err) < 0)
 		child_fail(a, err);
 	JAIL_TRACE("child: root built");
-
-	/*
-	 * Meanwhile the parent has been moving us into the run's cgroup (on
-	 * cgroup v1 that write can take ~10 ms, which is why it overlaps with
-	 * the mount work above; on v2 we were normally cloned into it).
-	 * Nothing untrusted runs before this JAIL_GO_RUN; the cgroup namespace
-	 * is created only now so that its root is the run's cgroup.
-	 */
-	if (read(a->go_fd, &go, 1) != 1)
-		_exit(1);
-	JAIL_TRACE("child: cgroup go");
-	close(a->go_fd);
-	if (unshare(CLONE_NEWCGROUP) < 0)
-	{
-		jail_seterr(err, "cgroup namespace: %s", strerror(errno));
-		child_fail(a, err);
-	}
-
-	JAIL_TRACE("child: cgroup ns");
-	payload = fork();
-	if (payload < 0)
-	{
-		jail_seterr(err, "fork payload: %s", strerror(errno));
-		child_fail(a, err);
-	}
-	if (payload == 0)
-		payload_exec(a);
-	init_reap(a, payload, false);
+	oneshot_init(a);
 }

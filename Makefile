@@ -8,7 +8,9 @@
 EXTENSION = sandbox_ext
 EXTVERSION = 0.1.0
 MODULE_big = sandbox_ext
-OBJS = src/sandbox_ext.o src/shmem.o src/supervisor.o src/api.o src/files.o \
+OBJS = src/sandbox_ext.o src/shmem.o src/xact.o \
+	src/supervisor.o src/run.o src/launch.o src/jail_wire.o src/output.o src/workdir.o src/steps.o \
+	src/api.o src/files.o \
 	src/exporter.o src/pgoutput.o src/chclient.o src/guards.o src/digest.o src/audit.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
@@ -35,7 +37,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 # PGXS tracks no header dependencies: the shared-memory struct lives in a
 # header, and an object built against an older layout corrupts it.
-$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h)
+$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h) src/jail/wire_protocol.h src/jail/wire.c
 
 sql/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard sql/src/*.sql))
 	cat $^ > $@

@@ -56,7 +56,7 @@ safe_openat(int rootfd, const char *path, int flags, mode_t mode)
  */
 
 int
-remove_tree_at(int parentfd, const char *name, int depth)
+sandbox_remove_tree_at(int parentfd, const char *name, int depth)
 {
 	int			fd;
 	DIR		   *d;
@@ -99,7 +99,7 @@ remove_tree_at(int parentfd, const char *name, int depth)
 	{
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (remove_tree_at(dirfd(d), de->d_name, depth + 1) != 0)
+		if (sandbox_remove_tree_at(dirfd(d), de->d_name, depth + 1) != 0)
 			rc = -1;
 	}
 	closedir(d);
@@ -110,7 +110,7 @@ remove_tree_at(int parentfd, const char *name, int depth)
 
 /* Remove a directory tree under sandbox.work_dir; logs and goes on. */
 void
-remove_work_dir(const char *path)
+sandbox_remove_work_dir(const char *path)
 {
 	char		parent[MAXPGPATH];
 	const char *slash = strrchr(path, '/');
@@ -126,7 +126,7 @@ remove_work_dir(const char *path)
 	pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (pfd < 0)
 		return;
-	if (remove_tree_at(pfd, slash + 1, 0) != 0)
+	if (sandbox_remove_tree_at(pfd, slash + 1, 0) != 0)
 		ereport(WARNING,
 				(errcode_for_file_access(),
 				 errmsg("could not remove sandbox work directory \"%s\": %m", path)));
@@ -221,7 +221,7 @@ entry_cmp(const void *a, const void *b)
 }
 
 Manifest *
-manifest_scan(const char *root, int max_entries)
+sandbox_manifest_scan(const char *root, int max_entries)
 {
 	Manifest   *m = palloc0(sizeof(Manifest));
 	int			fd;
@@ -284,23 +284,100 @@ kind_of(mode_t mode)
 }
 
 /*
+ * Why a changed entry of the workspace is not returned, in reason, or
+ * NULL when it may be: not a regular file, a hard link, past a cap.
+ */
+static const char *
+refusal(const ManifestEntry *e, const ProducedCaps *caps, int nsaved, int64 total,
+		char *reason, size_t len)
+{
+	if (!S_ISREG(e->mode))
+		snprintf(reason, len, "%s", kind_of(e->mode));
+	else if (e->nlink > 1)
+		snprintf(reason, len, "a hard link (not copied)");
+	else if (e->size > caps->max_file_bytes)
+		snprintf(reason, len, "larger than the limit of %lld bytes (%lld bytes)",
+				 (long long) caps->max_file_bytes, (long long) e->size);
+	else if (nsaved >= caps->max_files)
+		snprintf(reason, len, "more than %d files were produced", caps->max_files);
+	else if (total + e->size > caps->max_total_bytes)
+		snprintf(reason, len, "the files of this run exceed %lld bytes",
+				 (long long) caps->max_total_bytes);
+	else
+		return NULL;
+	return reason;
+}
+
+/*
+ * Read a regular file found by the scan, still the same single-link file
+ * (never following a link); its content in *data, or the reason it could
+ * not be read.
+ */
+static const char *
+read_entry(int rootfd, const ManifestEntry *e, char **data, char *reason, size_t len)
+{
+	int			fd = safe_openat(rootfd, e->path, O_RDONLY | O_NONBLOCK, 0);
+	struct stat st;
+	int64		got = 0;
+
+	if (fd < 0)
+	{
+		snprintf(reason, len, "could not open: %s", strerror(errno));
+		return reason;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_ino != e->ino || st.st_nlink > 1)
+	{
+		close(fd);
+		return "the file changed while it was being read";
+	}
+	*data = palloc(Max(e->size, 1));
+	while (got < e->size)
+	{
+		ssize_t		r = read(fd, *data + got, e->size - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += r;
+	}
+	close(fd);
+	if (got != e->size)
+	{
+		pfree(*data);
+		*data = NULL;
+		return "the file could not be read completely";
+	}
+	return NULL;
+}
+
+/* Unchanged since before the run: not produced by it. */
+static bool
+unchanged(const Manifest *before, const ManifestEntry *e)
+{
+	const ManifestEntry *b = manifest_find(before, e->path);
+
+	return b && b->ino == e->ino && b->size == e->size && b->mtime_ns == e->mtime_ns &&
+		b->ctime_ns == e->ctime_ns && b->mode == e->mode;
+}
+
+/*
  * Compare the workspace after a run with the manifest taken before it and
  * return the files the run created or changed, read safely, with caps.
  * Entries that are not regular files, or that cannot be read, come back
  * with status "skipped" or "failed" and a reason; nothing is dropped
- * silently.
+ * silently.  *after_out gets the scan of the workspace after the run.
  */
 List *
-collect_produced(const char *root, const Manifest *before, const ProducedCaps *caps,
-				 Manifest **after_out)
+sandbox_collect_produced(const char *root, const Manifest *before, const ProducedCaps *caps,
+						 Manifest **after_out)
 {
 	List	   *out = NIL;
-	Manifest   *after;
+	Manifest   *after = sandbox_manifest_scan(root, caps->max_scan_entries);
 	int			rootfd;
 	int			nsaved = 0;
 	int64		total = 0;
 
-	after = manifest_scan(root, caps->max_scan_entries);
 	if (after_out)
 		*after_out = after;
 	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -309,96 +386,27 @@ collect_produced(const char *root, const Manifest *before, const ProducedCaps *c
 		produced_add(&out, "/workspace", "failed", "the workspace could not be opened", NULL, 0);
 		return out;
 	}
-
 	for (int i = 0; i < after->n; i++)
 	{
 		const ManifestEntry *e = &after->entries[i];
-		const ManifestEntry *b = manifest_find(before, e->path);
 		char		reason[256];
-		int			fd;
-		char	   *data;
-		int64		got = 0;
-		struct stat st;
+		const char *why;
+		char	   *data = NULL;
 
-		if (S_ISDIR(e->mode))
+		if (S_ISDIR(e->mode) || unchanged(before, e))
 			continue;
-		/* Unchanged since before the run: not produced by it. */
-		if (b && b->ino == e->ino && b->size == e->size && b->mtime_ns == e->mtime_ns &&
-			b->ctime_ns == e->ctime_ns && b->mode == e->mode)
-			continue;
-
 		if (pg_encoding_verifymbstr(PG_UTF8, e->path, strlen(e->path)) != (int) strlen(e->path))
-		{
 			produced_add(&out, "?", "skipped", "the file name is not valid UTF-8", NULL, 0);
-			continue;
-		}
-		if (!S_ISREG(e->mode))
+		else if ((why = refusal(e, caps, nsaved, total, reason, sizeof(reason))) != NULL)
+			produced_add(&out, e->path, "skipped", why, NULL, 0);
+		else if ((why = read_entry(rootfd, e, &data, reason, sizeof(reason))) != NULL)
+			produced_add(&out, e->path, "failed", why, NULL, 0);
+		else
 		{
-			snprintf(reason, sizeof(reason), "%s", kind_of(e->mode));
-			produced_add(&out, e->path, "skipped", reason, NULL, 0);
-			continue;
+			produced_add(&out, e->path, "saved", NULL, data, e->size);
+			nsaved++;
+			total += e->size;
 		}
-		if (e->nlink > 1)
-		{
-			produced_add(&out, e->path, "skipped", "a hard link (not copied)", NULL, 0);
-			continue;
-		}
-		if (e->size > caps->max_file_bytes)
-		{
-			snprintf(reason, sizeof(reason), "larger than the limit of %lld bytes (%lld bytes)",
-					 (long long) caps->max_file_bytes, (long long) e->size);
-			produced_add(&out, e->path, "skipped", reason, NULL, 0);
-			continue;
-		}
-		if (nsaved >= caps->max_files)
-		{
-			snprintf(reason, sizeof(reason), "more than %d files were produced", caps->max_files);
-			produced_add(&out, e->path, "skipped", reason, NULL, 0);
-			continue;
-		}
-		if (total + e->size > caps->max_total_bytes)
-		{
-			snprintf(reason, sizeof(reason), "the files of this run exceed %lld bytes",
-					 (long long) caps->max_total_bytes);
-			produced_add(&out, e->path, "skipped", reason, NULL, 0);
-			continue;
-		}
-
-		fd = safe_openat(rootfd, e->path, O_RDONLY | O_NONBLOCK, 0);
-		if (fd < 0)
-		{
-			snprintf(reason, sizeof(reason), "could not open: %s", strerror(errno));
-			produced_add(&out, e->path, "failed", reason, NULL, 0);
-			continue;
-		}
-		/* Still the file we scanned, still a single-link regular file. */
-		if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_ino != e->ino || st.st_nlink > 1)
-		{
-			close(fd);
-			produced_add(&out, e->path, "failed", "the file changed while it was being read", NULL, 0);
-			continue;
-		}
-		data = palloc(Max(e->size, 1));
-		while (got < e->size)
-		{
-			ssize_t		r = read(fd, data + got, e->size - got);
-
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r <= 0)
-				break;
-			got += r;
-		}
-		close(fd);
-		if (got != e->size)
-		{
-			pfree(data);
-			produced_add(&out, e->path, "failed", "the file could not be read completely", NULL, 0);
-			continue;
-		}
-		produced_add(&out, e->path, "saved", NULL, data, got);
-		nsaved++;
-		total += got;
 	}
 	if (after->incomplete)
 		produced_add(&out, ".", "skipped",
@@ -420,7 +428,7 @@ remove_entry(int dfd, const char *name)
 	if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
 		return;
 	if (errno == EISDIR || errno == EPERM)
-		(void) remove_tree_at(dfd, name, 0);
+		(void) sandbox_remove_tree_at(dfd, name, 0);
 }
 
 /*
@@ -428,7 +436,7 @@ remove_entry(int dfd, const char *name)
  * following a link and replacing whatever the sandbox left at that name.
  */
 bool
-place_file(const char *root, const char *relpath, const char *data, size_t len,
+sandbox_place_file(const char *root, const char *relpath, const char *data, size_t len,
 		   mode_t mode, char **err)
 {
 	char	   *path = pstrdup(relpath);

@@ -11,6 +11,8 @@
  *	  agent.invocation_transition_allowed()
  *										the state machine, one table shared
  *										with the trigger below
+ *	  agent._state_is_terminal()		a state without a way out, from the
+ *										same table
  *	  agent._invocations_check_transition()	BEFORE UPDATE OF state
  *	  agent._invocations_hash_code()	BEFORE INSERT: code_sha256 derived
  *	  agent._approval_requests_guard()	BEFORE UPDATE: the card is frozen,
@@ -98,6 +100,24 @@ sandbox_is_invocation_state(PG_FUNCTION_ARGS)
 	char	   *s = text_to_cstring(PG_GETARG_TEXT_PP(0));
 
 	PG_RETURN_BOOL(in_list(s, invocation_states));
+}
+
+/*
+ * agent._state_is_terminal(state): a state with no way out of it, from the
+ * same table (no second list of terminal states anywhere).
+ */
+PG_FUNCTION_INFO_V1(sandbox_state_is_terminal);
+Datum
+sandbox_state_is_terminal(PG_FUNCTION_ARGS)
+{
+	char	   *s = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	if (!in_list(s, invocation_states))
+		PG_RETURN_BOOL(false);
+	for (const Transition *t = transitions; t->from; t++)
+		if (strcmp(t->from, s) == 0)
+			PG_RETURN_BOOL(false);
+	PG_RETURN_BOOL(true);
 }
 
 PG_FUNCTION_INFO_V1(sandbox_is_approval_status);

@@ -61,7 +61,6 @@ typedef struct SandboxSlot
 	bool		in_use;
 	pg_uuid_t	invocation_id;
 	int			jail_pid;
-	TimestampTz started_at;
 } SandboxSlot;
 
 typedef struct SandboxShared
@@ -89,6 +88,12 @@ extern void sandbox_shmem_init(void);
 extern void sandbox_wake_supervisor_now(bool only_if_free);
 extern void sandbox_supervisor_register(void);
 extern void sandbox_register_worker(const char *function, const char *name);
+
+/* xact.c: a short transaction around SPI, for the workers */
+extern void sandbox_xact_begin(const char *activity);
+extern void sandbox_xact_commit(void);
+extern ErrorData *sandbox_xact_abort(void);
+extern void sandbox_xact_abort_log(int elevel, const char *doing);
 
 /* digest.c */
 extern text *sandbox_sha256_utf8(const char *s, int len);

@@ -50,12 +50,12 @@ typedef struct ProducedFile
 	int64		len;
 } ProducedFile;
 
-extern Manifest *manifest_scan(const char *root, int max_entries);
-extern List *collect_produced(const char *root, const Manifest *before,
+extern Manifest *sandbox_manifest_scan(const char *root, int max_entries);
+extern List *sandbox_collect_produced(const char *root, const Manifest *before,
 							  const ProducedCaps *caps, Manifest **after_out);
-extern bool place_file(const char *root, const char *relpath, const char *data,
+extern bool sandbox_place_file(const char *root, const char *relpath, const char *data,
 					   size_t len, mode_t mode, char **err);
-extern int	remove_tree_at(int parentfd, const char *name, int depth);
-extern void remove_work_dir(const char *path);
+extern int	sandbox_remove_tree_at(int parentfd, const char *name, int depth);
+extern void sandbox_remove_work_dir(const char *path);
 
 #endif							/* SANDBOX_FILES_H */

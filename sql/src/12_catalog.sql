@@ -24,6 +24,9 @@ CREATE TABLE agent.orgs (
 	personal_agents_code_execution boolean NOT NULL DEFAULT false,
 	-- and whether an approver must be someone other than the requester.
 	require_distinct_approver boolean NOT NULL DEFAULT true,
+	-- limits (14_limits.sql): NULL means the default in agent.settings
+	max_concurrent_runs integer CHECK (max_concurrent_runs >= 0),
+	max_stored_bytes bigint CHECK (max_stored_bytes >= 0),
 	created_at		timestamptz NOT NULL DEFAULT now()
 );
 
@@ -31,6 +34,7 @@ CREATE TABLE agent.workspaces (
 	id			uuid PRIMARY KEY DEFAULT gen_random_uuid(),
 	org_id		uuid NOT NULL REFERENCES agent.orgs (id),
 	name		text NOT NULL,
+	max_concurrent_runs integer CHECK (max_concurrent_runs >= 0),	-- 14_limits.sql
 	created_at	timestamptz NOT NULL DEFAULT now(),
 	UNIQUE (org_id, id)
 );

@@ -9,16 +9,12 @@
 -- per org, updated in the transaction of the write it counts, under the
 -- row's lock (so two uploads of one org cannot both pass the check).
 
-ALTER TABLE agent.orgs
-	ADD COLUMN max_concurrent_runs integer CHECK (max_concurrent_runs >= 0),
-	ADD COLUMN max_stored_bytes bigint CHECK (max_stored_bytes >= 0);
+-- (the columns are declared with their tables, 12_catalog.sql)
 COMMENT ON COLUMN agent.orgs.max_concurrent_runs IS
 	'runs of this org provisioning or running at once, on every host together (NULL: setting max_runs_per_org)';
 COMMENT ON COLUMN agent.orgs.max_stored_bytes IS
 	'bytes of files, skills and output this org may keep (NULL: setting max_stored_bytes_per_org)';
 
-ALTER TABLE agent.workspaces
-	ADD COLUMN max_concurrent_runs integer CHECK (max_concurrent_runs >= 0);
 COMMENT ON COLUMN agent.workspaces.max_concurrent_runs IS
 	'runs of this workspace in flight at once (NULL: only the org''s limit applies)';
 

@@ -48,7 +48,25 @@ CREATE TABLE agent.invocations (
 	provisioned_at	timestamptz,
 	started_at		timestamptz,
 	finished_at		timestamptz,
+	-- the conversation's sandbox session it ran in (50_sessions.sql adds the
+	-- foreign key, once agent.sessions exists) and that session's generation
+	session_id		uuid,
 	session_generation integer,
+	-- a cancel request while it is provisioning or running (40_supervisor.sql)
+	cancel_requested_at timestamptz,
+	cancel_requested_by text,
+	-- the verdict's measurements
+	jail_pid		integer,
+	cpu_ms			bigint,
+	peak_memory_bytes bigint,
+	stdout_bytes	bigint,
+	stderr_bytes	bigint,
+	-- Request order: breaks ties between invocations approved at the same
+	-- instant (one transaction), so a conversation's runs keep their order.
+	request_seq		bigint GENERATED ALWAYS AS IDENTITY,
+	-- The NOTIFY channel is named after this random token, not the id, so
+	-- that only the invocation's tenant can learn it (40_supervisor.sql).
+	channel_token	uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
 	FOREIGN KEY (org_id, workspace_id, agent_id)
 		REFERENCES agent.agents (org_id, workspace_id, id),
 	FOREIGN KEY (org_id, workspace_id, conversation_id)
@@ -184,6 +202,7 @@ CREATE TABLE agent.agent_tool_calls (
 	status			text,
 	exit_code		integer,
 	output_preview	text,
+	files			jsonb NOT NULL DEFAULT '[]',	-- what the run returned (sessions.md)
 	created_at		timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX agent_tool_calls_tenant_idx ON agent.agent_tool_calls (org_id, workspace_id);

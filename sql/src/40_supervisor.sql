@@ -5,32 +5,19 @@
 -- it expects, so a supervisor that dies between two steps leaves rows that
 -- agent._supervisor_recover() resolves at the next start.
 
-ALTER TABLE agent.invocations
-	ADD COLUMN cancel_requested_at timestamptz,
-	ADD COLUMN cancel_requested_by text,
-	ADD COLUMN jail_pid integer,
-	ADD COLUMN cpu_ms bigint,
-	ADD COLUMN peak_memory_bytes bigint,
-	ADD COLUMN stdout_bytes bigint,
-	ADD COLUMN stderr_bytes bigint,
-	-- Request order: breaks ties between invocations approved at the same
-	-- instant (one transaction), so a conversation's runs keep their order.
-	ADD COLUMN request_seq bigint GENERATED ALWAYS AS IDENTITY;
 
--- Terminal states: nothing happens to an invocation after these.
+-- Terminal states: nothing happens to an invocation after these.  From the
+-- state machine's own table (src/guards.c): a state with no way out.
 CREATE FUNCTION agent._state_is_terminal(state text) RETURNS boolean
-	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-	RETURN state IN ('succeeded', 'failed', 'timed_out', 'killed', 'denied',
-					 'expired', 'cancelled', 'provision_failed',
-					 'insufficient_credits');
+	AS 'MODULE_PATHNAME', 'sandbox_state_is_terminal'
+	LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- The NOTIFY channel of one invocation is named after a random token, not
 -- after the invocation's id: any role may LISTEN on (or NOTIFY) any
 -- channel it can name, so only the invocation's tenant may learn the name,
 -- through agent.output_channel().  (The token is as secret as the rows the
 -- tenant reads: row-level security.)
-ALTER TABLE agent.invocations
-	ADD COLUMN channel_token uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid();
+-- (the column is agent.invocations.channel_token, 15_invocations.sql)
 
 -- The channel's name, written once.
 CREATE FUNCTION agent._channel_name(token uuid) RETURNS text

@@ -246,8 +246,8 @@ CREATE TABLE agent.session_files (
 	PRIMARY KEY (session_id, file_id)
 );
 
-ALTER TABLE agent.invocations ADD COLUMN session_id uuid REFERENCES agent.sessions (id);
-ALTER TABLE agent.agent_tool_calls ADD COLUMN files jsonb NOT NULL DEFAULT '[]';
+-- (agent.invocations.session_id is declared with the table; its key here)
+ALTER TABLE agent.invocations ADD FOREIGN KEY (session_id) REFERENCES agent.sessions (id);
 
 -- The current saved file of each name of a conversation.
 CREATE FUNCTION agent._current_files(conversation uuid)

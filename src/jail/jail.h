@@ -450,14 +450,10 @@ extern void jail_run_reap(void);
 /* monitor.c */
 extern void jail_monitor(JailRun *run);
 
-/* wire.c: the launcher's protocol (docs/jail.md, "Resident launcher") */
-#define JAIL_WIRE_MAGIC		"sandbox-jail/1"
-#define JAIL_WIRE_MAX		65536	/* one request or response message */
-#define JAIL_WIRE_NFDS		3		/* code, stdout, stderr */
-extern ssize_t jail_wire_send(int sock, const void *buf, size_t len,
-							  const int *fds, int nfds);
-extern ssize_t jail_wire_recv(int sock, void *buf, size_t len, int *fds,
-							  int maxfds, int *nfds, bool *truncated);
+/* wire.c: the launcher's protocol (wire_protocol.h, shared with the
+ * PostgreSQL supervisor; docs/jail.md, "Resident launcher") */
+#include "wire_protocol.h"
+
 
 /* serve.c, client.c */
 extern int	jail_serve_main(int argc, char **argv);

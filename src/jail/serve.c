@@ -61,7 +61,7 @@
 #include "jail.h"
 
 #define MAX_POOL		64
-#define MAX_REQ_ARGS	256
+#define MAX_REQ_ARGS	JAIL_WIRE_MAX_ARGS
 #define WORKER_PREP_FAILED	3	/* exit code: the netns could not be made */
 #define REQUEST_TIMEOUT_S	10	/* from accept to the whole request */
 

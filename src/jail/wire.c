@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "jail.h"
+#include "wire_protocol.h"
 
 ssize_t
 jail_wire_send(int sock, const void *buf, size_t len, const int *fds, int nfds)

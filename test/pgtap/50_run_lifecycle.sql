@@ -5,7 +5,7 @@
 -- and recovery after a restart (ours failed: refunded).  The supervisor is
 -- paused while this runs (test/run.sh), so only these calls claim.
 BEGIN;
-SELECT plan(38);
+SELECT plan(39);
 
 -- ---- the billing rule ----------------------------------------------------
 CREATE TEMP TABLE outcomes AS
@@ -37,6 +37,12 @@ SELECT results_eq('SELECT name, state, charged FROM outcomes ORDER BY name',
 			 ('signal', 'failed', true), ('timeout', 'timed_out', true),
 			 ('timeout, cancel requested', 'timed_out', true), ('workspace limit', 'failed', true)$$,
 	'_run_outcome(): the payload''s doing is charged, a failure of ours is refunded');
+SELECT results_eq($$SELECT s FROM unnest(ARRAY['pending_approval', 'approved', 'provisioning', 'running',
+		'succeeded', 'failed', 'timed_out', 'killed', 'denied', 'expired', 'cancelled',
+		'provision_failed', 'insufficient_credits']) s WHERE agent._state_is_terminal(s) ORDER BY s$$,
+	$$VALUES ('cancelled'), ('denied'), ('expired'), ('failed'), ('insufficient_credits'), ('killed'),
+			 ('provision_failed'), ('succeeded'), ('timed_out')$$,
+	'_state_is_terminal(): the nine states without a way out, from the transition table');
 SELECT is((SELECT reason FROM agent._run_outcome('{"status":"signaled","signal":9,"oom_killed":true}', NULL, false)),
 		  'out of memory', 'the reason names an OOM');
 SELECT is((SELECT reason FROM agent._run_outcome('{"status":"killed","killed":true}', NULL, true, 'bob')),

@@ -7,7 +7,7 @@
  * One module per kernel facility (after nsjail): options.c parses the
  * command line, cgroup.c owns the per-run cgroup, rootfs.c builds the
  * mount namespace, seccomp.c the filter, sandbox.c everything that runs
- * inside the namespaces, run.c the host-side run, workspace.c the
+ * inside the namespaces, lifecycle.c the host-side run, workspace.c the
  * host-side size check, verdict.c the JSON line.  Only main.c decides to
  * exit; helpers return an error code and put the reason in a buffer.
  *
@@ -93,7 +93,7 @@ typedef enum CgroupMode
 	CGROUP_V2
 } CgroupMode;
 
-/* Everything the verdict reports; filled in by jail_run (run.c). */
+/* Everything the verdict reports; filled in by jail_run (lifecycle.c). */
 typedef struct JailResult
 {
 	JailStatus	status;
@@ -261,24 +261,24 @@ typedef struct JailRunEnv
 } JailRunEnv;
 
 /*
- * The phases of one run (run.c), in order.  Each step of jail_run moves
- * the run to the next one or fails with a setup error; the clean-up and
- * the status decision read how far it got.
+ * The phases of one run (lifecycle.c), in order.  Each step of jail_run
+ * moves the run to the next one or fails with a setup error; the clean-up
+ * and the status decision read how far it got.
  */
 typedef enum JailRunPhase
 {
-	RUN_PREPARING,				/* workspace, ids, filter, cgroup; no sandbox of
-								 * ours yet (a prespawned one may wait) */
-	RUN_STARTED,				/* the sandbox exists and waits for its go bytes */
-	RUN_RUNNING,				/* JAIL_GO_RUN sent: the monitor watches it */
-	RUN_ENDED,					/* init reaped (or reported itself alone) */
-	RUN_COLLECTED				/* the facts are in the result: decide */
+	JAIL_RUN_PREPARING,			/* workspace, ids, filter, cgroup; no sandbox
+								 * of ours yet (a prespawned one may wait) */
+	JAIL_RUN_STARTED,			/* the sandbox exists, waits for its go bytes */
+	JAIL_RUN_RUNNING,			/* JAIL_GO_RUN sent: the monitor watches it */
+	JAIL_RUN_ENDED,				/* init reaped (or reported itself alone) */
+	JAIL_RUN_COLLECTED			/* the facts are in the result: decide */
 } JailRunPhase;
 
 /*
- * One run, host side, from jail_run's start to its verdict: what run.c
- * prepared and started, and what the monitor (monitor.c) learned while it
- * ran.  Lives on jail_run's stack.
+ * One run, host side, from jail_run's start to its verdict: what
+ * lifecycle.c prepared and started, and what the monitor (monitor.c)
+ * learned while it ran.  Lives on jail_run's stack.
  */
 typedef struct JailRun
 {
@@ -441,7 +441,7 @@ extern pid_t jail_spawn(JailChildArgs *args, int *pidfd, int cgroup_fd, bool *bo
 extern int	jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err);
 extern void jail_prespawn_discard(JailPrespawn *p);
 
-/* run.c */
+/* lifecycle.c */
 extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,
 					 const JailRunEnv *env, JailResult *res);
 extern void jail_run_kill(JailRun *run);

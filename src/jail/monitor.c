@@ -8,8 +8,8 @@
  *	  init is reaped (or reported itself alone) and the pipes are dry.
  *
  * It only records what it sees in the JailRun (reaped, report, setup error
- * text, limits hit) and kills the sandbox through jail_run_kill (run.c);
- * what the run's status is, verdict.c decides afterwards.
+ * text, limits hit) and kills the sandbox through jail_run_kill
+ * (lifecycle.c); what the run's status is, verdict.c decides afterwards.
  *
  * The loop never blocks on anything the payload or the caller controls:
  * output is read only when our buffer for that stream is empty (so a

@@ -6,8 +6,8 @@
  *	  bytes; and a sandbox cloned ahead of its request (jail_prespawn, for
  *	  a launcher's worker).
  *
- * Nothing here decides about a run: run.c calls these steps in its own
- * order and owns what they return.  The clone's child never returns here:
+ * Nothing here decides about a run: lifecycle.c calls these steps in its
+ * own order and owns what they return.  The clone's child never returns here:
  * it runs jail_child_main (sandbox.c) and ends with its exit status.
  *
  *-------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * run.c
+ * lifecycle.c
  *	  One run, host side (jail_run), as a short list of steps (after
  *	  isolate), each moving the run to its next phase (JailRunPhase):
  *	    prepare   open the workspace, pick the outer ids, the filter and
@@ -106,7 +106,7 @@ run_init(JailRun *run, const JailOptions *opts, const char *code,
 		 size_t code_len, const JailRunEnv *env, JailResult *res)
 {
 	memset(run, 0, sizeof(*run));
-	run->phase = RUN_PREPARING;
+	run->phase = JAIL_RUN_PREPARING;
 	run->opts = opts;
 	run->code = code;
 	run->code_len = code_len;
@@ -288,7 +288,7 @@ run_start(JailRun *run)
 	else if (run_clone(run) < 0)
 		return -1;
 	jail_pipes_close_child_ends(&run->pipes);
-	run->phase = RUN_STARTED;
+	run->phase = JAIL_RUN_STARTED;
 	return 0;
 }
 
@@ -388,7 +388,7 @@ run_go(JailRun *run)
 	 */
 	run->defer_reap = run->env->defer_reap &&
 		(run->cg_borrowed || run->cg.mode == CGROUP_NONE);
-	run->phase = RUN_RUNNING;
+	run->phase = JAIL_RUN_RUNNING;
 	return 0;
 }
 
@@ -410,7 +410,7 @@ run_end(JailRun *run)
 		run->have_report = true;
 	if (run->have_report && run->rep.alone)
 		run->ru = run->rep.ru;	/* the run's processes, not init's */
-	run->phase = RUN_ENDED;
+	run->phase = JAIL_RUN_ENDED;
 }
 
 /* Post-run workspace check: big files and the total. */
@@ -451,7 +451,7 @@ run_collect(JailRun *run)
 		run->child_err[run->child_err_len] = '\0';
 		snprintf(run->err, sizeof(run->err), "%s", run->child_err);
 	}
-	run->phase = RUN_COLLECTED;
+	run->phase = JAIL_RUN_COLLECTED;
 }
 
 /*
@@ -466,7 +466,7 @@ run_finish(JailRun *run)
 	JailResult *res = run->res;
 	int			rc = -1;
 
-	if (run->phase == RUN_COLLECTED)
+	if (run->phase == JAIL_RUN_COLLECTED)
 	{
 		JailEnd		end = {
 			.setup_error = run->err,
@@ -482,7 +482,7 @@ run_finish(JailRun *run)
 	else
 		jail_verdict_setup_error(res, run->err);
 
-	if (run->pre && run->phase == RUN_PREPARING)
+	if (run->pre && run->phase == JAIL_RUN_PREPARING)
 		run_drop_prespawn(run);
 	if (run->init_pending)
 		pending_init = run->pid;

@@ -455,8 +455,27 @@ extern void jail_monitor(JailRun *run);
 #include "wire_protocol.h"
 
 
-/* serve.c, client.c */
+/*
+ * What a launcher's worker (worker.c) is given by its launcher (serve.c):
+ * set up once before the first fork; the worker only reads it.
+ */
+typedef struct JailLauncher
+{
+	pid_t		pid;			/* the launcher: a worker dies with it */
+	uid_t		uid;			/* its owner, the only peer it serves */
+	const char *cgroup_parent;	/* --serve's --cgroup-parent, or NULL */
+	bool		quiet;
+	bool		netns_pool;		/* workers prepare a netns (until one cannot) */
+	JailFilter	filter;			/* the payload's, compiled once */
+	JailFilter	init_filter;	/* a served init's (FILTER_INIT) */
+	uint32_t   *owner_hint;		/* a shared page: {uid, gid} of the last
+								 * run's outer ids, or NULL (JailRunEnv) */
+} JailLauncher;
+
+/* serve.c, worker.c, client.c */
+#define JAIL_WORKER_PREP_FAILED 3	/* a worker's exit: no netns could be made */
 extern int	jail_serve_main(int argc, char **argv);
+extern int	jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot);
 extern int	jail_client_main(int argc, char **argv);
 
 /* workspace.c */

@@ -216,20 +216,21 @@ connect_launcher(const char *path, char *err)
 }
 
 /*
- * The launcher's answer, "sandbox-jail/1\0" rc "\0" verdict "\0" message
- * "\0": the verdict goes where the caller asked, rc is our exit code.
+ * The launcher's answer (wire_protocol.h): the verdict goes where the
+ * caller asked, its rc is our exit code.
  */
 static int
 take_answer(int sock, int verdict_fd)
 {
-	static char resp[JAIL_WIRE_MAX + 1];
+	static char resp[JAIL_WIRE_MAX];
 	char		err[JAIL_ERRLEN] = "";
-	int			nfds;
-	bool		truncated;
-	ssize_t		n = jail_wire_recv(sock, resp, JAIL_WIRE_MAX, NULL, 0, &nfds, &truncated);
-	const char *rcs;
+	const char *field[JAIL_WIRE_ANSWER_NFIELDS];
+	const char *rc;
 	const char *verdict;
 	const char *msg;
+	int			nfds;
+	bool		truncated;
+	ssize_t		n = jail_wire_recv(sock, resp, sizeof(resp), NULL, 0, &nfds, &truncated);
 
 	if (n <= 0)
 	{
@@ -237,26 +238,24 @@ take_answer(int sock, int verdict_fd)
 					n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
 		return local_setup_error(verdict_fd, err);
 	}
-	resp[n] = '\0';
-	rcs = resp + strlen(resp) + 1;
-	verdict = rcs < resp + n ? rcs + strlen(rcs) + 1 : NULL;
-	msg = verdict && verdict < resp + n ? verdict + strlen(verdict) + 1 : NULL;
-	if (truncated || strcmp(resp, JAIL_WIRE_MAGIC) != 0 || !msg || msg >= resp + n ||
-		rcs[1] != '\0' || rcs[0] < '0' || rcs[0] > '2')
+	if (truncated || !jail_wire_split_answer(resp, n, field) ||
+		strlen(rc = field[JAIL_WIRE_ANSWER_RC]) != 1 || rc[0] < '0' || rc[0] > '2')
 		return local_setup_error(verdict_fd, "malformed answer from the launcher");
-	if (rcs[0] == '2')
+	verdict = field[JAIL_WIRE_ANSWER_VERDICT];
+	msg = field[JAIL_WIRE_ANSWER_MESSAGE];
+	if (rc[0] - '0' == JAIL_WIRE_RC_REFUSED)
 	{
 		fprintf(stderr, "sandbox-jail: the launcher refused the request: %s\n", msg);
 		return JAIL_EXIT_USAGE;
 	}
-	if (rcs[0] == '1' && msg[0])
+	if (rc[0] - '0' == JAIL_EXIT_SETUP && msg[0])
 		jail_warn("setup error: %s", msg);
 	if (jail_write_all(verdict_fd, verdict, strlen(verdict)) < 0)
 	{
 		fprintf(stderr, "sandbox-jail: could not write the verdict: %s\n", strerror(errno));
 		return JAIL_EXIT_SETUP;
 	}
-	return rcs[0] - '0';
+	return rc[0] - '0';
 }
 
 /* `sandbox-jail --client SOCKET ...`: the exit code, for main. */
@@ -289,19 +288,19 @@ jail_client_main(int argc, char **argv)
 	workspace = absolute_workspace(opts.workspace, wsbuf, sizeof(wsbuf));
 	if (!workspace)
 		return local_setup_error(verdict_fd, "workspace path could not be made absolute");
-	if ((fds[0] = code_memfd(&opts, err)) < 0)
+	if ((fds[JAIL_WIRE_FD_CODE] = code_memfd(&opts, err)) < 0)
 		return local_setup_error(verdict_fd, err);
 	if (!build_request(&opts, workspace, req, &req_len))
 		return local_setup_error(verdict_fd, "request too large");
 	if (connect_launcher(path, err) < 0)
 		return local_setup_error(verdict_fd, err);
-	fds[1] = STDOUT_FILENO;
-	fds[2] = STDERR_FILENO;
+	fds[JAIL_WIRE_FD_STDOUT] = STDOUT_FILENO;
+	fds[JAIL_WIRE_FD_STDERR] = STDERR_FILENO;
 	if (jail_wire_send(client_sock, req, req_len, fds, JAIL_WIRE_NFDS) < 0)
 	{
 		jail_seterr(err, "could not send the request: %s", strerror(errno));
 		return local_setup_error(verdict_fd, err);
 	}
-	close(fds[0]);
+	close(fds[JAIL_WIRE_FD_CODE]);
 	return take_answer(client_sock, verdict_fd);
 }

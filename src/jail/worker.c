@@ -58,23 +58,21 @@ typedef struct Request
 } Request;
 
 static void
-send_response(int conn, int rc, const char *verdict, const char *msg)
+send_answer(int conn, int rc, const char *verdict, const char *msg)
 {
 	char		buf[JAIL_VERDICT_MAX + JAIL_ERRLEN + 64];
-	int			n;
+	int			n = jail_wire_format_answer(buf, sizeof(buf), rc, verdict, msg);
 
-	n = snprintf(buf, sizeof(buf), "%s%c%d%c%s%c%s%c", JAIL_WIRE_MAGIC, 0,
-				 rc, 0, verdict, 0, msg, 0);
-	if (n > 0 && (size_t) n < sizeof(buf))
+	if (n > 0)
 		(void) jail_wire_send(conn, buf, n, NULL, 0);
 }
 
-/* Answer a refused request (exit code 2); the worker then ends. */
+/* Answer a refused request (JAIL_WIRE_RC_REFUSED); the worker then ends. */
 static void
 refuse(int conn, const char *msg)
 {
 	jail_warn("refused a request: %s", msg);
-	send_response(conn, JAIL_EXIT_USAGE, "", msg);
+	send_answer(conn, JAIL_WIRE_RC_REFUSED, "", msg);
 }
 
 static bool
@@ -285,8 +283,8 @@ run_request(int conn, Request *rq, JailCgroup *slot, bool netns_ready,
 
 	memset(&res, 0, sizeof(res));
 	memset(&env, 0, sizeof(env));
-	env.stdout_fd = rq->fds[1];
-	env.stderr_fd = rq->fds[2];
+	env.stdout_fd = rq->fds[JAIL_WIRE_FD_STDOUT];
+	env.stderr_fd = rq->fds[JAIL_WIRE_FD_STDERR];
 	env.cancel_fd = conn;
 	env.netns_ready = netns_ready;
 	env.filter = &lc->filter;
@@ -319,8 +317,8 @@ run_request(int conn, Request *rq, JailCgroup *slot, bool netns_ready,
 	JAIL_TRACE("run returned");
 	if (jail_format_verdict(line, sizeof(line), &res) < 0)
 		line[0] = '\0';
-	send_response(conn, rc < 0 ? JAIL_EXIT_SETUP : JAIL_EXIT_OK, line,
-				  rc < 0 ? res.setup_error : "");
+	send_answer(conn, rc < 0 ? JAIL_EXIT_SETUP : JAIL_EXIT_OK, line,
+				rc < 0 ? res.setup_error : "");
 	JAIL_TRACE("verdict sent");
 	jail_run_reap();
 }
@@ -350,14 +348,14 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 		return;					/* connected and left: nothing to do */
 	if (n < 0 ||
 		parse_request(buf, n, &rq, msg) < 0 ||
-		check_output_fd(rq.fds[1], "stdout", msg) < 0 ||
-		check_output_fd(rq.fds[2], "stderr", msg) < 0 ||
-		read_request_code(rq.fds[0], &rq, msg) < 0)
+		check_output_fd(rq.fds[JAIL_WIRE_FD_STDOUT], "stdout", msg) < 0 ||
+		check_output_fd(rq.fds[JAIL_WIRE_FD_STDERR], "stderr", msg) < 0 ||
+		read_request_code(rq.fds[JAIL_WIRE_FD_CODE], &rq, msg) < 0)
 	{
 		refuse(conn, msg);
 		return;
 	}
-	close(rq.fds[0]);
+	close(rq.fds[JAIL_WIRE_FD_CODE]);
 	JAIL_TRACE("request checked");
 	run_request(conn, &rq, slot, netns_ready, pre);
 }

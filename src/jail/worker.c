@@ -67,12 +67,30 @@ send_answer(int conn, int rc, const char *verdict, const char *msg)
 		(void) jail_wire_send(conn, buf, n, NULL, 0);
 }
 
-/* Answer a refused request (JAIL_WIRE_RC_REFUSED); the worker then ends. */
+/*
+ * Answer a refused request (JAIL_WIRE_RC_REFUSED); the worker then ends.
+ * A refusal can come before the request was read (check_peer), and a
+ * close with a message still unread resets the connection: the client
+ * would get ECONNRESET (or EPIPE, sending late) instead of the answer.
+ * So the connection stays until the client hangs up: its request, if it
+ * was not read, is read now and dropped (jail_wire_recv closes descriptors
+ * it does not return), then we wait for its EOF.  Each wait is bounded by
+ * REQUEST_TIMEOUT_S (SO_RCVTIMEO, handle_request), and a client sends one
+ * message: one that sends more is cut off after the second.
+ */
 static void
 refuse(int conn, const char *msg)
 {
+	static char drop[JAIL_WIRE_MAX];
+	int			nfds;
+	bool		truncated;
+
 	jail_warn("refused a request: %s", msg);
 	send_answer(conn, JAIL_WIRE_RC_REFUSED, "", msg);
+	shutdown(conn, SHUT_WR);
+	for (int i = 0; i < 2; i++)
+		if (jail_wire_recv(conn, drop, sizeof(drop), NULL, 0, &nfds, &truncated) <= 0)
+			break;
 }
 
 static bool
@@ -107,20 +125,15 @@ check_peer(int conn, char *msg)
 
 /*
  * The request's one message, into buf: its length; 0 when the caller
- * connected and left; -1 with msg when it cannot be taken.  A caller that
- * connects and never sends would hold this worker (one place in the pool)
- * forever: only the request read is bounded, the run itself watches the
- * connection with poll.
+ * connected and left; -1 with msg when it cannot be taken.
  */
 static ssize_t
 receive_request(int conn, char *buf, int *fds, char *msg)
 {
-	struct timeval tv = {.tv_sec = REQUEST_TIMEOUT_S};
 	bool		truncated;
 	int			nfds = 0;
 	ssize_t		n;
 
-	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	n = jail_wire_recv(conn, buf, JAIL_WIRE_MAX, fds, JAIL_WIRE_NFDS, &nfds, &truncated);
 	JAIL_TRACE("request received");
 	if (n == 0)
@@ -333,10 +346,17 @@ static void
 handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 {
 	static char buf[JAIL_WIRE_MAX + 1];
+	struct timeval tv = {.tv_sec = REQUEST_TIMEOUT_S};
 	Request		rq;
 	char		msg[JAIL_ERRLEN] = "";
 	ssize_t		n;
 
+	/*
+	 * A caller that connects and never sends would hold this worker (one
+	 * place in the pool) forever: every read of the connection but the
+	 * run's is bounded; the run itself watches the connection with poll.
+	 */
+	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	memset(&rq, 0, sizeof(rq));
 	if (check_peer(conn, msg) < 0)
 	{

@@ -4,12 +4,41 @@
  *	  Shared types of sandbox-jail: the options a run is built from, the
  *	  facts collected about it, and the entry points of each module.
  *
- * One module per kernel facility (after nsjail): options.c parses the
- * command line, cgroup.c owns the per-run cgroup, rootfs.c builds the
- * mount namespace, seccomp.c the filter, sandbox.c everything that runs
- * inside the namespaces, lifecycle.c the host-side run, workspace.c the
- * host-side size check, verdict.c the JSON line.  Only main.c decides to
- * exit; helpers return an error code and put the reason in a buffer.
+ * One module per concern (after nsjail), each exporting a few functions,
+ * every one with the jail_ prefix:
+ *	  main.c		the one-shot command line: parse, read the code, run,
+ *					write the verdict, the exit code
+ *	  options.c		the command line into a JailOptions (no side effects)
+ *	  lifecycle.c	one run, host side (jail_run): prepare, start, go,
+ *					monitor, end, collect, finish (JailRun, JailRunPhase)
+ *	  spawn.c		a sandbox's birth: its pipes (JailPipes), the clone, the
+ *					id maps, the go bytes; one cloned ahead (jail_prespawn)
+ *	  monitor.c		the loop while a run runs: output, clocks, signals,
+ *					cancel, init's report, the reap
+ *	  verdict.c		the run's status (jail_verdict_decide) and its JSON line
+ *	  cgroup.c		the per-run cgroup, v1 or v2
+ *	  rootfs.c		the mount namespace (the sandbox's root)
+ *	  seccomp.c		the filter's policy (gen_filter.c compiles it at build
+ *					time, filter.c embeds the result)
+ *	  sandbox.c		everything that runs inside the namespaces: init, payload
+ *	  workspace.c	the host-side walk of the workspace (size, entries)
+ *	  serve.c		the resident launcher (--serve): pool, slots, socket
+ *	  worker.c		a launcher's worker and its one request
+ *	  client.c		the launcher's command-line client (--client)
+ *	  wire.c		the launcher's messages (wire_protocol.h)
+ *	  util.c		diagnostics, small file I/O, the clock, the code's read
+ *
+ * Who exits.  Only main.c decides the jail's exit code: every helper
+ * returns an error code and puts the reason in a JAIL_ERRLEN buffer, and
+ * jail_serve_main and jail_client_main return theirs to main.  A process
+ * the jail forks or clones never returns into its parent's code; it ends
+ * in _exit, in these places only:
+ *	  spawn.c		jail_spawn's child: _exit(jail_child_main(...))
+ *	  sandbox.c		the sandbox's init and payload (jail_child_main and
+ *					what it calls): child_fail() for a setup error, _exit
+ *					when the parent is gone or when init is done
+ *	  serve.c		a worker: _exit(jail_worker_main(...)) where it is forked
+ * The launcher itself returns from jail_serve_main like any command.
  *
  *-------------------------------------------------------------------------
  */
@@ -195,7 +224,7 @@ typedef struct JailPipes
 #define JAIL_GO_RUN			'c'	/* in the cgroup, workspace checked: start */
 
 /*
- * A sandbox cloned ahead of its request by a launcher's worker (serve.c):
+ * A sandbox cloned ahead of its request by a launcher's worker (worker.c):
  * its namespaces exist, its ids are mapped (mapped to a guess when root
  * runs the launcher: ouid, ogid), it has built the fixed part of its root
  * and waits for JAIL_GO_REQUEST; the request (options and code) is put in
@@ -237,9 +266,9 @@ typedef struct JailInitReport
 } JailInitReport;
 
 /*
- * What the caller of jail_run may have prepared ahead of the run (the
- * resident launcher, serve.c); NULL means a one-shot run that prepares
- * everything itself and copies output to our stdout/stderr.
+ * What the caller of jail_run may have prepared ahead of the run (a
+ * resident launcher's worker, worker.c); NULL means a one-shot run that
+ * prepares everything itself and copies output to our stdout/stderr.
  */
 typedef struct JailRunEnv
 {
@@ -353,7 +382,7 @@ typedef struct JailChildArgs
 								 * the fixed root built ahead (served_init) */
 	bool		cgroup_none;	/* no cgroup: fall back to RLIMIT_NPROC */
 	bool		netns_ready;	/* network namespace inherited, lo already up */
-	bool		served;			/* run by the launcher's worker (serve.c) */
+	bool		served;			/* run by a launcher's worker (worker.c) */
 } JailChildArgs;
 
 /*

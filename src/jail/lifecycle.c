@@ -176,7 +176,7 @@ run_choose_cgroup(JailRun *run)
 
 	if (slot_serves(opts, run->env))
 	{
-		run->cg = *run->env->slot;	/* counters reset by the worker (serve.c) */
+		run->cg = *run->env->slot;	/* counters reset by the worker (worker.c) */
 		run->cg_borrowed = true;
 	}
 	else if (jail_cgroup_create(opts, &run->cg, run->err) < 0)

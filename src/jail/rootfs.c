@@ -56,7 +56,7 @@
 
 /*
  * The new root is built on a tmpfs mounted here (in our private ns).  Not
- * /tmp: a sandbox built ahead of its request (serve.c) must still reach
+ * /tmp: a sandbox built ahead of its request (worker.c) must still reach
  * the workspace by its host path afterwards, and workspaces live in
  * places like /tmp or /var, never in /sys, which the sandbox does not
  * get anyway.
@@ -682,7 +682,7 @@ host_tree_usable(int tree)
 	return true;
 }
 
-/* Ahead of the request (serve.c): the part no request changes. */
+/* Ahead of the request (worker.c): the part no request changes. */
 int
 jail_rootfs_prepare(char *err)
 {

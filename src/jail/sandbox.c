@@ -482,7 +482,7 @@ close_inherited(const JailChildArgs *a)
 }
 
 /*
- * A sandbox cloned ahead of its request (serve.c) reads it here: a u32
+ * A sandbox cloned ahead of its request (worker.c) reads it here: a u32
  * length, the run options as NUL-terminated strings (already validated by
  * the worker, parsed again the same way), then the code to the end.
  */
@@ -780,7 +780,7 @@ jail_child_main(void *arg)
 	if (a->prebuild)
 	{
 		/*
-		 * Built ahead of the request (serve.c): the fixed part of the
+		 * Built ahead of the request (worker.c): the fixed part of the
 		 * root now, then the payload's process, confined before the
 		 * request; see served_init.
 		 */

@@ -328,7 +328,7 @@ prespawn_hold_namespaces(JailPrespawn *p)
 }
 
 /*
- * Clone a sandbox before its request exists (serve.c's workers): the
+ * Clone a sandbox before its request exists (worker.c): the
  * clone of six namespaces is the largest fixed cost of a run, and none of
  * it depends on the request.  The child builds the fixed part of its
  * root, waits for JAIL_GO_REQUEST and then reads the request from reqfd;

@@ -2,7 +2,7 @@
  *
  * wire_protocol.h
  *	  The resident launcher's protocol, written once for both of its ends:
- *	  the jail (serve.c answers, client.c asks) and the PostgreSQL
+ *	  the jail (worker.c answers, client.c asks) and the PostgreSQL
  *	  supervisor (src/launch.c asks).  Standalone: only the C library, so
  *	  that the extension can include it without the rest of the jail.
  *

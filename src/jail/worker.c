@@ -33,9 +33,10 @@
 #include "jail.h"
 
 #define MAX_REQ_ARGS		JAIL_WIRE_MAX_ARGS
-#define REQUEST_TIMEOUT_S	10	/* from accept to the whole request */
+#define REQUEST_TIMEOUT_S	10	/* each wait for the client: its request,
+									 * after a refusal its close */
 
-/* Options that only the client side or the launcher itself may use. */
+/* The options a request may carry; the others are the client's own. */
 static const char *const run_options[] = {
 	"--language", "--exec", "--workspace", "--ro-bind", "--wall-time", "--cpu-time",
 	"--memory", "--pids", "--output-limit", "--file-size",

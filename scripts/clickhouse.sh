@@ -9,7 +9,11 @@
 #   scripts/clickhouse.sh kill        stop it abruptly but keep its data
 #   scripts/clickhouse.sh restart     start it again on the kept data
 #   scripts/clickhouse.sh env         print CLICKHOUSE_URL etc. (eval-able)
-#   scripts/clickhouse.sh query SQL   run SQL with clickhouse-client
+#   scripts/clickhouse.sh query SQL   run SQL with clickhouse-client (as the
+#                                     default user; CLICKHOUSE_USER and
+#                                     CLICKHOUSE_PASSWORD pick another: the
+#                                     server also has sandbox_exporter and
+#                                     sandbox_auditor, see write_config)
 #   scripts/clickhouse.sh status      exit 0 when the server answers
 #
 # Ports: CLICKHOUSE_HTTP_PORT (default 58123) and CLICKHOUSE_TCP_PORT
@@ -36,7 +40,9 @@ as_ch() {
 }
 
 client() {
-	clickhouse-client --host 127.0.0.1 --port "$TCP_PORT" "$@"
+	clickhouse-client --host 127.0.0.1 --port "$TCP_PORT" \
+		${CLICKHOUSE_USER:+--user "$CLICKHOUSE_USER"} \
+		${CLICKHOUSE_PASSWORD:+--password "$CLICKHOUSE_PASSWORD"} "$@"
 }
 
 alive() {
@@ -85,6 +91,9 @@ XML
             <max_memory_usage>4000000000</max_memory_usage>
             <load_balancing>random</load_balancing>
         </default>
+        <readonly>
+            <readonly>1</readonly>
+        </readonly>
     </profiles>
     <users>
         <default>
@@ -93,6 +102,24 @@ XML
             <profile>default</profile>
             <quota>default</quota>
         </default>
+        <!-- The two users of the hardened audit anchors
+             (sql/clickhouse/hardened/, test/suites/audit.sh): the exporter
+             may use the export database only; the auditor may only read
+             the anchors' own database. -->
+        <sandbox_exporter>
+            <password>exporter</password>
+            <networks><ip>127.0.0.1</ip></networks>
+            <profile>default</profile>
+            <quota>default</quota>
+            <allow_databases><database>$DB</database></allow_databases>
+        </sandbox_exporter>
+        <sandbox_auditor>
+            <password>auditor</password>
+            <networks><ip>127.0.0.1</ip></networks>
+            <profile>readonly</profile>
+            <quota>default</quota>
+            <allow_databases><database>sandbox_audit</database></allow_databases>
+        </sandbox_auditor>
     </users>
     <quotas><default><interval><duration>3600</duration><queries>0</queries><errors>0</errors><result_rows>0</result_rows><read_rows>0</read_rows><execution_time>0</execution_time></interval></default></quotas>
 </yandex>

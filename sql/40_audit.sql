@@ -38,6 +38,22 @@ SELECT pg_temp.sqlstate_of($$DELETE FROM agent.audit_events WHERE org_id = 'a400
 SELECT pg_temp.sqlstate_of($$TRUNCATE agent.audit_events$$);
 SELECT pg_temp.sqlstate_of($$DELETE FROM agent.audit_heads WHERE org_id = 'a4000000-0000-4000-8000-000000000001'$$);
 
+-- Replica mode, which switches ordinary triggers off, opens none of them:
+-- the append-only triggers and the head's guard are ENABLE ALWAYS.
+BEGIN;
+SET LOCAL session_replication_role = replica;
+SELECT pg_temp.sqlstate_of($$UPDATE agent.audit_events SET actor = 'nobody' WHERE org_id = 'a4000000-0000-4000-8000-000000000001'$$);
+SELECT pg_temp.sqlstate_of($$DELETE FROM agent.audit_events WHERE org_id = 'a4000000-0000-4000-8000-000000000001'$$);
+SELECT pg_temp.sqlstate_of($$TRUNCATE agent.audit_events$$);
+SELECT pg_temp.sqlstate_of($$UPDATE agent.audit_heads SET events = events + 1 WHERE org_id = 'a4000000-0000-4000-8000-000000000001'$$);
+SELECT pg_temp.sqlstate_of($$DELETE FROM agent.audit_heads WHERE org_id = 'a4000000-0000-4000-8000-000000000001'$$);
+SELECT pg_temp.sqlstate_of($$INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events) VALUES ('a4000000-0000-4000-8000-0000000000ff', 0, '', 0)$$);
+SELECT pg_temp.sqlstate_of($$UPDATE agent.credit_ledger SET amount = amount + 1$$);
+SELECT pg_temp.sqlstate_of($$DELETE FROM agent.credit_ledger$$);
+ROLLBACK;
+-- The owner cannot move a tip by hand either, not even by one event.
+SELECT pg_temp.sqlstate_of($$UPDATE agent.audit_heads SET events = events + 1, prev_hash = last_hash, last_id = last_id + 1 WHERE org_id = 'a4000000-0000-4000-8000-000000000001'$$);
+
 -- Tampering past the triggers (a superuser switching them off) is caught:
 -- changed content, a removed middle event, a removed last event, a forged
 -- re-hash of one event.
@@ -45,25 +61,25 @@ CREATE TEMP TABLE ev AS
 SELECT row_number() OVER (ORDER BY id) AS n, id FROM agent.audit_events
  WHERE org_id = 'a4000000-0000-4000-8000-000000000001';
 BEGIN;
-SET LOCAL session_replication_role = replica;
+ALTER TABLE agent.audit_events DISABLE TRIGGER audit_events_append_only;
 UPDATE agent.audit_events SET details = '{"n": 42}' WHERE id = (SELECT id FROM ev WHERE n = 2);
 SELECT ok, events_checked, broken_event_id = (SELECT id FROM ev WHERE n = 2) AS at_2, problem
   FROM agent.verify_audit_chain('a4000000-0000-4000-8000-000000000001');
 ROLLBACK;
 BEGIN;
-SET LOCAL session_replication_role = replica;
+ALTER TABLE agent.audit_events DISABLE TRIGGER audit_events_append_only;
 DELETE FROM agent.audit_events WHERE id = (SELECT id FROM ev WHERE n = 2);
 SELECT ok, events_checked, broken_event_id = (SELECT id FROM ev WHERE n = 3) AS at_3, problem
   FROM agent.verify_audit_chain('a4000000-0000-4000-8000-000000000001');
 ROLLBACK;
 BEGIN;
-SET LOCAL session_replication_role = replica;
+ALTER TABLE agent.audit_events DISABLE TRIGGER audit_events_append_only;
 DELETE FROM agent.audit_events WHERE id = (SELECT id FROM ev WHERE n = 4);
 SELECT ok, events_checked, broken_event_id = (SELECT id FROM ev WHERE n = 4) AS at_4, problem
   FROM agent.verify_audit_chain('a4000000-0000-4000-8000-000000000001');
 ROLLBACK;
 BEGIN;
-SET LOCAL session_replication_role = replica;
+ALTER TABLE agent.audit_events DISABLE TRIGGER audit_events_append_only;
 UPDATE agent.audit_events e
    SET actor = 'forger',
 	   hash = agent._audit_hash(e.prev_hash, e.id, e.org_id, e.workspace_id, e.event_type,

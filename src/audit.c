@@ -21,6 +21,13 @@
  * created (a concurrent first event may win; then we chain onto it) and the
  * statement runs again.
  *
+ * The head row is writable only here: the statement runs with
+ * audit_appending set, and the guard trigger on agent.audit_heads
+ * (sandbox_audit_heads_guard, ENABLE ALWAYS) refuses any INSERT, UPDATE or
+ * DELETE made without it, and any append-time change that does not move
+ * the tip by exactly one event.  No code of anyone else runs while the
+ * flag is up (the statement calls only agent._audit_hash and nextval).
+ *
  * In C rather than PL/pgSQL only for speed: the function is on every
  * request and every decision (bench/control_plane).  Every name in the
  * statements is schema-qualified, operators included, so the caller's
@@ -32,7 +39,9 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
@@ -68,6 +77,9 @@ static const char head_sql[] =
 static SPIPlanPtr append_plan = NULL;
 static SPIPlanPtr head_plan = NULL;
 
+/* Raised only while this file's own statements run (see the header). */
+static bool audit_appending = false;
+
 static SPIPlanPtr
 prepare(const char *sql, int nargs, Oid *types)
 {
@@ -87,8 +99,8 @@ sandbox_audit(PG_FUNCTION_ARGS)
 	Oid			types[7] = {UUIDOID, UUIDOID, TEXTOID, UUIDOID, TEXTOID, JSONBOID, TIMESTAMPTZOID};
 	Datum		values[7];
 	char		nulls[7];
-	int64		id = 0;
-	bool		done = false;
+	volatile int64 id = 0;
+	volatile bool done = false;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -112,27 +124,36 @@ sandbox_audit(PG_FUNCTION_ARGS)
 	if (head_plan == NULL)
 		head_plan = prepare(head_sql, 1, types);
 
-	for (int attempt = 0; attempt < 2 && !done; attempt++)
+	audit_appending = true;
+	PG_TRY();
 	{
-		int			rc = SPI_execute_plan(append_plan, values, nulls, false, 0);
-
-		if (rc != SPI_OK_INSERT_RETURNING)
-			elog(ERROR, "audit append failed: %s", SPI_result_code_string(rc));
-		if (SPI_processed == 1)
+		for (int attempt = 0; attempt < 2 && !done; attempt++)
 		{
-			bool		isnull;
+			int			rc = SPI_execute_plan(append_plan, values, nulls, false, 0);
 
-			id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-											 SPI_tuptable->tupdesc, 1, &isnull));
-			done = true;
-		}
-		else
-		{
-			rc = SPI_execute_plan(head_plan, values, nulls, false, 0);
-			if (rc != SPI_OK_INSERT)
-				elog(ERROR, "audit head creation failed: %s", SPI_result_code_string(rc));
+			if (rc != SPI_OK_INSERT_RETURNING)
+				elog(ERROR, "audit append failed: %s", SPI_result_code_string(rc));
+			if (SPI_processed == 1)
+			{
+				bool		isnull;
+
+				id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												 SPI_tuptable->tupdesc, 1, &isnull));
+				done = true;
+			}
+			else
+			{
+				rc = SPI_execute_plan(head_plan, values, nulls, false, 0);
+				if (rc != SPI_OK_INSERT)
+					elog(ERROR, "audit head creation failed: %s", SPI_result_code_string(rc));
+			}
 		}
 	}
+	PG_FINALLY();
+	{
+		audit_appending = false;
+	}
+	PG_END_TRY();
 	SPI_finish();
 	if (!done)
 		ereport(ERROR,
@@ -140,4 +161,76 @@ sandbox_audit(PG_FUNCTION_ARGS)
 				 errmsg("the audit chain of org %s has no head",
 						DatumGetCString(DirectFunctionCall1(uuid_out, values[0])))));
 	PG_RETURN_INT64(id);
+}
+
+/* A column of an agent.audit_heads row, by name (the guard's reads). */
+static Datum
+head_attr(HeapTuple tuple, TupleDesc desc, const char *name)
+{
+	int			attno = SPI_fnumber(desc, name);
+	bool		isnull;
+	Datum		d;
+
+	if (attno <= 0)
+		elog(ERROR, "agent.audit_heads has no column \"%s\"", name);
+	d = heap_getattr(tuple, attno, desc, &isnull);
+	if (isnull)
+		elog(ERROR, "agent.audit_heads.%s is null", name);
+	return d;
+}
+
+/*
+ * Whether a change of a head row is the one an append makes: a new head
+ * of no events, or the tip moved by exactly one event onto a later id.
+ */
+static bool
+head_change_is_append(TriggerData *td)
+{
+	TupleDesc	desc = td->tg_relation->rd_att;
+	HeapTuple	newtup = td->tg_newtuple;
+	HeapTuple	oldtup = td->tg_trigtuple;
+
+	if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
+		return DatumGetInt64(head_attr(oldtup, desc, "events")) == 0 &&
+			DatumGetInt64(head_attr(oldtup, desc, "last_id")) == 0;
+	if (!TRIGGER_FIRED_BY_UPDATE(td->tg_event))
+		return false;
+	return DatumGetInt64(head_attr(newtup, desc, "events")) ==
+		DatumGetInt64(head_attr(oldtup, desc, "events")) + 1 &&
+		DatumGetInt64(head_attr(newtup, desc, "last_id")) >
+		DatumGetInt64(head_attr(oldtup, desc, "last_id")) &&
+		DatumGetBool(DirectFunctionCall2(uuid_eq,
+										 head_attr(newtup, desc, "org_id"),
+										 head_attr(oldtup, desc, "org_id"))) &&
+		DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID,
+											 head_attr(newtup, desc, "prev_hash"),
+											 head_attr(oldtup, desc, "last_hash")));
+}
+
+PG_FUNCTION_INFO_V1(sandbox_audit_heads_guard);
+
+/*
+ * agent._audit_heads_guard(): BEFORE INSERT OR UPDATE OR DELETE row
+ * trigger on agent.audit_heads (ENABLE ALWAYS).  Only agent._audit moves a
+ * tip, and only by one event; everything else is refused with 42501.
+ */
+Datum
+sandbox_audit_heads_guard(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
+		!TRIGGER_FIRED_BEFORE(td->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("agent._audit_heads_guard() must be called as a BEFORE ROW trigger")));
+	if (!audit_appending || !head_change_is_append(td))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("cannot %s agent.audit_heads: the tip of an audit chain moves only with an append",
+						TRIGGER_FIRED_BY_INSERT(td->tg_event) ? "insert into" :
+						TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? "update" : "delete from"),
+				 errhint("Audit events are appended with agent._audit().")));
+	return PointerGetDatum(TRIGGER_FIRED_BY_UPDATE(td->tg_event) ?
+						   td->tg_newtuple : td->tg_trigtuple);
 }

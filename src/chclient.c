@@ -1,7 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * chclient.c
- *		The exporter's HTTP client for ClickHouse (libcurl).
+ *		Every request the extension makes to ClickHouse: the HTTP client
+ *		(libcurl) and the queries of the exporter and the anchor reader.
+ *
+ * The query texts live here, one function per request, so that the
+ * callers (export_stream.c, anchor.c) deal in rows and positions.  Names
+ * in them come from settings checked to be identifiers ([A-Za-z0-9_.]),
+ * the slot name from one checked to be [a-z0-9_], an org as a uuid's
+ * output form: nothing needs quoting.
  *
  * One CURL easy handle lives for the life of the exporter worker, so the
  * TCP connection is kept alive between batches.  A request never runs
@@ -68,15 +75,24 @@ static const int ch_permanent_codes[] = {
 	516,						/* AUTHENTICATION_FAILED (newer servers) */
 };
 
+/* Where a response goes, and how much of it is kept. */
+typedef struct ChResponse
+{
+	StringInfo	buf;
+	size_t		max;
+	bool		truncated;
+} ChResponse;
+
 static size_t
 ch_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-	StringInfo	buf = (StringInfo) userdata;
+	ChResponse *r = (ChResponse *) userdata;
 	size_t		n = size * nmemb;
+	size_t		room = r->max > (size_t) r->buf->len ? r->max - r->buf->len : 0;
 
-	/* Responses we read are tiny; keep at most 64 kB of anything else. */
-	if (buf->len < 65536)
-		appendBinaryStringInfo(buf, ptr, Min(n, (size_t) (65536 - buf->len)));
+	if (n > room)
+		r->truncated = true;
+	appendBinaryStringInfo(r->buf, ptr, Min(n, room));
 	return n;
 }
 
@@ -84,8 +100,11 @@ static int
 ch_progress_cb(void *clientp, curl_off_t dltotal, curl_off_t dlnow,
 			   curl_off_t ultotal, curl_off_t ulnow)
 {
-	/* Abort the transfer; the caller's CHECK_FOR_INTERRUPTS() exits. */
-	if (ProcDiePending || !PostmasterIsAlive())
+	/*
+	 * Abort the transfer; the caller's CHECK_FOR_INTERRUPTS() exits (the
+	 * worker) or cancels the query (a backend reading anchors).
+	 */
+	if (ProcDiePending || QueryCancelPending || !PostmasterIsAlive())
 		return 1;
 	return 0;
 }
@@ -113,7 +132,7 @@ ch_get_handle(void)
 }
 
 void
-ch_close(void)
+sandbox_ch_close(void)
 {
 	if (ch_handle != NULL)
 		curl_easy_cleanup(ch_handle);
@@ -156,14 +175,18 @@ ch_url_for_message(const char *url, char *out, size_t outlen)
 }
 
 /*
- * POST body (may be empty) to base_url with the query in the URL.  On
- * CH_OK the response body is in *response; otherwise err holds a one-line
- * description for agent.export_status().
+ * POST body (may be empty) to t->url with the query in the URL.  On CH_OK
+ * the response body is in *response (at most max_response bytes: a longer
+ * one is CH_PERMANENT); otherwise err holds a one-line description for
+ * agent.export_status().
  */
 ChResult
-ch_post(const char *base_url, const char *query, const char *body, size_t len,
-		int timeout_s, StringInfo response, char *err, size_t errlen)
+sandbox_ch_post(const ChTarget *t, const char *query, const char *body, size_t len,
+				StringInfo response, size_t max_response, char *err, size_t errlen)
 {
+	const char *base_url = t->url;
+	int			timeout_s = t->timeout_s;
+	ChResponse	sink = {response, max_response, false};
 	CURL	   *h = ch_get_handle();
 	char	   *qesc;
 	StringInfoData url;
@@ -187,7 +210,7 @@ ch_post(const char *base_url, const char *query, const char *body, size_t len,
 	curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
 	curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) len);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ch_write_cb);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, response);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
 	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, ch_progress_cb);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curlerr);
@@ -216,12 +239,17 @@ ch_post(const char *base_url, const char *query, const char *body, size_t len,
 		snprintf(err, errlen, "could not reach ClickHouse at %s: %s",
 				 shown, curlerr[0] ? curlerr : curl_easy_strerror(rc));
 		/* A broken connection must not be reused. */
-		ch_close();
+		sandbox_ch_close();
 		return CH_TRANSIENT;
 	}
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	if (status == 200)
+	if (status == 200 && !sink.truncated)
 		return CH_OK;
+	if (status == 200)
+	{
+		snprintf(err, errlen, "ClickHouse answered with more than %zu bytes", max_response);
+		return CH_PERMANENT;
+	}
 
 	/* One line of ClickHouse's message is enough for the status view. */
 	nl = strchr(response->data, '\n');
@@ -236,4 +264,88 @@ ch_post(const char *base_url, const char *query, const char *body, size_t len,
 		return CH_TRANSIENT;
 	}
 	return CH_PERMANENT;
+}
+
+/* ---- the requests ---- */
+
+/* INSERT rows (TabSeparated, one per line) into table (columns). */
+ChResult
+sandbox_ch_insert(const ChTarget *t, const char *table, const char *columns,
+				  const StringInfo rows, char *err, size_t errlen)
+{
+	StringInfoData q;
+	StringInfoData resp;
+	ChResult	r;
+
+	initStringInfo(&q);
+	initStringInfo(&resp);
+	appendStringInfo(&q, "INSERT INTO %s (%s) FORMAT TabSeparated", table, columns);
+	r = sandbox_ch_post(t, q.data, rows->data, rows->len, &resp, CH_RESPONSE_MAX,
+						err, errlen);
+	pfree(q.data);
+	pfree(resp.data);
+	return r;
+}
+
+/* The export watermark of a slot: max(lsn) in the progress table (0: none). */
+ChResult
+sandbox_ch_read_watermark(const ChTarget *t, const char *table, const char *slot,
+						  XLogRecPtr *lsn, char *err, size_t errlen)
+{
+	StringInfoData q;
+	StringInfoData resp;
+	ChResult	r;
+
+	initStringInfo(&q);
+	initStringInfo(&resp);
+	appendStringInfo(&q, "SELECT max(lsn) FROM %s WHERE slot = '%s' FORMAT TabSeparated",
+					 table, slot);
+	r = sandbox_ch_post(t, q.data, NULL, 0, &resp, CH_RESPONSE_MAX, err, errlen);
+	if (r == CH_OK)
+		*lsn = (XLogRecPtr) strtoull(resp.data, NULL, 10);
+	pfree(q.data);
+	pfree(resp.data);
+	return r;
+}
+
+/* Record that the slot's rows up to lsn (rows of them in this batch) are in. */
+ChResult
+sandbox_ch_write_watermark(const ChTarget *t, const char *table, const char *slot,
+						   XLogRecPtr lsn, uint64 rows, char *err, size_t errlen)
+{
+	StringInfoData body;
+	ChResult	r;
+
+	initStringInfo(&body);
+	appendStringInfo(&body, "%s\t" UINT64_FORMAT "\t" UINT64_FORMAT "\n",
+					 slot, (uint64) lsn, rows);
+	r = sandbox_ch_insert(t, table, "slot, lsn, rows", &body, err, errlen);
+	pfree(body.data);
+	return r;
+}
+
+/*
+ * One page of an org's audit anchors, grouped by anchored event, in chain
+ * order after the id `after`: last_id, one hash, one count, the number of
+ * different (hash, events) pairs, and when ClickHouse first received it
+ * (Unix seconds), TabSeparated.
+ */
+ChResult
+sandbox_ch_read_anchors(const ChTarget *t, const char *table, const char *org,
+						int64 after, int limit, StringInfo response,
+						size_t max_response, char *err, size_t errlen)
+{
+	StringInfoData q;
+	ChResult	r;
+
+	initStringInfo(&q);
+	appendStringInfo(&q,
+					 "SELECT last_id, any(last_hash), any(events), uniqExact(last_hash, events),"
+					 " toUnixTimestamp(min(anchored_at))"
+					 " FROM %s WHERE org_id = toUUID('%s') AND last_id > " INT64_FORMAT
+					 " GROUP BY last_id ORDER BY last_id LIMIT %d FORMAT TabSeparated",
+					 table, org, after, limit);
+	r = sandbox_ch_post(t, q.data, NULL, 0, response, max_response, err, errlen);
+	pfree(q.data);
+	return r;
 }

@@ -1,13 +1,23 @@
 /*-------------------------------------------------------------------------
  *
  * exporter.h
- *		The ClickHouse exporter: shared state, pgoutput decoding into
- *		ClickHouse rows, and the HTTP client.
+ *		The ClickHouse exporter: its shared state, settings and the
+ *		interfaces between its files.
  *
- * Three files share this header: exporter.c (the background worker, its
- * GUCs and SQL-callable functions), pgoutput.c (turns pgoutput protocol
- * version 1 messages, or rows read with SELECT, into TabSeparated rows for
- * ClickHouse) and chclient.c (libcurl, one reused keep-alive handle).
+ * The files of the exporter, one concern each:
+ *	 export_worker.c  the background worker: settings, the loop (waits,
+ *					  backoff, reloads, resets), one round at a time
+ *	 export_stream.c  one round's work: the slot's lifecycle, the table
+ *					  copy, streaming a batch, the audit anchors' round
+ *	 export_state.c   the shared-memory struct and its lock, the
+ *					  commit-time wake-up's target, SQL-callable functions
+ *	 pgoutput.c		  pgoutput protocol version 1 (or rows read with
+ *					  SELECT) into TabSeparated rows for ClickHouse
+ *	 anchor.c		  the audit chain heads published and read back
+ *	 chclient.c		  every request to ClickHouse (libcurl, one reused
+ *					  keep-alive handle)
+ * Only sandbox_ext.h's few entry points (GUCs, registration, the wake-up)
+ * are seen by the rest of the extension.
  *
  *-------------------------------------------------------------------------
  */
@@ -16,7 +26,11 @@
 
 #include "access/xlogdefs.h"
 #include "lib/stringinfo.h"
+#include "storage/latch.h"
+#include "storage/spin.h"
 #include "utils/timestamp.h"
+
+/* ---- shared state (export_state.c) ---- */
 
 /* What agent.export_status() shows as state. */
 typedef enum SandboxExportState
@@ -32,12 +46,16 @@ typedef enum SandboxExportState
 #define SANDBOX_EXPORT_ERRLEN 512
 
 /*
- * Exporter state in shared memory, protected by SandboxShared.mutex.  The
- * worker writes everything except the two request flags and pending_since,
- * which backends set (agent.export_reset() and the commit-time wake-up).
+ * The exporter's shared memory, a struct of its own protected by its own
+ * spinlock.  The worker writes everything except the two request fields
+ * and pending_since, which backends set (agent.export_reset() and the
+ * commit-time wake-up).  Nothing is held across a call that can fail.
  */
 typedef struct SandboxExportShared
 {
+	slock_t		mutex;
+	int			pid;			/* the worker's, 0 when none runs */
+	Latch	   *latch;			/* the worker's, NULL when none runs */
 	int			state;			/* SandboxExportState */
 	uint64		rows_exported;	/* rows ClickHouse accepted since start */
 	uint64		batches;
@@ -50,17 +68,72 @@ typedef struct SandboxExportShared
 	TimestampTz inflight_since; /* oldest commit the running poll covers */
 	TimestampTz backoff_until;
 	bool		reset_requested;
+	uint64		anchors_published;	/* anchor rows ClickHouse accepted */
+	TimestampTz last_anchor_at; /* end of the last anchor round */
 } SandboxExportShared;
 
-/* exporter.c */
-extern void sandbox_export_define_gucs(void);
-extern void sandbox_export_register(void);
+extern SandboxExportShared *sandbox_export_shared;
+
+extern void sandbox_export_set_state(SandboxExportState st);
+extern void sandbox_export_set_error(SandboxExportState st, const char *msg);
+
+/* ---- settings (export_worker.c) ---- */
+
+typedef enum ExportFault
+{
+	EXPORT_FAULT_NONE,
+	EXPORT_FAULT_PAUSE_AFTER_ROWS,
+	EXPORT_FAULT_PAUSE_AFTER_WATERMARK
+} ExportFault;
+
+extern char *sandbox_clickhouse_url;
+extern char *sandbox_clickhouse_table;
+extern char *sandbox_clickhouse_progress_table;
+extern char *sandbox_anchor_table;
+extern char *sandbox_anchor_insert_table;
+extern char *sandbox_export_slot;
+extern int	sandbox_export_batch_rows;
+extern int	sandbox_export_timeout_s;
+extern int	sandbox_anchor_interval_ms;
+extern int	sandbox_export_fault;
+
 extern PGDLLEXPORT void sandbox_export_main(Datum main_arg);
 
-/* pgoutput.c */
+/* ---- one round (export_stream.c) ---- */
+
+/* Outcome of one round of work. */
+typedef enum StepResult
+{
+	STEP_CAUGHT_UP,				/* nothing left up to the flush LSN */
+	STEP_MORE,					/* go again at once */
+	STEP_TRANSIENT,				/* back off, retry */
+	STEP_PERMANENT				/* stop until reset */
+} StepResult;
+
+/*
+ * Why the last step failed: a one-line text for agent.export_status(), and
+ * whether an ERROR raised during the step is permanent (set just before
+ * raising it).
+ */
+typedef struct ExportStepError
+{
+	char		msg[SANDBOX_EXPORT_ERRLEN];
+	bool		permanent;
+} ExportStepError;
+
+extern ExportStepError sandbox_export_err;
+extern TimestampTz sandbox_export_last_insert_at;	/* last rows insert */
+
+struct ExportBatch;
+extern StepResult sandbox_export_step(struct ExportBatch *b);
+extern void sandbox_export_forget(void);
+extern long sandbox_export_anchor_due_in_ms(void);
+
+/* ---- pgoutput.c ---- */
+
 #define EXPORT_NCOLUMNS 20
-extern const char *const export_pg_columns[EXPORT_NCOLUMNS];
-extern const char *export_clickhouse_column_list(void);
+extern const char *const sandbox_export_pg_columns[EXPORT_NCOLUMNS];
+extern const char *sandbox_export_clickhouse_columns(void);
 
 /*
  * A batch of TabSeparated rows being built from one peek.  The decoder
@@ -94,13 +167,22 @@ typedef struct ExportBatch
 	bool		schema_error;	/* set before raising a schema mismatch */
 } ExportBatch;
 
-extern void export_batch_init(ExportBatch *b, XLogRecPtr skip_below);
-extern void export_batch_reset(ExportBatch *b, XLogRecPtr skip_below);
-extern void export_decode_message(ExportBatch *b, const char *data, int len);
-extern void export_append_row(ExportBatch *b, char *const *values,
-							  bool deleted, uint64 version);
+extern void sandbox_export_batch_init(ExportBatch *b, XLogRecPtr skip_below);
+extern void sandbox_export_batch_reset(ExportBatch *b, XLogRecPtr skip_below);
+extern void sandbox_export_decode_message(ExportBatch *b, const char *data, int len);
+extern void sandbox_export_append_row(ExportBatch *b, char *const *values,
+									  bool deleted, uint64 version);
+extern void sandbox_export_append_tsv_escaped(StringInfo out, const char *s);
 
-/* chclient.c */
+/* ---- anchor.c ---- */
+
+extern const char *sandbox_anchor_columns(void);
+extern int	sandbox_anchor_collect(StringInfo tsv, const char *source);
+extern void sandbox_anchor_mark_sent(void);
+extern void sandbox_anchor_forget(void);
+
+/* ---- chclient.c ---- */
+
 typedef enum ChResult
 {
 	CH_OK,
@@ -108,9 +190,33 @@ typedef enum ChResult
 	CH_PERMANENT				/* stop until reset */
 } ChResult;
 
-extern ChResult ch_post(const char *base_url, const char *query,
-						const char *body, size_t len, int timeout_s,
-						StringInfo response, char *err, size_t errlen);
-extern void ch_close(void);
+/* What a request keeps of a response unless told otherwise. */
+#define CH_RESPONSE_MAX 65536
+
+/* Where and how long: the settings every request is made with. */
+typedef struct ChTarget
+{
+	const char *url;
+	int			timeout_s;
+} ChTarget;
+
+extern ChResult sandbox_ch_post(const ChTarget *t, const char *query,
+								const char *body, size_t len,
+								StringInfo response, size_t max_response,
+								char *err, size_t errlen);
+extern ChResult sandbox_ch_insert(const ChTarget *t, const char *table,
+								  const char *columns, const StringInfo rows,
+								  char *err, size_t errlen);
+extern ChResult sandbox_ch_read_watermark(const ChTarget *t, const char *table,
+										  const char *slot, XLogRecPtr *lsn,
+										  char *err, size_t errlen);
+extern ChResult sandbox_ch_write_watermark(const ChTarget *t, const char *table,
+										   const char *slot, XLogRecPtr lsn,
+										   uint64 rows, char *err, size_t errlen);
+extern ChResult sandbox_ch_read_anchors(const ChTarget *t, const char *table,
+										const char *org, int64 after, int limit,
+										StringInfo response, size_t max_response,
+										char *err, size_t errlen);
+extern void sandbox_ch_close(void);
 
 #endif							/* SANDBOX_EXPORTER_H */

@@ -112,7 +112,10 @@ close_fd(int *fd)
 /*
  * posix_spawn a jail process: stdin /dev/null, fds[i] (if >= 0) as fd
  * i + 1, nothing else inherited, default signal dispositions, nothing
- * blocked.  Returns 0 or an errno.
+ * blocked, and a process group of its own: pg_terminate_backend() and
+ * pg_cancel_backend() signal a backend's whole group, and a cancel of the
+ * supervisor must not reach its jails (they end with it through
+ * PR_SET_PDEATHSIG, by our shutdown path).  Returns 0 or an errno.
  */
 static int
 spawn_jail_process(pid_t *pid, char **argv, const int fds[3], bool vfork)
@@ -138,8 +141,9 @@ spawn_jail_process(pid_t *pid, char **argv, const int fds[3], bool vfork)
 	sigemptyset(&none);
 	posix_spawnattr_setsigdefault(&attr, &all);
 	posix_spawnattr_setsigmask(&attr, &none);
+	posix_spawnattr_setpgroup(&attr, 0);
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK |
-							 (vfork ? POSIX_SPAWN_USEVFORK : 0));
+							 POSIX_SPAWN_SETPGROUP | (vfork ? POSIX_SPAWN_USEVFORK : 0));
 	rc = posix_spawn(pid, argv[0], &fa, &attr, argv, jail_envp);
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&attr);

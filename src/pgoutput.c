@@ -75,7 +75,7 @@ static const ExportColumn export_columns[EXPORT_NCOLUMNS] = {
 	{"created_at", TIMESTAMPTZOID, EK_TIMESTAMPTZ},
 };
 
-const char *const export_pg_columns[EXPORT_NCOLUMNS] = {
+const char *const sandbox_export_pg_columns[EXPORT_NCOLUMNS] = {
 	"org_id", "workspace_id", "invocation_id", "agent_id", "conversation_id",
 	"tool_name", "language", "status", "exit_code", "signal", "duration_ms",
 	"cpu_ms", "peak_memory_bytes", "credits_charged", "timed_out",
@@ -84,7 +84,7 @@ const char *const export_pg_columns[EXPORT_NCOLUMNS] = {
 
 /* Timestamps become two ClickHouse columns: DateTime and epoch ms. */
 const char *
-export_clickhouse_column_list(void)
+sandbox_export_clickhouse_columns(void)
 {
 	return "org_id, workspace_id, invocation_id, agent_id, conversation_id, "
 		"tool_name, language, status, exit_code, signal, duration_ms, cpu_ms, "
@@ -94,7 +94,7 @@ export_clickhouse_column_list(void)
 }
 
 void
-export_batch_init(ExportBatch *b, XLogRecPtr skip_below)
+sandbox_export_batch_init(ExportBatch *b, XLogRecPtr skip_below)
 {
 	memset(b, 0, sizeof(*b));
 	initStringInfo(&b->tsv);
@@ -103,7 +103,7 @@ export_batch_init(ExportBatch *b, XLogRecPtr skip_below)
 
 /* Start a new batch; the buffer is kept unless one huge batch grew it. */
 void
-export_batch_reset(ExportBatch *b, XLogRecPtr skip_below)
+sandbox_export_batch_reset(ExportBatch *b, XLogRecPtr skip_below)
 {
 	StringInfoData keep = b->tsv;
 
@@ -123,8 +123,8 @@ export_batch_reset(ExportBatch *b, XLogRecPtr skip_below)
 
 /* ---- value conversion ---- */
 
-static void
-append_tsv_escaped(StringInfo out, const char *s)
+void
+sandbox_export_append_tsv_escaped(StringInfo out, const char *s)
 {
 	for (; *s; s++)
 	{
@@ -184,7 +184,7 @@ append_timestamptz(StringInfo out, const char *text)
  * Append one row: values[i] is the text of export_columns[i] or NULL.
  */
 void
-export_append_row(ExportBatch *b, char *const *values, bool deleted,
+sandbox_export_append_row(ExportBatch *b, char *const *values, bool deleted,
 				  uint64 version)
 {
 	StringInfo	out = &b->tsv;
@@ -212,7 +212,7 @@ export_append_row(ExportBatch *b, char *const *values, bool deleted,
 				append_timestamptz(out, v);
 				break;
 			case EK_TEXT:
-				append_tsv_escaped(out, v);
+				sandbox_export_append_tsv_escaped(out, v);
 				break;
 			default:
 				/* uuid and integers: output text is ClickHouse's text */
@@ -441,7 +441,7 @@ emit_tuple(ExportBatch *b, ExportRelation *er, char **newvals, bool *newunch,
 			vals[j] = oldvals[a];
 		}
 	}
-	export_append_row(b, vals, deleted, b->final_lsn);
+	sandbox_export_append_row(b, vals, deleted, b->final_lsn);
 }
 
 static ExportRelation *
@@ -502,7 +502,7 @@ decode_change(ExportBatch *b, MsgReader *r, char action)
  * always ends on a Commit.
  */
 void
-export_decode_message(ExportBatch *b, const char *data, int len)
+sandbox_export_decode_message(ExportBatch *b, const char *data, int len)
 {
 	MsgReader	r = {data, len, 0};
 	char		type = (char) read_byte(&r);

@@ -54,8 +54,6 @@ extern bool sandbox_preloaded;
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "exporter.h"
-
 typedef struct SandboxSlot
 {
 	bool		in_use;
@@ -76,10 +74,6 @@ typedef struct SandboxShared
 	SandboxSlot slots[SANDBOX_MAX_SLOTS];
 	uint64		cancel_generation;	/* bumped when a cancel request commits */
 	ConditionVariable finished_cv;
-	int			exporter_pid;
-	Latch	   *exporter_latch;
-	ConditionVariable export_cv;
-	SandboxExportShared export;	/* exporter.c */
 } SandboxShared;
 
 extern SandboxShared *sandbox_shared;
@@ -94,6 +88,23 @@ extern void sandbox_xact_begin(const char *activity);
 extern void sandbox_xact_commit(void);
 extern ErrorData *sandbox_xact_abort(void);
 extern void sandbox_xact_abort_log(int elevel, const char *doing);
+
+/*
+ * The one commit-time wake-up (shmem.c): what a committing transaction
+ * wakes.  A cancel also wakes the supervisor, even when it is full.
+ */
+#define SANDBOX_WAKE_SUPERVISOR		0x01
+#define SANDBOX_WAKE_CANCEL			0x02
+#define SANDBOX_WAKE_EXPORTER		0x04
+#define SANDBOX_WAKE_EXPORT_RESET	0x08	/* and leave its error state */
+extern void sandbox_wake_at_commit(int what);
+
+/* The ClickHouse exporter's entry points (exporter.h has the rest). */
+extern void sandbox_export_define_gucs(void);
+extern void sandbox_export_register(void);
+extern void sandbox_export_wake_now(bool reset);
+extern Size sandbox_export_shmem_size(void);
+extern void sandbox_export_shmem_startup(void);
 
 /* digest.c */
 extern text *sandbox_sha256_utf8(const char *s, int len);

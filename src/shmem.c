@@ -9,6 +9,9 @@
  * the transaction; the latch is set from a transaction callback once the
  * commit is durable, so the worker never wakes to look for a row it cannot
  * see yet (the pattern pg_net uses).  A rolled-back approval wakes nobody.
+ * The one commit-time wake-up of the extension: the exporter's triggers
+ * mark the transaction the same way (sandbox_wake_at_commit), and the
+ * callback hands them to sandbox_export_wake_now() (export_state.c).
  *
  * Backends waiting in agent.wait() sleep on a condition variable that the
  * supervisor broadcasts after each finishing transaction commits.
@@ -33,8 +36,7 @@ SandboxShared *sandbox_shared = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-static bool wake_pending = false;
-static bool cancel_pending = false;
+static int	wake_pending = 0;	/* SANDBOX_WAKE_* of this transaction */
 static bool xact_callback_registered = false;
 
 static void
@@ -43,6 +45,7 @@ sandbox_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(MAXALIGN(sizeof(SandboxShared)));
+	RequestAddinShmemSpace(sandbox_export_shmem_size());
 }
 
 static void
@@ -60,8 +63,8 @@ sandbox_shmem_startup(void)
 		memset(sandbox_shared, 0, sizeof(SandboxShared));
 		SpinLockInit(&sandbox_shared->mutex);
 		ConditionVariableInit(&sandbox_shared->finished_cv);
-		ConditionVariableInit(&sandbox_shared->export_cv);
 	}
+	sandbox_export_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -102,32 +105,49 @@ sandbox_wake_supervisor_now(bool only_if_free)
 static void
 sandbox_xact_callback(XactEvent event, void *arg)
 {
+	int			what = wake_pending;
+
 	switch (event)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			if (cancel_pending && sandbox_shared != NULL)
+			wake_pending = 0;
+			if ((what & SANDBOX_WAKE_CANCEL) && sandbox_shared != NULL)
 			{
 				SpinLockAcquire(&sandbox_shared->mutex);
 				sandbox_shared->cancel_generation++;
 				SpinLockRelease(&sandbox_shared->mutex);
 			}
-			if (wake_pending)
-			{
-				wake_pending = false;
-				/* a cancel must reach the supervisor even when it is full */
-				sandbox_wake_supervisor_now(!cancel_pending);
-			}
-			cancel_pending = false;
+			/* a cancel must reach the supervisor even when it is full */
+			if (what & (SANDBOX_WAKE_SUPERVISOR | SANDBOX_WAKE_CANCEL))
+				sandbox_wake_supervisor_now(!(what & SANDBOX_WAKE_CANCEL));
+			if (what & (SANDBOX_WAKE_EXPORTER | SANDBOX_WAKE_EXPORT_RESET))
+				sandbox_export_wake_now((what & SANDBOX_WAKE_EXPORT_RESET) != 0);
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-			wake_pending = false;
-			cancel_pending = false;
+			wake_pending = 0;
 			break;
 		default:
 			break;
 	}
+}
+
+/*
+ * Wake `what` (SANDBOX_WAKE_*) when this transaction commits; nothing if
+ * it rolls back.  A no-op when the library is not preloaded (no workers).
+ */
+void
+sandbox_wake_at_commit(int what)
+{
+	if (sandbox_shared == NULL)
+		return;
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(sandbox_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+	wake_pending |= what;
 }
 
 PG_FUNCTION_INFO_V1(sandbox_wake_supervisor);
@@ -140,15 +160,8 @@ PG_FUNCTION_INFO_V1(sandbox_wake_supervisor);
 Datum
 sandbox_wake_supervisor(PG_FUNCTION_ARGS)
 {
-	if (sandbox_shared == NULL)
-		PG_RETURN_BOOL(false);
-	if (!xact_callback_registered)
-	{
-		RegisterXactCallback(sandbox_xact_callback, NULL);
-		xact_callback_registered = true;
-	}
-	wake_pending = true;
-	PG_RETURN_BOOL(true);
+	sandbox_wake_at_commit(SANDBOX_WAKE_SUPERVISOR);
+	PG_RETURN_BOOL(sandbox_shared != NULL);
 }
 
 PG_FUNCTION_INFO_V1(sandbox_wake_supervisor_cancel);
@@ -161,11 +174,8 @@ PG_FUNCTION_INFO_V1(sandbox_wake_supervisor_cancel);
 Datum
 sandbox_wake_supervisor_cancel(PG_FUNCTION_ARGS)
 {
-	Datum		result = sandbox_wake_supervisor(fcinfo);
-
-	if (sandbox_shared != NULL)
-		cancel_pending = true;
-	return result;
+	sandbox_wake_at_commit(SANDBOX_WAKE_CANCEL);
+	PG_RETURN_BOOL(sandbox_shared != NULL);
 }
 
 PG_FUNCTION_INFO_V1(sandbox_is_preloaded);

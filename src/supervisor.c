@@ -138,6 +138,12 @@ supervisor_start(void)
 {
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	/*
+	 * A cancel means nothing to the worker (its steps are short and bounded
+	 * by lock_timeout); handled as a query cancel it would end the worker,
+	 * and with it every run in flight.
+	 */
+	pqsignal(SIGINT, SIG_IGN);
 	BackgroundWorkerUnblockSignals();
 	if (sandbox_shared == NULL)
 		elog(FATAL, "sandbox_ext shared memory is not initialised");

@@ -88,18 +88,87 @@ CREATE FUNCTION agent._audit(org uuid, workspace uuid, event_type text,
 	AS 'MODULE_PATHNAME', 'sandbox_audit'
 	LANGUAGE C VOLATILE;
 
+-- The tip of an audit chain moves only with an append: agent._audit (C,
+-- src/audit.c) raises a backend-local flag around its own statement, and
+-- this guard (C, src/audit.c) refuses every INSERT, UPDATE or DELETE of
+-- agent.audit_heads made without it, and an append-time change that does
+-- not move the tip by exactly one event.  Marked ENABLE ALWAYS below, so
+-- session_replication_role = replica does not switch it off; a superuser
+-- who disables or drops it is caught by the anchors (docs/security.md).
+CREATE FUNCTION agent._audit_heads_guard() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'sandbox_audit_heads_guard'
+	LANGUAGE C;
+
+-- Audit anchors: the exporter publishes each org's chain head (org_id,
+-- last_id, last_hash, events) to an append-only ClickHouse table
+-- (sandbox.clickhouse_anchor_table, docs/export.md) with every export batch
+-- and every sandbox.anchor_interval; only heads that committed (and whose
+-- commit is flushed) are published.
+
+-- The heads an anchor round publishes (read by the exporter, src/anchor.c).
+CREATE FUNCTION agent._audit_anchor_heads(OUT org_id uuid, OUT last_id bigint,
+										  OUT last_hash text, OUT events bigint)
+	RETURNS SETOF record
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT h.org_id, h.last_id, h.last_hash, h.events
+	  FROM agent.audit_heads h
+	 WHERE h.events OPERATOR(pg_catalog.>) 0
+$$;
+
+-- Whether anchors are published and checked: sandbox.clickhouse_url is
+-- set.  (The URL itself is a superuser-only setting; this tells an auditor
+-- no more than whether it is empty.)
+CREATE FUNCTION agent._audit_anchors_configured() RETURNS boolean
+	AS 'MODULE_PATHNAME', 'sandbox_audit_anchors_configured'
+	LANGUAGE C VOLATILE;
+
+-- Every anchor ClickHouse holds for an org, read from ClickHouse itself
+-- (never from a copy in this database, which a superuser could rewrite),
+-- one row per anchored event in chain order: the hash and the number of
+-- events the chain had up to it, how many different (hash, events) pairs
+-- ClickHouse holds for that event (1 unless someone else wrote there), and
+-- when ClickHouse first received it.  An ERROR when ClickHouse cannot be
+-- read; no rows when the export is off.  In C (src/anchor.c).
+CREATE FUNCTION agent._audit_anchors(org uuid,
+	OUT last_id bigint, OUT last_hash text, OUT events bigint,
+	OUT variants bigint, OUT anchored_at timestamptz)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'sandbox_audit_anchors'
+	LANGUAGE C VOLATILE STRICT;
+
 -- Walk an org's chain from its first event and report the first broken
 -- link: an event whose hash does not match its content, whose prev_hash is
 -- not its predecessor's hash, or a chain whose end is not the recorded tip
--- (events removed from the end).  Security invoker: it reads what the
--- caller may read, which for agent_auditor and the owner is every org.
+-- (events removed from the end).  While the export is configured, the walk
+-- is also checked against every anchor ClickHouse holds for the org: the
+-- chain must contain each anchored event with the anchored hash at the
+-- anchored position, so a rewrite, re-hash, insertion or removal at or
+-- before the last anchor is found even when the chain and its tip were
+-- made consistent again (docs/security.md says what is not found).
+-- anchors_checked is NULL when the export is off (nothing to compare
+-- with); anchor_last_id and anchored_at name the latest anchor compared.
+-- The anchors are read before the events, each with its own snapshot
+-- (hence VOLATILE and READ COMMITTED), so an anchor published meanwhile
+-- is never newer than the events read.  Security invoker: it reads what
+-- the caller may read, which for agent_auditor and the owner is every org.
 CREATE FUNCTION agent.verify_audit_chain(org uuid,
 	OUT ok boolean, OUT events_checked bigint, OUT broken_event_id bigint,
-	OUT problem text)
-	LANGUAGE plpgsql STABLE
+	OUT problem text, OUT anchors_checked bigint, OUT anchor_last_id bigint,
+	OUT anchored_at timestamptz)
+	LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
 	e		record;
+	a_id	bigint;
+	a_hash	text;
+	a_events bigint;
+	a_variants bigint;
+	a_at	timestamptz;
+	v_anchors refcursor;
+	v_open	boolean := false;
+	v_more	boolean := false;	-- a_* hold the next anchor to compare
 	v_prev	text := NULL;
 	v_last	bigint := NULL;
 	v_head	agent.audit_heads;
@@ -109,42 +178,103 @@ BEGIN
 	END IF;
 	ok := true;
 	events_checked := 0;
-	FOR e IN SELECT * FROM agent.audit_events a WHERE a.org_id = org ORDER BY a.id LOOP
-		events_checked := events_checked + 1;
-		IF e.prev_hash IS DISTINCT FROM v_prev THEN
-			ok := false; broken_event_id := e.id;
-			problem := CASE WHEN v_prev IS NULL
-				THEN 'the first event of the chain has a predecessor hash'
-				ELSE 'prev_hash does not match the previous event''s hash' END;
-			RETURN;
+	IF agent._audit_anchors_configured() THEN
+		IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+			RAISE EXCEPTION 'cannot verify an audit chain against its anchors in a % transaction',
+				pg_catalog.current_setting('transaction_isolation')
+				USING ERRCODE = 'invalid_transaction_state',
+					  DETAIL = 'An anchor published after the transaction''s snapshot would look like removed events.',
+					  HINT = 'Call agent.verify_audit_chain() in a READ COMMITTED transaction.';
 		END IF;
-		IF e.hash IS DISTINCT FROM agent._audit_hash(e.prev_hash, e.id, e.org_id,
-				e.workspace_id, e.event_type, e.invocation_id, e.actor, e.details,
-				e.created_at) THEN
-			ok := false; broken_event_id := e.id;
-			problem := 'the event''s content does not match its hash';
-			RETURN;
+		anchors_checked := 0;
+		-- The first FETCH reads every anchor (a materialised set) before
+		-- the walk below takes its snapshot.
+		OPEN v_anchors FOR SELECT * FROM agent._audit_anchors(org) x ORDER BY x.last_id;
+		v_open := true;
+		FETCH v_anchors INTO a_id, a_hash, a_events, a_variants, a_at;
+		v_more := FOUND;
+	END IF;
+	<<walk>>
+	BEGIN
+		FOR e IN SELECT * FROM agent.audit_events ae WHERE ae.org_id = org ORDER BY ae.id LOOP
+			events_checked := events_checked + 1;
+			IF e.prev_hash IS DISTINCT FROM v_prev THEN
+				ok := false; broken_event_id := e.id;
+				problem := CASE WHEN v_prev IS NULL
+					THEN 'the first event of the chain has a predecessor hash'
+					ELSE 'prev_hash does not match the previous event''s hash' END;
+				EXIT walk;
+			END IF;
+			IF e.hash IS DISTINCT FROM agent._audit_hash(e.prev_hash, e.id, e.org_id,
+					e.workspace_id, e.event_type, e.invocation_id, e.actor, e.details,
+					e.created_at) THEN
+				ok := false; broken_event_id := e.id;
+				problem := 'the event''s content does not match its hash';
+				EXIT walk;
+			END IF;
+			v_prev := e.hash;
+			v_last := e.id;
+			WHILE v_more AND a_id <= e.id LOOP
+				anchors_checked := anchors_checked + 1;
+				anchor_last_id := a_id;
+				anchored_at := a_at;
+				ok := false;
+				IF a_variants > 1 THEN
+					broken_event_id := a_id;
+					problem := pg_catalog.format('ClickHouse holds %s different anchors of event %s: one of them was not published by this chain''s exporter',
+												 a_variants, a_id);
+					EXIT walk;
+				ELSIF a_id < e.id THEN
+					broken_event_id := a_id;
+					problem := pg_catalog.format('event %s, anchored in ClickHouse at %s, is missing from the chain',
+												 a_id, a_at);
+					EXIT walk;
+				ELSIF a_hash IS DISTINCT FROM e.hash OR a_events <> events_checked THEN
+					broken_event_id := e.id;
+					problem := pg_catalog.format('the chain up to event %s does not match its anchor of %s in ClickHouse (%s events, hash %s; the chain has %s events, hash %s): an event at or before it was changed, added or removed',
+												 e.id, a_at, a_events, a_hash, events_checked, e.hash);
+					EXIT walk;
+				END IF;
+				ok := true;
+				FETCH v_anchors INTO a_id, a_hash, a_events, a_variants, a_at;
+				v_more := FOUND;
+			END LOOP;
+		END LOOP;
+		SELECT * INTO v_head FROM agent.audit_heads h WHERE h.org_id = org;
+		IF FOUND AND (v_head.last_id IS DISTINCT FROM v_last
+					  OR v_head.last_hash IS DISTINCT FROM v_prev
+					  OR v_head.events <> events_checked) THEN
+			ok := false; broken_event_id := v_head.last_id;
+			problem := 'the chain does not end at its recorded tip (events were removed)';
+		ELSIF NOT FOUND AND v_last IS NOT NULL THEN
+			ok := false; broken_event_id := v_last;
+			problem := 'the chain has no recorded tip';
+		ELSIF v_more THEN
+			-- Anchored events beyond the end of the chain (and its tip).
+			anchors_checked := anchors_checked + 1;
+			anchor_last_id := a_id;
+			anchored_at := a_at;
+			ok := false; broken_event_id := a_id;
+			problem := CASE WHEN events_checked = 0
+				THEN pg_catalog.format('the org has no audit events, but ClickHouse holds an anchor of %s events up to event %s (%s): they were removed',
+									   a_events, a_id, a_at)
+				ELSE pg_catalog.format('the chain ends at event %s, before its anchor of %s events up to event %s (%s): events were removed',
+									   v_last, a_events, a_id, a_at) END;
 		END IF;
-		v_prev := e.hash;
-		v_last := e.id;
-	END LOOP;
-	SELECT * INTO v_head FROM agent.audit_heads h WHERE h.org_id = org;
-	IF FOUND AND (v_head.last_id IS DISTINCT FROM v_last
-				  OR v_head.last_hash IS DISTINCT FROM v_prev
-				  OR v_head.events <> events_checked) THEN
-		ok := false; broken_event_id := v_head.last_id;
-		problem := 'the chain does not end at its recorded tip (events were removed)';
-	ELSIF NOT FOUND AND v_last IS NOT NULL THEN
-		ok := false; broken_event_id := v_last;
-		problem := 'the chain has no recorded tip';
+	END walk;
+	IF v_open THEN
+		CLOSE v_anchors;
 	END IF;
 END
 $$;
 COMMENT ON FUNCTION agent.verify_audit_chain(uuid) IS
-	'check an org''s audit hash chain; reports the first broken event';
+	'check an org''s audit hash chain, and its anchors in ClickHouse; reports the first broken event';
 
--- Append-only, for everyone including the owner.  (A superuser can still
--- disable triggers; verify_audit_chain() then shows what was changed.)
+-- Append-only, for everyone including the owner, and ENABLE ALWAYS: a
+-- session in session_replication_role = replica (which switches ordinary
+-- triggers off) is refused too.  A superuser can still disable or drop a
+-- trigger; verify_audit_chain() then shows what was changed, and the
+-- anchors show it even when the chain was re-hashed (docs/security.md).
 CREATE FUNCTION agent._refuse_change() RETURNS trigger
 	LANGUAGE plpgsql
 AS $$
@@ -160,9 +290,13 @@ CREATE TRIGGER audit_events_no_truncate
 	BEFORE TRUNCATE ON agent.audit_events
 	FOR EACH STATEMENT EXECUTE FUNCTION agent._refuse_change();
 -- The tip moves forward only with an append; it is never deleted.
-CREATE TRIGGER audit_heads_no_delete
-	BEFORE DELETE ON agent.audit_heads
-	FOR EACH ROW EXECUTE FUNCTION agent._refuse_change();
+CREATE TRIGGER audit_heads_guard
+	BEFORE INSERT OR UPDATE OR DELETE ON agent.audit_heads
+	FOR EACH ROW EXECUTE FUNCTION agent._audit_heads_guard();
 CREATE TRIGGER audit_heads_no_truncate
 	BEFORE TRUNCATE ON agent.audit_heads
 	FOR EACH STATEMENT EXECUTE FUNCTION agent._refuse_change();
+ALTER TABLE agent.audit_events ENABLE ALWAYS TRIGGER audit_events_append_only;
+ALTER TABLE agent.audit_events ENABLE ALWAYS TRIGGER audit_events_no_truncate;
+ALTER TABLE agent.audit_heads ENABLE ALWAYS TRIGGER audit_heads_guard;
+ALTER TABLE agent.audit_heads ENABLE ALWAYS TRIGGER audit_heads_no_truncate;

@@ -65,6 +65,11 @@ CREATE TRIGGER credit_ledger_append_only
 CREATE TRIGGER credit_ledger_no_truncate
 	BEFORE TRUNCATE ON agent.credit_ledger
 	FOR EACH STATEMENT EXECUTE FUNCTION agent._refuse_change();
+-- ALWAYS, like the audit trail's (20_audit.sql): replica mode does not
+-- open the ledger either.  A logical-replication subscriber only ever
+-- inserts into it, which these allow.
+ALTER TABLE agent.credit_ledger ENABLE ALWAYS TRIGGER credit_ledger_append_only;
+ALTER TABLE agent.credit_ledger ENABLE ALWAYS TRIGGER credit_ledger_no_truncate;
 
 -- A balance moves only through the ledger: the only legitimate writer is
 -- the trigger above, which runs one trigger level down.
@@ -86,6 +91,13 @@ CREATE TRIGGER credit_balances_guard
 CREATE TRIGGER credit_balances_no_truncate
 	BEFORE TRUNCATE ON agent.credit_balances
 	FOR EACH STATEMENT EXECUTE FUNCTION agent._refuse_change();
+-- The two balance triggers above (credit_ledger_apply and
+-- credit_balances_guard) stay ordinary (origin-only): a replica applying
+-- replicated rows receives the balances themselves and must neither apply
+-- the ledger a second time nor be refused the replicated balance.  A
+-- balance rewritten there shows in agent.credit_overview (consistent =
+-- false); the ledger itself stays append-only.
+ALTER TABLE agent.credit_balances ENABLE ALWAYS TRIGGER credit_balances_no_truncate;
 
 -- Add credits to an org; returns the new balance.
 CREATE FUNCTION agent.grant_credits(org uuid, amount bigint, reason text)

@@ -107,6 +107,8 @@ GRANT EXECUTE ON FUNCTION agent.set_tenant(uuid, uuid) TO agent_admin;
 GRANT EXECUTE ON FUNCTION
 	agent.verify_audit_chain(uuid),
 	agent._audit_hash(text, bigint, uuid, uuid, text, uuid, text, jsonb, timestamptz),
+	agent._audit_anchors(uuid),
+	agent._audit_anchors_configured(),
 	agent.approval_card(uuid),
 	agent.invocation_transition_allowed(text, text),
 	agent.supervisor_available()

@@ -33,7 +33,8 @@ CREATE FUNCTION agent._export_worker_state(
 	OUT state text, OUT pid integer, OUT rows_exported bigint, OUT batches bigint,
 	OUT exported_lsn pg_lsn, OUT last_success timestamptz, OUT last_error text,
 	OUT last_error_at timestamptz, OUT oldest_pending timestamptz,
-	OUT retry_at timestamptz, OUT txns_skipped bigint)
+	OUT retry_at timestamptz, OUT txns_skipped bigint, OUT anchors_published bigint,
+	OUT last_anchor_at timestamptz)
 	AS 'MODULE_PATHNAME', 'sandbox_export_worker_state'
 	LANGUAGE C VOLATILE STRICT;
 
@@ -137,14 +138,16 @@ COMMENT ON FUNCTION agent.export_reset() IS
 
 -- The export as an operator sees it.  lag_bytes is WAL the slot still
 -- holds; lag_seconds is the age of the oldest committed change to
--- agent.tool_invocations not yet in ClickHouse (0 when caught up).
+-- agent.tool_invocations not yet in ClickHouse (0 when caught up);
+-- anchors_published and last_anchor_at tell the audit anchors' progress.
 CREATE FUNCTION agent.export_status(
 	OUT slot_name name, OUT state text, OUT exporter_pid integer,
 	OUT confirmed_flush_lsn pg_lsn, OUT exported_lsn pg_lsn,
 	OUT lag_bytes numeric, OUT lag_seconds double precision,
 	OUT last_success timestamptz, OUT last_error text, OUT last_error_at timestamptz,
 	OUT rows_exported bigint, OUT batches bigint, OUT txns_skipped bigint, OUT retry_at timestamptz,
-	OUT wal_status text, OUT copy_pending boolean, OUT copied_rows bigint)
+	OUT wal_status text, OUT copy_pending boolean, OUT copied_rows bigint,
+	OUT anchors_published bigint, OUT last_anchor_at timestamptz)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 	SELECT n.slot, w.state, w.pid,
 	       s.confirmed_flush_lsn, w.exported_lsn,
@@ -152,7 +155,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 	       coalesce(extract(epoch FROM clock_timestamp() - w.oldest_pending)::float8, 0),
 	       w.last_success, w.last_error, w.last_error_at,
 	       w.rows_exported, w.batches, w.txns_skipped, w.retry_at,
-	       s.wal_status, coalesce(e.copy_lsn IS NOT NULL, false), e.copied_rows
+	       s.wal_status, coalesce(e.copy_lsn IS NOT NULL, false), e.copied_rows,
+	       w.anchors_published, w.last_anchor_at
 	  FROM (SELECT current_setting('sandbox.export_slot')::name AS slot) AS n
 	  CROSS JOIN agent._export_worker_state() AS w
 	  LEFT JOIN pg_replication_slots AS s ON s.slot_name = n.slot

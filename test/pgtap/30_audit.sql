@@ -1,7 +1,7 @@
 -- The audit trail: append-only for every role (the owner included), a
 -- linear hash chain per org, and verify_audit_chain() finding tampering.
 BEGIN;
-SELECT plan(16);
+SELECT plan(24);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -44,8 +44,34 @@ SELECT results_eq($$SELECT ok FROM agent.verify_audit_chain('ae000000-0000-4000-
 	$$VALUES (true)$$, 'the auditor verifies the chain');
 RESET ROLE;
 
--- Tampering with the triggers off (superuser only) is found, at the right event.
+-- Replica mode does not open the append-only tables: their triggers are
+-- ENABLE ALWAYS, and agent.audit_heads moves only with an append.
+SAVEPOINT replica;
 SET LOCAL session_replication_role = replica;
+SELECT throws_ok($$UPDATE agent.audit_events SET actor = 'x' WHERE org_id = 'ae000000-0000-4000-8000-000000000001'$$,
+	'42501', NULL, 'replica mode: an audit event cannot be updated');
+SELECT throws_ok($$DELETE FROM agent.audit_events WHERE org_id = 'ae000000-0000-4000-8000-000000000001'$$,
+	'42501', NULL, 'replica mode: an audit event cannot be deleted');
+SELECT throws_ok($$UPDATE agent.audit_heads SET last_hash = 'x' WHERE org_id = 'ae000000-0000-4000-8000-000000000001'$$,
+	'42501', NULL, 'replica mode: an audit head cannot be updated');
+SELECT throws_ok($$DELETE FROM agent.audit_heads WHERE org_id = 'ae000000-0000-4000-8000-000000000001'$$,
+	'42501', NULL, 'replica mode: an audit head cannot be deleted');
+SELECT throws_ok($$INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events) VALUES (gen_random_uuid(), 0, '', 0)$$,
+	'42501', NULL, 'replica mode: an audit head cannot be inserted');
+SELECT throws_ok($$UPDATE agent.credit_ledger SET amount = amount + 1 WHERE org_id = 'ae000000-0000-4000-8000-000000000001'$$,
+	'42501', NULL, 'replica mode: the ledger cannot be updated');
+ROLLBACK TO SAVEPOINT replica;
+SELECT is(ARRAY(SELECT tgrelid::regclass::text || '.' || tgname FROM pg_trigger
+				 WHERE tgrelid IN ('agent.audit_events'::regclass, 'agent.audit_heads'::regclass,
+								   'agent.credit_ledger'::regclass)
+				   AND NOT tgisinternal AND tgenabled <> 'A'
+				   AND tgname <> 'credit_ledger_apply'),
+		  '{}'::text[], 'every append-only trigger of the audit trail and the ledger is ENABLE ALWAYS');
+SELECT is(agent._audit('ae000000-0000-4000-8000-000000000001', NULL, 'tap.event', NULL, 'tap', '{"n": 6}') > 0,
+		  true, 'the append path still moves the head');
+
+-- Tampering with the triggers off (superuser only) is found, at the right event.
+ALTER TABLE agent.audit_events DISABLE TRIGGER audit_events_append_only;
 UPDATE agent.audit_events SET details = '{"n": 300}' WHERE id = (SELECT id FROM ev WHERE n = 3);
 SELECT results_eq($$SELECT ok, broken_event_id FROM agent.verify_audit_chain('ae000000-0000-4000-8000-000000000001')$$,
 	$$SELECT false, id FROM ev WHERE n = 3$$, 'a changed event breaks the chain at that event');
@@ -56,7 +82,7 @@ DELETE FROM agent.audit_events WHERE id = (SELECT id FROM ev WHERE n = 1);
 SELECT results_eq($$SELECT ok, broken_event_id, problem FROM agent.verify_audit_chain('ae000000-0000-4000-8000-000000000001')$$,
 	$$SELECT false, id, 'the first event of the chain has a predecessor hash' FROM ev WHERE n = 2$$,
 	'a removed first event is found');
-RESET session_replication_role;
+ALTER TABLE agent.audit_events ENABLE ALWAYS TRIGGER audit_events_append_only;
 
 -- Concurrent-safe appends: the head row serialises them (see the isolation
 -- test audit-chain); here, the head always names the last event.

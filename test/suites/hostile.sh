@@ -137,6 +137,20 @@ t_oneshot_killed() {
 	resetconf sandbox.jail_launcher
 }
 
+# pg_cancel_backend() and pg_terminate_backend() signal the supervisor's
+# whole process group: its jails must not be in it (a DBA's cancel of the
+# supervisor's query must not kill every tenant's sandbox).
+t_cancel_backend() {
+	local inv pid
+	inv=$(start "$A" shell 'sleep 2; echo fine' none)
+	wait_state "$inv" running
+	pid=$(q -c "SELECT pid FROM agent.worker_status()")
+	q -c "SELECT pg_cancel_backend($pid)" >/dev/null
+	check "pg_cancel_backend() of the supervisor does not reach the running sandboxes" "succeeded|fine" \
+		"$(await "$A" "$inv" 30)|$(output "$inv")"
+	check "... nor the supervisor's own life" "$pid" "$(q -c "SELECT pid FROM agent.worker_status()")"
+}
+
 t_work_dir_moved() {
 	local inv alt
 	mkdir -p "$tmp/alt"
@@ -424,7 +438,7 @@ CONF
 	small_cluster_stop
 }
 
-run_tests t_launcher_killed t_oneshot_killed t_work_dir_moved t_many_entries \
+run_tests t_launcher_killed t_oneshot_killed t_cancel_backend t_work_dir_moved t_many_entries \
 	t_unfunded_flood t_paying_flood t_lock_holder \
 	t_work_dir_on_data_fs t_storage_quota t_skill_gc t_session_disk_budget t_disk_full
 

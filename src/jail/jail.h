@@ -244,6 +244,8 @@ typedef struct JailPrespawn
 	gid_t		ogid;
 	int			heldns[3];		/* the sandbox's mount, ipc and uts
 								 * namespaces, held (spawn.c) */
+	int			mountsfd;		/* our /proc/self/mounts, opened before the
+								 * clone: jail_prespawn_stale */
 } JailPrespawn;
 
 /*
@@ -468,6 +470,7 @@ extern int	jail_write_id_maps(pid_t pid, uid_t uid, gid_t gid, char *err);
 extern bool jail_send_go(int fd, char go);
 extern pid_t jail_spawn(JailChildArgs *args, int *pidfd, int cgroup_fd, bool *born_in);
 extern int	jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err);
+extern bool jail_prespawn_stale(const JailPrespawn *p);
 extern void jail_prespawn_discard(JailPrespawn *p);
 
 /* lifecycle.c */

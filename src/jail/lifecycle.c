@@ -202,19 +202,22 @@ run_choose_cgroup(JailRun *run)
 
 /*
  * Prepare: everything the sandbox needs before it starts, and the choice
- * of sandbox.  A sandbox built ahead that will serve this run (it sits in
- * our slot, which is the run's cgroup) gets its JAIL_GO_REQUEST at once,
- * and completes its root while we open and measure the workspace.  Should
- * the workspace's owner prove it the wrong sandbox (root's launcher
- * guesses), it is discarded like any other: nothing of the request runs
- * before JAIL_GO_RUN.  A failed write is retried, and handled, where the
- * go is sent otherwise (run_first_go).
+ * of sandbox.  A sandbox built ahead whose view of the host's mounts is
+ * out of date (jail_prespawn_stale) is discarded first.  One that will
+ * serve this run (it sits in our slot, which is the run's cgroup) gets
+ * its JAIL_GO_REQUEST at once, and completes its root while we open and
+ * measure the workspace.  Should the workspace's owner prove it the wrong
+ * sandbox (root's launcher guesses), it is discarded like any other:
+ * nothing of the request runs before JAIL_GO_RUN.  A failed write is
+ * retried, and handled, where the go is sent otherwise (run_first_go).
  */
 static int
 run_prepare(JailRun *run)
 {
 	const JailRunEnv *env = run->env;
 
+	if (run->pre && jail_prespawn_stale(run->pre))
+		run_drop_prespawn(run);
 	if (run->pre && slot_serves(run->opts, env))
 		run->early_go = jail_send_go(run->pre->pipes.go[1], JAIL_GO_REQUEST);
 	if (run_open_workspace(run) < 0)

@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -253,6 +254,7 @@ prespawn_init(JailPrespawn *p)
 	p->pidfd = -1;
 	p->sigfd = -1;
 	p->reqfd = -1;
+	p->mountsfd = -1;
 	for (int i = 0; i < 3; i++)
 		p->heldns[i] = -1;
 	jail_pipes_init(&p->pipes);
@@ -260,10 +262,20 @@ prespawn_init(JailPrespawn *p)
 		p->treesock[i] = p->paygo[i] = -1;
 }
 
-/* The pipes, the payload's own go pipe, the tree socket, the request memfd. */
+/*
+ * The pipes, the payload's own go pipe, the tree socket, the request
+ * memfd; and our mount table, opened before the clone, so that a mount
+ * made after it shows (jail_prespawn_stale).
+ */
 static int
 prespawn_open(JailPrespawn *p, char *err)
 {
+	p->mountsfd = open("/proc/self/mounts", O_RDONLY | O_CLOEXEC);
+	if (p->mountsfd < 0)
+	{
+		jail_seterr(err, "open /proc/self/mounts: %s", strerror(errno));
+		return -1;
+	}
 	if (jail_pipes_open(&p->pipes, err) < 0)
 		return -1;
 	if (pipe2(p->paygo, O_CLOEXEC) < 0 ||
@@ -384,6 +396,26 @@ fail:
 }
 
 /*
+ * Has a file system been mounted or unmounted (in our mount namespace)
+ * since the sandbox was cloned?  Its mount namespace is a private copy of
+ * ours as it was then, and so is the copy of the host tree that it takes
+ * for the request's workspace and --ro-bind sources: a workspace on a
+ * file system mounted since (the work directory moved to a new mount) is
+ * not in it.  Such a sandbox cannot serve; a fresh one is cloned.  The
+ * kernel marks /proc/self/mounts with POLLPRI once the table changes
+ * after the open (proc(5)); it is never read, so any change counts: on a
+ * busy host a run may pay for a fresh clone it did not need, never for a
+ * stale view.
+ */
+bool
+jail_prespawn_stale(const JailPrespawn *p)
+{
+	struct pollfd pfd = {.fd = p->mountsfd,.events = POLLPRI};
+
+	return p->mountsfd < 0 || poll(&pfd, 1, 0) != 0;
+}
+
+/*
  * A prespawned sandbox that does not fit the request (or could not be
  * made whole): kill and reap it, close all.  The kill goes through the
  * pidfd (kill(2) only if that fails), so that a recycled pid is never hit.
@@ -401,6 +433,7 @@ jail_prespawn_discard(JailPrespawn *p)
 	jail_close(&p->sigfd);
 	jail_close(&p->pidfd);
 	jail_close(&p->reqfd);
+	jail_close(&p->mountsfd);
 	for (int i = 0; i < 3; i++)
 		jail_close(&p->heldns[i]);
 	jail_close(&p->treesock[0]);

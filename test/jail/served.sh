@@ -295,6 +295,22 @@ while [ ! -e /tmp/done ]; do sleep 0.05; done; sleep 0.2; exit 4'
 	t "$u: client usage error exits 2 before reaching the launcher" '[ $RC = 2 ] && err_has usage'
 
 	peer_checks "$u"
+	late_mount_check "$u"
+}
+
+# A file system mounted after the launcher's workers cloned their sandboxes
+# (the extension's work directory moved to a new mount, say): a served
+# run's workspace there is found, as a one-shot run's is.  The sandboxes
+# cloned ahead hold a copy of the host's mounts as they were.
+late_mount_check() {
+	local u=$1 late=$WORK/late-$u
+	mkdir -p "$late"
+	mount -t tmpfs -o size=8m,mode=0755 sandbox_jail_late "$late"
+	ws_for "$late/ws" "$u"
+	jr "$u" shell 'pwd; echo late-mount' --workspace "$late/ws"
+	umount "$late"
+	t "$u: a workspace on a file system mounted after the launcher started is found" \
+		'[ $RC = 0 ] && [ "$(v status)" = exited ] && out_has "^late-mount$"'
 }
 
 # as_client USER: one run through the launcher at $SOCK, as USER (RC, out, err, verdict)

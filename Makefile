@@ -18,9 +18,16 @@ DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*--*.sql))
 DOCS = $(wildcard docs/*.md)
 
-# pg_regress inputs are every sql/*.sql that is not an install script;
-# test/run.sh drives them (and the other suites) against a throwaway cluster.
-REGRESS = $(sort $(filter-out $(EXTENSION)--%,$(basename $(notdir $(wildcard sql/*.sql)))))
+# pg_regress inputs live in test/regress/sql with their expected output in
+# test/regress/expected, the isolation specs in test/isolation.  test/run.sh
+# drives them (and the other suites) against a throwaway cluster;
+# `make installcheck` runs these two against the server of PGHOST/PGPORT in a
+# database of their own (contrib_regression, isolation_regression), and that
+# server must preload sandbox_ext (shared_preload_libraries).
+REGRESS = $(sort $(basename $(notdir $(wildcard test/regress/sql/*.sql))))
+REGRESS_OPTS = --inputdir=test/regress --load-extension=sandbox_ext
+ISOLATION = $(sort $(basename $(notdir $(wildcard test/isolation/specs/*.spec))))
+ISOLATION_OPTS = --inputdir=test/isolation --load-extension=sandbox_ext
 
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \

@@ -17,6 +17,7 @@ PACKAGES=(
 	libpq-dev
 	postgresql-15-cron
 	postgresql-15-pgtap
+	postgresql-15-plpgsql-check
 	libtap-parser-sourcehandler-pgtap-perl
 	libseccomp-dev
 	libcap-dev

@@ -50,6 +50,7 @@ static char *const jail_envp[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8", NULL};
 static pid_t launcher_pid = 0;
 static char launcher_sock[MAXPGPATH];
 static char launcher_path[MAXPGPATH];	/* the jail_path it was started from */
+static char launcher_root[MAXPGPATH];	/* the work root when it was started */
 
 /*
  * A run's options, the same for both ways of starting it: (name, value)
@@ -222,11 +223,27 @@ launcher_wait_ready(void)
 	return false;
 }
 
+/* Runs of ours that the launcher has in flight. */
+static int
+served_runs(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < sandbox_nruns; i++)
+		if (sandbox_runs[i].jail.served &&
+			(sandbox_runs[i].phase == RUN_STARTED || sandbox_runs[i].phase == RUN_EXITED))
+			n++;
+	return n;
+}
+
 /*
  * Start the launcher if it is wanted and not running; true when usable.
  * Its socket lives in the data directory (it takes no space), not in the
  * work directory: moving sandbox.work_dir must not stop the runs it has in
- * flight.
+ * flight.  But its prepared sandboxes were cloned with the mounts of their
+ * time, and a new work directory may be a new mount they cannot see: after
+ * a move, runs use the one-shot jail until the launcher's runs are over,
+ * and the launcher is then restarted.
  */
 bool
 sandbox_launcher_ensure(void)
@@ -245,9 +262,16 @@ sandbox_launcher_ensure(void)
 	/* sandbox.jail_path changed on reload: the launcher must follow. */
 	if (launcher_pid > 0 && strcmp(launcher_path, sandbox_jail_path) != 0)
 		sandbox_launcher_stop();
+	if (launcher_pid > 0 && strcmp(launcher_root, sandbox_work_root()) != 0)
+	{
+		if (served_runs() > 0)
+			return false;
+		sandbox_launcher_stop();
+	}
 	if (launcher_alive())
 		return true;
 	strlcpy(launcher_path, sandbox_jail_path, sizeof(launcher_path));
+	strlcpy(launcher_root, sandbox_work_root(), sizeof(launcher_root));
 
 	snprintf(dir, sizeof(dir), "%s/sandbox_launcher", DataDir);
 	(void) mkdir(dir, S_IRWXU);

@@ -5,14 +5,35 @@
 #   as_pg CMD...         run a command as the postgres OS user
 #   q [psql options]     psql on the suite's cluster as the owner (-At, ON_ERROR_STOP)
 #   tq ORG WS SQL        SQL as agent_backend for one tenant, in one transaction
+#   tq_error ORG WS SQL  the same, printing "SQLSTATE message" of the error it
+#                        raises ("no error" if none): checks name the error
 #   new_tenant CREDITS   a pro org with a workspace, an agent (code execution and
 #                        uploads on) and a conversation: prints "org ws agent conv"
+#   wait_for SECS COND   poll the shell condition COND (eval'd) every 0.2 s until
+#                        it holds (status 0) or SECS pass (status 1)
+#
+# Runs, for a tenant "org ws agent conv" (conv: the default conversation of
+# its runs, or none for runs without one), through the API as agent_backend:
+#   req TENANT LANG CODE [CONV|none] [WALL_S]   request → "inv approval"
+#   approve TENANT APPROVAL | await TENANT INV [TIMEOUT_S] → final state
+#   start TENANT LANG CODE [CONV|none] [WALL_S] request and approve → inv
+#   run   TENANT LANG CODE [CONV|none] [WALL_S] the same, waited for → inv
+# and as the owner:
+#   field INV EXPR | output INV [STREAM] | ledger INV | wait_state INV STATE [TENTHS]
+#   setting KEY VALUE    agent.settings
+#   setconf NAME VALUE | resetconf NAME    ALTER SYSTEM and reload
+#   check_invariants     the credit and audit invariants over every org
+#
 #   run_tests FN...      run test functions in order; with T=PATTERN set (an
 #                        extended regex), only those whose name matches
 #   finish_suite         print "N passed, N failed" and exit non-zero on a failure
 #
+# A suite is a list of test functions (t_NAME) given to run_tests, so that one
+# can run alone: T=t_cancel SUITES=supervisor test/run.sh.  A test makes
+# what it needs (new_tenant is cheap) rather than reading another's leftovers.
+#
 # Environment (set by test/run.sh): SANDBOX_CLUSTER_DIR, SANDBOX_PGPORT,
-# SANDBOX_DB, PG_CONFIG.
+# SANDBOX_DB, PG_CONFIG; T.
 
 PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
 CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:?SANDBOX_CLUSTER_DIR must be set (test/run.sh does)}
@@ -46,6 +67,13 @@ tq() {				# org ws sql [psql options before it]
 		"$org" "$ws" "$sql" | q "$@" -f - | sed '/^$/d'
 }
 
+tq_error() {			# org ws sql → "SQLSTATE message" of the error it raises, or "no error"
+	local err
+	err=$(tq "$1" "$2" "\\set VERBOSITY verbose
+$3" 2>&1 >/dev/null | sed -n 's/^.*ERROR:  \([0-9A-Z]\{5\}\): \(.*\)$/\1 \2/p' | head -n 1)
+	echo "${err:-no error}"
+}
+
 new_tenant() {		# credits → "org ws agent conv"
 	q -F ' ' <<SQL | tail -n 1
 WITH o AS (INSERT INTO agent.orgs (name, plan) VALUES ('t-' || gen_random_uuid(), 'pro') RETURNING id),
@@ -63,15 +91,86 @@ SELECT c.org_id, c.workspace_id, c.agent_id, c.id FROM c, g;
 SQL
 }
 
+wait_for() {
+	local deadline=$((SECONDS + $1))
+	while [ $SECONDS -lt "$deadline" ]; do
+		if eval "$2" >/dev/null 2>&1; then return 0; fi
+		sleep 0.2
+	done
+	return 1
+}
+
+# ---- runs ----------------------------------------------------------------------
+req() {
+	local org ws agent conv c
+	read -r org ws agent conv <<<"$1"
+	c=${4:-$conv}
+	if [ "$c" = none ]; then c=NULL; else c="'$c'"; fi
+	tq "$org" "$ws" "SELECT invocation_id, approval_id FROM agent.request_execution('$ws', '$agent', $c, '$2', :'code', 'requester', NULL, NULL, ${5:-NULL});" \
+		-F ' ' -v code="$3" | tail -n 1
+}
+approve() {
+	local org ws rest
+	read -r org ws rest <<<"$1"
+	tq "$org" "$ws" "SELECT agent.approve('$2', 'approver');" >/dev/null
+}
+await() {
+	local org ws rest
+	read -r org ws rest <<<"$1"
+	tq "$org" "$ws" "SELECT agent.wait('$2', '${3:-60} s');" | tail -n 1
+}
+start() {
+	local inv appr
+	read -r inv appr < <(req "$@")
+	approve "$1" "$appr"
+	echo "$inv"
+}
+run() {
+	local inv
+	inv=$(start "$@")
+	await "$1" "$inv" >/dev/null
+	echo "$inv"
+}
+field() { q -c "SELECT $2 FROM agent.invocations WHERE id = '$1'"; }
+output() { q -c "SELECT string_agg(data, '' ORDER BY seq) FROM agent.invocation_output WHERE invocation_id = '$1' AND stream = '${2:-stdout}'"; }
+ledger() { q -c "SELECT coalesce(string_agg(kind || ':' || amount, ',' ORDER BY id), '') FROM agent.credit_ledger WHERE invocation_id = '$1'"; }
+wait_state() {
+	for _ in $(seq 1 "${3:-300}"); do
+		[ "$(field "$1" state)" = "$2" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+setting() { q -c "UPDATE agent.settings SET value = '$2' WHERE key = '$1'" >/dev/null; }
+reload() { q -c "SELECT pg_reload_conf()" >/dev/null; sleep 0.5; }
+setconf() { q -c "ALTER SYSTEM SET $1 = '$2'" >/dev/null; reload; }
+resetconf() { q -c "ALTER SYSTEM RESET $1" >/dev/null; reload; }
+
+check_invariants() {
+	check "balance equals the ledger sum for every org" 0 \
+		"$(q -c "SELECT count(*) FROM agent.credit_balances b WHERE b.balance <> (SELECT coalesce(sum(amount), 0) FROM agent.credit_ledger l WHERE l.org_id = b.org_id)")"
+	check "no invocation charged twice" 0 \
+		"$(q -c "SELECT count(*) FROM (SELECT invocation_id FROM agent.credit_ledger WHERE kind = 'charge' GROUP BY 1 HAVING count(*) > 1) x")"
+	check "nothing is left in flight or staged" "0|0" \
+		"$(q -c "SELECT count(*) FROM agent.invocations WHERE state IN ('provisioning', 'running')")|$(q -c "SELECT count(*) FROM agent.run_results")"
+	check "audit chain valid for every org" 0 \
+		"$(q -c "SELECT count(*) FROM agent.orgs o, LATERAL agent.verify_audit_chain(o.id) v WHERE NOT v.ok")"
+}
+
+# ---- the suite -------------------------------------------------------------------
 run_tests() {
-	local t
+	local t n=0
 	for t in "$@"; do
 		if [ -n "${T:-}" ] && ! [[ $t =~ $T ]]; then
 			continue
 		fi
+		n=$((n + 1))
 		echo "# $t"
 		"$t"
 	done
+	if [ -n "${T:-}" ] && [ "$n" -eq 0 ]; then
+		echo "# T=$T matches none of: $*"
+	fi
 }
 
 finish_suite() {

@@ -6,20 +6,30 @@
 #   jail        test/jail/run.sh (standalone jail, no PostgreSQL)
 #   cgroup-v2   test/cgroup-v2/run.sh (the jail's cgroup code in a
 #               cgroup-v2-only qemu guest; no PostgreSQL)
-#   regress     pg_regress over sql/*.sql with expected/*.out
+#   regress     pg_regress over test/regress/sql/*.sql with test/regress/expected/*.out
 #   isolation   pg_isolation_regress over test/isolation/specs/*.spec
 #   pgtap       pg_prove over test/pgtap/*.sql
-#   scripts     test/suites/*.sh, each ending with its own "N passed, N failed"
+#   scripts     test/suites/*.sh (supervisor, sessions, hostile, export, ...),
+#               each ending with its own "N passed, N failed"
 #
 # The PostgreSQL suites run against one throwaway cluster (scripts/cluster.sh)
 # as the postgres user, from a copy of the inputs that postgres can read.
-# SUITES="regress pgtap" restricts the run; the default is all of them.
+#
+# Choosing what runs:
+#   SUITES="regress pgtap"   only those suites (default: all of them); a script
+#                            suite can be named alone: SUITES="supervisor hostile"
+#   T=REGEX                  only the tests whose name matches (an extended
+#                            regex): regress, isolation and pgTAP files by name
+#                            (T=50_run_lifecycle), script suites by test function
+#                            (T=t_cancel SUITES=supervisor); the suites list their
+#                            test functions in their run_tests line
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
 PGXSDIR=$(cd "$(dirname "$($PGBIN/pg_config --pgxs)")/../.." && pwd)
 SUITES=${SUITES:-"jail cgroup-v2 regress isolation pgtap scripts"}
+export T=${T:-}
 export SANDBOX_CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_cluster}
 export SANDBOX_PGPORT=${SANDBOX_PGPORT:-55432}
 export SANDBOX_DB=${SANDBOX_DB:-sandbox_test}
@@ -65,6 +75,15 @@ record_script() {		# suite log rc
 }
 
 want() { [[ " $SUITES " == *" $1 "* ]]; }
+# A script suite runs for SUITES=scripts or when named itself.
+want_script() { want scripts || want "$1"; }
+want_any_script() {
+	local s
+	for s in "$top"/test/suites/*.sh; do want_script "$(basename "$s" .sh)" && return 0; done
+	return 1
+}
+# Names (one a line) that T selects.
+selected() { if [ -n "$T" ]; then grep -E -- "$T" || true; else cat; fi; }
 
 work=$(mktemp -d /tmp/sandbox_ext_test.XXXXXX)
 chmod 0755 "$work"
@@ -93,14 +112,14 @@ if want cgroup-v2 && [ -x "$top/test/cgroup-v2/run.sh" ]; then
 fi
 
 # ---- PostgreSQL suites ----
-if want regress || want isolation || want pgtap || want scripts; then
+if want regress || want isolation || want pgtap || want_any_script; then
 	echo "== cluster"
 	started_cluster=true
 	if ! "$top/scripts/cluster.sh" start; then
 		record cluster 0 1
 		want regress && record regress 0 1
 	else
-		cp -r "$top/sql" "$top/expected" "$top/test" "$work/"
+		cp -r "$top/test" "$work/"
 		chown -R postgres: "$work" 2>/dev/null || sudo chown -R postgres: "$work"
 		conn=(--host="$SANDBOX_CLUSTER_DIR" --port="$SANDBOX_PGPORT")
 
@@ -135,18 +154,18 @@ if want regress || want isolation || want pgtap || want scripts; then
 		}
 		if want regress; then
 			# shellcheck disable=SC2046
-			run_regress regress "$PGXSDIR/src/test/regress/pg_regress" "$work" \
-				$(cd "$top/sql" && ls *.sql 2>/dev/null | grep -v '^sandbox_ext--' | sed 's/\.sql$//' | sort)
+			run_regress regress "$PGXSDIR/src/test/regress/pg_regress" "$work/test/regress" \
+				$(cd "$top/test/regress/sql" && ls *.sql 2>/dev/null | sed 's/\.sql$//' | sort | selected)
 		fi
 		if want isolation; then
 			# shellcheck disable=SC2046
 			run_regress isolation "$PGXSDIR/src/test/isolation/pg_isolation_regress" "$work/test/isolation" \
-				$(cd "$top/test/isolation/specs" 2>/dev/null && ls *.spec 2>/dev/null | sed 's/\.spec$//' | sort)
+				$(cd "$top/test/isolation/specs" 2>/dev/null && ls *.spec 2>/dev/null | sed 's/\.spec$//' | sort | selected)
 		fi
 
 		if want pgtap; then
 			echo "== pgtap"
-			files=$(cd "$work/test/pgtap" 2>/dev/null && ls *.sql 2>/dev/null | sort)
+			files=$(cd "$work/test/pgtap" 2>/dev/null && ls *.sql 2>/dev/null | sort | selected)
 			if [ -n "$files" ]; then
 				(cd "$work/test/pgtap" && as_pg pg_prove --verbose \
 					-h "$SANDBOX_CLUSTER_DIR" -p "$SANDBOX_PGPORT" -d "$SANDBOX_DB" -U postgres \
@@ -164,10 +183,11 @@ if want regress || want isolation || want pgtap || want scripts; then
 			-c "ALTER SYSTEM RESET sandbox.max_concurrent_runs" -c "SELECT pg_reload_conf()" >/dev/null
 		sleep 1
 
-		if want scripts; then
+		if want_any_script; then
 			for s in "$top"/test/suites/*.sh; do
 				[ -x "$s" ] || continue
 				name=$(basename "$s" .sh)
+				want_script "$name" || continue
 				echo "== $name"
 				"$s" 2>&1 | tee "$work/$name.log"
 				record_script "$name" "$work/$name.log" "${PIPESTATUS[0]}"

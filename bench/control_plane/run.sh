@@ -27,11 +27,10 @@ DURATION=${DURATION:-20}
 ORGS=${ORGS:-$CLIENTS}
 CHARGES=${CHARGES:-100000}
 
-as_pg() {
-	if [ "$(id -un)" = postgres ]; then "$@"
-	elif [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"
-	else sudo -u postgres -- "$@"; fi
-}
+# shellcheck source=../lib.sh
+. "$top/bench/lib.sh"
+bench_need_extension
+[ -x "$PGBIN/pgbench" ] || bench_die "no pgbench in $PGBIN (postgresql-15 ships it)"
 
 work=$(mktemp -d /tmp/sandbox_bench.XXXXXX)
 cp "$here"/*.sql "$work/"
@@ -39,7 +38,7 @@ chmod -R a+rX "$work"
 cleanup() { "$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-"$top/scripts/cluster.sh" start
+bench_start_cluster
 conn=(-h "$SANDBOX_CLUSTER_DIR" -p "$SANDBOX_PGPORT" -U postgres)
 as_pg env PGOPTIONS="-c bench.orgs=$ORGS -c bench.charges=$CHARGES" \
 	"$PGBIN/psql" -X -q "${conn[@]}" -d "$SANDBOX_DB" -v orgs="$ORGS" -f "$work/setup.sql"
@@ -54,6 +53,7 @@ run() {		# label script pgbench-length-options...
 	local lat
 	tps=$(sed -nE 's/^tps = ([0-9.]+) .*/\1/p' <<<"$out")
 	lat=$(sed -nE 's/^latency average = ([0-9.]+) ms/\1/p' <<<"$out")
+	[ -n "$tps" ] || { echo "$out"; bench_die "pgbench printed no tps for $script"; }
 	printf '%-18s %10s per second  (latency %s ms, %s clients, %s orgs; load average %s)\n' \
 		"$label" "$tps" "$lat" "$CLIENTS" "$ORGS" "$(cut -d' ' -f1 /proc/loadavg)"
 }

@@ -8,7 +8,8 @@
  *		run as a client learns it: LISTEN on the invocation's channel
  *		(agent.output_channel(), subscribed before approving), and on a
  *		"done" hint read the state, which must be final (a notification is
- *		only a hint).  Prints "p50_ms p99_ms mean_ms".
+ *		only a hint).  Prints "p50_ms p99_ms mean_ms".  A run that does not
+ *		succeed ends the client with status 1 (its time is not a sample).
  *
  *	client throughput CONNINFO ORG WS AGENT LANGUAGE CODE CLIENTS SECONDS
  *		CLIENTS processes, each looping request+approve+agent.wait() for
@@ -105,6 +106,26 @@ finished(PGconn *conn, const char *inv)
 	return done;
 }
 
+/*
+ * Whether the (final) invocation succeeded; says why not on stderr.  A run
+ * that failed is not a sample: its time measures the failure.
+ */
+static int
+succeeded(PGconn *conn, const char *inv)
+{
+	const char *p[1] = {inv};
+	PGresult   *res = exec_ok(conn, "SELECT state, coalesce(state_reason, '') FROM agent.invocations WHERE id = $1::uuid",
+							  1, p);
+	int			ok = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "succeeded") == 0;
+
+	if (!ok)
+		fprintf(stderr, "client: run %s ended %s (%s), not succeeded\n", inv,
+				PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "?",
+				PQntuples(res) == 1 ? PQgetvalue(res, 0, 1) : "");
+	PQclear(res);
+	return ok;
+}
+
 /* LISTEN or UNLISTEN on the invocation's channel. */
 static void
 listen_channel(PGconn *conn, const char *inv, const char *verb)
@@ -185,6 +206,8 @@ latency(char **argv)
 			sum += ms[i];
 		}
 		listen_channel(conn, inv, "UNLISTEN");
+		if (!succeeded(conn, inv))
+			return 1;
 	}
 	qsort(ms, n, sizeof(double), cmp_double);
 	printf("%.2f %.2f %.2f\n", ms[n / 2], ms[(int) (n * 0.99) < n ? (int) (n * 0.99) : n - 1],

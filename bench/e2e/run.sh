@@ -20,21 +20,28 @@ export SANDBOX_PGPORT=${SANDBOX_PGPORT:-55434}
 export SANDBOX_DB=${SANDBOX_DB:-sandbox_bench}
 export SANDBOX_EXTRA_CONF=${SANDBOX_EXTRA_CONF:-"sandbox.max_concurrent_runs = $CLIENTS"}
 
-as_pg() {
-	if [ "$(id -un)" = postgres ]; then "$@"
-	elif [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"
-	else sudo -u postgres -- "$@"; fi
-}
+# shellcheck source=../lib.sh
+. "$top/bench/lib.sh"
 q() { as_pg "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$SANDBOX_CLUSTER_DIR" -p "$SANDBOX_PGPORT" -U postgres -d "$SANDBOX_DB" "$@"; }
+
+# What is timed must be there: the installed extension, the jail, the bare
+# interpreters, and a compiler for the client.
+bench_need cc
+bench_need_extension
+bench_need_jail "$JAIL"
+for b in /usr/bin/python3 /usr/bin/node; do
+	[ -x "$b" ] || bench_die "$b is not installed (scripts/deps.sh installs it)"
+done
 
 tmp=$(mktemp -d /tmp/sandbox_bench.XXXXXX)
 chmod 0755 "$tmp"
 cleanup() { "$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-cc -O2 -Wall -o "$tmp/client" "$top/bench/e2e/client.c" -I"$("$PGBIN/pg_config" --includedir)" -I/usr/include/postgresql -lpq
+cc -O2 -Wall -o "$tmp/client" "$top/bench/e2e/client.c" -I"$("$PGBIN/pg_config" --includedir)" -I/usr/include/postgresql -lpq ||
+	bench_die "could not build bench/e2e/client.c (libpq-dev)"
 
 "$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true
-"$top/scripts/cluster.sh" start >/dev/null
+bench_start_cluster
 read -r ORG WS AGENT < <(q -F ' ' <<'SQL' | tail -n 1
 WITH o AS (INSERT INTO agent.orgs (name, plan) VALUES ('bench', 'pro') RETURNING id),
 	 w AS (INSERT INTO agent.workspaces (org_id, name) SELECT id, 'bench' FROM o RETURNING id, org_id),
@@ -49,6 +56,26 @@ q -c "SELECT agent.grant_credits('$ORG', 100000000, 'bench')" >/dev/null
 # default, max_runs_per_org = 2, would measure the limit, not the path).
 q -c "SELECT agent.set_org_limits('$ORG', $CLIENTS, NULL)" >/dev/null
 conninfo="host=$SANDBOX_CLUSTER_DIR port=$SANDBOX_PGPORT user=postgres dbname=$SANDBOX_DB"
+
+# One run of each language through the supervisor must succeed: timing runs
+# that fail (no launcher, no cgroups, a broken install) measures nothing.
+tenant_sql() {
+	q -F ' ' -v code="${2:-}" <<SQL | sed '/^$/d' | tail -n 1
+BEGIN;
+SELECT agent.set_tenant('$ORG', '$WS');
+$1
+COMMIT;
+SQL
+}
+for spec in shell:true python:pass node:0; do
+	IFS=: read -r lang code <<<"$spec"
+	read -r inv appr < <(tenant_sql "SELECT invocation_id, approval_id FROM agent.request_execution('$WS', '$AGENT', NULL, '$lang', :'code', 'bench-requester');" "$code")
+	[ -n "${appr:-}" ] || bench_die "a $lang request was not accepted"
+	tenant_sql "SELECT agent.approve('$appr', 'bench-approver');" >/dev/null
+	st=$(tenant_sql "SELECT agent.wait('$inv', '60 s');")
+	[ "$st" = succeeded ] ||
+		bench_die "a $lang run through the supervisor ended ${st:-in no state} ($(q -c "SELECT state_reason FROM agent.invocations WHERE id = '$inv'")): nothing to time"
+done
 
 # Mean ms of N sequential runs of a command (bash loop, as postgres).
 loop_ms() {
@@ -79,7 +106,9 @@ for spec in "shell:true:/bin/true:$tmp/true.sh" \
 	bare_ms=$(loop_ms $bare)
 	# shellcheck disable=SC2046
 	jail_ms=$(loop_ms $(jail_run "$lang" "$file"))
-	read -r p50 p99 _ < <("$tmp/client" latency "$conninfo" "$ORG" "$WS" "$AGENT" "$lang" "$code" "$N")
+	lat=$("$tmp/client" latency "$conninfo" "$ORG" "$WS" "$AGENT" "$lang" "$code" "$N") ||
+		bench_die "the $lang latency client failed (above)"
+	read -r p50 p99 _ <<<"$lat"
 	printf '%-8s %10s %10s %10s %10s %12s %12s\n' "$lang" "$bare_ms" "$jail_ms" "$p50" "$p99" \
 		"$(awk -v a="$p50" -v b="$jail_ms" 'BEGIN { printf "%.2fx", a / b }')" \
 		"$(awk -v a="$p50" -v b="$bare_ms" 'BEGIN { printf "%.2fx", a / b }')"
@@ -88,6 +117,7 @@ done
 # Throughput: CLIENTS clients through the whole control plane, next to the
 # jail run directly by 2 parallel loops (one per core) for the same time.
 read -r done rate < <("$tmp/client" throughput "$conninfo" "$ORG" "$WS" "$AGENT" shell true "$CLIENTS" "$DURATION")
+[ "${done:-0}" -gt 0 ] || bench_die "no run succeeded in the throughput test: nothing to time"
 direct=$(as_pg bash -c '
 	end=$(( $(date +%s) + $1 )); shift
 	count() { c=0; while [ "$(date +%s)" -lt "$end" ]; do "$@" >/dev/null 2>&1 </dev/null; c=$((c + 1)); done; echo $c; }

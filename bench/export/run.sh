@@ -32,14 +32,13 @@ export CLICKHOUSE_HTTP_PORT=${CLICKHOUSE_HTTP_PORT:-$((SANDBOX_PGPORT + 2000))}
 export CLICKHOUSE_TCP_PORT=${CLICKHOUSE_TCP_PORT:-$((SANDBOX_PGPORT + 3000))}
 export CLICKHOUSE_DIR=${CLICKHOUSE_DIR:-/tmp/sandbox_ch_bench_ch}
 CH="$top/scripts/clickhouse.sh"
+# shellcheck source=../lib.sh
+. "$top/bench/lib.sh"
+bench_need_extension
+bench_need clickhouse-server clickhouse-client curl
+[ -x "$PGBIN/pgbench" ] || bench_die "no pgbench in $PGBIN (postgresql-15 ships it)"
 work=$(mktemp -d /tmp/sandbox_export_bench.XXXXXX)
 chmod 0777 "$work"
-
-as_pg() {
-	if [ "$(id -un)" = postgres ]; then "$@"
-	elif [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"
-	else sudo -u postgres -- "$@"; fi
-}
 sql() { as_pg "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$SANDBOX_CLUSTER_DIR" -p "$SANDBOX_PGPORT" -d "$SANDBOX_DB" -c "$1"; }
 # HTTP, not clickhouse-client: its start-up would dominate the probe.
 chq() { curl -sS --data-binary "$1" "http://127.0.0.1:$CLICKHOUSE_HTTP_PORT/"; }
@@ -74,22 +73,14 @@ export_off() {
 ch_rows() { chq "SELECT count() FROM tool_invocations WHERE status = '$1'"; }
 
 echo "== setup"
-"$top/scripts/cluster.sh" start >/dev/null || exit 1
-"$CH" start >/dev/null || exit 1
-sql "DO \$\$ BEGIN IF to_regclass('agent.tool_invocations') IS NULL THEN
-	CREATE TABLE agent.tool_invocations (
-		invocation_id uuid PRIMARY KEY, org_id uuid NOT NULL, workspace_id uuid NOT NULL,
-		agent_id uuid, conversation_id uuid,
-		tool_name text NOT NULL DEFAULT 'code_execution', language text NOT NULL,
-		status text NOT NULL, exit_code int, signal int, duration_ms bigint, cpu_ms bigint,
-		peak_memory_bytes bigint, credits_charged int NOT NULL DEFAULT 0,
-		timed_out bool NOT NULL DEFAULT false, oom_killed bool NOT NULL DEFAULT false,
-		output_truncated bool NOT NULL DEFAULT false, started_at timestamptz,
-		finished_at timestamptz, created_at timestamptz NOT NULL DEFAULT now());
-	END IF; END \$\$"
+bench_start_cluster
+"$CH" start >/dev/null || bench_die "could not start clickhouse-server (scripts/clickhouse.sh start)"
+[ "$(sql "SELECT to_regclass('agent.tool_invocations') IS NOT NULL")" = t ] ||
+	bench_die "agent.tool_invocations does not exist: the installed sandbox_ext is not this one (make install)"
 # The slot, publication and copy are set up once, on an empty table.
 export_on
-wait_until 30 '[ "$(sql "SELECT state = '"'idle'"' AND NOT copy_pending FROM agent.export_status()")" = t ]' || exit 1
+wait_until 30 '[ "$(sql "SELECT state = '"'idle'"' AND NOT copy_pending FROM agent.export_status()")" = t ]' ||
+	bench_die "the exporter did not reach idle: $(sql "SELECT state || ': ' || coalesce(last_error, '') FROM agent.export_status()")"
 export_off
 echo "exporter: batch of $(sql "SHOW sandbox.export_batch_rows") messages"
 
@@ -107,7 +98,7 @@ echo "== throughput: $ROWS rows in one transaction"
 sql "$ROW_SQL SELECT $(row_values bulk) FROM generate_series(1, $ROWS)"
 t0=$(now_ms)
 export_on
-wait_until 600 "[ \"\$(ch_rows bulk)\" -ge $ROWS ]"
+wait_until 600 "[ \"\$(ch_rows bulk)\" -ge $ROWS ]" || bench_die "the exporter did not deliver the $ROWS rows"
 t1=$(now_ms)
 bulk_ms=$((t1 - t0))
 bulk_rate=$((ROWS * 1000 / (bulk_ms > 0 ? bulk_ms : 1)))
@@ -125,7 +116,7 @@ as_pg "$PGBIN/pgbench" -n -h "$SANDBOX_CLUSTER_DIR" -p "$SANDBOX_PGPORT" -c 4 -j
 single=$(sql "SELECT count(*) FROM agent.tool_invocations WHERE status = 'single'")
 t0=$(now_ms)
 export_on
-wait_until 900 "[ \"\$(ch_rows single)\" -ge $single ]"
+wait_until 900 "[ \"\$(ch_rows single)\" -ge $single ]" || bench_die "the exporter did not deliver the $single rows"
 t1=$(now_ms)
 single_ms=$((t1 - t0))
 single_rate=$((single * 1000 / (single_ms > 0 ? single_ms : 1)))
@@ -187,7 +178,7 @@ wait "$bench_pid"
 wait "$sampler"
 steady=$(sql "SELECT count(*) FROM agent.tool_invocations WHERE status = 'steady'")
 t0=$(now_ms)
-wait_until 120 "[ \"\$(ch_rows steady)\" -ge $steady ]"
+wait_until 120 "[ \"\$(ch_rows steady)\" -ge $steady ]" || bench_die "the exporter did not drain the backlog"
 drain_ms=$(($(now_ms) - t0))
 batches1=$(sql "SELECT batches FROM agent.export_status()")
 achieved=$(grep -E '^tps' "$work/pgbench2.log" | head -1 | awk '{printf "%d", $3}')

@@ -107,7 +107,6 @@ CREATE FUNCTION agent.grant_credits(org uuid, amount bigint, reason text)
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	v_event	bigint;
 	v_balance bigint;
 BEGIN
 	IF org IS NULL OR amount IS NULL THEN
@@ -126,7 +125,7 @@ BEGIN
 	INSERT INTO agent.credit_ledger (org_id, kind, amount, reason)
 		VALUES (org, 'grant', amount, reason);
 	SELECT b.balance INTO v_balance FROM agent.credit_balances b WHERE b.org_id = org;
-	v_event := agent._audit(org, NULL, 'credits.granted', NULL, current_user::text,
+	PERFORM agent._audit(org, NULL, 'credits.granted', NULL, current_user::text,
 						 jsonb_build_object('amount', amount, 'reason', reason,
 											'balance', v_balance));
 	RETURN v_balance;

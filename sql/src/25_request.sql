@@ -38,8 +38,6 @@ CREATE FUNCTION agent.request_execution(
 AS $$
 #variable_conflict use_column
 DECLARE
-	v_ok		boolean;
-	v_event	bigint;
 	v_org		uuid := agent.current_org();
 	v_null		text;
 	v_max		integer;
@@ -69,9 +67,9 @@ BEGIN
 	IF btrim(requested_by) = '' THEN
 		RAISE EXCEPTION 'requested_by must not be empty' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	v_ok := agent._require_person(requested_by, 'requested_by');
+	PERFORM agent._require_person(requested_by, 'requested_by');
 	IF v_org IS NULL OR agent.current_workspace() IS NULL THEN
-		v_ok := agent._require_tenant(true);	-- raises
+		PERFORM agent._require_tenant(true);	-- raises
 	END IF;
 	IF workspace <> agent.current_workspace() THEN
 		RAISE EXCEPTION 'workspace % is not the current workspace', workspace
@@ -187,13 +185,13 @@ BEGIN
 
 	IF v_reason IS NOT NULL THEN
 		v_sha := agent.code_sha256(code);
-		v_event := agent._audit(v_org, workspace, 'capability.invoke_denied', NULL, requested_by,
+		PERFORM agent._audit(v_org, workspace, 'capability.invoke_denied', NULL, requested_by,
 			jsonb_build_object('reason', v_reason, 'message', v_message,
 							   'agent_id', agent, 'conversation_id', conversation,
 							   'language', language, 'code_sha256', v_sha,
 							   'code_bytes', v_bytes, 'plan', v_ctx.plan,
 							   'idempotency_key', idempotency_key));
-		r := ROW(NULL, NULL, 'denied', v_reason, v_sqlstate, false);
+		r := ROW(NULL::uuid, NULL::uuid, 'denied', v_reason, v_sqlstate, false);
 		RETURN r;
 	END IF;
 
@@ -218,7 +216,7 @@ BEGIN
 		  FROM inv
 		RETURNING approval_requests.code_sha256 INTO v_sha;
 	-- Last, so the org's audit chain is held for as short a time as possible.
-	v_event := agent._audit(v_org, workspace, 'capability.invoke_allowed', v_inv, requested_by,
+	PERFORM agent._audit(v_org, workspace, 'capability.invoke_allowed', v_inv, requested_by,
 		jsonb_build_object('agent_id', agent, 'conversation_id', conversation,
 						   'language', language, 'code_sha256', v_sha,
 						   'code_bytes', v_bytes, 'plan', v_ctx.plan,

@@ -92,14 +92,12 @@ CREATE FUNCTION agent.approve(approval uuid, approver text, code_sha256 text DEF
 AS $$
 #variable_conflict use_variable
 DECLARE
-	v_ok		boolean;
-	v_event	bigint;
 	v_card	record;
 BEGIN
 	IF approver IS NULL OR btrim(approver) = '' THEN
 		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	v_ok := agent._require_person(approver, 'approver');
+	PERFORM agent._require_person(approver, 'approver');
 	v_card := agent._lock_pending_approval(approval);
 	-- Four eyes: unless the org's policy says otherwise, the person who
 	-- asked for the run cannot also let it run.
@@ -126,11 +124,11 @@ BEGIN
 	UPDATE agent.invocations i
 	   SET state = 'approved', approved_at = now()
 	 WHERE i.id = v_card.invocation_id;
-	v_event := agent._audit(v_card.org_id, v_card.workspace_id, 'approval.approved', v_card.invocation_id,
+	PERFORM agent._audit(v_card.org_id, v_card.workspace_id, 'approval.approved', v_card.invocation_id,
 						 approver, jsonb_build_object('approval_id', v_card.id,
 													  'code_sha256', v_card.code_sha256));
 	-- The supervisor claims approved work when this transaction commits.
-	v_ok := agent._wake_supervisor();
+	PERFORM agent._wake_supervisor();
 	RETURN v_card.invocation_id;
 END
 $$;
@@ -144,14 +142,12 @@ CREATE FUNCTION agent.deny(approval uuid, approver text, reason text DEFAULT NUL
 AS $$
 #variable_conflict use_variable
 DECLARE
-	v_ok	boolean;
-	v_event	bigint;
 	v_card	record;
 BEGIN
 	IF approver IS NULL OR btrim(approver) = '' THEN
 		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	v_ok := agent._require_person(approver, 'approver');
+	PERFORM agent._require_person(approver, 'approver');
 	-- The requester may deny (withdraw) their own request: a denial runs
 	-- nothing, and cancel() could end it anyway.
 	v_card := agent._lock_pending_approval(approval);
@@ -164,7 +160,7 @@ BEGIN
 	UPDATE agent.invocations i
 	   SET state = 'denied', state_reason = coalesce(reason, 'denied by the approver')
 	 WHERE i.id = v_card.invocation_id;
-	v_event := agent._audit(v_card.org_id, v_card.workspace_id, 'approval.denied', v_card.invocation_id,
+	PERFORM agent._audit(v_card.org_id, v_card.workspace_id, 'approval.denied', v_card.invocation_id,
 						 approver, jsonb_build_object('approval_id', v_card.id,
 													  'code_sha256', v_card.code_sha256,
 													  'reason', reason));
@@ -183,7 +179,6 @@ CREATE FUNCTION agent.expire_pending_approvals(as_of timestamptz DEFAULT now())
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	v_event	bigint;
 	c	record;
 	n	integer := 0;
 BEGIN
@@ -206,7 +201,7 @@ BEGIN
 		UPDATE agent.invocations i
 		   SET state = 'expired', state_reason = 'approval not decided in time'
 		 WHERE i.id = c.invocation_id AND i.state = 'pending_approval';
-		v_event := agent._audit(c.org_id, c.workspace_id, 'approval.expired', c.invocation_id,
+		PERFORM agent._audit(c.org_id, c.workspace_id, 'approval.expired', c.invocation_id,
 							 'system', jsonb_build_object('approval_id', c.id,
 														  'code_sha256', c.code_sha256,
 														  'expires_at', c.expires_at));

@@ -33,13 +33,11 @@ CREATE FUNCTION agent.create_agent(name text, kind text, model uuid, created_by 
 AS $$
 #variable_conflict use_variable
 DECLARE
-	v_ok	boolean;
 	v_org	uuid := agent.current_org();
 	v_ws	uuid := agent.current_workspace();
 	v_id	uuid;
-	v_event	bigint;
 BEGIN
-	v_ok := agent._require_tenant(true);
+	PERFORM agent._require_tenant(true);
 	IF name IS NULL OR kind IS NULL OR code_execution_enabled IS NULL
 	   OR file_upload_enabled IS NULL THEN
 		RAISE EXCEPTION 'name, kind and the toggles must not be null'
@@ -48,14 +46,14 @@ BEGIN
 	IF btrim(name) = '' THEN
 		RAISE EXCEPTION 'name must not be empty' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	v_ok := agent._require_person(created_by, 'created_by');
+	PERFORM agent._require_person(created_by, 'created_by');
 	IF kind NOT IN ('specialist', 'shared', 'personal') THEN
 		RAISE EXCEPTION 'invalid agent kind "%"', left(kind, 64)
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Use specialist, shared or personal.';
 	END IF;
 	IF kind = 'personal' THEN
-		v_ok := agent._require_person(owner, 'owner');
+		PERFORM agent._require_person(owner, 'owner');
 	ELSIF owner IS NOT NULL THEN
 		RAISE EXCEPTION 'a % agent has no owner', kind
 			USING ERRCODE = 'invalid_parameter_value',
@@ -74,7 +72,7 @@ BEGIN
 							  code_execution_enabled, file_upload_enabled)
 	VALUES (v_org, v_ws, name, kind, owner, model, code_execution_enabled, file_upload_enabled)
 	RETURNING agents.id INTO v_id;
-	v_event := agent._audit(v_org, v_ws, 'agent.created', NULL, created_by,
+	PERFORM agent._audit(v_org, v_ws, 'agent.created', NULL, created_by,
 		pg_catalog.jsonb_build_object('agent_id', v_id, 'name', name, 'kind', kind,
 									  'owner', owner, 'model_id', model,
 									  'code_execution_enabled', code_execution_enabled,
@@ -96,18 +94,16 @@ CREATE FUNCTION agent.create_conversation(agent uuid, created_by text, title tex
 AS $$
 #variable_conflict use_variable
 DECLARE
-	v_ok	boolean;
 	v_org	uuid := agent.current_org();
 	v_ws	uuid := agent.current_workspace();
 	v_id	uuid;
-	v_event	bigint;
 BEGIN
-	v_ok := agent._require_tenant(true);
+	PERFORM agent._require_tenant(true);
 	IF agent IS NULL OR code_execution_enabled IS NULL THEN
 		RAISE EXCEPTION 'agent and code_execution_enabled must not be null'
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	v_ok := agent._require_person(created_by, 'created_by');
+	PERFORM agent._require_person(created_by, 'created_by');
 	-- Another tenant's agent is indistinguishable from a missing one.
 	IF NOT EXISTS (SELECT 1 FROM agent.agents a
 					WHERE a.id = agent AND a.org_id = v_org AND a.workspace_id = v_ws) THEN
@@ -120,7 +116,7 @@ BEGIN
 									 code_execution_enabled)
 	VALUES (v_org, v_ws, agent, title, created_by, code_execution_enabled)
 	RETURNING conversations.id INTO v_id;
-	v_event := agent._audit(v_org, v_ws, 'conversation.created', NULL, created_by,
+	PERFORM agent._audit(v_org, v_ws, 'conversation.created', NULL, created_by,
 		pg_catalog.jsonb_build_object('conversation_id', v_id, 'agent_id', agent,
 									  'title', title,
 									  'code_execution_enabled', code_execution_enabled));
@@ -142,17 +138,15 @@ CREATE FUNCTION agent._change_agent(agent uuid, actor text,
 AS $$
 #variable_conflict use_variable
 DECLARE
-	v_ok	boolean;
-	v_event	bigint;
 	a		agent.agents;
-	v_changes jsonb := '[]';
+	v_changes jsonb := '[]'::jsonb;
 	c		jsonb;
 BEGIN
-	v_ok := agent._require_tenant(true);
+	PERFORM agent._require_tenant(true);
 	IF agent IS NULL THEN
 		RAISE EXCEPTION 'agent must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	v_ok := agent._require_person(actor, 'actor');
+	PERFORM agent._require_person(actor, 'actor');
 	SELECT * INTO a FROM agent.agents x
 	 WHERE x.id = agent AND x.org_id = agent.current_org()
 	   AND x.workspace_id = agent.current_workspace()
@@ -181,7 +175,7 @@ BEGIN
 		   file_upload_enabled = coalesce(file_upload_enabled, x.file_upload_enabled)
 	 WHERE x.id = a.id;
 	FOR c IN SELECT * FROM pg_catalog.jsonb_array_elements(v_changes) LOOP
-		v_event := agent._audit(a.org_id, a.workspace_id, 'agent.changed', NULL, actor,
+		PERFORM agent._audit(a.org_id, a.workspace_id, 'agent.changed', NULL, actor,
 								pg_catalog.jsonb_build_object('agent_id', a.id) || c);
 	END LOOP;
 	RETURN true;
@@ -229,16 +223,14 @@ CREATE FUNCTION agent.set_conversation_code_execution(conversation uuid, enabled
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	v_ok	boolean;
-	v_event	bigint;
 	c		agent.conversations;
 BEGIN
-	v_ok := agent._require_tenant(true);
+	PERFORM agent._require_tenant(true);
 	IF conversation IS NULL OR enabled IS NULL THEN
 		RAISE EXCEPTION 'conversation and enabled must not be null'
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	v_ok := agent._require_person(actor, 'actor');
+	PERFORM agent._require_person(actor, 'actor');
 	SELECT * INTO c FROM agent.conversations x
 	 WHERE x.id = conversation AND x.org_id = agent.current_org()
 	   AND x.workspace_id = agent.current_workspace()
@@ -252,7 +244,7 @@ BEGIN
 		RETURN false;
 	END IF;
 	UPDATE agent.conversations x SET code_execution_enabled = enabled WHERE x.id = c.id;
-	v_event := agent._audit(c.org_id, c.workspace_id, 'conversation.changed', NULL, actor,
+	PERFORM agent._audit(c.org_id, c.workspace_id, 'conversation.changed', NULL, actor,
 		pg_catalog.jsonb_build_object('conversation_id', c.id, 'setting', 'code_execution_enabled',
 									  'from', c.code_execution_enabled, 'to', enabled));
 	RETURN true;
@@ -277,14 +269,12 @@ CREATE FUNCTION agent._change_org_policy(actor text,
 AS $$
 #variable_conflict use_variable
 DECLARE
-	v_ok	boolean;
-	v_event	bigint;
 	o		agent.orgs;
-	v_changes jsonb := '[]';
+	v_changes jsonb := '[]'::jsonb;
 	c		jsonb;
 BEGIN
-	v_ok := agent._require_tenant(false);
-	v_ok := agent._require_person(actor, 'actor');
+	PERFORM agent._require_tenant(false);
+	PERFORM agent._require_person(actor, 'actor');
 	SELECT * INTO o FROM agent.orgs x WHERE x.id = agent.current_org() FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'org % does not exist', agent.current_org()
@@ -311,7 +301,7 @@ BEGIN
 		   require_distinct_approver = coalesce(require_distinct_approver, x.require_distinct_approver)
 	 WHERE x.id = o.id;
 	FOR c IN SELECT * FROM pg_catalog.jsonb_array_elements(v_changes) LOOP
-		v_event := agent._audit(o.id, NULL, 'org.policy_changed', NULL, actor, c);
+		PERFORM agent._audit(o.id, NULL, 'org.policy_changed', NULL, actor, c);
 	END LOOP;
 	RETURN true;
 END

@@ -33,10 +33,9 @@ CREATE FUNCTION agent.output_channel(invocation uuid) RETURNS text
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	v_ok	boolean;
 	v_token	uuid;
 BEGIN
-	v_ok := agent._require_tenant(true);
+	PERFORM agent._require_tenant(true);
 	IF invocation IS NULL THEN
 		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
@@ -970,7 +969,7 @@ BEGIN
 			 LIMIT max_rows LOOP
 		PERFORM agent._try_apply(x.invocation_id);
 	END LOOP;
-	RETURN (SELECT count(*) FROM agent.run_results);
+	RETURN (SELECT count(*)::integer FROM agent.run_results);
 END
 $$;
 
@@ -988,7 +987,7 @@ AS $$
 DECLARE
 	n	integer;
 BEGIN
-	SELECT count(*) INTO n FROM agent.invocations i WHERE i.state IN ('provisioning', 'running');
+	SELECT count(*)::integer INTO n FROM agent.invocations i WHERE i.state IN ('provisioning', 'running');
 	INSERT INTO agent.run_results (invocation_id, error, spawned)
 	SELECT i.id,
 		   CASE i.state WHEN 'provisioning' THEN 'the supervisor restarted before the sandbox started'

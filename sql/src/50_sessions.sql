@@ -96,7 +96,7 @@ DECLARE
 	v_version	integer;
 	f			record;
 	v_content	bytea;
-	v_bytes		bigint := 0;
+	v_bytes		bigint := 0::bigint;
 	n_files		integer := 0;
 BEGIN
 	PERFORM agent._require_tenant(false);
@@ -314,7 +314,7 @@ BEGIN
 				  HINT = format('The limit is %s bytes (agent.settings max_upload_bytes).',
 								agent.setting('max_upload_bytes'));
 	END IF;
-	SELECT coalesce(sum(f.size), 0) INTO v_total FROM agent._current_files(conversation) f
+	SELECT coalesce(sum(f.size), 0)::bigint INTO v_total FROM agent._current_files(conversation) f
 	 WHERE f.name <> upload_file.name;
 	IF v_total + octet_length(content) > agent.setting('max_conversation_bytes')::bigint THEN
 		RAISE EXCEPTION 'the files of conversation % would exceed % bytes', conversation,
@@ -500,7 +500,7 @@ DECLARE
 	s			agent.sessions;
 	n			integer := 0;
 BEGIN
-	SELECT coalesce(sum(x.disk_bytes), 0) INTO v_total FROM agent.sessions x
+	SELECT coalesce(sum(x.disk_bytes), 0)::bigint INTO v_total FROM agent.sessions x
 	 WHERE x.org_id = org AND x.state = 'active';
 	IF v_total <= v_budget THEN
 		RETURN 0;

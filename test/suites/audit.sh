@@ -57,16 +57,6 @@ chmod 0755 "$work"
 touch "$work/orgs"
 holder_pid=
 
-# wait_for SECONDS SHELL-CONDITION: poll until the condition holds.
-wait_for() {
-	local deadline=$((SECONDS + $1))
-	while [ $SECONDS -lt $deadline ]; do
-		if eval "$2" >/dev/null 2>&1; then return 0; fi
-		sleep 0.2
-	done
-	return 1
-}
-
 set_conf() {		# setting value ...: ALTER SYSTEM SET each pair, then reload
 	while [ $# -ge 2 ]; do
 		sql "ALTER SYSTEM SET $1 = '$2'" >/dev/null

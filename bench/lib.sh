@@ -1,0 +1,72 @@
+# bench/lib.sh: what the benchmarks share (sourced, not run).  A benchmark
+# whose subject is missing refuses with a message and a non-zero exit
+# instead of timing nothing:
+#
+#   bench_die MSG...          "bench: MSG" on stderr, exit 1
+#   as_pg CMD...              run a command as the postgres OS user
+#   bench_need CMD...         each command is on PATH (or an executable path)
+#   bench_need_extension      sandbox_ext is installed for $PGBIN's PostgreSQL
+#                             (make && make install with that PG_CONFIG)
+#   bench_need_jail PATH      PATH is an executable sandbox-jail that runs
+#                             a trivial payload
+#   bench_start_cluster       scripts/cluster.sh start, or refuse with the end
+#                             of its output
+#
+# Uses PGBIN (the PostgreSQL binaries) and top (the repository).
+
+bench_die() {
+	echo "bench: $*" >&2
+	exit 1
+}
+
+as_pg() {
+	if [ "$(id -un)" = postgres ]; then "$@"
+	elif [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"
+	else sudo -u postgres -- "$@"; fi
+}
+
+bench_need() {
+	local c
+	for c in "$@"; do
+		command -v "$c" >/dev/null 2>&1 || bench_die "$c is not installed (scripts/deps.sh installs what the benchmarks need)"
+	done
+}
+
+bench_need_extension() {
+	local share lib
+	[ -x "$PGBIN/pg_config" ] || bench_die "no PostgreSQL at $PGBIN (set PG_CONFIG)"
+	share=$("$PGBIN/pg_config" --sharedir)
+	lib=$("$PGBIN/pg_config" --pkglibdir)
+	[ -f "$share/extension/sandbox_ext.control" ] && [ -f "$lib/sandbox_ext.so" ] ||
+		bench_die "sandbox_ext is not installed for $PGBIN/pg_config: run make && make install with PG_CONFIG=$PGBIN/pg_config"
+}
+
+bench_need_jail() {
+	local out got rc err
+	[ -x "$1" ] || bench_die "$1 is not an executable sandbox-jail: build and install it (make && make install)"
+	out=$(mktemp -d /tmp/sandbox_bench_jail.XXXXXX)
+	chmod 0755 "$out"
+	chown postgres: "$out" 2>/dev/null || true
+	printf 'echo jail-ok\n' >"$out/probe.sh"
+	chmod 0644 "$out/probe.sh"
+	# (callers may run under set -e: the status is read, not fatal)
+	rc=0
+	got=$(as_pg "$1" --language shell --workspace "$out" --code-file "$out/probe.sh" --quiet \
+		--verdict-file /dev/null 2>"$out/err") || rc=$?
+	err=$(head -c 300 "$out/err")
+	rm -rf "$out"
+	[ "$got" = jail-ok ] ||
+		bench_die "$1 does not run a payload (exit status $rc, printed [$got]${err:+, said: $err})"
+}
+
+bench_start_cluster() {
+	local log
+	log=$(mktemp /tmp/sandbox_bench_cluster.XXXXXX)
+	if ! "$top/scripts/cluster.sh" start >"$log" 2>&1; then
+		local why
+		why=$(tail -n 5 "$log")
+		rm -f "$log"
+		bench_die "could not start the cluster in $SANDBOX_CLUSTER_DIR: $why"
+	fi
+	rm -f "$log"
+}

@@ -55,6 +55,7 @@ CREATE TABLE agent.invocations (
 	-- a cancel request while it is provisioning or running (40_supervisor.sql)
 	cancel_requested_at timestamptz,
 	cancel_requested_by text,
+	cancel_reason	text,
 	-- The runner host that holds it while it is provisioning or running,
 	-- and its lease (45_runners.sql): every write of that runner for this
 	-- invocation names the token, and is refused once the lease is gone.

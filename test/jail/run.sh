@@ -406,7 +406,7 @@ except OSError as e:
 		< "$WORK/code" > "$WORK/out" 2> "$WORK/err" 3> "$WORK/verdict" &
 	jp=$!
 	n=0
-	while ! grep -q started "$WORK/out" && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+	while ! grep -q started "$WORK/out" && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
 	pkill -TERM -P $jp 2>/dev/null || kill -TERM $jp	# runuser's child is the jail
 	# some runuser versions forward, some exec: signal the jail itself
 	pkill -TERM -f "^$BIN --language shell --workspace $WS" 2>/dev/null
@@ -423,7 +423,7 @@ except OSError as e:
 			< "$WORK/code" > "$WORK/out" 2> "$WORK/err" &
 		jp=$!
 		n=0
-		while ! grep -q started "$WORK/out" && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+		while ! grep -q started "$WORK/out" && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
 		local jailpid
 		jailpid=$(pgrep -P $jp)
 		KILLED_JAILS="$KILLED_JAILS $jailpid"

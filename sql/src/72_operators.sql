@@ -6,15 +6,16 @@
 
 -- Every run in flight, one row per occupied slot (the supervisor's or a
 -- runner host's): the org, the language, since when and the jail's pid.
--- (agent.worker_status() stays the supervisor's own summary, in C.)
+-- runner_id is NULL for the in-database supervisor's runs; the runner's
+-- name is in agent.runner_status (auditor).  (agent.worker_status() stays
+-- the supervisor's own summary, in C.)
 CREATE VIEW agent.run_slots WITH (security_invoker = true) AS
 SELECT i.id AS invocation_id, i.org_id, i.workspace_id, i.conversation_id, i.language,
 	   i.state, i.provisioned_at, i.started_at,
 	   coalesce(i.started_at, i.provisioned_at) AS since,
-	   i.jail_pid AS pid, i.runner_id, rn.name AS runner_name,
+	   i.jail_pid AS pid, i.runner_id,
 	   i.cancel_requested_at IS NOT NULL AS cancelling
   FROM agent.invocations i
-  LEFT JOIN agent.runners rn ON rn.id = i.runner_id
  WHERE i.state IN ('provisioning', 'running');
 COMMENT ON VIEW agent.run_slots IS
 	'runs in flight (one per occupied slot): org, language, since, jail pid, runner';

@@ -4,6 +4,7 @@
 #   t_readme   the README's SQL block ("A run, in SQL"), through psql
 #   t_python   examples/python/run_once.py (psycopg 3, Debian's python3-psycopg)
 #   t_node     examples/node/run_once.js (node-postgres, installed by scripts/deps.sh)
+#   t_cluster_env  scripts/cluster.sh env reaches the cluster
 # The examples connect as a login role of their own granted agent_backend,
 # for a tenant the operator made through the setup API.
 set -uo pipefail
@@ -82,6 +83,16 @@ t_node() {
 	check "... and it streamed the output" 3 "$(grep -c '^  | region ' <<<"$out")"
 }
 
-run_tests t_readme t_python t_node
+# scripts/cluster.sh env: how to reach this cluster, eval-able.
+t_cluster_env() {
+	local envs
+	envs=$("$top/scripts/cluster.sh" env)
+	check "cluster.sh env names this cluster's socket, port and database" \
+		"$CLUSTER_DIR $PORT $DB" "$(eval "$envs"; echo "$PGHOST $PGPORT $PGDATABASE")"
+	check "... and psql reaches the database with it" "$DB" \
+		"$(eval "$envs"; as_pg env PGHOST="$PGHOST" PGPORT="$PGPORT" PGDATABASE="$PGDATABASE" "$PGBIN/psql" -X -At -c 'SELECT current_database()')"
+}
+
+run_tests t_readme t_python t_node t_cluster_env
 check_invariants
 finish_suite

@@ -179,7 +179,12 @@ if want regress || want isolation || want pgtap || want_any_script; then
 			fi
 		fi
 
+		# The SQL suites leave approved invocations behind (the regress
+		# suite commits its own); they were never meant to run: set them
+		# aside before the supervisor may claim again, so that the shell
+		# suites find every slot free and nothing of theirs in flight.
 		as_pg "$PGBIN/psql" -X -q -h "$SANDBOX_CLUSTER_DIR" -p "$SANDBOX_PGPORT" -d "$SANDBOX_DB" \
+			-c "UPDATE agent.invocations SET state = 'cancelled', state_reason = 'left by the SQL suites', finished_at = now() WHERE state = 'approved'" \
 			-c "ALTER SYSTEM RESET sandbox.max_concurrent_runs" -c "SELECT pg_reload_conf()" >/dev/null
 		sleep 1
 

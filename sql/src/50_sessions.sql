@@ -100,9 +100,14 @@ DECLARE
 	n_files		integer := 0;
 BEGIN
 	PERFORM agent._require_tenant(false);
-	IF name IS NULL OR files IS NULL OR jsonb_typeof(files) <> 'object' THEN
+	IF name IS NULL OR files IS NULL THEN
 		RAISE EXCEPTION 'name and files (a json object of path: base64 content) are required'
 			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF jsonb_typeof(files) <> 'object' THEN
+		RAISE EXCEPTION 'files must be a json object of path: base64 content'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = pg_catalog.format('It is a json %s.', jsonb_typeof(files));
 	END IF;
 	PERFORM agent._check_text(description, 'description', 'description');
 	IF name !~ '^[a-z0-9][a-z0-9_.-]{0,63}$' THEN

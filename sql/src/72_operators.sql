@@ -113,8 +113,12 @@ BEGIN
 			detail := pg_catalog.format('%s of %s runs in flight', v_ws_load, x.ws_limit);
 		ELSIF v_local >= coalesce(v_slots, 0) AND v_runner_free = 0 THEN
 			waiting_for := 'no_free_slot';
-			detail := pg_catalog.format('%s of %s supervisor slots in use; no runner host has a free slot',
-										v_local, coalesce(v_slots, 0));
+			-- How busy the platform is counts other orgs' runs: only the
+			-- auditor and the owner see the numbers.
+			detail := CASE WHEN v_all
+						   THEN pg_catalog.format('%s of %s supervisor slots in use; no runner host has a free slot',
+												  v_local, coalesce(v_slots, 0))
+						   ELSE 'every run slot is in use' END;
 		ELSE
 			waiting_for := 'next';
 		END IF;

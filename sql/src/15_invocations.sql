@@ -55,7 +55,6 @@ CREATE TABLE agent.invocations (
 	-- a cancel request while it is provisioning or running (40_supervisor.sql)
 	cancel_requested_at timestamptz,
 	cancel_requested_by text,
-	cancel_reason	text,
 	-- The runner host that holds it while it is provisioning or running,
 	-- and its lease (45_runners.sql): every write of that runner for this
 	-- invocation names the token, and is refused once the lease is gone.
@@ -76,6 +75,9 @@ CREATE TABLE agent.invocations (
 	-- The NOTIFY channel is named after this random token, not the id, so
 	-- that only the invocation's tenant can learn it (40_supervisor.sql).
 	channel_token	uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+	-- the reason of a cancel asked for while it is in flight (it reaches
+	-- state_reason when the run ends); last, as columns added later are
+	cancel_reason	text,
 	FOREIGN KEY (org_id, workspace_id, agent_id)
 		REFERENCES agent.agents (org_id, workspace_id, id),
 	FOREIGN KEY (org_id, workspace_id, conversation_id)

@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(67);
+SELECT plan(68);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -150,6 +150,8 @@ SELECT is(pg_temp.error_size($$SELECT agent.create_agent('x', repeat('k', 100000
 	'22023 short', 'a 100 KB agent kind is refused without being echoed');
 SELECT is(pg_temp.error_size($$SELECT agent.create_skill(repeat('s', 100000), '{}'::jsonb)$$),
 	'22023 short', 'a 100 KB skill name is refused without being echoed');
+SELECT is(pg_temp.error_size($$SELECT set_config('sandbox.org_id', repeat('x', 100000), true)$$),
+	'22P02 short', 'a 100 KB tenant id is refused without being echoed');
 
 -- ---- one "not found" code ---------------------------------------------------
 SELECT is(ARRAY[left(pg_temp.error_of($$SELECT agent.approve('70f00000-0000-4000-8000-000000000000', 'bob')$$), 5),

@@ -1,0 +1,609 @@
+/*-------------------------------------------------------------------------
+ *
+ * launch.c
+ *		Starting a run's jail and watching it end: one request, built once,
+ *		sent either to the resident launcher (`sandbox-jail --serve`, the
+ *		default) or given as the command line of a one-shot `sandbox-jail`;
+ *		the verdict; reaping; signals; the launcher process itself.
+ *
+ * The launcher keeps sandboxes half-built ahead of requests (docs/jail.md,
+ * "Resident launcher"): a run is one SOCK_SEQPACKET request carrying the
+ * options and [code, stdout, stderr] descriptors, and one answer, then EOF
+ * (src/jail/wire_protocol.h).  It is a child of this process and dies with
+ * it (PR_SET_PDEATHSIG), and so do its sandboxes.  If it cannot be reached
+ * a run falls back to the one-shot jail, started with posix_spawn, with
+ * its stdout, stderr and verdict on pipes and a pidfd for its exit.
+ *
+ * Nothing here touches the database or the disk beyond the socket's
+ * directory (run_dir); run.c decides what a run is, this file only starts
+ * and stops jails.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "runner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/pidfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Extra time past the wall limit before we SIGKILL a jail ourselves. */
+#define BACKSTOP_GRACE_MS	10000
+/* The launcher accepts connections within this many 10 ms tries. */
+#define LAUNCHER_START_TRIES	200
+/* The environment of every jail process. */
+static char *const jail_envp[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8", NULL};
+
+static pid_t launcher_pid = 0;
+static char launcher_sock[MAXPGPATH];
+static char launcher_path[MAXPGPATH];	/* the jail_path it was started from */
+static char launcher_root[MAXPGPATH];	/* the work root when it was started */
+
+/*
+ * A run's options, the same for both ways of starting it: (name, value)
+ * pairs, value NULL for a flag.  The code travels as a descriptor to the
+ * launcher and as --code-file on a command line.
+ */
+#define MAX_JAIL_OPTIONS	(16 + RUNNER_MAX_SKILLS)
+
+typedef struct JailRequest
+{
+	int			n;
+	const char *name[MAX_JAIL_OPTIONS];
+	const char *value[MAX_JAIL_OPTIONS];
+	char		buf[8][32];		/* the numbers, printed */
+} JailRequest;
+
+static void
+request_add(JailRequest *req, const char *name, const char *value)
+{
+	if (req->n >= MAX_JAIL_OPTIONS)
+		return;					/* cannot be: nbinds <= RUNNER_MAX_SKILLS */
+	req->name[req->n] = name;
+	req->value[req->n] = value;
+	req->n++;
+}
+
+static void
+request_build(JailRequest *req, Run *run, int wall_s, int memory_mb, int pids)
+{
+	int			b = 0;
+
+	req->n = 0;
+	request_add(req, "--language", run->language);
+	request_add(req, "--workspace", run->disk.workspace);
+	snprintf(req->buf[b], sizeof(req->buf[b]), "%d", wall_s);
+	request_add(req, "--wall-time", req->buf[b++]);
+	snprintf(req->buf[b], sizeof(req->buf[b]), "%dM", memory_mb);
+	request_add(req, "--memory", req->buf[b++]);
+	snprintf(req->buf[b], sizeof(req->buf[b]), "%d", pids);
+	request_add(req, "--pids", req->buf[b++]);
+	snprintf(req->buf[b], sizeof(req->buf[b]), "%ld", (long) runner_conf.output_limit_kb * 1024L);
+	request_add(req, "--output-limit", req->buf[b++]);
+	snprintf(req->buf[b], sizeof(req->buf[b]), "%dM", runner_conf.workspace_size_mb);
+	request_add(req, "--workspace-size", req->buf[b++]);
+	snprintf(req->buf[b], sizeof(req->buf[b]), "%d", runner_conf.workspace_entries);
+	request_add(req, "--workspace-entries", req->buf[b++]);
+	for (int i = 0; i < run->disk.nbinds; i++)
+		request_add(req, "--ro-bind", run->disk.binds[i]);
+	if (runner_conf.require_cgroup)
+		request_add(req, "--require-cgroup", NULL);
+}
+
+static void
+close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+/*
+ * posix_spawn a jail process: stdin /dev/null, fds[i] (if >= 0) as fd
+ * i + 1, nothing else inherited, default signal dispositions, nothing
+ * blocked, and a process group of its own: a signal meant for the runner
+ * (a terminal's ^C, a kill of its group) must not reach its jails, which
+ * end with it through PR_SET_PDEATHSIG, by our shutdown path.  Returns 0
+ * or an errno.
+ */
+static int
+spawn_jail_process(pid_t *pid, char **argv, const int fds[3], bool vfork)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	sigset_t	all,
+				none;
+	int			rc;
+	int			top = 3;
+
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	for (int i = 0; fds && i < 3; i++)
+		if (fds[i] >= 0)
+		{
+			posix_spawn_file_actions_adddup2(&fa, fds[i], i + 1);
+			top = Max(top, i + 2);
+		}
+	posix_spawn_file_actions_addclosefrom_np(&fa, top);
+	posix_spawnattr_init(&attr);
+	sigfillset(&all);
+	sigemptyset(&none);
+	posix_spawnattr_setsigdefault(&attr, &all);
+	posix_spawnattr_setsigmask(&attr, &none);
+	posix_spawnattr_setpgroup(&attr, 0);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK |
+							 POSIX_SPAWN_SETPGROUP | (vfork ? POSIX_SPAWN_USEVFORK : 0));
+	rc = posix_spawn(pid, argv[0], &fa, &attr, argv, jail_envp);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&attr);
+	return rc;
+}
+
+/* ----------------------------------------------------------------
+ * The resident launcher
+ * ----------------------------------------------------------------
+ */
+
+void
+launcher_stop(void)
+{
+	if (launcher_pid > 0)
+	{
+		(void) kill(launcher_pid, SIGTERM);
+		(void) waitpid(launcher_pid, NULL, 0);
+	}
+	launcher_pid = 0;
+}
+
+/* Is the launcher alive?  Reaps it if it exited. */
+static bool
+launcher_alive(void)
+{
+	if (launcher_pid <= 0)
+		return false;
+	if (waitpid(launcher_pid, NULL, WNOHANG) == launcher_pid)
+	{
+		runner_log(RLOG_LOG, "the resident jail launcher (pid %d) exited; it will be restarted",
+			 (int) launcher_pid);
+		launcher_pid = 0;
+		return false;
+	}
+	return true;
+}
+
+static int
+launcher_connect(void)
+{
+	struct sockaddr_un addr;
+	int			sock;
+
+	memset(&addr, 0, sizeof(addr));
+	addr.sun_family = AF_UNIX;
+	strlcpy(addr.sun_path, launcher_sock, sizeof(addr.sun_path));
+	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (sock < 0)
+		return -1;
+	if (connect(sock, (struct sockaddr *) &addr, sizeof(addr)) != 0)
+	{
+		close(sock);
+		return -1;
+	}
+	return sock;
+}
+
+/* Wait (briefly) until a just-started launcher accepts connections. */
+static bool
+launcher_wait_ready(void)
+{
+	for (int i = 0; i < LAUNCHER_START_TRIES; i++)
+	{
+		int			sock = launcher_connect();
+
+		if (sock >= 0)
+		{
+			close(sock);		/* an empty connection is refused and forgotten */
+			return true;
+		}
+		if (!launcher_alive())
+			return false;
+		usleep(10000);
+	}
+	return false;
+}
+
+/* Runs of ours that the launcher has in flight. */
+static int
+served_runs(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < nruns; i++)
+		if (runs[i].jail.served &&
+			(runs[i].phase == RUN_STARTED || runs[i].phase == RUN_EXITED))
+			n++;
+	return n;
+}
+
+/*
+ * Start the launcher if it is wanted and not running; true when usable.
+ * Its socket lives in run_dir (the local runner's: in the data directory),
+ * not in the work directory: moving the work directory must not stop the
+ * runs it has in flight.  But its prepared sandboxes were cloned with the mounts of their
+ * time, and a new work directory may be a new mount they cannot see: after
+ * a move, runs use the one-shot jail until the launcher's runs are over,
+ * and the launcher is then restarted.
+ */
+bool
+launcher_ensure(void)
+{
+	char		dir[MAXPGPATH];
+	char		pool[16];
+	char	   *argv[] = {runner_conf.jail_path, "--serve", launcher_sock, "--pool", pool,
+	"--quiet", NULL};
+	int			rc;
+
+	if (!runner_conf.jail_launcher)
+	{
+		launcher_stop();
+		return false;
+	}
+	/* jail_path changed on reload: the launcher must follow. */
+	if (launcher_pid > 0 && strcmp(launcher_path, runner_conf.jail_path) != 0)
+		launcher_stop();
+	if (launcher_pid > 0 && strcmp(launcher_root, work_root()) != 0)
+	{
+		if (served_runs() > 0)
+			return false;
+		launcher_stop();
+	}
+	if (launcher_alive())
+		return true;
+	strlcpy(launcher_path, runner_conf.jail_path, sizeof(launcher_path));
+	strlcpy(launcher_root, work_root(), sizeof(launcher_root));
+
+	strlcpy(dir, runner_conf.run_dir, sizeof(dir));
+	(void) mkdir(dir, S_IRWXU);
+	snprintf(launcher_sock, sizeof(launcher_sock), "%s/jail.sock", dir);
+	(void) unlink(launcher_sock);	/* a stale socket of a dead launcher */
+	snprintf(pool, sizeof(pool), "%d", Max(runner_conf.slots, 1));
+
+	rc = spawn_jail_process(&launcher_pid, argv, NULL, false);
+	if (rc != 0)
+	{
+		errno = rc;
+		runner_log(RLOG_WARNING, "could not start the resident jail launcher \"%s\": %m; using one-shot jails",
+			 runner_conf.jail_path);
+		launcher_pid = 0;
+		return false;
+	}
+	if (!launcher_wait_ready())
+	{
+		runner_log(RLOG_WARNING, "the resident jail launcher did not come up; using one-shot jails");
+		launcher_stop();
+		return false;
+	}
+	runner_log(RLOG_LOG, "resident jail launcher started (pid %d, socket \"%s\")",
+		 (int) launcher_pid, launcher_sock);
+	return true;
+}
+
+/* ----------------------------------------------------------------
+ * Starting a run
+ * ----------------------------------------------------------------
+ */
+
+/* The request as one launcher message: magic, then each option and value. */
+static void
+request_message(const JailRequest *req, StringInfo msg)
+{
+	appendBinaryStringInfo(msg, JAIL_WIRE_MAGIC, sizeof(JAIL_WIRE_MAGIC));
+	for (int i = 0; i < req->n; i++)
+	{
+		appendBinaryStringInfo(msg, req->name[i], strlen(req->name[i]) + 1);
+		if (req->value[i])
+			appendBinaryStringInfo(msg, req->value[i], strlen(req->value[i]) + 1);
+	}
+}
+
+/*
+ * Send one run to the launcher.  On success the run's stdout/stderr read
+ * ends and the connection (as verdict_fd) are set up and true is returned;
+ * false means "use the one-shot jail" (nothing was started).
+ */
+static bool
+launch_served(Run *run, const JailRequest *req, const char *code_path)
+{
+	StringInfoData msg;
+	int			outp[NSTREAMS][2] = {{-1, -1}, {-1, -1}};
+	int			fds[JAIL_WIRE_NFDS];
+	int			codefd = -1;
+	int			sock = -1;
+	bool		sent = false;
+
+	if (!launcher_ensure() || (sock = launcher_connect()) < 0)
+		return false;
+	codefd = open(code_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (codefd >= 0 && pipe2(outp[0], O_CLOEXEC) == 0 && pipe2(outp[1], O_CLOEXEC) == 0)
+	{
+		initStringInfo(&msg);
+		request_message(req, &msg);
+		fds[JAIL_WIRE_FD_CODE] = codefd;
+		fds[JAIL_WIRE_FD_STDOUT] = outp[0][1];
+		fds[JAIL_WIRE_FD_STDERR] = outp[1][1];
+		sent = jail_wire_send(sock, msg.data, msg.len, fds, JAIL_WIRE_NFDS) == msg.len;
+		free(msg.data);
+	}
+	close_fd(&codefd);
+	close_fd(&outp[0][1]);
+	close_fd(&outp[1][1]);
+	if (!sent)
+	{
+		close_fd(&sock);
+		close_fd(&outp[0][0]);
+		close_fd(&outp[1][0]);
+		return false;
+	}
+	run->out.fd[STREAM_STDOUT] = outp[0][0];
+	run->out.fd[STREAM_STDERR] = outp[1][0];
+	run->jail.verdict_fd = sock;
+	run->jail.served = true;
+	run->jail.pid = 0;
+	run->jail.pidfd = -1;
+	return true;
+}
+
+/* Start the one-shot jail; false with run->start_error set on failure. */
+static bool
+launch_oneshot(Run *run, const JailRequest *req, const char *code_path)
+{
+	char	   *argv[2 * MAX_JAIL_OPTIONS + 8];
+	int			argc = 0;
+	int			outp[NSTREAMS][2] = {{-1, -1}, {-1, -1}};
+	int			vp[2] = {-1, -1};
+	int			fds[3];
+	int			rc;
+
+	if (pipe2(outp[0], O_CLOEXEC) != 0 || pipe2(outp[1], O_CLOEXEC) != 0 ||
+		pipe2(vp, O_CLOEXEC) != 0)
+	{
+		run->start_error = arena_printf(&run->arena, "could not create pipes for the jail: %m");
+		rc = -1;
+		goto out;
+	}
+	argv[argc++] = runner_conf.jail_path;
+	for (int i = 0; i < req->n; i++)
+	{
+		argv[argc++] = (char *) req->name[i];
+		if (req->value[i])
+			argv[argc++] = (char *) req->value[i];
+	}
+	argv[argc++] = "--code-file";
+	argv[argc++] = (char *) code_path;
+	argv[argc++] = "--verdict-fd";
+	argv[argc++] = "3";
+	argv[argc++] = "--quiet";
+	argv[argc] = NULL;
+
+	fds[0] = outp[0][1];		/* stdout */
+	fds[1] = outp[1][1];		/* stderr */
+	fds[2] = vp[1];				/* the verdict, fd 3 */
+	rc = spawn_jail_process(&run->jail.pid, argv, fds, true);
+	if (rc != 0)
+	{
+		errno = rc;
+		run->start_error = arena_printf(&run->arena, "could not execute %s \"%s\": %m",
+										setting_name("jail_path"), runner_conf.jail_path);
+		goto out;
+	}
+	run->jail.pidfd = pidfd_open(run->jail.pid, 0);
+	if (run->jail.pidfd < 0)
+		runner_log(RLOG_WARNING, "pidfd_open(%d) failed: %m; falling back to polling", (int) run->jail.pid);
+	run->out.fd[STREAM_STDOUT] = outp[0][0];
+	run->out.fd[STREAM_STDERR] = outp[1][0];
+	run->jail.verdict_fd = vp[0];
+	outp[0][0] = outp[1][0] = vp[0] = -1;	/* kept */
+out:
+	for (int st = 0; st < NSTREAMS; st++)
+	{
+		close_fd(&outp[st][0]);
+		close_fd(&outp[st][1]);
+	}
+	close_fd(&vp[0]);
+	close_fd(&vp[1]);
+	return rc == 0;
+}
+
+/*
+ * Start a prepared run's jail (through the launcher when it is on and
+ * reachable); false with run->start_error set when it could not start.
+ */
+bool
+jail_launch(Run *run, const char *code_path, int wall_s, int memory_mb, int pids)
+{
+	JailRequest req;
+
+	request_build(&req, run, wall_s, memory_mb, pids);
+	if (!(runner_conf.jail_launcher && launch_served(run, &req, code_path)) &&
+		!launch_oneshot(run, &req, code_path))
+		return false;
+	for (int st = 0; st < NSTREAMS; st++)
+		(void) fcntl(run->out.fd[st], F_SETFL, O_NONBLOCK);
+	(void) fcntl(run->jail.verdict_fd, F_SETFL, O_NONBLOCK);
+	run->jail.backstop = now_ms() + (msec) wall_s * 1000 + BACKSTOP_GRACE_MS;
+	return true;
+}
+
+/* ----------------------------------------------------------------
+ * The end of a run
+ * ----------------------------------------------------------------
+ */
+
+/* Parse the launcher's answer (wire_protocol.h); a malformed one is none. */
+static void
+parse_served_answer(Run *run, const char *buf, int len)
+{
+	const char *p = buf;
+	const char *end = buf + len;
+	const char *field[JAIL_WIRE_ANSWER_NFIELDS];
+
+	for (int i = 0; i < JAIL_WIRE_ANSWER_NFIELDS; i++)
+	{
+		const char *nul = memchr(p, '\0', end - p);
+
+		if (p >= end || nul == NULL)
+			return;
+		field[i] = p;
+		p = nul + 1;
+	}
+	if (strcmp(field[JAIL_WIRE_ANSWER_MAGIC], JAIL_WIRE_MAGIC) != 0)
+		return;
+	run->jail.served_rc = atoi(field[JAIL_WIRE_ANSWER_RC]);
+	resetStringInfo(&run->jail.verdict);
+	appendStringInfoString(&run->jail.verdict, field[JAIL_WIRE_ANSWER_VERDICT]);
+	run->jail.served_msg = arena_strdup(&run->arena, field[JAIL_WIRE_ANSWER_MESSAGE]);
+}
+
+/* Read what is there of the verdict; the launcher's EOF ends the run. */
+void
+jail_read_verdict(Run *run)
+{
+	static char buf[JAIL_WIRE_MAX];
+	RunJail    *j = &run->jail;
+
+	for (;;)
+	{
+		ssize_t		r = j->served ? recv(j->verdict_fd, buf, sizeof(buf), 0)
+			: read(j->verdict_fd, buf, sizeof(buf));
+
+		if (r > 0)
+		{
+			if (j->served && j->served_rc < 0)
+				parse_served_answer(run, buf, (int) r);
+			else if (!j->served && j->verdict.len < JAIL_WIRE_MAX)
+				appendBinaryStringInfo(&j->verdict, buf, r);	/* one short line */
+			continue;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN)
+			break;
+		/* EOF (or an error) */
+		close_fd(&j->verdict_fd);
+		if (j->served)
+			run_exited(run);
+		break;
+	}
+	/* Trim the trailing newline so the text casts cleanly to jsonb. */
+	while (j->verdict.len > 0 &&
+		   (j->verdict.data[j->verdict.len - 1] == '\n' ||
+			j->verdict.data[j->verdict.len - 1] == '\r'))
+		j->verdict.data[--j->verdict.len] = '\0';
+}
+
+/* Reap a one-shot jail that exited. */
+void
+jail_reap(Run *run)
+{
+	int			status;
+	pid_t		r;
+
+	if (run->phase != RUN_STARTED || run->jail.served)
+		return;
+	r = waitpid(run->jail.pid, &status, WNOHANG);
+	if (r == run->jail.pid || (r < 0 && errno == ECHILD))
+	{
+		run->jail.wait_status = (r == run->jail.pid) ? status : 0;
+		close_fd(&run->jail.pidfd);
+		run_exited(run);
+	}
+}
+
+/*
+ * Signal a run's jail.  A served run: shutting our side asks the launcher
+ * to stop it (it still answers, with a "killed" verdict); SIGKILL drops the
+ * connection, which kills it at once.
+ */
+void
+jail_signal(Run *run, int sig)
+{
+	RunJail    *j = &run->jail;
+
+	if (run->phase != RUN_STARTED)
+		return;
+	if (j->served)
+	{
+		if (sig == SIGKILL)
+		{
+			close_fd(&j->verdict_fd);
+			run_exited(run);
+		}
+		else if (j->verdict_fd >= 0)
+			(void) shutdown(j->verdict_fd, SHUT_WR);
+		return;
+	}
+	if (j->pidfd >= 0)
+		(void) pidfd_send_signal(j->pidfd, sig, NULL, 0);
+	else
+		(void) kill(j->pid, sig);
+}
+
+/* Kill a one-shot jail and wait for it (shutdown). */
+void
+jail_kill_wait(Run *run)
+{
+	bool		oneshot = run->phase == RUN_STARTED && !run->jail.served;
+
+	jail_signal(run, SIGKILL);
+	if (oneshot)
+		(void) waitpid(run->jail.pid, NULL, 0);
+}
+
+/*
+ * The failure of ours that ended the run, or NULL when the jail answered;
+ * *jail_status gets the jail's exit status (or the launcher's rc).
+ */
+char *
+jail_failure(Run *run, int *jail_status)
+{
+	RunJail    *j = &run->jail;
+
+	*jail_status = -1;
+	if (run->start_error)
+		return run->start_error;
+	if (j->served)
+	{
+		if (j->killed_by_us)
+			return arena_printf(&run->arena, "the sandbox was killed by the runner after its deadline");
+		if (j->served_rc < 0)
+			return arena_printf(&run->arena, "the resident jail launcher closed the connection without a verdict");
+		if (j->served_rc == JAIL_WIRE_RC_REFUSED)
+			return arena_printf(&run->arena, "the resident jail launcher refused the request: %s",
+							j->served_msg ? j->served_msg : "");
+		*jail_status = j->served_rc;
+		return NULL;
+	}
+	if (WIFEXITED(j->wait_status))
+		*jail_status = WEXITSTATUS(j->wait_status);
+	else if (WIFSIGNALED(j->wait_status))
+	{
+		*jail_status = 128 + WTERMSIG(j->wait_status);
+		if (j->killed_by_us)
+			return arena_printf(&run->arena, "sandbox-jail killed by the runner after its deadline");
+		return arena_printf(&run->arena, "sandbox-jail died of signal %d", WTERMSIG(j->wait_status));
+	}
+	return NULL;
+}
+
+void
+jail_close(Run *run)
+{
+	close_fd(&run->out.fd[STREAM_STDOUT]);
+	close_fd(&run->out.fd[STREAM_STDERR]);
+	close_fd(&run->jail.verdict_fd);
+	close_fd(&run->jail.pidfd);
+}

@@ -9,8 +9,7 @@ EXTENSION = sandbox_ext
 EXTVERSION = 0.1.0
 MODULE_big = sandbox_ext
 OBJS = src/sandbox_ext.o src/shmem.o src/xact.o \
-	src/supervisor.o src/run.o src/launch.o src/jail_wire.o src/output.o src/workdir.o src/steps.o \
-	src/api.o src/files.o \
+	src/supervisor.o src/api.o \
 	src/export_worker.o src/export_stream.o src/export_state.o src/pgoutput.o src/chclient.o \
 	src/anchor.o src/guards.o src/digest.o src/audit.o
 
@@ -45,7 +44,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 # PGXS tracks no header dependencies: the shared-memory struct lives in a
 # header, and an object built against an older layout corrupts it.
-$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h) src/jail/wire_protocol.h src/jail/wire.c
+$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h) src/runner/local_link.h
 
 sql/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard sql/src/*.sql))
 	cat $^ > $@

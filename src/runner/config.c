@@ -37,7 +37,7 @@ typedef enum ConfKind
 	CONF_STRING,
 	CONF_INT,
 	CONF_BOOL,
-	CONF_LIST					/* whitespace-separated paths */
+	CONF_LIST					/* paths separated by ':' (as PATH) */
 } ConfKind;
 
 typedef struct ConfVar
@@ -244,7 +244,7 @@ set_var(RunnerConfig *c, const ConfVar *var, const char *v, char **err, int line
 				char	   *save = NULL;
 
 				strlist_free(l);
-				for (char *t = strtok_r(copy, " \t", &save); t; t = strtok_r(NULL, " \t", &save))
+				for (char *t = strtok_r(copy, ":", &save); t; t = strtok_r(NULL, ":", &save))
 					strlist_add(l, t);
 				free(copy);
 				return true;

@@ -483,6 +483,31 @@ db_in_transaction(void)
 	return state == DBS_UP && PQtransactionStatus(conn) != PQTRANS_IDLE;
 }
 
+/*
+ * Listen for the wake-ups: sandbox_ext_work when work was committed (an
+ * approval, a session that ended), sandbox_ext_cancel when a cancel was.
+ * They are hints; the slow poll finds what a lost one would have said.
+ */
+bool
+db_listen(void)
+{
+	DbBatch		b;
+	DbOutcome	o;
+
+	db_batch_init(&b);
+	db_batch_add(&b, "LISTEN sandbox_ext_work", 0, NULL);
+	db_batch_add(&b, "LISTEN sandbox_ext_cancel", 0, NULL);
+	o = db_batch_run(&b);
+	if (o == DB_FAILED)
+	{
+		runner_log(RLOG_WARNING, "could not listen for wake-ups: %s",
+				   b.items[0].r.message ? b.items[0].r.message : b.items[1].r.message);
+		db_disconnect("could not listen for wake-ups");
+	}
+	db_batch_free(&b);
+	return o == DB_OK;
+}
+
 /* ---- pipelines ---- */
 
 void

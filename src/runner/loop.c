@@ -272,6 +272,8 @@ wait_and_read(int *nevents)
 	/* connect attempts and their timeouts are driven without an event too */
 	if (!db_seen && !db_connected())
 		db_progress(0, &connected_now, &claim_wanted, &cancel_wanted);
+	if (connected_now && !db_listen())
+		connected_now = false;	/* it broke again: the next attempt follows */
 	if (connected_now)
 	{
 		runner_log(RLOG_LOG, "%s", db_status());

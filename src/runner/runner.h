@@ -385,6 +385,7 @@ extern short db_poll_events(void);
 extern void db_progress(short revents, bool *connected_now, bool *work, bool *cancel);
 extern msec db_next_attempt(void);
 extern void db_disconnect(const char *why);
+extern bool db_listen(void);
 extern const char *db_status(void);
 extern DbResult db_call(const char *sql, int nparams, const DbParam *params);
 extern void db_result_free(DbResult *r);

@@ -63,7 +63,7 @@ t_launcher_killed() {
 	local inv launcher
 	inv=$(start "$A" shell 'echo started; sleep 30' none)
 	wait_state "$inv" running
-	launcher=$(pgrep -o -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_launcher/jail.sock")
+	launcher=$(pgrep -o -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_runner/jail.sock")
 	kill -9 "$launcher"
 	check "launcher killed mid-run: the run ends, a failure of ours, refunded" \
 		"provision_failed|charge:-2,refund:2" "$(await "$A" "$inv" 30)|$(ledger "$inv")"

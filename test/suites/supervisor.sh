@@ -33,7 +33,7 @@ read -r ORG WS AGENT _ <<<"$A"
 
 balance() { q -c "SELECT balance FROM agent.credit_balances WHERE org_id = '${1:-$ORG}'"; }
 launcher_up() {
-	pgrep -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_launcher/jail.sock" >/dev/null &&
+	pgrep -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_runner/jail.sock" >/dev/null &&
 		echo t || echo f
 }
 
@@ -43,7 +43,18 @@ t_worker() {
 		"$([ "$(stat -c %d "$WORK")" != "$(stat -c %d "$CLUSTER_DIR/data")" ] && echo t || echo f)|$(q -c "SELECT problem FROM agent.worker_status()")"
 	check "supervisor in pg_stat_activity" 1 \
 		"$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'sandbox_ext supervisor'")"
+	# Every sandbox is run by sandbox-runner: the supervisor starts the
+	# local one, which connects back as a client.
+	wait_for 10 "[ \"\$(q -c \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sandbox-runner local' AND backend_type = 'client backend'\")\" = 1 ]"
+	check "the local runner is connected (pg_stat_activity, application_name sandbox-runner local)" 1 \
+		"$(q -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sandbox-runner local' AND backend_type = 'client backend'")"
+	check "... and is the supervisor's child, outside the server's processes" \
+		"$(q -c 'SELECT pid FROM agent.worker_status()')|sandbox-runner" \
+		"$(ps -o ppid= -p "$(local_runner_pid)" | tr -d ' ')|$(ps -o comm= -p "$(local_runner_pid)")"
 }
+
+# The local sandbox-runner (the supervisor's child).
+local_runner_pid() { pgrep -o -u postgres -f -- "sandbox-runner --local --config $CLUSTER_DIR/data/sandbox_runner/runner.conf"; }
 
 t_languages() {
 	local inv
@@ -68,6 +79,8 @@ t_launcher() {
 	local inv
 	run "$A" shell 'true' >/dev/null	# the launcher starts with the first run
 	check "runs go through the resident launcher (sandbox.jail_launcher = on)" t "$(launcher_up)"
+	check "... a child of the local runner, not of a PostgreSQL process" "$(local_runner_pid)" \
+		"$(ps -o ppid= -p "$(pgrep -o -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_runner/jail.sock")" | tr -d ' ')"
 	setconf sandbox.jail_launcher off
 	inv=$(run "$A" python 'print("one-shot")')
 	check "with the launcher off, one-shot jails run the code" "succeeded|one-shot" "$(field "$inv" state)|$(output "$inv")"

@@ -309,18 +309,7 @@ read_objects(ExportObjects *o)
 	vals[0] = slot_name_datum();
 	vals[1] = CStringGetTextDatum(EXPORT_PUBLICATION);
 	sandbox_xact_begin("checking export objects");
-	spi_exec("SELECT to_regclass('agent.tool_invocations') IS NOT NULL,"
-			 " EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables"
-			 "         WHERE pubname = $2 AND schemaname = 'agent' AND tablename = 'tool_invocations'),"
-			 " s.slot_name IS NOT NULL, coalesce(s.wal_status = 'lost', false),"
-			 " s.confirmed_flush_lsn,"
-			 " e.slot_name IS NOT NULL, coalesce(e.slot_created_at IS NOT NULL, false),"
-			 " coalesce(e.resync_requested, false), e.copy_lsn, e.copy_after::text,"
-			 " s.restart_lsn"
-			 " FROM (SELECT 1) AS one"
-			 " LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = $1"
-			 " LEFT JOIN agent.export_state e ON e.slot_name = $1",
-			 2, types, vals, NULL, SPI_OK_SELECT);
+	spi_exec("SELECT * FROM agent._export_objects($1, $2)", 2, types, vals, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 1)
 	{
 		HeapTuple	t = SPI_tuptable->vals[0];
@@ -364,9 +353,7 @@ drop_slot(void)
 	Datum		vals[1] = {slot_name_datum()};
 
 	sandbox_xact_begin("dropping the export slot");
-	spi_exec("SELECT pg_catalog.pg_drop_replication_slot(slot_name)"
-			 " FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
-			 1, types, vals, NULL, SPI_OK_SELECT);
+	spi_exec("SELECT agent._export_drop_slot($1)", 1, types, vals, NULL, SPI_OK_SELECT);
 	sandbox_xact_commit();
 }
 
@@ -381,11 +368,7 @@ record_slot(XLogRecPtr lsn)
 	Datum		vals[2] = {slot_name_datum(), LSNGetDatum(lsn)};
 
 	sandbox_xact_begin("recording the export slot");
-	spi_exec("INSERT INTO agent.export_state AS e (slot_name, slot_created_at, copy_lsn, copy_after, copied_rows, resync_requested)"
-			 " VALUES ($1, now(), $2, NULL, 0, false)"
-			 " ON CONFLICT (slot_name) DO UPDATE SET slot_created_at = now(), copy_lsn = $2,"
-			 "   copy_after = NULL, copied_rows = 0, resync_requested = false",
-			 2, types, vals, NULL, SPI_OK_INSERT);
+	spi_exec("SELECT agent._export_record_slot($1, $2)", 2, types, vals, NULL, SPI_OK_SELECT);
 	sandbox_xact_commit();
 }
 
@@ -399,8 +382,7 @@ create_slot(void)
 
 	/* Must be the transaction's first and only work: it may not write. */
 	sandbox_xact_begin("creating the export slot");
-	spi_exec("SELECT lsn FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')",
-			 1, types, vals, NULL, SPI_OK_SELECT);
+	spi_exec("SELECT agent._export_create_slot($1)", 1, types, vals, NULL, SPI_OK_SELECT);
 	lsn = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	sandbox_xact_commit();
 	ereport(LOG,
@@ -413,21 +395,18 @@ create_slot(void)
 static void
 record_copy_progress(const char *last, uint64 n, bool done)
 {
-	Oid			types[4] = {TEXTOID, TEXTOID, BOOLOID, INT8OID};
+	Oid			types[4] = {TEXTOID, UUIDOID, BOOLOID, INT8OID};
 	Datum		vals[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 
 	vals[0] = slot_name_datum();
-	vals[1] = CStringGetTextDatum(last);
 	nulls[1] = n > 0 ? ' ' : 'n';
+	vals[1] = n > 0 ? DirectFunctionCall1(uuid_in, CStringGetDatum(last)) : (Datum) 0;
 	vals[2] = BoolGetDatum(done);
 	vals[3] = Int64GetDatum((int64) n);
 	sandbox_xact_begin("recording copy progress");
-	spi_exec("UPDATE agent.export_state SET copy_after = coalesce($2::uuid, copy_after),"
-			 " copied_rows = copied_rows + $4,"
-			 " copy_lsn = CASE WHEN $3 THEN NULL ELSE copy_lsn END"
-			 " WHERE slot_name = $1",
-			 4, types, vals, nulls, SPI_OK_UPDATE);
+	spi_exec("SELECT agent._export_copy_progress($1, $2, $3, $4)", 4, types, vals, nulls,
+			 SPI_OK_SELECT);
 	sandbox_xact_commit();
 	if (done)
 		ereport(LOG,
@@ -451,17 +430,9 @@ copy_page(ExportObjects *o, ExportBatch *b)
 	uint64		n;
 	uint64		i;
 	char		last[40] = "";
-	StringInfoData sql;
+	int			att[EXPORT_NCOLUMNS];
 	StepResult	r;
 	int			j;
-
-	initStringInfo(&sql);
-	appendStringInfoString(&sql, "SELECT ");
-	for (j = 0; j < EXPORT_NCOLUMNS; j++)
-		appendStringInfo(&sql, "%s%s", j ? ", " : "", sandbox_export_pg_columns[j]);
-	appendStringInfoString(&sql, " FROM agent.tool_invocations"
-						   " WHERE $1 IS NULL OR invocation_id > $1"
-						   " ORDER BY invocation_id LIMIT $2");
 
 	sandbox_export_batch_reset(b, InvalidXLogRecPtr);
 	if (o->has_copy_after)
@@ -474,14 +445,18 @@ copy_page(ExportObjects *o, ExportBatch *b)
 	vals[1] = Int32GetDatum(sandbox_export_batch_rows);
 
 	sandbox_xact_begin("copying agent.tool_invocations");
-	spi_exec(sql.data, 2, types, vals, nulls, SPI_OK_SELECT);
+	spi_exec("SELECT * FROM agent._export_copy_page($1, $2)", 2, types, vals, nulls, SPI_OK_SELECT);
+	/* The columns the export sends, by name (pgoutput.c's list is the one list). */
+	for (j = 0; j < EXPORT_NCOLUMNS; j++)
+		if ((att[j] = SPI_fnumber(SPI_tuptable->tupdesc, sandbox_export_pg_columns[j])) <= 0)
+			elog(ERROR, "agent.tool_invocations has no column \"%s\"", sandbox_export_pg_columns[j]);
 	n = SPI_processed;
 	for (i = 0; i < n; i++)
 	{
 		char	   *row[EXPORT_NCOLUMNS];
 
 		for (j = 0; j < EXPORT_NCOLUMNS; j++)
-			row[j] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, j + 1);
+			row[j] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, att[j]);
 		sandbox_export_append_row(b, row, false, o->copy_lsn - 1);
 		if (i == n - 1)
 			strlcpy(last, row[2], sizeof(last));	/* invocation_id */
@@ -511,10 +486,7 @@ advance_slot(XLogRecPtr target)
 	sandbox_xact_begin("advancing the export slot");
 	quiet_decoding_logs();
 	/* Never move backwards: advance refuses a target below confirmed. */
-	spi_exec("SELECT pg_catalog.pg_replication_slot_advance(slot_name, $2)"
-			 " FROM pg_catalog.pg_replication_slots"
-			 " WHERE slot_name = $1 AND confirmed_flush_lsn < $2",
-			 2, types, vals, NULL, SPI_OK_SELECT);
+	spi_exec("SELECT agent._export_advance_slot($1, $2)", 2, types, vals, NULL, SPI_OK_SELECT);
 	sandbox_xact_commit();
 }
 
@@ -571,8 +543,8 @@ report_batch(ExportBatch *b)
 static StepResult
 stream_batch(ExportObjects *o, ExportBatch *b)
 {
-	Oid			types[4] = {TEXTOID, PG_LSNOID, INT4OID, TEXTOID};
-	Datum		vals[4];
+	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
+	Datum		vals[3];
 	XLogRecPtr	upto;
 	XLogRecPtr	target;
 	uint64		nmsgs;
@@ -586,22 +558,24 @@ stream_batch(ExportObjects *o, ExportBatch *b)
 
 	sandbox_xact_begin("peeking the export slot");
 	quiet_decoding_logs();
-	spi_exec("SELECT pg_catalog.pg_current_wal_flush_lsn()", 0, NULL, NULL, NULL, SPI_OK_SELECT);
-	upto = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	vals[0] = slot_name_datum();
-	vals[1] = LSNGetDatum(upto);
+	vals[1] = CStringGetTextDatum(EXPORT_PUBLICATION);
 	vals[2] = Int32GetDatum(sandbox_export_batch_rows);
-	vals[3] = CStringGetTextDatum(EXPORT_PUBLICATION);
-	spi_exec("SELECT data FROM pg_catalog.pg_logical_slot_peek_binary_changes($1, $2, $3,"
-			 " 'proto_version', '1', 'publication_names', $4)",
-			 4, types, vals, NULL, SPI_OK_SELECT);
-	nmsgs = SPI_processed;
-	for (i = 0; i < nmsgs; i++)
+	spi_exec("SELECT upto, data FROM agent._export_peek($1, $2, $3)", 3, types, vals, NULL,
+			 SPI_OK_SELECT);
+	/* one row with no data when the slot has nothing new */
+	upto = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	nmsgs = 0;
+	for (i = 0; i < SPI_processed; i++)
 	{
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
-		bytea	   *msg = DatumGetByteaPP(d);
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
+		bytea	   *msg;
 
+		if (isnull)
+			continue;
+		msg = DatumGetByteaPP(d);
 		sandbox_export_decode_message(b, VARDATA_ANY(msg), VARSIZE_ANY_EXHDR(msg));
+		nmsgs++;
 	}
 	sandbox_xact_commit();
 

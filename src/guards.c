@@ -13,7 +13,11 @@
  *										with the trigger below
  *	  agent._state_is_terminal()		a state without a way out, from the
  *										same table
- *	  agent._invocations_check_transition()	BEFORE UPDATE OF state
+ *	  agent._invocations_check_transition()	BEFORE UPDATE OF state; an
+ *										invocation that ends wakes the
+ *										waiters of agent.wait() at commit
+ *	  agent._runner_role()				the role a runner host acts as
+ *	  agent._run_limits()				the GUCs a runner's steps check
  *	  agent._invocations_hash_code()	BEFORE INSERT: code_sha256 derived
  *	  agent._approval_requests_guard()	BEFORE UPDATE: the card is frozen,
  *										a decision is final
@@ -32,6 +36,7 @@
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -93,6 +98,18 @@ transition_allowed(const char *from, const char *to)
 	return false;
 }
 
+/* A state with no way out of it: absent from the table of transitions. */
+static bool
+state_is_terminal(const char *s)
+{
+	if (!in_list(s, invocation_states))
+		return false;
+	for (const Transition *t = transitions; t->from; t++)
+		if (strcmp(t->from, s) == 0)
+			return false;
+	return true;
+}
+
 PG_FUNCTION_INFO_V1(sandbox_is_invocation_state);
 Datum
 sandbox_is_invocation_state(PG_FUNCTION_ARGS)
@@ -112,12 +129,7 @@ sandbox_state_is_terminal(PG_FUNCTION_ARGS)
 {
 	char	   *s = text_to_cstring(PG_GETARG_TEXT_PP(0));
 
-	if (!in_list(s, invocation_states))
-		PG_RETURN_BOOL(false);
-	for (const Transition *t = transitions; t->from; t++)
-		if (strcmp(t->from, s) == 0)
-			PG_RETURN_BOOL(false);
-	PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(state_is_terminal(s));
 }
 
 PG_FUNCTION_INFO_V1(sandbox_is_approval_status);
@@ -160,6 +172,48 @@ sandbox_set_tenant(PG_FUNCTION_ARGS)
 								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 	}
 	PG_RETURN_VOID();
+}
+
+/*
+ * agent._runner_role(): the role a runner host acts as, for the fence of
+ * the runner steps (45_runners.sql).  The steps are SECURITY DEFINER, so
+ * current_user inside them is the owner; the outer user is the role the
+ * session runs as: its login role, or the role it changed to with SET
+ * ROLE (the local runner logs in as the server's OS user and SETs ROLE
+ * sandbox_runner_local).  SET ROLE reaches only roles the login is a
+ * member of, so a runner cannot pass for another runner.
+ */
+PG_FUNCTION_INFO_V1(sandbox_runner_role);
+Datum
+sandbox_runner_role(PG_FUNCTION_ARGS)
+{
+	Name		result = (Name) palloc0(NAMEDATALEN);
+
+	namestrcpy(result, GetUserNameFromId(GetOuterUserId(), false));
+	PG_RETURN_NAME(result);
+}
+
+/*
+ * agent._run_limits(): the server's limits of a run, for runner hosts
+ * (agent.runner_claim fills in the defaults, and the runner steps check
+ * what a runner sends against them): the GUCs themselves, not pg_settings,
+ * which would build every setting's row on each call.
+ */
+PG_FUNCTION_INFO_V1(sandbox_run_limits);
+Datum
+sandbox_run_limits(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[4];
+	bool		nulls[4] = {false};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	values[0] = Int32GetDatum(sandbox_default_wall_time_s);
+	values[1] = Int32GetDatum(sandbox_default_memory_mb);
+	values[2] = Int64GetDatum((int64) sandbox_output_limit_kb * 1024);
+	values[3] = Int32GetDatum(sandbox_workspace_entries);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
 }
 
 /* ---- triggers ---- */
@@ -218,6 +272,14 @@ sandbox_invocations_check_transition(PG_FUNCTION_ARGS)
 				 errdetail("Invocation %s is %s.",
 						   SPI_getvalue(td->tg_trigtuple, RelationGetDescr(rel),
 										column(rel, "id")), from)));
+
+	/*
+	 * It ends here: whichever process commits this (the supervisor, a runner
+	 * host's backend, a backend that cancels or denies), the backends in
+	 * agent.wait() look again at that commit.  A rollback wakes nobody.
+	 */
+	if (to && state_is_terminal(to))
+		sandbox_wake_at_commit(SANDBOX_WAKE_FINISHED);
 	return PointerGetDatum(td->tg_newtuple);
 }
 

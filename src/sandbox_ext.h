@@ -94,11 +94,13 @@ extern void sandbox_xact_abort_log(int elevel, const char *doing);
 /*
  * The one commit-time wake-up (shmem.c): what a committing transaction
  * wakes.  A cancel also wakes the supervisor, even when it is full.
+ * FINISHED broadcasts the condition variable of agent.wait().
  */
 #define SANDBOX_WAKE_SUPERVISOR		0x01
 #define SANDBOX_WAKE_CANCEL			0x02
 #define SANDBOX_WAKE_EXPORTER		0x04
 #define SANDBOX_WAKE_EXPORT_RESET	0x08	/* and leave its error state */
+#define SANDBOX_WAKE_FINISHED		0x10	/* an invocation ended: agent.wait() */
 extern void sandbox_wake_at_commit(int what);
 
 /* The ClickHouse exporter's entry points (exporter.h has the rest). */

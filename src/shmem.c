@@ -13,14 +13,23 @@
  * mark the transaction the same way (sandbox_wake_at_commit), and the
  * callback hands them to sandbox_export_wake_now() (export_state.c).
  *
- * Backends waiting in agent.wait() sleep on a condition variable that the
- * supervisor broadcasts after each finishing transaction commits.
+ * Backends waiting in agent.wait() sleep on a condition variable that is
+ * broadcast when a transaction that ended an invocation commits, whichever
+ * process committed it (the supervisor, a runner host's backend, a backend
+ * that cancelled or denied): the state trigger marks the transaction
+ * (SANDBOX_WAKE_FINISHED, src/guards.c) and the callback broadcasts.
+ *
+ * Runner hosts are other processes, on other machines: the same wake-ups
+ * reach them as NOTIFY on the channels of channels.h, queued by the same
+ * SQL-callable functions and delivered by PostgreSQL at commit (never for
+ * a rolled-back transaction), whether or not the library is preloaded.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "commands/async.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -29,6 +38,7 @@
 #include "storage/shmem.h"
 #include "storage/spin.h"
 
+#include "channels.h"
 #include "sandbox_ext.h"
 
 SandboxShared *sandbox_shared = NULL;
@@ -123,6 +133,9 @@ sandbox_xact_callback(XactEvent event, void *arg)
 				sandbox_wake_supervisor_now(!(what & SANDBOX_WAKE_CANCEL));
 			if (what & (SANDBOX_WAKE_EXPORTER | SANDBOX_WAKE_EXPORT_RESET))
 				sandbox_export_wake_now((what & SANDBOX_WAKE_EXPORT_RESET) != 0);
+			/* backends in agent.wait() look again */
+			if ((what & SANDBOX_WAKE_FINISHED) && sandbox_shared != NULL)
+				ConditionVariableBroadcast(&sandbox_shared->finished_cv);
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
@@ -154,12 +167,15 @@ PG_FUNCTION_INFO_V1(sandbox_wake_supervisor);
 
 /*
  * agent._wake_supervisor(): wake the supervisor when this transaction
- * commits.  Cheap and idempotent; a no-op when the library is not
- * preloaded (there is no supervisor to wake).
+ * commits, and the runner hosts (NOTIFY on SANDBOX_CHANNEL_WORK, delivered
+ * at commit; PostgreSQL folds repeats within a transaction into one).
+ * Cheap and idempotent; returns false when the library is not preloaded
+ * (there is no supervisor to wake; runners are notified all the same).
  */
 Datum
 sandbox_wake_supervisor(PG_FUNCTION_ARGS)
 {
+	Async_Notify(SANDBOX_CHANNEL_WORK, NULL);
 	sandbox_wake_at_commit(SANDBOX_WAKE_SUPERVISOR);
 	PG_RETURN_BOOL(sandbox_shared != NULL);
 }
@@ -169,11 +185,13 @@ PG_FUNCTION_INFO_V1(sandbox_wake_supervisor_cancel);
 /*
  * agent._wake_supervisor_cancel(): like agent._wake_supervisor(), and tell
  * the supervisor that a cancel request committed, so that it looks for
- * cancelled runs only then (not on every approval's wake-up).
+ * cancelled runs only then (not on every approval's wake-up); runner hosts
+ * get SANDBOX_CHANNEL_CANCEL for the same reason.
  */
 Datum
 sandbox_wake_supervisor_cancel(PG_FUNCTION_ARGS)
 {
+	Async_Notify(SANDBOX_CHANNEL_CANCEL, NULL);
 	sandbox_wake_at_commit(SANDBOX_WAKE_CANCEL);
 	PG_RETURN_BOOL(sandbox_shared != NULL);
 }

@@ -55,6 +55,14 @@ CREATE TABLE agent.invocations (
 	-- a cancel request while it is provisioning or running (40_supervisor.sql)
 	cancel_requested_at timestamptz,
 	cancel_requested_by text,
+	-- The runner host that holds it while it is provisioning or running,
+	-- and its lease (45_runners.sql): every write of that runner for this
+	-- invocation names the token, and is refused once the lease is gone.
+	-- NULL for runs of the in-database supervisor.  (45_runners.sql adds
+	-- the foreign key, once agent.runners exists.)
+	runner_id		uuid,
+	lease_token		uuid,
+	lease_expires_at timestamptz,
 	-- the verdict's measurements
 	jail_pid		integer,
 	cpu_ms			bigint,
@@ -71,7 +79,10 @@ CREATE TABLE agent.invocations (
 		REFERENCES agent.agents (org_id, workspace_id, id),
 	FOREIGN KEY (org_id, workspace_id, conversation_id)
 		REFERENCES agent.conversations (org_id, workspace_id, id),
-	UNIQUE (org_id, idempotency_key)
+	UNIQUE (org_id, idempotency_key),
+	-- a lease is a runner, a token and a deadline, or nothing
+	CHECK ((runner_id IS NULL) = (lease_token IS NULL)
+		   AND (runner_id IS NULL) = (lease_expires_at IS NULL))
 );
 COMMENT ON TABLE agent.invocations IS 'one requested code execution and its life (see docs/control-plane.md)';
 

@@ -245,10 +245,20 @@ COMMENT ON FUNCTION agent._run_outcome(jsonb, text, boolean, text) IS
 --
 -- Nothing here waits for a lock a backend may hold: rows, orgs and audit
 -- heads locked elsewhere are skipped until a later claim.
-CREATE FUNCTION agent._claim_invocations(max_rows integer)
+--
+-- Runners (45_runners.sql).  With `runner` (agent.runner_claim() passes
+-- it), each claimed row is leased to that runner: runner_id, a fresh
+-- lease_token and lease_expires_at, returned with the row.  Without
+-- (NULL: the in-database supervisor), no lease.  Session affinity: a
+-- conversation whose active session is on another live runner is that
+-- runner's, and is skipped here (also by the in-database supervisor); a
+-- session on a runner that is gone, draining or removed is rebuilt on the
+-- claimer (agent._session_for, reason runner_gone).  The per-org and
+-- per-workspace limits count the runs in flight on every host.
+CREATE FUNCTION agent._claim_invocations(max_rows integer, runner uuid DEFAULT NULL)
 	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
-				   fresh_session boolean, has_skills boolean)
+				   fresh_session boolean, has_skills boolean, lease_token uuid)
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
@@ -263,6 +273,9 @@ DECLARE
 	v_fresh		boolean;
 	v_load		bigint;
 	v_balance	bigint;
+	v_token		uuid;
+	v_lease		interval;
+	v_live_since timestamptz;	-- a runner heartbeating since is live
 	claimed		integer := 0;
 	taken		uuid[] := '{}'::uuid[];		-- conversations claimed in this call
 	locked_orgs uuid[] := '{}'::uuid[];		-- orgs whose lock this call holds
@@ -271,6 +284,8 @@ BEGIN
 	IF max_rows IS NULL OR max_rows < 0 THEN
 		RAISE EXCEPTION 'max_rows must be a non-negative number' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
+	v_lease := agent._runner_lease();
+	v_live_since := now() - v_lease;
 
 	FOR c IN
 		WITH RECURSIVE orgs AS (	-- orgs with approved work (a loose index scan)
@@ -317,7 +332,15 @@ BEGIN
 					OR (u.conv_rank = 1
 						AND NOT EXISTS (SELECT 1 FROM agent.invocations j
 										 WHERE j.conversation_id = u.conversation_id
-										   AND j.state IN ('provisioning', 'running')))))
+										   AND j.state IN ('provisioning', 'running'))
+						-- affinity (see agent._session_elsewhere, checked again below)
+						AND NOT EXISTS (SELECT 1 FROM agent.sessions s
+										  JOIN agent.runners rn ON rn.id = s.runner_id
+										 WHERE s.conversation_id = u.conversation_id
+										   AND s.state = 'active'
+										   AND s.runner_id IS DISTINCT FROM runner
+										   AND rn.state = 'active'
+										   AND rn.last_heartbeat >= v_live_since))))
 		SELECT k.id, k.org_id, k.org_limit, k.ws_limit
 		  FROM ranked k
 		 WHERE k.org_load + k.org_rank <= k.org_limit
@@ -370,6 +393,9 @@ BEGIN
 			CONTINUE WHEN EXISTS (SELECT 1 FROM agent.invocations j
 								   WHERE j.conversation_id = r.conversation_id
 									 AND j.state IN ('provisioning', 'running'));
+			-- Its session may have moved to another live runner since the
+			-- queue was read (that runner's last run of it has ended).
+			CONTINUE WHEN agent._session_elsewhere(r.conversation_id, runner);
 		END IF;
 
 		SELECT a.approved_code_sha256 INTO approved
@@ -412,18 +438,26 @@ BEGIN
 			v_fresh := NULL;
 			IF r.conversation_id IS NOT NULL THEN
 				SELECT x.session_id, x.generation, x.fresh INTO v_session, v_gen, v_fresh
-				  FROM agent._session_for(r) x;
+				  FROM agent._session_for(r, runner) x;
 				taken := taken || r.conversation_id;
 			END IF;
+			v_token := CASE WHEN runner IS NOT NULL THEN gen_random_uuid() END;
 			UPDATE agent.invocations i
 			   SET state = 'provisioning', provisioned_at = now(),
-				   session_id = v_session, session_generation = v_gen
+				   session_id = v_session, session_generation = v_gen,
+				   runner_id = runner, lease_token = v_token,
+				   lease_expires_at = CASE WHEN runner IS NOT NULL
+										   THEN clock_timestamp() + v_lease END
 			 WHERE i.id = r.id
 			RETURNING * INTO r;
 			PERFORM agent._audit(r.org_id, r.workspace_id, 'credits.charged', r.id, 'supervisor',
 								 jsonb_build_object('amount', r.credits_charged));
 			PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provisioned', r.id,
-								 'supervisor', jsonb_build_object('credits_charged', r.credits_charged));
+								 'supervisor',
+								 jsonb_build_object('credits_charged', r.credits_charged)
+								 || CASE WHEN runner IS NOT NULL
+										 THEN jsonb_build_object('runner_id', runner)
+										 ELSE '{}'::jsonb END);
 		EXCEPTION
 			WHEN lock_not_available THEN
 				-- a lock not foreseen above: not this row's fault; next time
@@ -456,6 +490,7 @@ BEGIN
 		session_id := v_session;
 		fresh_session := v_fresh;
 		has_skills := EXISTS (SELECT 1 FROM agent.agent_skills s WHERE s.agent_id = r.agent_id);
+		lease_token := v_token;
 		RETURN NEXT;
 	END LOOP;
 
@@ -979,7 +1014,9 @@ $$;
 -- is.  Every other row in flight ended because we restarted: a failure of
 -- ours, refunded (the billing rule).  Rows whose locks are held elsewhere
 -- stay staged and are applied by agent._finish_pending() later.  Returns
--- the number of rows it found in flight.
+-- the number of rows it found in flight.  Only the supervisor's own rows
+-- (no runner): what runner hosts hold ends with their lease
+-- (agent.reap_expired_leases) or their next registration.
 CREATE FUNCTION agent._supervisor_recover() RETURNS integer
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
@@ -987,14 +1024,15 @@ AS $$
 DECLARE
 	n	integer;
 BEGIN
-	SELECT count(*)::integer INTO n FROM agent.invocations i WHERE i.state IN ('provisioning', 'running');
+	SELECT count(*)::integer INTO n FROM agent.invocations i
+	 WHERE i.state IN ('provisioning', 'running') AND i.runner_id IS NULL;
 	INSERT INTO agent.run_results (invocation_id, error, spawned)
 	SELECT i.id,
 		   CASE i.state WHEN 'provisioning' THEN 'the supervisor restarted before the sandbox started'
 				ELSE 'the supervisor restarted while the run was in progress' END,
 		   i.state = 'running'
 	  FROM agent.invocations i
-	 WHERE i.state IN ('provisioning', 'running')
+	 WHERE i.state IN ('provisioning', 'running') AND i.runner_id IS NULL
 	ON CONFLICT (invocation_id) DO NOTHING;
 	PERFORM agent._finish_pending(NULL);
 	IF n > 0 THEN
@@ -1131,7 +1169,7 @@ CREATE FUNCTION agent.worker_status(
 COMMENT ON FUNCTION agent.worker_status() IS
 	'the supervisor: whether it runs, its pid, slots in use, the invocations they run, its work directory, and why it claims nothing (problem)';
 
-REVOKE ALL ON FUNCTION agent._claim_invocations(integer), agent._mark_running(uuid, integer),
+REVOKE ALL ON FUNCTION agent._claim_invocations(integer, uuid), agent._mark_running(uuid, integer),
 	agent._append_output(uuid, text, text),
 	agent._finish_invocation(uuid, text, integer, text, boolean, boolean, bigint, integer, text),
 	agent._finish_pending(integer), agent._try_apply(uuid), agent._apply_result(uuid),

@@ -196,6 +196,9 @@ CREATE TABLE agent.sessions (
 	created_at		timestamptz NOT NULL DEFAULT now(),
 	last_used_at	timestamptz NOT NULL DEFAULT now(),
 	ended_at		timestamptz,
+	-- the runner host its workspace is on (45_runners.sql); NULL: the
+	-- in-database supervisor's host
+	runner_id		uuid REFERENCES agent.runners (id),
 	FOREIGN KEY (org_id, workspace_id, conversation_id)
 		REFERENCES agent.conversations (org_id, workspace_id, id),
 	UNIQUE (conversation_id, generation)
@@ -207,6 +210,8 @@ ALTER TABLE agent.sessions
 	ADD COLUMN disk_bytes bigint NOT NULL DEFAULT 0,
 	ADD COLUMN disk_entries integer NOT NULL DEFAULT 0;
 CREATE INDEX sessions_org_active_idx ON agent.sessions (org_id, last_used_at) WHERE state = 'active';
+-- A runner's live sessions (agent.runner_live_sessions).
+CREATE INDEX sessions_runner_active_idx ON agent.sessions (runner_id) WHERE state = 'active';
 COMMENT ON TABLE agent.sessions IS 'a conversation''s sandbox workspace, kept between its runs';
 
 -- Files of a conversation (or of a conversation-less run).  A name may have
@@ -402,9 +407,14 @@ $$;
 -- ----------------------------------------------------------------------
 
 -- Attach an invocation to its conversation's session, creating or
--- rebuilding it.  Called in the claim transaction with the conversation
--- row locked.  Returns the session and whether its workspace is new.
-CREATE FUNCTION agent._session_for(inv agent.invocations,
+-- rebuilding it, on `runner` (NULL: the in-database supervisor).  Called in
+-- the claim transaction with the conversation row locked, after the claim
+-- checked that the session is not on another live runner
+-- (agent._session_elsewhere): one that is on another host here is on a
+-- runner that is gone, draining or removed, and is rebuilt on this one from
+-- the files the database keeps (reason runner_gone).  Returns the session
+-- and whether its workspace is new.
+CREATE FUNCTION agent._session_for(inv agent.invocations, runner uuid,
 								   OUT session_id uuid, OUT generation integer, OUT fresh boolean)
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent
@@ -413,12 +423,16 @@ DECLARE
 	s		agent.sessions;
 	v_hash	text := agent._skills_hash(inv.agent_id);
 	v_why	text;
+	v_prev	uuid;
 BEGIN
 	PERFORM agent._trim_session_disk(inv.org_id, inv.conversation_id);
 	SELECT * INTO s FROM agent.sessions x
 	 WHERE x.conversation_id = inv.conversation_id AND x.state = 'active' FOR UPDATE;
 	IF FOUND THEN
-		IF s.last_used_at < now() - agent.setting('session_idle_timeout')::interval THEN
+		v_prev := s.runner_id;
+		IF s.runner_id IS DISTINCT FROM _session_for.runner THEN
+			v_why := 'runner_gone';
+		ELSIF s.last_used_at < now() - agent.setting('session_idle_timeout')::interval THEN
 			v_why := 'expired';
 		ELSIF s.skills_hash <> v_hash THEN
 			v_why := 'skills_changed';
@@ -434,11 +448,12 @@ BEGIN
 		 WHERE x.id = s.id;
 	END IF;
 
-	INSERT INTO agent.sessions (org_id, workspace_id, conversation_id, generation, skills_hash)
+	INSERT INTO agent.sessions (org_id, workspace_id, conversation_id, generation, skills_hash,
+								runner_id)
 	VALUES (inv.org_id, inv.workspace_id, inv.conversation_id,
 			coalesce((SELECT max(x.generation) FROM agent.sessions x
 					   WHERE x.conversation_id = inv.conversation_id), 0) + 1,
-			v_hash)
+			v_hash, _session_for.runner)
 	RETURNING * INTO s;
 	PERFORM agent._audit(inv.org_id, inv.workspace_id,
 						 CASE WHEN v_why IS NULL AND s.generation = 1 THEN 'session.created'
@@ -448,7 +463,11 @@ BEGIN
 											'conversation_id', inv.conversation_id,
 											'reason', coalesce(v_why,
 															   CASE WHEN s.generation = 1 THEN 'new'
-																	ELSE 'ended' END)));
+																	ELSE 'ended' END),
+											'runner_id', _session_for.runner)
+						 || CASE WHEN v_why = 'runner_gone'
+								 THEN jsonb_build_object('previous_runner_id', v_prev)
+								 ELSE '{}'::jsonb END);
 	session_id := s.id;
 	generation := s.generation;
 	fresh := true;
@@ -725,7 +744,7 @@ GRANT SELECT ON agent.skills, agent.skill_files, agent.agent_skills, agent.sessi
 GRANT SELECT ON agent.skills, agent.skill_files, agent.agent_skills, agent.sessions, agent.files,
 	agent.session_files TO agent_auditor;
 
-REVOKE ALL ON FUNCTION agent._session_for(agent.invocations), agent._files_to_place(uuid),
+REVOKE ALL ON FUNCTION agent._session_for(agent.invocations, uuid), agent._files_to_place(uuid),
 	agent._store_produced_file(uuid, text, text, text, bytea),
 	agent._save_produced_file(agent.invocations, text, text, text, bytea),
 	agent._session_after_run(agent.invocations, bigint, integer, text),
@@ -747,17 +766,21 @@ AS $$
 BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron') THEN
 		RETURN 'pg_cron is not installed in this database; see docs/sessions.md to schedule '
-			   'agent.expire_idle_sessions() and agent.expire_pending_approvals() from elsewhere';
+			   'agent.expire_idle_sessions(), agent.expire_pending_approvals() and '
+			   'agent.reap_expired_leases() from elsewhere';
 	END IF;
 	EXECUTE format('SELECT cron.schedule(%L, %L, %L)', 'sandbox_ext_expire_idle_sessions', schedule,
 				   'SELECT agent.expire_idle_sessions()');
 	EXECUTE format('SELECT cron.schedule(%L, %L, %L)', 'sandbox_ext_expire_pending_approvals', schedule,
 				   'SELECT agent.expire_pending_approvals()');
-	RETURN 'scheduled sandbox_ext_expire_idle_sessions and sandbox_ext_expire_pending_approvals ('
-		   || schedule || ')';
+	-- A backstop: the supervisor reaps every few seconds (docs/runners.md).
+	EXECUTE format('SELECT cron.schedule(%L, %L, %L)', 'sandbox_ext_reap_expired_leases', schedule,
+				   'SELECT agent.reap_expired_leases()');
+	RETURN 'scheduled sandbox_ext_expire_idle_sessions, sandbox_ext_expire_pending_approvals and '
+		   'sandbox_ext_reap_expired_leases (' || schedule || ')';
 END
 $$;
 COMMENT ON FUNCTION agent.schedule_maintenance(text) IS
-	'schedule agent.expire_idle_sessions() and agent.expire_pending_approvals() with pg_cron (idempotent)';
+	'schedule agent.expire_idle_sessions(), agent.expire_pending_approvals() and agent.reap_expired_leases() with pg_cron (idempotent)';
 
 SELECT agent.schedule_maintenance();

@@ -167,3 +167,112 @@ COMMENT ON FUNCTION agent.export_status() IS
 
 REVOKE ALL ON FUNCTION agent.export_setup(), agent.export_resync(), agent.export_reset(), agent.export_drop(),
 	agent.export_status(), agent._export_wake(boolean), agent._export_worker_state() FROM PUBLIC;
+
+-- ----------------------------------------------------------------------
+-- The exporter's steps (owner only).  The exporter (src/export_stream.c)
+-- runs no SQL but these calls; each is one short transaction of its own.
+-- ----------------------------------------------------------------------
+
+-- What exists of the export, in one look: the table, the publication's
+-- table, the slot (lost or not, its confirmed and restart positions) and
+-- the export_state row (slot recorded, resync asked, copy pending, cursor).
+CREATE FUNCTION agent._export_objects(slot name, publication name,
+	OUT table_exists boolean, OUT publication_ok boolean, OUT slot_exists boolean,
+	OUT slot_lost boolean, OUT confirmed_flush_lsn pg_lsn, OUT state_row boolean,
+	OUT slot_recorded boolean, OUT resync_requested boolean, OUT copy_lsn pg_lsn,
+	OUT copy_after text, OUT restart_lsn pg_lsn)
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT pg_catalog.to_regclass('agent.tool_invocations') IS NOT NULL,
+		   EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables t
+					WHERE t.pubname = publication AND t.schemaname = 'agent'
+					  AND t.tablename = 'tool_invocations'),
+		   s.slot_name IS NOT NULL, coalesce(s.wal_status = 'lost', false),
+		   s.confirmed_flush_lsn,
+		   e.slot_name IS NOT NULL, coalesce(e.slot_created_at IS NOT NULL, false),
+		   coalesce(e.resync_requested, false), e.copy_lsn, e.copy_after::text,
+		   s.restart_lsn
+	  FROM (SELECT 1) AS one
+	  LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = slot
+	  LEFT JOIN agent.export_state e ON e.slot_name = slot
+$$;
+
+-- Create the slot; must be its transaction's first and only work.
+CREATE FUNCTION agent._export_create_slot(slot name) RETURNS pg_lsn
+	LANGUAGE sql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+	RETURN (SELECT s.lsn FROM pg_catalog.pg_create_logical_replication_slot(slot, 'pgoutput') s);
+
+CREATE FUNCTION agent._export_drop_slot(slot name) RETURNS void
+	LANGUAGE sql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT pg_catalog.pg_drop_replication_slot(s.slot_name)
+	  FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = slot
+$$;
+
+-- The slot exists from consistent point `lsn` on: the table must be copied
+-- once, with a version below anything the slot streams.
+CREATE FUNCTION agent._export_record_slot(slot name, lsn pg_lsn) RETURNS void
+	LANGUAGE sql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	INSERT INTO agent.export_state AS e (slot_name, slot_created_at, copy_lsn, copy_after,
+										 copied_rows, resync_requested)
+	VALUES (slot, now(), lsn, NULL, 0, false)
+	ON CONFLICT (slot_name) DO UPDATE SET slot_created_at = now(), copy_lsn = lsn,
+		copy_after = NULL, copied_rows = 0, resync_requested = false
+$$;
+
+-- A page of the table copy, keyed on invocation_id after `after`.
+CREATE FUNCTION agent._export_copy_page(after uuid, max_rows integer)
+	RETURNS SETOF agent.tool_invocations
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT * FROM agent.tool_invocations t
+	 WHERE after IS NULL OR t.invocation_id > after
+	 ORDER BY t.invocation_id LIMIT max_rows
+$$;
+
+-- A copied page: move the cursor, and end the copy after the last page.
+CREATE FUNCTION agent._export_copy_progress(slot name, last uuid, done boolean, rows bigint)
+	RETURNS void
+	LANGUAGE sql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	UPDATE agent.export_state e
+	   SET copy_after = coalesce(last, e.copy_after),
+		   copied_rows = e.copied_rows + rows,
+		   copy_lsn = CASE WHEN done THEN NULL ELSE e.copy_lsn END
+	 WHERE e.slot_name = slot
+$$;
+
+-- Move the slot forward to target (never backwards).
+CREATE FUNCTION agent._export_advance_slot(slot name, target pg_lsn) RETURNS void
+	LANGUAGE sql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT pg_catalog.pg_replication_slot_advance(s.slot_name, target)
+	  FROM pg_catalog.pg_replication_slots s
+	 WHERE s.slot_name = slot AND s.confirmed_flush_lsn < target
+$$;
+
+-- Up to max_changes changes of the slot, up to the WAL flushed now (which
+-- is returned with each), without consuming them.
+CREATE FUNCTION agent._export_peek(slot name, publication name, max_changes integer)
+	RETURNS TABLE (upto pg_lsn, data bytea)
+	LANGUAGE sql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT f.lsn, c.data
+	  FROM (SELECT pg_catalog.pg_current_wal_flush_lsn() AS lsn) f
+	  LEFT JOIN LATERAL pg_catalog.pg_logical_slot_peek_binary_changes(slot, f.lsn, max_changes,
+			'proto_version', '1', 'publication_names', publication::text) c ON true
+$$;
+
+REVOKE ALL ON FUNCTION agent._export_objects(name, name), agent._export_create_slot(name),
+	agent._export_drop_slot(name), agent._export_record_slot(name, pg_lsn),
+	agent._export_copy_page(uuid, integer), agent._export_copy_progress(name, uuid, boolean, bigint),
+	agent._export_advance_slot(name, pg_lsn), agent._export_peek(name, name, integer) FROM PUBLIC;

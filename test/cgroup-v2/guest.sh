@@ -104,6 +104,8 @@ cp /bin/busybox "$work/ir/bin/busybox"
 	printf ' %q' "$@"
 	printf '\n'
 } > "$work/ir/cmd"
+# the checkout, which init.sh keeps visible if the fresh /tmp would hide it
+printf '%s\n' "$top" > "$work/ir/keep"
 cat > "$work/ir/init" <<'EOF'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -119,6 +121,7 @@ mount -t 9p -o ro,trans=virtio,version=9p2000.L,msize=512000,cache=loose sbxroot
 mount -t tmpfs -o mode=0755,size=64m tmpfs /newroot/run || fail "no tmpfs on /run"
 mkdir -p /newroot/run/sbx-guest
 cp /cmd /newroot/run/sbx-guest/cmd
+cp /keep /newroot/run/sbx-guest/keep
 umount /proc
 umount /dev
 exec switch_root /newroot "${SBX_INIT:-/sbin/init}"

@@ -31,8 +31,22 @@ ln -sf /proc/self/fd/0 /dev/stdin
 ln -sf /proc/self/fd/1 /dev/stdout
 ln -sf /proc/self/fd/2 /dev/stderr
 mount -t tmpfs -o nosuid,nodev tmpfs /dev/shm
+# A checkout under /tmp or /var/tmp (a CI clone, say) would be hidden by the
+# fresh tmpfs mounted there next: keep it visible at its own path.
+keep=$(cat /run/sbx-guest/keep 2>/dev/null)
+case "$keep" in
+/tmp/*|/var/tmp/*)
+	mkdir -p /run/sbx-guest/keep.d
+	mount --bind "$keep" /run/sbx-guest/keep.d || keep=
+	;;
+*) keep= ;;
+esac
 mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs /tmp
 mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs /var/tmp
+if [ -n "$keep" ]; then
+	mkdir -p "$keep" && mount --bind /run/sbx-guest/keep.d "$keep" ||
+		echo "sbx-guest: could not keep $keep visible"
+fi
 # as systemd mounts it: nsdelegate makes a cgroup namespace a delegation
 # boundary (a process cannot move itself out of its namespace's root)
 mount -t cgroup2 -o nosuid,nodev,noexec,nsdelegate cgroup2 /sys/fs/cgroup || {

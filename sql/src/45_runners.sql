@@ -1,0 +1,949 @@
+-- Runner hosts: the sandbox-runner processes that run the sandboxes (the
+-- local one the supervisor starts, and those on other machines), their
+-- leases, and the one role they log in with.  docs/runners.md, "Database
+-- contract", says what holds; this header is the contract's text.
+--
+-- The functions a runner calls (EXECUTE granted to agent_runner only; all
+-- SECURITY DEFINER, SET search_path = pg_catalog, agent, pg_temp):
+--
+--   agent.runner_register(name text, host text, version text, slots integer,
+--       OUT runner_id uuid, OUT incarnation uuid, OUT lease_seconds integer,
+--       OUT heartbeat_seconds integer, OUT state text, OUT ended integer)
+--   agent.runner_heartbeat(runner uuid, incarnation uuid, in_use integer,
+--       held uuid[] DEFAULT NULL,
+--       OUT state text, OUT renewed integer, OUT lost uuid[])
+--   agent.runner_claim(runner uuid, incarnation uuid, max_rows integer)
+--       RETURNS TABLE (id uuid, lease_token uuid, language text, code text,
+--           wall_time_s integer, memory_mb integer, conversation_id uuid,
+--           session_id uuid, fresh_session boolean, has_skills boolean,
+--           max_files integer, max_bytes bigint, max_file_bytes bigint,
+--           output_limit_bytes bigint)
+--   agent.runner_prepare(runner uuid, token uuid, invocation uuid,
+--       workspace_is_new boolean)
+--       RETURNS TABLE (kind text, name text, content bytea, skill_id uuid)
+--   agent.runner_skill_files(runner uuid, token uuid, invocation uuid, skill uuid)
+--       RETURNS TABLE (path text, content bytea, executable boolean)
+--   agent.runner_mark_running(runner uuid, token uuid, invocation uuid,
+--       pid integer) RETURNS boolean
+--   agent.runner_append_output(runner uuid, token uuid, invocation uuid,
+--       stream text, data text) RETURNS integer
+--   agent.runner_store_produced_file(runner uuid, token uuid, invocation uuid,
+--       name text, status text, reason text, content bytea) RETURNS integer
+--   agent.runner_finish(runner uuid, token uuid, invocation uuid,
+--       verdict text, jail_status integer, error text, spawned boolean,
+--       truncated boolean DEFAULT false, workspace_bytes bigint DEFAULT NULL,
+--       workspace_entries integer DEFAULT NULL, workspace_reset text DEFAULT NULL)
+--       RETURNS text
+--   agent.runner_cancel_requested(runner uuid, invocations uuid[]) RETURNS SETOF uuid
+--   agent.runner_live_sessions(runner uuid) RETURNS SETOF uuid
+--   agent.runner_skills_in_use(runner uuid) RETURNS SETOF uuid
+--
+-- The operator's (the owner's; granted to no role):
+--
+--   agent.reap_expired_leases(as_of timestamptz DEFAULT now()) RETURNS integer
+--   agent.drain_runner(name text, resume boolean DEFAULT false) RETURNS text
+--   agent.remove_runner(name text) RETURNS integer
+--   agent.runner_status (a view; agent_auditor reads it)
+--
+-- Identity.  A runner acts only for the agent.runners row registered by its
+-- own role: agent._runner_role(), the session's role after SET ROLE (the
+-- steps are SECURITY DEFINER, so current_user inside them is the owner).
+-- Any other runner id, existing or not, is refused alike: 42501.
+--
+-- Leases.  A claimed invocation carries runner_id, lease_token and
+-- lease_expires_at (the deadline its claim set).  The runner renews all its
+-- leases at once with its heartbeat, which moves agent.runners.last_heartbeat
+-- only: the deadline of a lease is
+--     greatest(invocations.lease_expires_at, runners.last_heartbeat + lease)
+-- (agent._lease_deadline).  Renewal never writes the invocation rows: a
+-- backend may hold its own invocation's row lock in an open transaction
+-- (agent.cancel), and a renewal that waited for it, or skipped it, would let
+-- a tenant stall a runner or turn a charged run into a refunded one.
+-- A lease is held while the invocation is in flight with that runner and
+-- token, the runner is not removed, the deadline has not passed, and no
+-- result is staged for it.  Every step that names an invocation checks its
+-- lease before it writes and again after (a new snapshot, so a reaper's
+-- commit in between is seen) and raises 55000, rolling its writes back,
+-- when the lease is not held.  The finish stages the result under the
+-- primary key of agent.run_results, which the reaper's result of a lost
+-- lease uses too: whichever is staged first is the result, applied once by
+-- the one billing rule.  An expired lease stays expired: the heartbeat of a
+-- runner whose leases have expired ends them first, exactly as the reaper
+-- would.  Nothing here waits for a lock a tenant can take.
+
+-- ----------------------------------------------------------------------
+-- Roles
+-- ----------------------------------------------------------------------
+
+-- Roles are cluster-wide (10_tenancy.sql): created when missing, never
+-- dropped.  Each runner host logs in as a role of its own, member of
+-- agent_runner; the local runner logs in as the server's OS user and SETs
+-- ROLE sandbox_runner_local.
+DO $roles$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'agent_runner') THEN
+		CREATE ROLE agent_runner NOLOGIN;
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'sandbox_runner_local') THEN
+		CREATE ROLE sandbox_runner_local NOLOGIN;
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_auth_members m
+					WHERE m.roleid = 'agent_runner'::regrole
+					  AND m.member = 'sandbox_runner_local'::regrole) THEN
+		GRANT agent_runner TO sandbox_runner_local;
+	END IF;
+END
+$roles$;
+GRANT USAGE ON SCHEMA agent TO agent_runner;
+
+INSERT INTO agent.settings (key, value, description) VALUES
+	('runner_lease_seconds', '30',
+	 'seconds a runner host''s leases last without a heartbeat; it heartbeats every third of it, and ends its own sandboxes when it could not renew for this long');
+
+-- ----------------------------------------------------------------------
+-- Runners
+-- ----------------------------------------------------------------------
+
+CREATE TABLE agent.runners (
+	id				uuid PRIMARY KEY DEFAULT pg_catalog.gen_random_uuid(),
+	name			text NOT NULL UNIQUE CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,63}$'),
+	-- the role it acts as (agent._runner_role()); one runner per role
+	login_role		name NOT NULL UNIQUE,
+	host			text,
+	version			text,
+	slots			integer NOT NULL CHECK (slots BETWEEN 0 AND 1024),
+	-- active: claims work; draining: finishes what it holds, claims nothing;
+	-- removed: out of the fleet (agent.remove_runner), cannot register
+	state			text NOT NULL DEFAULT 'active'
+						CHECK (state IN ('active', 'draining', 'removed')),
+	-- a new one at every registration: the process that holds it
+	incarnation		uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+	registered_at	timestamptz NOT NULL DEFAULT now(),
+	last_heartbeat	timestamptz NOT NULL DEFAULT now(),
+	in_use			integer NOT NULL DEFAULT 0 CHECK (in_use >= 0),	-- as it reported
+	-- set by the reaper when its heartbeat is older than a lease; cleared
+	-- by its next heartbeat or registration
+	gone_at			timestamptz,
+	removed_at		timestamptz
+);
+COMMENT ON TABLE agent.runners IS
+	'runner hosts (sandbox-runner processes, local and remote) and their heartbeat; see docs/runners.md';
+
+ALTER TABLE agent.runners ENABLE ROW LEVEL SECURITY;
+CREATE POLICY auditor_read ON agent.runners FOR SELECT TO agent_auditor USING (true);
+
+-- (agent.invocations.runner_id is declared with the table; its key here)
+ALTER TABLE agent.invocations ADD FOREIGN KEY (runner_id) REFERENCES agent.runners (id);
+-- What each runner holds: its heartbeat, the reaper, the claim's slot count.
+CREATE INDEX invocations_runner_in_flight_idx ON agent.invocations (runner_id)
+	WHERE state IN ('provisioning', 'running');
+
+COMMENT ON COLUMN agent.invocations.runner_id IS
+	'the runner host that holds it (NULL: the in-database supervisor)';
+COMMENT ON COLUMN agent.invocations.lease_token IS
+	'the lease of that runner: every runner step for this invocation names it';
+COMMENT ON COLUMN agent.invocations.lease_expires_at IS
+	'the deadline its claim gave the lease; renewed through the runner''s heartbeat (agent._lease_deadline)';
+
+-- ----------------------------------------------------------------------
+-- Internals (owner only)
+-- ----------------------------------------------------------------------
+
+-- The role the calling runner acts as (C, src/guards.c: the outer user,
+-- which SECURITY DEFINER does not change).
+CREATE FUNCTION agent._runner_role() RETURNS name
+	AS 'MODULE_PATHNAME', 'sandbox_runner_role'
+	LANGUAGE C STABLE STRICT;
+
+-- How long a lease lasts without a heartbeat.
+CREATE FUNCTION agent._runner_lease() RETURNS interval
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+	RETURN pg_catalog.make_interval(secs => agent.setting('runner_lease_seconds')::integer);
+
+-- When the lease of an invocation held by runner r ends unless renewed.
+CREATE FUNCTION agent._lease_deadline(lease_expires_at timestamptz, last_heartbeat timestamptz,
+									  lease interval)
+	RETURNS timestamptz
+	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	RETURN greatest(lease_expires_at, last_heartbeat + lease);
+
+-- The calling role's runner row, or 42501 (the same error for an id that
+-- does not exist: a runner learns nothing of the others).
+CREATE FUNCTION agent._runner_self(runner uuid) RETURNS agent.runners
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	rn		agent.runners;
+	v_role	name := agent._runner_role();
+BEGIN
+	SELECT * INTO rn FROM agent.runners x WHERE x.id = runner;
+	IF NOT FOUND OR rn.login_role <> v_role THEN
+		RAISE EXCEPTION 'permission denied for runner %', coalesce(runner::text, 'NULL')
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = pg_catalog.format('Role %s acts only for the runner it registered.', v_role),
+				  HINT = 'Use the runner id that agent.runner_register() returned to this role.';
+	END IF;
+	RETURN rn;
+END
+$$;
+
+-- The same, for a call that names the runner's incarnation: a process of
+-- this runner that registered before the current one is refused (55000).
+CREATE FUNCTION agent._runner_current(runner uuid, incarnation uuid) RETURNS agent.runners
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	rn agent.runners := agent._runner_self(runner);
+BEGIN
+	IF incarnation IS DISTINCT FROM rn.incarnation THEN
+		RAISE EXCEPTION 'runner "%" has registered again since this process did', rn.name
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = 'A newer process of this runner registered; the leases of this one have ended.',
+				  HINT = 'Stop this process''s sandboxes and register again.';
+	END IF;
+	RETURN rn;
+END
+$$;
+
+-- The invocation if `runner` holds its lease under `token`; otherwise 55000
+-- (also for an invocation that does not exist or is another runner's).
+-- With staged_ok, the caller has just staged its own result: the lease
+-- must still name it and the run still be in flight (the deadline no longer
+-- matters: the result was staged under the lease).
+CREATE FUNCTION agent._runner_lease_of(runner uuid, token uuid, invocation uuid,
+									   staged_ok boolean DEFAULT false)
+	RETURNS agent.invocations
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	r agent.invocations;
+BEGIN
+	SELECT i.* INTO r
+	  FROM agent.invocations i
+	  JOIN agent.runners rn ON rn.id = i.runner_id
+	 WHERE i.id = invocation
+	   AND i.runner_id = runner
+	   AND i.lease_token = token
+	   AND i.state IN ('provisioning', 'running')
+	   AND rn.state <> 'removed'
+	   AND (staged_ok
+			OR (agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, agent._runner_lease())
+					> pg_catalog.clock_timestamp()
+				AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id)));
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'lease of invocation % is not held by this runner', coalesce(invocation::text, 'NULL')
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = 'The lease expired, was taken over, or was never this runner''s; the invocation has ended or will end without this runner.',
+				  HINT = 'Kill the sandbox and drop its result.';
+	END IF;
+	RETURN r;
+END
+$$;
+
+-- End an invocation a runner held, as a failure of ours (refunded, by the
+-- billing rule), unless a result is staged for it already: then that result
+-- is applied as it is (a runner's own result staged behind a lock).
+-- Returns true when this call's result ended it (or is staged to, behind a
+-- lock).  Waits only for another of our own stagings of the same row.
+CREATE FUNCTION agent._end_leased(invocation uuid, reason text, spawned boolean)
+	RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v uuid;
+BEGIN
+	INSERT INTO agent.run_results (invocation_id, error, spawned)
+	VALUES (invocation, reason, coalesce(spawned, false))
+	ON CONFLICT (invocation_id) DO NOTHING
+	RETURNING invocation_id INTO v;
+	IF v IS NULL THEN
+		PERFORM agent._try_apply(invocation);
+		RETURN false;
+	END IF;
+	-- A finish may have ended it while we waited for its staging.
+	IF NOT EXISTS (SELECT 1 FROM agent.invocations i
+					WHERE i.id = invocation AND i.state IN ('provisioning', 'running')) THEN
+		DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;
+		RETURN false;
+	END IF;
+	PERFORM agent._try_apply(invocation);
+	RETURN true;
+END
+$$;
+
+-- End every lease (of one runner, or of all: NULL) whose deadline passed
+-- before as_of.  Returns how many this call ended.
+CREATE FUNCTION agent._reap_leases(runner uuid, as_of timestamptz) RETURNS integer
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	x		record;
+	n		integer := 0;
+	v_lease interval := agent._runner_lease();
+BEGIN
+	FOR x IN
+		SELECT i.id, i.state, rn.name
+		  FROM agent.invocations i
+		  JOIN agent.runners rn ON rn.id = i.runner_id
+		 WHERE i.state IN ('provisioning', 'running')
+		   AND (runner IS NULL OR i.runner_id = runner)
+		   AND agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, v_lease) < as_of
+		 ORDER BY i.provisioned_at, i.id
+	LOOP
+		IF agent._end_leased(x.id, pg_catalog.format('the runner "%s" stopped renewing its lease', x.name),
+							 x.state = 'running') THEN
+			n := n + 1;
+		END IF;
+	END LOOP;
+	RETURN n;
+END
+$$;
+
+-- Free slots of a runner: what it may still claim.  A run whose result is
+-- staged no longer takes a slot on the runner.
+CREATE FUNCTION agent._runner_free_slots(rn agent.runners) RETURNS integer
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+	RETURN rn.slots - (SELECT count(*)::integer FROM agent.invocations i
+						WHERE i.runner_id = rn.id AND i.state IN ('provisioning', 'running')
+						  AND NOT EXISTS (SELECT 1 FROM agent.run_results x
+										   WHERE x.invocation_id = i.id));
+
+-- Is the conversation's active session on a live runner other than
+-- `runner` (NULL: the in-database supervisor)?  Then its runs are that
+-- runner's (affinity).  A runner is live while it is active and has
+-- heartbeated within a lease; a draining, removed or silent runner's
+-- sessions are rebuilt by whoever claims the conversation next.
+-- (PL/pgSQL: agent.sessions is created after this file, 50_sessions.sql.)
+CREATE FUNCTION agent._session_elsewhere(conversation uuid, runner uuid) RETURNS boolean
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	RETURN EXISTS (SELECT 1 FROM agent.sessions s
+					 JOIN agent.runners rn ON rn.id = s.runner_id
+					WHERE s.conversation_id = conversation AND s.state = 'active'
+					  AND s.runner_id IS DISTINCT FROM runner
+					  AND rn.state = 'active'
+					  AND rn.last_heartbeat >= now() - agent._runner_lease());
+END
+$$;
+
+-- The server's limits of a run, for a runner (C, src/guards.c: the GUCs
+-- sandbox.default_wall_time, sandbox.default_memory, sandbox.output_limit
+-- and sandbox.workspace_entries, read without the cost of pg_settings).
+CREATE FUNCTION agent._run_limits(OUT default_wall_time_s integer, OUT default_memory_mb integer,
+								  OUT output_limit_bytes bigint, OUT workspace_entries integer)
+	AS 'MODULE_PATHNAME', 'sandbox_run_limits'
+	LANGUAGE C STABLE STRICT;
+
+-- Refuse a text argument longer than `max_bytes` (22023).
+CREATE FUNCTION agent._runner_arg_fits(value text, argument text, max_bytes integer)
+	RETURNS boolean
+	LANGUAGE plpgsql IMMUTABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	IF octet_length(value) > max_bytes THEN
+		RAISE EXCEPTION '% is too long (% bytes)', argument, octet_length(value)
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = pg_catalog.format('It may have at most %s bytes.', max_bytes);
+	END IF;
+	RETURN true;
+END
+$$;
+
+-- ----------------------------------------------------------------------
+-- The runner's steps (agent_runner)
+-- ----------------------------------------------------------------------
+
+-- Register (or re-join) the runner of the calling role.  A new incarnation
+-- every time: whatever the runner's previous process still held in flight
+-- ends now, as a failure of ours (refunded), with its audit event.
+CREATE FUNCTION agent.runner_register(name text, host text, version text, slots integer,
+									  OUT runner_id uuid, OUT incarnation uuid,
+									  OUT lease_seconds integer, OUT heartbeat_seconds integer,
+									  OUT state text, OUT ended integer)
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_role	name := agent._runner_role();
+	rn		agent.runners;
+	w		record;
+BEGIN
+	IF runner_register.name IS NULL OR runner_register.name !~ '^[a-z0-9][a-z0-9_.-]{0,63}$' THEN
+		RAISE EXCEPTION 'invalid runner name "%"', coalesce(left(runner_register.name, 80), 'NULL')
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Use 1 to 64 characters: lower-case letters, digits, "_", "." and "-", starting with a letter or digit.';
+	END IF;
+	IF runner_register.slots IS NULL OR runner_register.slots NOT BETWEEN 0 AND 1024 THEN
+		RAISE EXCEPTION 'slots must be between 0 and 1024' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF runner_register.host ~ '[[:cntrl:]]' OR runner_register.version ~ '[[:cntrl:]]' THEN
+		RAISE EXCEPTION 'host and version must not contain control characters'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	PERFORM agent._runner_arg_fits(runner_register.host, 'host', 255);
+	PERFORM agent._runner_arg_fits(runner_register.version, 'version', 255);
+	IF EXISTS (SELECT 1 FROM agent.runners x
+				WHERE x.name = runner_register.name AND x.login_role <> v_role) THEN
+		RAISE EXCEPTION 'runner name "%" is registered by another role', runner_register.name
+			USING ERRCODE = 'duplicate_object',
+				  HINT = 'Give each runner host a name of its own.';
+	END IF;
+
+	SELECT * INTO rn FROM agent.runners x WHERE x.login_role = v_role FOR UPDATE;
+	IF NOT FOUND THEN
+		INSERT INTO agent.runners AS x (name, login_role, host, version, slots)
+		VALUES (runner_register.name, v_role, runner_register.host, runner_register.version,
+				runner_register.slots)
+		RETURNING * INTO rn;
+		ended := 0;
+	ELSE
+		IF rn.state = 'removed' THEN
+			RAISE EXCEPTION 'runner "%" has been removed', rn.name
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  HINT = 'An operator may admit it again with agent.drain_runner(name, resume => true).';
+		END IF;
+		-- The previous process's work: its sandboxes died with it (or it
+		-- is another process of the same role, which now loses them).
+		ended := 0;
+		FOR w IN SELECT i.id, i.state FROM agent.invocations i
+				  WHERE i.runner_id = rn.id AND i.state IN ('provisioning', 'running')
+				  ORDER BY i.provisioned_at, i.id LOOP
+			IF agent._end_leased(w.id, pg_catalog.format('the runner "%s" restarted', rn.name),
+								 w.state = 'running') THEN
+				ended := ended + 1;
+			END IF;
+		END LOOP;
+		UPDATE agent.runners x
+		   SET name = runner_register.name, host = runner_register.host,
+			   version = runner_register.version, slots = runner_register.slots,
+			   incarnation = pg_catalog.gen_random_uuid(), registered_at = now(),
+			   last_heartbeat = pg_catalog.clock_timestamp(), in_use = 0, gone_at = NULL
+		 WHERE x.id = rn.id
+		RETURNING * INTO rn;
+	END IF;
+
+	runner_id := rn.id;
+	incarnation := rn.incarnation;
+	lease_seconds := agent.setting('runner_lease_seconds')::integer;
+	heartbeat_seconds := greatest(lease_seconds / 3, 1);
+	state := rn.state;
+END
+$$;
+COMMENT ON FUNCTION agent.runner_register(text, text, text, integer) IS
+	'register or re-join the runner of the calling role; ends what its previous process held';
+
+-- Renew the runner's leases (all at once: its heartbeat) and report its
+-- slots in use.  Leases that expired before this heartbeat are ended first,
+-- as the reaper would: a lease never comes back.  held, when given, is
+-- every invocation the runner runs: a lease of it that held does not name,
+-- claimed before the runner's previous heartbeat (so the runner had a whole
+-- heartbeat to learn of it: a claim whose answer was lost with the
+-- connection), is ended too, as a failure of ours.  Returns the runner's
+-- state (draining: claim nothing new; removed: stop), how many leases it
+-- holds now, and, of held, those it no longer holds: their sandboxes must
+-- be killed and their results dropped.
+CREATE FUNCTION agent.runner_heartbeat(runner uuid, incarnation uuid, in_use integer,
+									   held uuid[] DEFAULT NULL,
+									   OUT state text, OUT renewed integer, OUT lost uuid[])
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	rn		agent.runners := agent._runner_current(runner, incarnation);
+	v_lease interval := agent._runner_lease();
+	w		record;
+BEGIN
+	IF runner_heartbeat.in_use IS NULL OR runner_heartbeat.in_use < 0 THEN
+		RAISE EXCEPTION 'in_use must be a non-negative number' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	PERFORM agent._reap_leases(rn.id, pg_catalog.clock_timestamp());
+	IF held IS NOT NULL THEN
+		-- (the claim set lease_expires_at to its clock plus a lease)
+		FOR w IN SELECT i.id, i.state FROM agent.invocations i
+				  WHERE i.runner_id = rn.id AND i.state IN ('provisioning', 'running')
+					AND i.lease_expires_at - v_lease < rn.last_heartbeat
+					AND NOT i.id = ANY (held)
+					AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id)
+				  ORDER BY i.provisioned_at, i.id LOOP
+			PERFORM agent._end_leased(w.id, pg_catalog.format('the runner "%s" no longer runs it', rn.name),
+									  w.state = 'running');
+		END LOOP;
+	END IF;
+	UPDATE agent.runners x
+	   SET last_heartbeat = pg_catalog.clock_timestamp(), in_use = runner_heartbeat.in_use,
+		   gone_at = NULL
+	 WHERE x.id = rn.id
+	RETURNING * INTO rn;
+
+	state := rn.state;
+	SELECT count(*)::integer INTO renewed
+	  FROM agent.invocations i
+	 WHERE i.runner_id = rn.id AND i.state IN ('provisioning', 'running') AND rn.state <> 'removed'
+	   AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id);
+	lost := ARRAY(SELECT h FROM unnest(held) h
+				   WHERE h IS NOT NULL
+					 AND NOT EXISTS (SELECT 1 FROM agent.invocations i
+									  WHERE i.id = h AND i.runner_id = rn.id
+										AND i.state IN ('provisioning', 'running')
+										AND rn.state <> 'removed'
+										AND NOT EXISTS (SELECT 1 FROM agent.run_results x
+														 WHERE x.invocation_id = i.id))
+				   ORDER BY h);
+END
+$$;
+COMMENT ON FUNCTION agent.runner_heartbeat(uuid, uuid, integer, uuid[]) IS
+	'renew the calling runner''s leases; returns its state, the leases it holds and which of held it lost';
+
+-- Claim up to max_rows approved invocations for this runner (at most its
+-- free slots), each with a lease: agent._claim_invocations, fair across
+-- orgs and runners, within each org's limits on every host together, with
+-- session affinity.  Nothing when the runner is draining or removed.
+-- Returns what the runner needs to start each: the code, the limits (the
+-- server's defaults filled in) and the caps on what it may return.
+CREATE FUNCTION agent.runner_claim(runner uuid, incarnation uuid, max_rows integer)
+	RETURNS TABLE (id uuid, lease_token uuid, language text, code text, wall_time_s integer,
+				   memory_mb integer, conversation_id uuid, session_id uuid,
+				   fresh_session boolean, has_skills boolean, max_files integer,
+				   max_bytes bigint, max_file_bytes bigint, output_limit_bytes bigint)
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	rn		agent.runners := agent._runner_current(runner, incarnation);
+	c		record;
+	caps	record;
+	lim		record;
+	v_want	integer;
+BEGIN
+	IF max_rows IS NULL OR max_rows < 0 THEN
+		RAISE EXCEPTION 'max_rows must be a non-negative number' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF rn.state <> 'active' THEN
+		RETURN;
+	END IF;
+	v_want := least(max_rows, agent._runner_free_slots(rn));
+	IF v_want <= 0 THEN
+		RETURN;
+	END IF;
+	FOR c IN SELECT * FROM agent._claim_invocations(v_want, rn.id) LOOP
+		IF caps IS NULL THEN
+			SELECT * INTO caps FROM agent._produced_caps();
+			SELECT * INTO lim FROM agent._run_limits();
+		END IF;
+		id := c.id;
+		lease_token := c.lease_token;
+		language := c.language;
+		code := c.code;
+		wall_time_s := coalesce(c.wall_time_s, lim.default_wall_time_s);
+		memory_mb := coalesce(c.memory_mb, lim.default_memory_mb);
+		conversation_id := c.conversation_id;
+		session_id := c.session_id;
+		fresh_session := c.fresh_session;
+		has_skills := c.has_skills;
+		max_files := caps.max_files;
+		max_bytes := caps.max_bytes;
+		max_file_bytes := caps.max_file_bytes;
+		output_limit_bytes := lim.output_limit_bytes;
+		RETURN NEXT;
+	END LOOP;
+END
+$$;
+COMMENT ON FUNCTION agent.runner_claim(uuid, uuid, integer) IS
+	'claim approved invocations for the calling runner, each with a lease token';
+
+-- What to put in the workspace before the start (agent._prepare_invocation),
+-- for an invocation this runner holds.
+CREATE FUNCTION agent.runner_prepare(runner uuid, token uuid, invocation uuid,
+									 workspace_is_new boolean)
+	RETURNS TABLE (kind text, name text, content bytea, skill_id uuid)
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	PERFORM agent._runner_self(runner);
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+	RETURN QUERY SELECT p.kind, p.name, p.content, p.skill_id
+				   FROM agent._prepare_invocation(invocation, coalesce(workspace_is_new, false)) p;
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+END
+$$;
+
+-- The files of a skill mounted for an invocation this runner holds (no
+-- other skill: 42501).
+CREATE FUNCTION agent.runner_skill_files(runner uuid, token uuid, invocation uuid, skill uuid)
+	RETURNS TABLE (path text, content bytea, executable boolean)
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	r agent.invocations;
+BEGIN
+	PERFORM agent._runner_self(runner);
+	r := agent._runner_lease_of(runner, token, invocation);
+	IF NOT EXISTS (SELECT 1 FROM agent.agent_skills a WHERE a.agent_id = r.agent_id AND a.skill_id = skill) THEN
+		RAISE EXCEPTION 'skill % is not mounted for invocation %', coalesce(skill::text, 'NULL'), invocation
+			USING ERRCODE = 'insufficient_privilege',
+				  HINT = 'A runner reads only the skills agent.runner_prepare() named for the invocation.';
+	END IF;
+	RETURN QUERY SELECT f.path, f.content, f.executable FROM agent._skill_files(skill) f;
+END
+$$;
+
+-- The jail started (agent._mark_running).
+CREATE FUNCTION agent.runner_mark_running(runner uuid, token uuid, invocation uuid, pid integer)
+	RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v boolean;
+BEGIN
+	PERFORM agent._runner_self(runner);
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+	v := agent._mark_running(invocation, pid);
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+	RETURN v;
+END
+$$;
+
+-- One chunk of output (agent._append_output), within the server's
+-- sandbox.output_limit per stream (54000 beyond: the runner cuts output
+-- there and reports the run truncated).
+CREATE FUNCTION agent.runner_append_output(runner uuid, token uuid, invocation uuid,
+										   stream text, data text)
+	RETURNS integer
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v		integer;
+	v_limit bigint;
+BEGIN
+	PERFORM agent._runner_self(runner);
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+	IF stream IS NULL OR stream NOT IN ('stdout', 'stderr') OR data IS NULL THEN
+		RAISE EXCEPTION 'stream must be stdout or stderr, and data not null'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	SELECT l.output_limit_bytes INTO v_limit FROM agent._run_limits() l;
+	IF (SELECT coalesce(sum(octet_length(o.data)), 0) FROM agent.invocation_output o
+		 WHERE o.invocation_id = invocation AND o.stream = runner_append_output.stream)
+	   + octet_length(data) > v_limit THEN
+		RAISE EXCEPTION 'output of invocation % exceeds the output limit', invocation
+			USING ERRCODE = 'program_limit_exceeded',
+				  DETAIL = pg_catalog.format('At most %s bytes per stream are kept (sandbox.output_limit).', v_limit),
+				  HINT = 'Cut the output at the limit and finish the run as truncated.';
+	END IF;
+	v := agent._append_output(invocation, stream, data);
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+	RETURN v;
+END
+$$;
+
+-- Stage one file the run produced, or could not return
+-- (agent._store_produced_file), within the caps runner_claim returned.
+CREATE FUNCTION agent.runner_store_produced_file(runner uuid, token uuid, invocation uuid,
+												 name text, status text, reason text, content bytea)
+	RETURNS integer
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v		integer;
+	caps	record;
+	lim		record;
+	n		integer;
+	v_bytes bigint;
+BEGIN
+	PERFORM agent._runner_self(runner);
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+	IF status IS NULL OR status NOT IN ('saved', 'skipped', 'failed')
+	   OR (status = 'saved') <> (content IS NOT NULL) THEN
+		RAISE EXCEPTION 'status must be saved (with content), skipped or failed (without)'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	PERFORM agent._runner_arg_fits(runner_store_produced_file.name, 'name', 4096);
+	PERFORM agent._runner_arg_fits(reason, 'reason', 4096);
+	SELECT * INTO caps FROM agent._produced_caps();
+	SELECT * INTO lim FROM agent._run_limits();
+	SELECT count(*)::integer, coalesce(sum(octet_length(x.content)), 0)::bigint INTO n, v_bytes
+	  FROM agent.run_result_files x WHERE x.invocation_id = invocation;
+	IF octet_length(content) > caps.max_file_bytes
+	   OR v_bytes + coalesce(octet_length(content), 0) > caps.max_bytes
+	   OR n >= caps.max_files + lim.workspace_entries + 2 THEN
+		RAISE EXCEPTION 'the files of invocation % exceed the caps of a run', invocation
+			USING ERRCODE = 'program_limit_exceeded',
+				  DETAIL = pg_catalog.format('A file may have %s bytes, a run return %s bytes in %s files (and report %s more as skipped).',
+											 caps.max_file_bytes, caps.max_bytes, caps.max_files,
+											 lim.workspace_entries + 2),
+				  HINT = 'Report the files beyond the caps as skipped, without content.';
+	END IF;
+	v := agent._store_produced_file(invocation, runner_store_produced_file.name, status, reason, content);
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+	RETURN v;
+END
+$$;
+
+-- Finish an invocation this runner holds from the jail's verdict
+-- (agent._finish_invocation's contract): stage the result under the
+-- lease, then apply it if its locks are free.  Returns the final state, or
+-- NULL when it stays staged (applied later by the supervisor).
+CREATE FUNCTION agent.runner_finish(runner uuid, token uuid, invocation uuid, verdict text,
+									jail_status integer, error text, spawned boolean,
+									truncated boolean DEFAULT false,
+									workspace_bytes bigint DEFAULT NULL,
+									workspace_entries integer DEFAULT NULL,
+									workspace_reset text DEFAULT NULL)
+	RETURNS text
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v uuid;
+BEGIN
+	PERFORM agent._runner_self(runner);
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+	PERFORM agent._runner_arg_fits(verdict, 'verdict', 65536);
+	PERFORM agent._runner_arg_fits(error, 'error', 4096);
+	PERFORM agent._runner_arg_fits(workspace_reset, 'workspace_reset', 4096);
+	INSERT INTO agent.run_results AS x (invocation_id, verdict, jail_status, error, spawned,
+										truncated, workspace_bytes, workspace_entries,
+										workspace_reset)
+	VALUES (invocation, verdict, jail_status, error, coalesce(spawned, false),
+			coalesce(truncated, false), workspace_bytes, workspace_entries, workspace_reset)
+	ON CONFLICT (invocation_id) DO NOTHING
+	RETURNING x.invocation_id INTO v;
+	IF v IS NULL THEN
+		-- the reaper's result came first (this raises)
+		PERFORM agent._runner_lease_of(runner, token, invocation);
+	END IF;
+	-- still in flight under this lease: the reaper did not end it meanwhile
+	PERFORM agent._runner_lease_of(runner, token, invocation, true);
+	RETURN agent._try_apply(invocation);
+END
+$$;
+
+-- Of these invocations, the ones this runner holds that someone asked to
+-- cancel (agent._cancel_requested, for this runner's only).
+CREATE FUNCTION agent.runner_cancel_requested(runner uuid, invocations uuid[]) RETURNS SETOF uuid
+	LANGUAGE plpgsql STABLE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	PERFORM agent._runner_self(runner);
+	RETURN QUERY
+		SELECT i.id FROM agent.invocations i
+		 WHERE i.id = ANY (invocations) AND i.runner_id = runner
+		   AND i.state IN ('provisioning', 'running') AND i.cancel_requested_at IS NOT NULL
+		 ORDER BY i.id;
+END
+$$;
+
+-- The sessions whose workspace this runner keeps: every other workspace
+-- directory on its host may go (agent._live_session_ids, for one runner).
+CREATE FUNCTION agent.runner_live_sessions(runner uuid) RETURNS SETOF uuid
+	LANGUAGE plpgsql STABLE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	PERFORM agent._runner_self(runner);
+	RETURN QUERY
+		SELECT s.id FROM agent.sessions s
+		 WHERE s.runner_id = runner AND s.state = 'active'
+		 ORDER BY s.id;
+END
+$$;
+
+-- The skill versions this runner may keep materialised: those of the
+-- agents of its runs in flight and of its live sessions (its own work
+-- only; agent._skill_ids_in_use, for one runner).
+CREATE FUNCTION agent.runner_skills_in_use(runner uuid) RETURNS SETOF uuid
+	LANGUAGE plpgsql STABLE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	PERFORM agent._runner_self(runner);
+	RETURN QUERY
+		SELECT DISTINCT a.skill_id
+		  FROM agent.agent_skills a
+		 WHERE a.agent_id IN (SELECT i.agent_id FROM agent.invocations i
+							   WHERE i.runner_id = runner AND i.state IN ('provisioning', 'running')
+							  UNION
+							  SELECT c.agent_id FROM agent.sessions s
+								JOIN agent.conversations c ON c.id = s.conversation_id
+							   WHERE s.runner_id = runner AND s.state = 'active')
+		 ORDER BY a.skill_id;
+END
+$$;
+
+-- ----------------------------------------------------------------------
+-- The reaper and the operator's functions (owner only)
+-- ----------------------------------------------------------------------
+
+-- End every invocation whose lease expired before as_of (the runner died,
+-- its host is gone, its network is cut): the result "the runner stopped
+-- renewing its lease", a failure of ours, refunded by the billing rule and
+-- audited like any other end.  A result the runner staged under its lease
+-- is applied as it is instead.  Runners without a heartbeat for a lease
+-- are marked gone.  Called by the supervisor every few seconds and by
+-- pg_cron (agent.schedule_maintenance); as_of is for tests.  Returns how
+-- many invocations it ended.
+CREATE FUNCTION agent.reap_expired_leases(as_of timestamptz DEFAULT now()) RETURNS integer
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	n		integer;
+	v_lease interval := agent._runner_lease();
+	x		record;
+BEGIN
+	as_of := coalesce(as_of, now());
+	n := agent._reap_leases(NULL, as_of);
+	FOR x IN
+		SELECT rn.id FROM agent.runners rn
+		 WHERE rn.gone_at IS NULL AND rn.state <> 'removed' AND rn.last_heartbeat + v_lease < as_of
+		   FOR NO KEY UPDATE SKIP LOCKED
+	LOOP
+		UPDATE agent.runners rn SET gone_at = now() WHERE rn.id = x.id;
+	END LOOP;
+	IF n > 0 THEN
+		RAISE LOG 'ended % invocation(s) whose runner lease expired', n;
+	END IF;
+	RETURN n;
+END
+$$;
+COMMENT ON FUNCTION agent.reap_expired_leases(timestamptz) IS
+	'end the invocations whose runner lease expired (refunded, audited); mark silent runners gone';
+
+-- Drain a runner: it finishes what it holds and claims nothing new (its
+-- next heartbeat says so).  With resume, it claims again (also a removed
+-- runner: admitted again).  Returns its state.
+CREATE FUNCTION agent.drain_runner(name text, resume boolean DEFAULT false) RETURNS text
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	rn agent.runners;
+BEGIN
+	SELECT * INTO rn FROM agent.runners x WHERE x.name = drain_runner.name FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'runner "%" does not exist', coalesce(drain_runner.name, 'NULL')
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	UPDATE agent.runners x
+	   SET state = CASE WHEN coalesce(resume, false) THEN 'active' ELSE 'draining' END,
+		   removed_at = CASE WHEN coalesce(resume, false) THEN NULL ELSE x.removed_at END
+	 WHERE x.id = rn.id AND (x.state <> 'removed' OR coalesce(resume, false))
+	RETURNING * INTO rn;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'runner "%" has been removed', drain_runner.name
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Admit it again with agent.drain_runner(name, resume => true).';
+	END IF;
+	IF rn.state = 'active' THEN
+		PERFORM agent._wake_supervisor();
+	END IF;
+	RETURN rn.state;
+END
+$$;
+COMMENT ON FUNCTION agent.drain_runner(text, boolean) IS
+	'drain a runner (finish its work, claim nothing new), or resume it';
+
+-- Remove a runner from the fleet now: what it holds ends as a failure of
+-- ours (refunded, audited); its sessions are rebuilt elsewhere when their
+-- conversations run next; it cannot register again until admitted
+-- (agent.drain_runner(name, resume => true)).  To keep a host out for good,
+-- also revoke its role's membership in agent_runner.  Returns how many
+-- invocations it ended.
+CREATE FUNCTION agent.remove_runner(name text) RETURNS integer
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	rn	agent.runners;
+	x	record;
+	n	integer := 0;
+BEGIN
+	SELECT * INTO rn FROM agent.runners r WHERE r.name = remove_runner.name FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'runner "%" does not exist', coalesce(remove_runner.name, 'NULL')
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	UPDATE agent.runners r SET state = 'removed', removed_at = now() WHERE r.id = rn.id;
+	FOR x IN SELECT i.id, i.state FROM agent.invocations i
+			  WHERE i.runner_id = rn.id AND i.state IN ('provisioning', 'running')
+			  ORDER BY i.provisioned_at, i.id LOOP
+		IF agent._end_leased(x.id, pg_catalog.format('the runner "%s" was removed', rn.name),
+							 x.state = 'running') THEN
+			n := n + 1;
+		END IF;
+	END LOOP;
+	RETURN n;
+END
+$$;
+COMMENT ON FUNCTION agent.remove_runner(text) IS
+	'remove a runner now: its invocations end refunded, its sessions move; it cannot register until admitted';
+
+-- The runners at a glance (agent_auditor).  No function calls: a view's
+-- functions run with the reader's rights.
+CREATE VIEW agent.runner_status AS
+SELECT rn.name, rn.host, rn.version, rn.state, rn.slots, rn.in_use,
+	   rn.state <> 'removed' AND rn.last_heartbeat >= now() - l.lease AS live,
+	   count(i.id)::integer AS leases,
+	   min(greatest(i.lease_expires_at, rn.last_heartbeat + l.lease)) AS next_lease_deadline,
+	   rn.last_heartbeat, rn.registered_at, rn.gone_at, rn.removed_at, rn.login_role, rn.id
+  FROM agent.runners rn
+ CROSS JOIN (SELECT pg_catalog.make_interval(secs => s.value::integer) AS lease
+			   FROM agent.settings s WHERE s.key = 'runner_lease_seconds') l
+  LEFT JOIN agent.invocations i
+		 ON i.runner_id = rn.id AND i.state IN ('provisioning', 'running')
+		AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id)
+ GROUP BY rn.id, l.lease;
+COMMENT ON VIEW agent.runner_status IS
+	'runner hosts: host, version, state, slots, in use, live, leases held, last heartbeat';
+
+-- ----------------------------------------------------------------------
+-- Privileges
+-- ----------------------------------------------------------------------
+
+-- agent_runner executes the steps above and nothing else: no table, view
+-- or sequence privilege, no other function (99_privileges.sql revokes
+-- PUBLIC's EXECUTE).  test/pgtap/60_runners.sql enumerates the catalog.
+REVOKE ALL ON agent.runners, agent.runner_status FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+	agent.runner_register(text, text, text, integer),
+	agent.runner_heartbeat(uuid, uuid, integer, uuid[]),
+	agent.runner_claim(uuid, uuid, integer),
+	agent.runner_prepare(uuid, uuid, uuid, boolean),
+	agent.runner_skill_files(uuid, uuid, uuid, uuid),
+	agent.runner_mark_running(uuid, uuid, uuid, integer),
+	agent.runner_append_output(uuid, uuid, uuid, text, text),
+	agent.runner_store_produced_file(uuid, uuid, uuid, text, text, text, bytea),
+	agent.runner_finish(uuid, uuid, uuid, text, integer, text, boolean, boolean, bigint, integer, text),
+	agent.runner_cancel_requested(uuid, uuid[]),
+	agent.runner_live_sessions(uuid),
+	agent.runner_skills_in_use(uuid)
+	TO agent_runner;
+GRANT SELECT ON agent.runners, agent.runner_status TO agent_auditor;

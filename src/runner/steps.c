@@ -155,6 +155,7 @@ step_register(void)
 		me.heartbeat_ms = (msec) Max(atoi(or_empty(db_value(&r, 0, 3))), 1) * 1000;
 		strlcpy(me.state, or_empty(db_value(&r, 0, 4)), sizeof(me.state));
 		me.registered = true;
+		me.refused[0] = '\0';
 		me.renewed_at = sent;
 		me.next_heartbeat = now_ms() + me.heartbeat_ms;
 		runner_log(RLOG_LOG, "registered as runner \"%s\" (%s, incarnation %s, %s); lease %d s%s",
@@ -163,8 +164,11 @@ step_register(void)
 				   psprintf(", %s run(s) of a previous process ended", db_value(&r, 0, 5)) : "");
 	}
 	else if (r.outcome != DB_LOST)
-		runner_log(RLOG_ERROR, "could not register runner \"%s\": %s%s%s", runner_conf.name,
-				   r.message ? r.message : "no row", r.sqlstate[0] ? " SQLSTATE " : "", r.sqlstate);
+	{
+		snprintf(me.refused, sizeof(me.refused), "could not register runner \"%s\": %s",
+				 runner_conf.name, r.message ? r.message : "no row");
+		runner_log(RLOG_ERROR, "%s%s%s", me.refused, r.sqlstate[0] ? " SQLSTATE " : "", r.sqlstate);
+	}
 	db_result_free(&r);
 	status_dirty = true;
 	return ok;

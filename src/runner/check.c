@@ -341,7 +341,9 @@ check_connection(void)
 	static const char sql[] =
 		"SELECT current_user, session_user, pg_catalog.pg_is_in_recovery(), "
 		"(SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'sandbox_ext'), "
-		"CASE WHEN pg_catalog.to_regprocedure($1) IS NOT NULL "
+		"CASE WHEN NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n WHERE n.nspname = 'agent') THEN NULL "
+		"WHEN NOT pg_catalog.has_schema_privilege('agent', 'USAGE') THEN false "
+		"WHEN pg_catalog.to_regprocedure($1) IS NOT NULL "
 		"THEN pg_catalog.has_function_privilege(pg_catalog.to_regprocedure($1), 'EXECUTE') END, "
 		"pg_catalog.current_setting('server_version')";
 	PQconninfoOption *opts;

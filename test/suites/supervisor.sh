@@ -379,6 +379,58 @@ t_lease_lost() {
 		"$(q -c "SELECT live || '|' || leases FROM agent.runner_status WHERE name = 'local'" | sed 's/true/t/')"
 }
 
+# A drained runner claims nothing, finishes what it runs and says so;
+# resumed, it claims again.  The local runner is drained like any other.
+t_drain() {
+	local inv st
+	q -c "SELECT agent.drain_runner('local')" >/dev/null
+	# its next heartbeat (every 10 s) tells it; worker_status() says so then
+	wait_for 20 '[ "$(q -c "SELECT problem LIKE '"'"'%draining%'"'"' FROM agent.worker_status()")" = t ]'
+	check "drained: worker_status() says the local runner claims nothing" \
+		"the runner is draining: it claims nothing (agent.drain_runner)" "$(q -c "SELECT problem FROM agent.worker_status()")"
+	inv=$(start "$A" shell 'echo after-the-drain')
+	sleep 3
+	check "... an approved run waits, uncharged" "approved|0" "$(field "$inv" state)|$(field "$inv" credits_charged)"
+	check "... and the runner said it is drained" 1 \
+		"$(grep -c 'runner "local" is drained: it runs nothing and claims nothing' "$CLUSTER_DIR/server.log" | tr -d ' ' | sed 's/^[1-9][0-9]*$/1/')"
+	q -c "SELECT agent.drain_runner('local', resume => true)" >/dev/null
+	st=$(await "$A" "$inv" 30)
+	check "resumed, it runs the waiting one" "succeeded|after-the-drain|" \
+		"$st|$(output "$inv")|$(q -c "SELECT problem FROM agent.worker_status()")"
+}
+
+# sandbox-runner --check against this cluster: with a runner's role
+# everything is there; with a role that is not a runner it says so and
+# exits 1.
+t_check() {
+	local conf out rc role
+	role=sbx_check_runner_$$
+	q -c "CREATE ROLE $role LOGIN" -c "GRANT agent_runner TO $role" >/dev/null
+	conf="$tmp/check.conf"
+	cat >"$conf" <<CONF
+conninfo = 'host=$CLUSTER_DIR port=$PORT dbname=$DB user=$role'
+name = 'check-probe'
+slots = 1
+work_dir = '$tmp/check-work'
+run_dir = '$tmp/check-run'
+jail_path = '$PGBIN/sandbox-jail'
+CONF
+	chmod 0644 "$conf"
+	mkdir -p "$tmp/check-run" "$tmp/check-work"
+	chown postgres: "$tmp/check-run" "$tmp/check-work"
+	out=$(as_pg "$PGBIN/sandbox-runner" --config "$conf" --check 2>&1); rc=$?
+	check "--check with a runner's role: the connection, the role's steps and the name are there" "ok|ok|ok" \
+		"$(grep -c '^ok  *the connection' <<<"$out" | sed 's/^1$/ok/')|$(grep -c "^ok  *the runner's steps" <<<"$out" | sed 's/^1$/ok/')|$(grep -c '^ok  *the name' <<<"$out" | sed 's/^1$/ok/')"
+	q -c "REVOKE agent_runner FROM $role" >/dev/null
+	out=$(as_pg "$PGBIN/sandbox-runner" --config "$conf" --check 2>&1); rc=$?
+	check "--check with a role that is not a runner: FAIL, exit 1" "1|1" \
+		"$(grep -c "^FAIL  *the runner's steps: $role may not execute" <<<"$out")|$rc"
+	sed -i "s/^name = .*/name = 'Bad Name'/" "$conf"
+	out=$(as_pg "$PGBIN/sandbox-runner" --config "$conf" --check 2>&1)
+	check "--check with a name agent.runners refuses: FAIL" 1 "$(grep -c '^FAIL  *the name' <<<"$out")"
+	q -c "DROP ROLE $role" >/dev/null
+}
+
 t_not_preloaded() {
 	local notice
 	q -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_cron'" >/dev/null
@@ -397,7 +449,7 @@ t_not_preloaded() {
 
 run_tests t_worker t_languages t_launcher t_outcomes t_missing_jail t_unusable_work_dir \
 	t_insufficient_credits t_hash_mismatch t_cancel t_streaming t_forged_notify t_tenancy \
-	t_concurrency_cap t_lease_lost t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
+	t_concurrency_cap t_lease_lost t_drain t_check t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
 
 # ---- invariants, over what this suite ran -------------------------------------
 check_invariants

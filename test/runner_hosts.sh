@@ -135,6 +135,9 @@ rh_setup() {
 		pw=$(openssl rand -hex 24)
 		q -c "SET client_min_messages = warning" -c "DROP ROLE IF EXISTS $(rh_role "$h")" -c "CREATE ROLE $(rh_role "$h") LOGIN PASSWORD '$pw'" \
 			-c "GRANT agent_runner TO $(rh_role "$h")" >/dev/null || return 1
+		# (a previous run on this cluster removed its runner at the end: admit it again)
+		q -c "SELECT agent.drain_runner(name, true) FROM agent.runners WHERE login_role = '$(rh_role "$h")' AND state = 'removed'" \
+			>/dev/null || return 1
 		echo "$(rh_addr "$h"):$PORT:$DB:$(rh_role "$h"):$pw" >"$RH_DIR/h$h/pgpass"
 		chmod 0600 "$RH_DIR/h$h/pgpass"
 		chown -R postgres: "$RH_DIR/h$h"

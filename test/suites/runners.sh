@@ -139,7 +139,7 @@ t_hosts() {
 		"$([[ $got == *"Network is unreachable"* ]] && echo t || echo "$got")"
 	got=$(ip -4 -o addr show scope global | awk '{print $4}' | cut -d/ -f1 | grep -v "^10\.$RH_A\.$RH_B\." | head -n 1)
 	check "... nor the machine's own address ($got)" t \
-		"$(rh_in 1 bash -c "exec 3<>/dev/tcp/${got:-192.0.2.1}/22" 2>&1 | grep -q 'Network is unreachable' && echo t || echo f)"
+		"$(o=$(rh_in 1 bash -c "exec 3<>/dev/tcp/${got:-192.0.2.1}/22" 2>&1); [[ $o == *"Network is unreachable"* ]] && echo t || echo "$o")"
 }
 
 # ---- runs spread -----------------------------------------------------------------
@@ -302,7 +302,7 @@ rebuilt|t" "$(field "$inv" state)|$(output "$inv")|$([ -n "$h2" ] && [ "$h2" != 
 t_attacker_catalog() {
 	local res want
 	res=$(rh_psql 4 -F '|' <<'SQL'
-CREATE TEMP TABLE tried (kind text, obj text, op text, sqlstate text, message text);
+CREATE TEMP TABLE tried (kind text, obj text, op text, sqlstate text, message text, name text);
 DO $$
 DECLARE
 	o record;
@@ -342,7 +342,7 @@ BEGIN
 	-- every function, called with arguments that are not constants (a
 	-- strict function called with constant NULLs is folded away before its
 	-- privilege is checked)
-	FOR o IN SELECT p.oid::regprocedure::text AS sig, p.oid::regproc::text AS name, p.prokind,
+	FOR o IN SELECT p.oid::regprocedure::text AS sig, p.oid::regproc::text AS name, p.prokind, p.proname,
 					(SELECT pg_catalog.string_agg('(SELECT NULL::' || pg_catalog.format_type(t, NULL) || ')', ', ' ORDER BY i)
 					   FROM unnest(p.proargtypes) WITH ORDINALITY a(t, i)) AS args
 			   FROM pg_catalog.pg_proc p
@@ -354,9 +354,9 @@ BEGIN
 			ELSE
 				EXECUTE format('SELECT %s(%s)', o.name, coalesce(o.args, ''));
 			END IF;
-			INSERT INTO tried VALUES ('function', o.sig, 'execute', '00000', 'allowed');
+			INSERT INTO tried VALUES ('function', o.sig, 'execute', '00000', 'allowed', o.proname);
 		EXCEPTION WHEN OTHERS THEN
-			INSERT INTO tried VALUES ('function', o.sig, 'execute', SQLSTATE, SQLERRM);
+			INSERT INTO tried VALUES ('function', o.sig, 'execute', SQLSTATE, SQLERRM, o.proname);
 		END;
 	END LOOP;
 END
@@ -371,13 +371,19 @@ SELECT 'privileges', count(*) FROM pg_catalog.pg_class c
    AND (CASE WHEN c.relkind = 'S' THEN pg_catalog.has_sequence_privilege(c.oid, 'USAGE, SELECT, UPDATE')
 			 ELSE pg_catalog.has_table_privilege(c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')
 				  OR pg_catalog.has_any_column_privilege(c.oid, 'SELECT, INSERT, UPDATE, REFERENCES') END);
+-- A call is refused when the error names the function called (a function
+-- it may execute that calls one it may not fails naming the inner one).
 SELECT 'functions', count(*) FROM tried WHERE kind = 'function';
-SELECT 'steps', coalesce(string_agg(obj, ';' ORDER BY obj), '') FROM tried
- WHERE kind = 'function' AND message NOT LIKE 'permission denied for function %' AND obj LIKE 'agent.runner\_%';
-SELECT 'others', coalesce(string_agg(obj, ';' ORDER BY obj), '') FROM tried
- WHERE kind = 'function' AND message NOT LIKE 'permission denied for function %' AND obj NOT LIKE 'agent.runner\_%';
+CREATE TEMP VIEW callable AS SELECT obj FROM tried
+ WHERE kind = 'function' AND NOT (sqlstate = '42501' AND message = 'permission denied for function ' || name);
+SELECT 'steps', coalesce(string_agg(obj, ';' ORDER BY obj), '') FROM callable WHERE obj LIKE 'agent.runner\_%';
+SELECT 'others', coalesce(string_agg(obj, ';' ORDER BY obj), '') FROM callable WHERE obj NOT LIKE 'agent.runner\_%';
 SELECT 'denied steps', coalesce(string_agg(obj, ';' ORDER BY obj), '') FROM tried
- WHERE kind = 'function' AND message LIKE 'permission denied for function %' AND obj LIKE 'agent.runner\_%';
+ WHERE kind = 'function' AND obj LIKE 'agent.runner\_%' AND obj NOT IN (SELECT obj FROM callable);
+-- the catalog's answer, which must be the same
+SELECT 'privileged', coalesce(string_agg(p.oid::regprocedure::text, ';' ORDER BY p.oid::regprocedure::text), '')
+  FROM pg_catalog.pg_proc p
+ WHERE p.pronamespace = 'agent'::regnamespace AND pg_catalog.has_function_privilege(p.oid, 'EXECUTE');
 SQL
 )
 	check "the attacker tried every table, view and sequence of schema agent (from the owner's catalog)" \
@@ -397,6 +403,9 @@ SQL
 		"$(q -c "SELECT coalesce(string_agg(p.oid::regprocedure::text, ';' ORDER BY p.oid::regprocedure::text), '') FROM pg_proc p WHERE p.pronamespace = 'agent'::regnamespace AND p.proname NOT LIKE 'runner\_%' AND has_function_privilege('public', p.oid, 'EXECUTE') AND NOT p.prosecdef")" \
 		"$(sed -n 's/^others|//p' <<<"$res")"
 	echo "# (PUBLIC's functions it can call: $(sed -n 's/^others|//p' <<<"$res"))"
+	check "... the catalog agrees with what it could call" \
+		"$(sed -n 's/^privileged|//p' <<<"$res" | tr ';' '\n' | LC_ALL=C sort)" \
+		"$(sed -n 's/^\(steps\|others\)|//p' <<<"$res" | tr ';' '\n' | grep . | LC_ALL=C sort)"
 	check "... no step refused it EXECUTE" "" "$(sed -n 's/^denied steps|//p' <<<"$res")"
 
 	check "it cannot become agent_backend" "42501 permission denied to set role \"agent_backend\"" \

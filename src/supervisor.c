@@ -11,17 +11,22 @@
  *						with backoff when it dies, stopped on SIGTERM; its
  *						settings are the sandbox.* GUCs, written as its
  *						configuration file and re-read on SIGHUP
- *	recovery			before each start of the local runner, what the
- *						previous one left in flight is resolved
- *						(agent._supervisor_recover), by the billing rule
  *	staged results		results a runner staged behind a lock a backend
  *						holds are applied here (agent._finish_pending)
- *	wake-ups			a committed approval or cancel sets our latch
- *						(shmem.c); we pass it to the local runner over its
- *						link; a finish it reports wakes agent.wait()
+ *	leases				every few seconds, the invocations whose runner
+ *						stopped renewing its lease are ended by the billing
+ *						rule (agent.reap_expired_leases; pg_cron does it
+ *						too, as a backstop)
  *	worker_status()		what the local runner's slots run, its work
  *						directory and why it claims nothing, in shared
  *						memory
+ *
+ * The local runner registers like any other (agent.runner_register, as
+ * role sandbox_runner_local): its registration ends what its previous
+ * process still held.  Wake-ups reach every runner as NOTIFY at commit;
+ * when we apply a staged result or reap a lease, which may make a run
+ * claimable (the next of a conversation, a freed org slot), we notify them
+ * in the same transaction.
  *
  * One worker, registered from _PG_init when the library is preloaded,
  * connected to sandbox.database.  The untrusted workspaces (their scans,
@@ -73,6 +78,8 @@ PGDLLEXPORT void sandbox_supervisor_main(Datum main_arg);
 #define IDLE_POLL_MS		10000
 /* How often results staged behind a held lock are tried again. */
 #define PENDING_RETRY_MS	1000
+/* How often expired leases are reaped (and staged results looked for). */
+#define REAP_INTERVAL_MS	5000
 /* A runner that dies is started again after this, doubled up to the max. */
 #define RESTART_MIN_MS		1000
 #define RESTART_MAX_MS		30000
@@ -101,7 +108,7 @@ static char runner_problem[256];	/* why the local runner is not running, or "" *
 
 static bool results_pending = true;
 static TimestampTz pending_retry_at = 0;
-static uint64 cancel_generation_seen = 0;
+static TimestampTz next_reap = 0;
 
 /* ----------------------------------------------------------------
  * Shared memory: what worker_status() shows
@@ -484,13 +491,6 @@ runner_stop(void)
 	runner_reaped(status);
 }
 
-static void
-link_send(const char *kind)
-{
-	if (link_sock >= 0)
-		(void) send(link_sock, kind, strlen(kind) + 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-}
-
 /* Read what the runner reported (local_link.h). */
 static void
 link_read(void)
@@ -512,9 +512,7 @@ link_read(void)
 			return;
 		}
 		buf[r] = '\0';
-		if (strcmp(buf, LINK_FINISHED) == 0)
-			ConditionVariableBroadcast(&sandbox_shared->finished_cv);
-		else if (strcmp(buf, LINK_STAGED) == 0)
+		if (strcmp(buf, LINK_STAGED) == 0)
 		{
 			results_pending = true;
 			pending_retry_at = 0;
@@ -535,9 +533,9 @@ link_read(void)
  */
 
 /*
- * Resolve what a previous runner left in flight: it is gone, and so are
- * its jails (they die with it).  Without recovery the next runner's claim
- * could run on stale state: on failure the worker exits and is restarted.
+ * Resolve what an in-database supervisor of an older version left in
+ * flight (rows without a runner; a runner's rows end with its lease or its
+ * next registration).  On failure the worker exits and is restarted.
  */
 static void
 step_recover(void)
@@ -546,7 +544,7 @@ step_recover(void)
 	{
 		int			rc;
 
-		sandbox_xact_begin("recovering invocations left by a previous runner");
+		sandbox_xact_begin("recovering invocations left by a previous supervisor");
 		rc = SPI_execute("SELECT agent._supervisor_recover()", false, 0);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "agent._supervisor_recover failed: %s", SPI_result_code_string(rc));
@@ -596,6 +594,9 @@ step_finish_pending(void)
 			d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 			left = isnull ? 0 : DatumGetInt32(d);
 		}
+		/* what ended may make a run claimable: runners look at commit */
+		if (left < before && SPI_execute("SELECT agent._wake_supervisor()", false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "agent._wake_supervisor failed");
 		sandbox_xact_commit();
 	}
 	PG_CATCH();
@@ -606,11 +607,40 @@ step_finish_pending(void)
 	PG_END_TRY();
 	if (left >= 0)
 		results_pending = left > 0;
-	if (left >= 0 && before > left)
+}
+
+/*
+ * End the invocations whose runner stopped renewing its lease (the runner
+ * died, its host is gone, its network is cut): agent.reap_expired_leases,
+ * by the billing rule, audited.  Runners are told at commit when any
+ * ended (their org's slots are free again).
+ */
+static void
+step_reap_leases(void)
+{
+	PG_TRY();
 	{
-		ConditionVariableBroadcast(&sandbox_shared->finished_cv);
-		link_send(LINK_WORK);
+		bool		isnull;
+		Datum		d;
+		int			n;
+
+		sandbox_xact_begin("reaping expired runner leases");
+		if (SPI_execute("SELECT agent.reap_expired_leases()", false, 1) != SPI_OK_SELECT ||
+			SPI_processed != 1)
+			elog(ERROR, "agent.reap_expired_leases failed");
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		n = isnull ? 0 : DatumGetInt32(d);
+		if (n > 0 && SPI_execute("SELECT agent._wake_supervisor()", false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "agent._wake_supervisor failed");
+		sandbox_xact_commit();
+		if (n > 0)
+			results_pending = true;	/* some may be staged behind a lock */
 	}
+	PG_CATCH();
+	{
+		sandbox_xact_abort_log(WARNING, "reaping expired runner leases");
+	}
+	PG_END_TRY();
 }
 
 /* ----------------------------------------------------------------
@@ -700,10 +730,9 @@ supervisor_start(void)
 	SpinLockAcquire(&sandbox_shared->mutex);
 	sandbox_shared->supervisor_pid = MyProcPid;
 	sandbox_shared->supervisor_latch = &MyProc->procLatch;
-	/* every approval wakes us: the runner, not we, knows its free slots */
-	sandbox_shared->supervisor_wants_work = true;
+	/* approvals are the runners' (NOTIFY), not ours: no latch for them */
+	sandbox_shared->supervisor_wants_work = false;
 	sandbox_shared->supervisor_started_at = GetCurrentTimestamp();
-	cancel_generation_seen = sandbox_shared->cancel_generation;
 	SpinLockRelease(&sandbox_shared->mutex);
 	before_shmem_exit(supervisor_shmem_exit, (Datum) 0);
 
@@ -715,6 +744,7 @@ supervisor_start(void)
 		ResetLatch(MyLatch);
 		handle_interrupts();
 	}
+	step_recover();
 	(void) write_runner_config();
 	elog(LOG, "supervisor started (database \"%s\", local runner %s)", sandbox_database,
 		 sandbox_local_runner ? "on" : "off");
@@ -732,7 +762,6 @@ ensure_runner(void)
 	runner_check_exit();
 	if (runner_pid > 0 || !sandbox_local_runner || GetCurrentTimestamp() < restart_at)
 		return;
-	step_recover();
 	runner_start();
 	if (runner_pid <= 0)
 	{
@@ -750,28 +779,12 @@ wait_timeout(void)
 
 	if (results_pending)
 		timeout = Min(timeout, Max(TimestampDifferenceMilliseconds(now, pending_retry_at), 0));
+	timeout = Min(timeout, Max(TimestampDifferenceMilliseconds(now, next_reap), 0));
 	if (runner_pid <= 0 && sandbox_local_runner)
 		timeout = Min(timeout, Max(TimestampDifferenceMilliseconds(now, restart_at), 0));
 	if (runner_pid > 0 && runner_pidfd < 0)
 		timeout = Min(timeout, 100);	/* no pidfd: poll waitpid() */
 	return timeout;
-}
-
-/* Pass a committed approval or cancel on to the local runner. */
-static void
-forward_wakeups(void)
-{
-	uint64		gen;
-
-	SpinLockAcquire(&sandbox_shared->mutex);
-	gen = sandbox_shared->cancel_generation;
-	SpinLockRelease(&sandbox_shared->mutex);
-	link_send(LINK_WORK);
-	if (gen != cancel_generation_seen)
-	{
-		cancel_generation_seen = gen;
-		link_send(LINK_CANCEL);
-	}
 }
 
 void
@@ -783,7 +796,6 @@ sandbox_supervisor_main(Datum main_arg)
 		WaitEventSet *wes;
 		WaitEvent	events[4];
 		int			n;
-		bool		timed_out;
 
 		handle_interrupts();
 		ensure_runner();
@@ -796,14 +808,10 @@ sandbox_supervisor_main(Datum main_arg)
 			AddWaitEventToSet(wes, WL_SOCKET_READABLE, runner_pidfd, NULL, NULL);
 		n = WaitEventSetWait(wes, wait_timeout(), events, lengthof(events), PG_WAIT_EXTENSION);
 		FreeWaitEventSet(wes);
-		timed_out = (n == 0);
 		for (int e = 0; e < n; e++)
 		{
 			if (events[e].events & WL_LATCH_SET)
-			{
 				ResetLatch(MyLatch);
-				forward_wakeups();
-			}
 			else if (events[e].fd == link_sock && link_sock >= 0)
 				link_read();
 			else if (events[e].fd == runner_pidfd && runner_pidfd >= 0)
@@ -811,7 +819,13 @@ sandbox_supervisor_main(Datum main_arg)
 		}
 		if (runner_pid > 0 && runner_pidfd < 0)
 			runner_check_exit();
-		if ((results_pending && GetCurrentTimestamp() >= pending_retry_at) || timed_out)
+		if (GetCurrentTimestamp() >= next_reap)
+		{
+			next_reap = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REAP_INTERVAL_MS);
+			step_reap_leases();
+			results_pending = true;	/* a remote runner's staged result: looked for as often */
+		}
+		if (results_pending && GetCurrentTimestamp() >= pending_retry_at)
 		{
 			pending_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), PENDING_RETRY_MS);
 			step_finish_pending();

@@ -10,7 +10,7 @@
 --       OUT runner_id uuid, OUT incarnation uuid, OUT lease_seconds integer,
 --       OUT heartbeat_seconds integer, OUT state text, OUT ended integer)
 --   agent.runner_heartbeat(runner uuid, incarnation uuid, in_use integer,
---       held uuid[] DEFAULT NULL,
+--       held uuid[] DEFAULT NULL, slots integer DEFAULT NULL,
 --       OUT state text, OUT renewed integer, OUT lost uuid[])
 --   agent.runner_claim(runner uuid, incarnation uuid, max_rows integer)
 --       RETURNS TABLE (id uuid, lease_token uuid, language text, code text,
@@ -452,9 +452,11 @@ COMMENT ON FUNCTION agent.runner_register(text, text, text, integer) IS
 -- connection), is ended too, as a failure of ours.  Returns the runner's
 -- state (draining: claim nothing new; removed: stop), how many leases it
 -- holds now, and, of held, those it no longer holds: their sandboxes must
--- be killed and their results dropped.
+-- be killed and their results dropped.  slots, when given, is how many runs
+-- the runner takes at once from now on (its configuration was reloaded):
+-- fewer than it runs now only makes it claim nothing until enough end.
 CREATE FUNCTION agent.runner_heartbeat(runner uuid, incarnation uuid, in_use integer,
-									   held uuid[] DEFAULT NULL,
+									   held uuid[] DEFAULT NULL, slots integer DEFAULT NULL,
 									   OUT state text, OUT renewed integer, OUT lost uuid[])
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
@@ -467,6 +469,9 @@ DECLARE
 BEGIN
 	IF runner_heartbeat.in_use IS NULL OR runner_heartbeat.in_use < 0 THEN
 		RAISE EXCEPTION 'in_use must be a non-negative number' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF runner_heartbeat.slots NOT BETWEEN 0 AND 1024 THEN
+		RAISE EXCEPTION 'slots must be between 0 and 1024' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	PERFORM agent._reap_leases(rn.id, pg_catalog.clock_timestamp());
 	IF held IS NOT NULL THEN
@@ -483,7 +488,7 @@ BEGIN
 	END IF;
 	UPDATE agent.runners x
 	   SET last_heartbeat = pg_catalog.clock_timestamp(), in_use = runner_heartbeat.in_use,
-		   gone_at = NULL
+		   slots = coalesce(runner_heartbeat.slots, x.slots), gone_at = NULL
 	 WHERE x.id = rn.id
 	RETURNING * INTO rn;
 
@@ -503,7 +508,7 @@ BEGIN
 				   ORDER BY h);
 END
 $$;
-COMMENT ON FUNCTION agent.runner_heartbeat(uuid, uuid, integer, uuid[]) IS
+COMMENT ON FUNCTION agent.runner_heartbeat(uuid, uuid, integer, uuid[], integer) IS
 	'renew the calling runner''s leases; returns its state, the leases it holds and which of held it lost';
 
 -- Claim up to max_rows approved invocations for this runner (at most its
@@ -934,7 +939,7 @@ COMMENT ON VIEW agent.runner_status IS
 REVOKE ALL ON agent.runners, agent.runner_status FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
 	agent.runner_register(text, text, text, integer),
-	agent.runner_heartbeat(uuid, uuid, integer, uuid[]),
+	agent.runner_heartbeat(uuid, uuid, integer, uuid[], integer),
 	agent.runner_claim(uuid, uuid, integer),
 	agent.runner_prepare(uuid, uuid, uuid, boolean),
 	agent.runner_skill_files(uuid, uuid, uuid, uuid),

@@ -310,7 +310,7 @@ check_connection(void)
 	char	   *err = NULL;
 	const char *kw[64];
 	const char *val[64];
-	const char *params[1] = {"agent._claim_invocations(integer)"};
+	const char *params[1] = {"agent.runner_claim(uuid,uuid,integer)"};
 	PGconn	   *c;
 	PGresult   *res;
 

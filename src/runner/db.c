@@ -18,7 +18,9 @@
  * runner needs unless the operator set it: application_name, a short
  * lock_timeout (no step may wait long for a lock a tenant holds),
  * target_session_attrs=read-write (with several hosts, the primary), a
- * connect timeout and TCP keepalives.  In pipeline mode the calls up to a
+ * connect timeout and TCP keepalives; for the local runner, role
+ * sandbox_runner_local (a member of agent_runner: the runner's rights only,
+ * whatever the login role may do).  In pipeline mode the calls up to a
  * sync point form one implicit transaction: they commit together, or a
  * failure rolls them all back.
  *
@@ -30,6 +32,8 @@
 
 #include "libpq-fe.h"
 
+#include "../channels.h"
+
 /* A step's deadline: this long, plus a second per megabyte it sends. */
 #define STEP_TIMEOUT_MS		10000
 #define CONNECT_TIMEOUT_MS	10000
@@ -37,6 +41,8 @@
 #define BACKOFF_MAX_MS		30000
 /* Backstop for any lock a step did not foresee (the SQL steps skip or NOWAIT theirs). */
 #define RUNNER_LOCK_TIMEOUT	"500ms"
+/* The role the local runner acts as (45_runners.sql creates it). */
+#define LOCAL_RUNNER_ROLE	"sandbox_runner_local"
 
 typedef enum DbState
 {
@@ -119,6 +125,7 @@ db_disconnect(const char *why)
 	conn = NULL;
 	state = DBS_DOWN;
 	snprintf(status_text, sizeof(status_text), "not connected: %s", reason);
+	status_dirty = true;
 	next_attempt = now_ms() + backoff_ms;
 	backoff_ms = Min(backoff_ms * 2, BACKOFF_MAX_MS);
 }
@@ -173,6 +180,9 @@ db_conn_params(const char **kw, const char **val, PQconninfoOption **opts, char 
 	}
 	/* ours come last: a later -c wins, and lock_timeout is not the operator's to lift */
 	strlcat(options, " -c lock_timeout=" RUNNER_LOCK_TIMEOUT, sizeof(options));
+	/* the local runner logs in as the server's OS user and acts as its role */
+	if (runner_local)
+		strlcat(options, " -c role=" LOCAL_RUNNER_ROLE, sizeof(options));
 	kw[n] = "options";
 	val[n] = options;
 	n++;
@@ -244,7 +254,7 @@ take_notifies(void)
 
 	while ((n = PQnotifies(conn)) != NULL)
 	{
-		if (strcmp(n->relname, "sandbox_ext_cancel") == 0)
+		if (strcmp(n->relname, SANDBOX_CHANNEL_CANCEL) == 0)
 			woken_cancel = true;
 		else
 			woken_work = true;
@@ -495,8 +505,8 @@ db_listen(void)
 	DbOutcome	o;
 
 	db_batch_init(&b);
-	db_batch_add(&b, "LISTEN sandbox_ext_work", 0, NULL);
-	db_batch_add(&b, "LISTEN sandbox_ext_cancel", 0, NULL);
+	db_batch_add(&b, "LISTEN " SANDBOX_CHANNEL_WORK, 0, NULL);
+	db_batch_add(&b, "LISTEN " SANDBOX_CHANNEL_CANCEL, 0, NULL);
 	o = db_batch_run(&b);
 	if (o == DB_FAILED)
 	{

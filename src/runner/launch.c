@@ -546,9 +546,10 @@ jail_signal(Run *run, int sig)
 			(void) shutdown(j->verdict_fd, SHUT_WR);
 		return;
 	}
+	/* never kill(0) or kill(-1): a pid we do not hold is nobody's to signal */
 	if (j->pidfd >= 0)
 		(void) pidfd_send_signal(j->pidfd, sig, NULL, 0);
-	else
+	else if (j->pid > 0)
 		(void) kill(j->pid, sig);
 }
 
@@ -559,7 +560,7 @@ jail_kill_wait(Run *run)
 	bool		oneshot = run->phase == RUN_STARTED && !run->jail.served;
 
 	jail_signal(run, SIGKILL);
-	if (oneshot)
+	if (oneshot && run->jail.pid > 0)
 		(void) waitpid(run->jail.pid, NULL, 0);
 }
 

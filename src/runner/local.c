@@ -2,10 +2,9 @@
  *
  * local.c
  *		The local runner's link with the supervisor that started it
- *		(--local): what the slots run, for agent.worker_status(); that a
- *		result was applied or staged; and the wake-ups the supervisor's
- *		latch gets at the commit of an approval or a cancel.  The format is
- *		local_link.h's.  A remote runner has no link: every call here is
+ *		(--local): what the slots run, for agent.worker_status(), and that
+ *		a result is staged behind a lock; its EOF when the supervisor is
+ *		gone.  The format is local_link.h's.  A remote runner has no link: every call here is
  *		then a no-op.
  *
  *-------------------------------------------------------------------------
@@ -46,6 +45,25 @@ add_field(StringInfo s, const char *f)
 	appendStringInfoChar(s, '\0');
 }
 
+/* Why we claim nothing, or NULL (agent.worker_status().problem). */
+static const char *
+status_problem(void)
+{
+	static char buf[512];
+
+	if (work_problem())
+		return work_problem();
+	if (strncmp(db_status(), "not connected:", 14) == 0 || strncmp(db_status(), "invalid", 7) == 0)
+		return db_status();
+	if (me.registered && strcmp(me.state, "active") != 0)
+	{
+		snprintf(buf, sizeof(buf), "the runner is %s: it claims nothing (agent.drain_runner)",
+				 me.state);
+		return buf;
+	}
+	return NULL;
+}
+
 /* What the slots run now, if it changed since the last report. */
 void
 link_send_status(void)
@@ -63,7 +81,7 @@ link_send_status(void)
 	snprintf(num, sizeof(num), "%d", nactive);
 	add_field(&s, num);
 	add_field(&s, work_root());
-	add_field(&s, work_problem() ? work_problem() : "");
+	add_field(&s, status_problem() ? status_problem() : "");
 	for (int i = 0; i < nruns; i++)
 	{
 		char		run[UUID_STR_LEN + 16];
@@ -79,15 +97,15 @@ link_send_status(void)
 	free(s.data);
 }
 
-/* Read what the supervisor sent: wake-ups, or its end (EOF). */
+/* Read the link: the supervisor sends nothing, so this is its end (EOF). */
 void
-link_read(bool *work, bool *cancel, bool *eof)
+link_read(bool *eof)
 {
 	char		buf[LINK_MAX];
 
 	for (;;)
 	{
-		ssize_t		r = recv(link_fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+		ssize_t		r = recv(link_fd, buf, sizeof(buf), MSG_DONTWAIT);
 
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -98,10 +116,5 @@ link_read(bool *work, bool *cancel, bool *eof)
 			*eof = true;
 			return;
 		}
-		buf[r] = '\0';
-		if (strcmp(buf, LINK_WORK) == 0)
-			*work = true;
-		else if (strcmp(buf, LINK_CANCEL) == 0)
-			*cancel = true;
 	}
 }

@@ -17,12 +17,12 @@
  *	  status	slots, in use, work dir, problem (or ""), then one
  *				"invocation:jail pid" field per run in a slot; sent when
  *				any of it changes (agent.worker_status() shows it)
- *	  finished	a result was applied (wake agent.wait())
- *	  staged	a result waits behind a lock (apply it: agent._finish_pending)
+ *	  staged	a result waits behind a lock (apply it now:
+ *				agent._finish_pending)
  *
- *	supervisor -> runner
- *	  work		approved work committed (look at the queue)
- *	  cancel	a cancel request committed (look for cancelled runs)
+ * Nothing goes the other way: the local runner LISTENs for approvals and
+ * cancels like any runner, and agent.wait() is woken by the commit that
+ * ends an invocation, whoever commits it.
  *
  * The settings travel as the runner's configuration file, rewritten by
  * the supervisor on reload, followed by SIGHUP: the same file and signal
@@ -38,10 +38,7 @@
 #define LINK_MAX			16384	/* one message */
 
 #define LINK_STATUS			"status"
-#define LINK_FINISHED		"finished"
 #define LINK_STAGED			"staged"
-#define LINK_WORK			"work"
-#define LINK_CANCEL			"cancel"
 
 /* The fields of a status message after its kind, in this order. */
 typedef enum LinkStatusField

@@ -7,7 +7,7 @@
  *	1. fill free slots when there may be work (a wake-up, a free slot, the
  *	   slow poll): claim approved invocations (charged, in one short
  *	   transaction that commits before any jail starts) and start them;
- *	2. wait on the signal pipe, the supervisor's link (--local), the
+ *	2. wait on the signal pipe, the supervisor's link (--local: its EOF), the
  *	   database socket (notifications, or connecting), every pipe and
  *	   every pidfd of a run;
  *	3. read what arrived; SIGKILL a jail past its backstop;
@@ -15,11 +15,18 @@
  *	5. finish every run whose jail is gone, and sweep what the database no
  *	   longer needs on disk.
  *
- * Wake-ups are hints: LISTEN sandbox_ext_work / sandbox_ext_cancel (and,
- * for the local runner, the supervisor's link), with a slow poll as the
- * backstop for a lost one.  While the database cannot be reached the loop
- * goes on: jails run, their output waits, finished runs wait to be
- * recorded, and the connection is made again with backoff.
+ * Wake-ups are hints: LISTEN sandbox_ext_work / sandbox_ext_cancel
+ * (channels.h), with a slow poll as the backstop for a lost one.  While
+ * the database cannot be reached the loop goes on: jails run, their
+ * output waits, finished runs wait to be recorded, and the connection is
+ * made again with backoff.
+ *
+ * Leases (steps.c): the runner registers when it first connects, renews
+ * every lease it holds with one heartbeat every heartbeat_seconds, and
+ * fences itself, killing every sandbox, when it could not renew for a
+ * lease's length.  A connection made again does not register again (that
+ * would end our own runs): it heartbeats, and the database says which
+ * leases we lost meanwhile.
  *
  *-------------------------------------------------------------------------
  */
@@ -69,6 +76,9 @@ runner_reload(void)
 	}
 	if (strcmp(c.conninfo, runner_conf.conninfo) != 0)
 		runner_log(RLOG_LOG, "the connection string changed: it applies from the next connection");
+	/* the database's count of our slots follows at once: the claim heeds it */
+	if (c.slots != runner_conf.slots)
+		me.next_heartbeat = 0;
 	runner_config_free(&runner_conf);
 	runner_conf = c;
 	if (!runner_conf.jail_launcher)
@@ -138,6 +148,8 @@ wait_timeout(void)
 			continue;
 		if (ms >= 0)
 			timeout = Min(timeout, ms);
+		if (me.lease_ms > 0)
+			timeout = Min(timeout, Max(lease_deadline(run) - now, 0));
 		if (run->phase == RUN_STARTED && !run->jail.served && run->jail.pidfd < 0)
 			timeout = Min(timeout, REAP_POLL_MS);
 		switch (run->phase)
@@ -159,6 +171,8 @@ wait_timeout(void)
 	}
 	if (sweep_wanted)
 		timeout = Min(timeout, Max(last_sweep + SWEEP_INTERVAL_MS - now, 0));
+	if (me.registered && db_connected())
+		timeout = Min(timeout, Max(me.next_heartbeat - now, 0));
 	if (db_connected() && claim_wanted && free_slots() > 0)
 		timeout = 0;
 	if (db_connected() && cancel_wanted)
@@ -239,8 +253,7 @@ wait_and_read(int *nevents)
 				}
 				break;
 			case FD_LINK:
-				link_read(&claim_wanted, &cancel_wanted, &eof);
-				woken = true;
+				link_read(&eof);
 				if (eof)
 				{
 					runner_log(RLOG_LOG, "the supervisor is gone; shutting down");
@@ -274,6 +287,14 @@ wait_and_read(int *nevents)
 		db_progress(0, &connected_now, &claim_wanted, &cancel_wanted);
 	if (connected_now && !db_listen())
 		connected_now = false;	/* it broke again: the next attempt follows */
+	if (connected_now && me.registered && !step_heartbeat() && db_connected() && me.registered)
+		connected_now = false;	/* not renewed: it is tried again shortly */
+	if (connected_now && !me.registered && !step_register())
+	{
+		if (db_connected())
+			db_disconnect("the runner could not register");
+		connected_now = false;
+	}
 	if (connected_now)
 	{
 		runner_log(RLOG_LOG, "%s", db_status());
@@ -349,6 +370,12 @@ runner_loop(void)
 
 		if (reload_requested)
 			runner_reload();
+		/* renew our leases; kill our sandboxes if we could not for too long */
+		if (me.registered && db_connected() && now_ms() >= me.next_heartbeat)
+			(void) step_heartbeat();
+		step_self_fence();
+		if (!me.registered && db_connected() && !step_register())
+			db_disconnect("the runner could not register");
 		if (now_ms() >= next_poll)
 		{
 			next_poll = now_ms() + IDLE_POLL_MS;

@@ -7,7 +7,9 @@
  *		one transaction per loop turn.
  *
  * The jail caps its output too; the cap here holds even if it did not, so
- * the table never grows past output_limit per stream.  Invalid UTF-8 and
+ * the table never grows past the output limit per stream (the smaller of
+ * the runner's output_limit and the server's sandbox.output_limit, which
+ * the server's step enforces too), counted as stored text.  Invalid UTF-8 and
  * NUL bytes become U+FFFD; a sequence cut by a read waits for the rest.
  * Output that does not end a line waits OUTPUT_COALESCE_MS for the rest of
  * it (an unbuffered interpreter writes "a" and "\n" separately), unless
@@ -87,18 +89,45 @@ append_utf8(RunOutput *out, int stream, const char *buf, int len, bool eof)
 	}
 }
 
+/*
+ * Keep what is stored of a stream within its limit, counted as the text
+ * that is stored (an invalid byte becomes three): cut what was just added
+ * (from `before`) at a character boundary, and drop the rest of the stream.
+ */
+static void
+fit_limit(RunOutput *out, int st, int before)
+{
+	StringInfo	p = &out->pending[st];
+	int64		added = p->len - before;
+	int			len;
+
+	if (out->kept[st] + added <= out->limit)
+	{
+		out->kept[st] += added;
+		return;
+	}
+	len = before + (int) Max(out->limit - out->kept[st], 0);
+	while (len > before && (p->data[len] & 0xC0) == 0x80)
+		len--;					/* not in the middle of a character */
+	p->len = len;
+	p->data[len] = '\0';
+	out->kept[st] += len - before;
+	out->partial_len[st] = 0;
+	out->full[st] = true;
+	out->truncated = true;
+}
+
 /* Read what a pipe has, up to one chunk's worth of pending text. */
 void
 output_read(Run *run, int st)
 {
 	RunOutput  *out = &run->out;
 	static char buf[OUTPUT_READ_SIZE];
-	int64		limit = (int64) runner_conf.output_limit_kb * 1024;
 
 	for (;;)
 	{
 		ssize_t		r = read(out->fd[st], buf, sizeof(buf));
-		int			keep;
+		int			before = out->pending[st].len;
 
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -106,21 +135,25 @@ output_read(Run *run, int st)
 			break;
 		if (r <= 0)				/* EOF or error */
 		{
-			append_utf8(out, st, "", 0, true);
+			if (!out->full[st])
+			{
+				append_utf8(out, st, "", 0, true);
+				fit_limit(out, st, before);
+			}
 			close(out->fd[st]);
 			out->fd[st] = -1;
 			break;
 		}
-		keep = (int) Min((int64) r, Max(limit - out->kept[st], 0));
 		out->bytes[st] += r;
-		if (keep < r)
+		if (out->full[st])
+		{
 			out->truncated = true;
-		if (keep == 0)
 			continue;
-		out->kept[st] += keep;
+		}
 		if (out->pending[st].len == 0)
 			out->pending_at[st] = now_ms();
-		append_utf8(out, st, buf, keep, false);
+		append_utf8(out, st, buf, (int) r, false);
+		fit_limit(out, st, before);
 		if (out->pending[st].len >= OUTPUT_READ_SIZE)
 			break;				/* store it before reading more */
 	}

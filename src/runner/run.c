@@ -75,6 +75,8 @@ run_reset(Run *run)
 	}
 	o->retry_at = 0;
 	o->truncated = false;
+	o->full[0] = o->full[1] = false;
+	o->limit = (int64) runner_conf.output_limit_kb * 1024;
 
 	d->dir[0] = d->workspace[0] = d->session[0] = '\0';
 	d->has_session = false;
@@ -133,8 +135,11 @@ run_claim(const ClaimedRun *c)
 	run->phase = RUN_CLAIMED;
 	strlcpy(run->id, c->id, sizeof(run->id));
 	strlcpy(run->lease, c->lease, sizeof(run->lease));
+	run->leased_at = c->leased_at;
 	strlcpy(run->language, c->language, sizeof(run->language));
 	run->disk.caps = c->caps;
+	if (c->output_limit > 0)
+		run->out.limit = Min(run->out.limit, c->output_limit);
 	nactive++;
 	return run;
 }
@@ -245,8 +250,9 @@ run_finish(Run *run)
 		run->retry_at = now_ms() + RECORD_RETRY_MS;
 		return false;
 	}
-	/* the supervisor applies a staged result, and wakes agent.wait() */
-	link_send(applied ? LINK_FINISHED : LINK_STAGED);
+	/* the supervisor applies a staged result (the local one, now) */
+	if (!applied)
+		link_send(LINK_STAGED);
 	run_release(run);
 	return true;
 }

@@ -246,7 +246,9 @@ typedef struct RunOutput
 	msec		pending_at[NSTREAMS];	/* when pending[] became non-empty */
 	msec		retry_at;		/* storing failed: not before this */
 	int64		bytes[NSTREAMS];	/* read from the jail */
-	int64		kept[NSTREAMS];		/* accepted for storage */
+	int64		kept[NSTREAMS];		/* text accepted for storage (stored and pending) */
+	bool		full[NSTREAMS];		/* kept reached limit: the rest is dropped */
+	int64		limit;			/* bytes of text kept per stream */
 	bool		truncated;		/* some was dropped (limit, or not stored) */
 } RunOutput;
 
@@ -275,7 +277,8 @@ typedef struct Run
 	RunPhase	phase;
 	int			slot;			/* index in the slot table */
 	char		id[UUID_STR_LEN];
-	char		lease[UUID_STR_LEN];	/* the lease token ("" before leases) */
+	char		lease[UUID_STR_LEN];	/* the lease token */
+	msec		leased_at;		/* when the claim that leased it was sent */
 	char		language[16];
 	bool		marked;			/* the mark-running step was tried */
 	char	   *start_error;	/* a failure of ours before or at the start */
@@ -291,6 +294,7 @@ typedef struct ClaimedRun
 {
 	char		id[UUID_STR_LEN];
 	char		lease[UUID_STR_LEN];
+	msec		leased_at;		/* when the claim was sent: its lease lasts from then */
 	char		language[16];
 	char	   *code;			/* malloc'd */
 	int			wall_s;
@@ -300,6 +304,7 @@ typedef struct ClaimedRun
 	bool		fresh_session;
 	bool		has_skills;
 	ProducedCaps caps;			/* what it may return (agent._produced_caps) */
+	int64		output_limit;	/* the server's per stream, or 0 */
 } ClaimedRun;
 
 extern Run *runs;
@@ -417,6 +422,29 @@ extern int	db_ntuples(const DbResult *r);
 extern bool db_in_transaction(void);
 
 /* ---- steps.c ---- */
+
+/* Who we are in agent.runners, from the registration. */
+typedef struct RunnerIdentity
+{
+	bool		registered;
+	char		id[UUID_STR_LEN];
+	char		incarnation[UUID_STR_LEN];
+	char		state[16];		/* active | draining | removed */
+	msec		lease_ms;
+	msec		heartbeat_ms;
+	msec		renewed_at;		/* when the last heartbeat that renewed was sent */
+	msec		next_heartbeat;
+	bool		drained_said;	/* "drained" was logged for this drain */
+} RunnerIdentity;
+
+/* Fence ourselves this long before a lease we could not renew runs out. */
+#define SELF_FENCE_MARGIN_MS	1000
+
+extern RunnerIdentity me;
+extern bool step_register(void);
+extern bool step_heartbeat(void);
+extern msec lease_deadline(const Run *run);
+extern void step_self_fence(void);
 extern int	step_claim(int want, ClaimedRun *out);
 extern bool step_prepare(Run *run, bool workspace_is_new);
 extern void step_mark_started(void);
@@ -430,7 +458,7 @@ extern bool step_sweep_lists(StrList *live_sessions, StrList *skills_in_use);
 extern int	link_fd;			/* -1 unless --local */
 extern void link_send_status(void);
 extern void link_send(const char *kind);
-extern void link_read(bool *work, bool *cancel, bool *eof);
+extern void link_read(bool *eof);
 
 /* ---- loop.c ---- */
 extern volatile sig_atomic_t shutdown_requested;

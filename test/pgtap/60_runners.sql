@@ -113,7 +113,7 @@ CREATE FUNCTION pg_temp.claim(name text, n integer) RETURNS text LANGUAGE sql AS
 	SELECT coalesce(string_agg(tag, ',' ORDER BY tag), '') FROM ins
 $$;
 
-SELECT plan(112);
+SELECT plan(116);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -156,7 +156,7 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
 				'agent.runner_cancel_requested(uuid,uuid[])',
 				'agent.runner_claim(uuid,uuid,integer)',
 				'agent.runner_finish(uuid,uuid,uuid,text,integer,text,boolean,boolean,bigint,integer,text)',
-				'agent.runner_heartbeat(uuid,uuid,integer,uuid[])',
+				'agent.runner_heartbeat(uuid,uuid,integer,uuid[],integer)',
 				'agent.runner_live_sessions(uuid)',
 				'agent.runner_mark_running(uuid,uuid,uuid,integer)',
 				'agent.runner_prepare(uuid,uuid,uuid,boolean)',
@@ -519,6 +519,16 @@ UPDATE reg SET incarnation = r.incarnation FROM agent.runner_register('tap-a', '
  WHERE name = 'tap-a';
 SELECT is(pg_temp.claim('tap-a', 10), 'y1', 'a runner with one slot claims one run, however many it asks for');
 SELECT is(pg_temp.claim('tap-a', 10), '', '... and none while that slot is taken');
+SELECT is(left(pg_temp.error_of(format('SELECT agent.runner_heartbeat(%L, %L, 1, NULL, 1025)',
+			pg_temp.rid('tap-a'), pg_temp.inc('tap-a'))), 5),
+		  '22023', 'a heartbeat cannot declare more than 1024 slots');
+SELECT is((SELECT renewed FROM agent.runner_heartbeat(pg_temp.rid('tap-a'), pg_temp.inc('tap-a'), 1, NULL, 3)),
+		  1, 'a heartbeat declares new slots (its configuration was reloaded)');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT slots FROM agent.runners WHERE name = 'tap-a'), 3, '... which the runner now has');
+SET SESSION AUTHORIZATION tap_runner_a;
+SELECT is((SELECT renewed FROM agent.runner_heartbeat(pg_temp.rid('tap-a'), pg_temp.inc('tap-a'), 1, NULL, 1)),
+		  1, '... and back to one');
 RESET SESSION AUTHORIZATION;
 SELECT is(agent.drain_runner('tap-b'), 'draining', 'an operator drains runner b');
 SET SESSION AUTHORIZATION tap_runner_b;

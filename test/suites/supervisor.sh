@@ -305,7 +305,7 @@ t_recovery_worker_killed() {
 	done
 	st=$(await "$A" "$inv" 20)
 	check "worker killed mid-run: a failure of ours, refunded (charged once, refunded once)" \
-		"provision_failed|the supervisor restarted while the run was in progress|0|charge:-2,refund:2" \
+		"provision_failed|the runner \"local\" restarted|0|charge:-2,refund:2" \
 		"$st|$(field "$inv" state_reason)|$(field "$inv" credits_charged)|$(ledger "$inv")"
 	# The payload dies with its jail (PR_SET_PDEATHSIG); give a loaded machine time.
 	for _ in $(seq 1 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done

@@ -41,6 +41,8 @@ RH_A=$((PORT / 256))
 RH_B=$((PORT % 256))
 RH_DIR=${RH_DIR:-/tmp/sbxr_$PORT}
 RH_N=0
+# The daemon (fault injection may point this at another build of it).
+RH_RUNNER=${RH_RUNNER:-$PGBIN/sandbox-runner}
 
 rh_ns() { echo "sbxr-$PORT-$1"; }
 rh_role() { echo "sbxr_${PORT}_$1"; }
@@ -173,7 +175,7 @@ rh_start() {			# host [slots]
 	local h=$1
 	[ -n "$(rh_pid "$h")" ] && return 0
 	rh_conf "$h" "${2:-2}"
-	rh_in "$h" "$PGBIN/sandbox-runner" --config "$RH_DIR/h$h/runner.conf" \
+	rh_in "$h" "$RH_RUNNER" --config "$RH_DIR/h$h/runner.conf" \
 		>>"$RH_DIR/h$h/runner.log" 2>&1 </dev/null &
 	disown
 	wait_for 10 '[ -n "$(rh_pid '"$h"')" ]'

@@ -172,6 +172,8 @@ t_kill9() {
 		return
 	fi
 	inc=$(incarnation "$h")
+	check "the run's sandbox and work directory are on its runner's host" "alive|there" \
+		"$(sandbox_alive "$mark" && echo alive || echo gone)|$([ -d "$RH_DIR/h$h/work/w/$inv" ] && echo there || echo missing)"
 	rh_kill "$h"
 	before=$(sandbox_alive "$mark" && echo "outlived" || echo "did not outlive")
 	check "runner killed -9 mid-run: after its lease the run ends, a failure of ours, refunded" \
@@ -204,6 +206,7 @@ t_cut() {
 		nok "the run is on a runner host" "runner_id $(field "$inv" runner_id)"
 		return
 	fi
+	check "the run's sandbox is on its runner's host" alive "$(sandbox_alive "$mark" && echo alive || echo gone)"
 	rh_cut "$h"
 	# What the primary has of the run once nothing can reach it from the host.
 	sleep 0.5

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # test/runner_hosts.sh: runner hosts on this machine for the runners suite
 # and bench/runners (sourced, not run; after test/lib.sh or bench/lib.sh,
 # with PGBIN, CLUSTER_DIR, PORT, DB, as_pg and q set).

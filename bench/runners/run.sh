@@ -141,7 +141,7 @@ HZ=$(getconf CLK_TCK)
 # throughput LABEL RUNNERS: one line of the table
 declare -A rate_of
 throughput() {
-	local label=$1 nr=$2 t0 r0 s0 t1 r1 s1 w0 w1 out done rate cpu_us wal
+	local label=$1 nr=$2 t0 r0 s0 t1 r1 s1 w0 w1 out completed rate cpu_us wal
 	if $PGSS; then q -c "SELECT pg_stat_statements_reset()" >/dev/null; fi
 	read -r t0 r0 s0 < <(primary_ticks)
 	w0=$(wal_lsn)
@@ -152,17 +152,17 @@ throughput() {
 	# postmaster's children's times)
 	read -r t1 r1 s1 < <(primary_ticks)
 	w1=$(wal_lsn)
-	read -r done rate <<<"$out"
-	[ "${done:-0}" -gt 0 ] || bench_die "no run succeeded ($label): nothing to time"
-	us() { awk -v a="$1" -v b="$2" -v n="$done" -v hz="$HZ" 'BEGIN { printf "%.0f", (b - a) * 1e6 / hz / n }'; }
+	read -r completed rate <<<"$out"
+	[ "${completed:-0}" -gt 0 ] || bench_die "no run succeeded ($label): nothing to time"
+	us() { awk -v a="$1" -v b="$2" -v n="$completed" -v hz="$HZ" 'BEGIN { printf "%.0f", (b - a) * 1e6 / hz / n }'; }
 	cpu_us=$(us "$t0" "$t1")
-	wal=$(q -c "SELECT round(pg_wal_lsn_diff('$w1', '$w0') / $done)")
+	wal=$(q -c "SELECT round(pg_wal_lsn_diff('$w1', '$w0') / $completed)")
 	rate_of[$label]=$rate
 	if $PGSS; then
-		q -F '|' -c "SELECT round(calls::numeric / $done, 2), round((total_exec_time * 1000 / $done)::numeric), left(regexp_replace(query, '\s+', ' ', 'g'), 90) FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%' ORDER BY total_exec_time DESC LIMIT 6" \
+		q -F '|' -c "SELECT round(calls::numeric / $completed, 2), round((total_exec_time * 1000 / $completed)::numeric), left(regexp_replace(query, '\s+', ' ', 'g'), 90) FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%' ORDER BY total_exec_time DESC LIMIT 6" \
 			>"$tmp/pgss.$label"
 	fi
-	printf '%-10s %7s %6s %9s %8s %14s %10s %10s %12s %12s %9s\n' "$label" "$nr" "$SLOTS" "$rate" "$done" "$cpu_us" \
+	printf '%-10s %7s %6s %9s %8s %14s %10s %10s %12s %12s %9s\n' "$label" "$nr" "$SLOTS" "$rate" "$completed" "$cpu_us" \
 		"$(us "$r0" "$r1")" "$(us "$s0" "$s1")" "$wal" \
 		"$(awk -v u="$cpu_us" 'BEGIN { if (u > 0) printf "%.0f", 1e6 / u; else print "-" }')" \
 		"$(awk -v a="$rate" -v b="${rate_of[local]:-$rate}" 'BEGIN { printf "%.2fx", a / b }')"

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # bench/jail/run.sh [N] [BINARY]
 #
+# Refuses (a message, exit 1) when BINARY (default src/jail/sandbox-jail)
+# or bwrap is missing: a benchmark of nothing prints nothing.
+#
 # Start-up cost of sandbox-jail against bare exec and bubblewrap, measured
 # in one run on this machine (a benchmark: it prints figures, it asserts
 # nothing).  For each trivial program it runs N times:
@@ -50,6 +53,23 @@ fi
 N=${1:-50}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${2:-$ROOT/src/jail/sandbox-jail}
+
+# What it times must be there: without it every row would be ratios of
+# nothing ("-nanx"), which reads like a result.
+if [ ! -x "$BIN" ]; then
+	echo "bench/jail/run.sh: no jail binary at $BIN (build it first: make -C src/jail)" >&2
+	exit 1
+fi
+if ! command -v bwrap >/dev/null; then
+	echo "bench/jail/run.sh: bwrap is not installed (scripts/deps.sh installs it): it is the baseline of every ratio" >&2
+	exit 1
+fi
+case $N in
+'' | *[!0-9]* | 0)
+	echo "bench/jail/run.sh: N must be a positive number of runs, got \"$N\"" >&2
+	exit 1
+	;;
+esac
 WORK=$(mktemp -d /tmp/jailbench.XXXXXX)
 LAUNCHER=
 trap '[ -n "$LAUNCHER" ] && kill "$LAUNCHER" && wait "$LAUNCHER"; rm -rf "$WORK"' EXIT

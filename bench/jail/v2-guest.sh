@@ -20,6 +20,8 @@ work=$(mktemp -d /tmp/jailbench-v2.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 [ "$(id -u)" = 0 ] || { echo "v2-guest.sh: run as root (the guest needs it)" >&2; exit 1; }
+[ -x "$top/src/jail/sandbox-jail" ] ||
+	{ echo "v2-guest.sh: no jail binary at $top/src/jail/sandbox-jail (build it first: make -C src/jail)" >&2; exit 1; }
 
 echo "# host: bench/jail/run.sh $N"
 JAIL_BENCH_ROWS=$ROWS JAIL_BENCH_NO_HYPERFINE=1 "$here/run.sh" "$N" | tee "$work/host"

@@ -231,7 +231,7 @@ set_knob(const char *dir, const char *knob, uint64_t value, bool optional,
 
 /*
  * The run's limits.  extra_pids: processes of ours that share the cgroup
- * (a launcher worker supervising from inside its slot) and must not eat
+ * (a launcher worker that watches its run from inside its slot) and must not eat
  * into the payload's allowance.
  */
 int
@@ -348,121 +348,135 @@ jail_cgroup_create(const JailOptions *opts, JailCgroup *cg, char *err)
 	return jail_cgroup_create_named(opts, name, cg, err);
 }
 
-int
-jail_cgroup_create_named(const JailOptions *opts, const char *name,
-						 JailCgroup *cg, char *err)
+/*
+ * Under a v1 --cgroup-parent: it names one hierarchy; the same relative
+ * path is used in the memory, pids and cpuacct hierarchies.
+ */
+static int
+create_under_v1(const JailOptions *opts, const CgroupMounts *m, const char *name,
+				JailCgroup *cg, char *err)
 {
-	CgroupMounts m;
+	const char *parent = opts->cgroup_parent;
+	const char *mounts[] = {m->memory, m->pids, m->cpuacct};
+	const char *rel = NULL;
+	char		mem[512],
+				pids[512],
+				cpu[512];
+
+	for (int i = 0; i < 3 && !rel; i++)
+	{
+		size_t		n = strlen(mounts[i]);
+
+		if (n && strncmp(parent, mounts[i], n) == 0 &&
+			(parent[n] == '/' || parent[n] == '\0'))
+			rel = parent + n;
+	}
+	if (!rel || !m->memory[0] || !m->pids[0])
+	{
+		jail_seterr(err, "cgroup parent %s is not under the v1 memory/pids hierarchies", parent);
+		return -1;
+	}
+	snprintf(mem, sizeof(mem), "%s%s", m->memory, rel);
+	snprintf(pids, sizeof(pids), "%s%s", m->pids, rel);
+	snprintf(cpu, sizeof(cpu), "%s%s", m->cpuacct, rel);
+	return setup_v1(opts, cg, mem, pids, m->cpuacct[0] ? cpu : NULL, name, err);
+}
+
+/* Under the --cgroup-parent given: v2 (if delegated to us) or v1. */
+static int
+create_under_parent(const JailOptions *opts, const CgroupMounts *m,
+					const char *name, JailCgroup *cg, char *err)
+{
+	const char *parent = opts->cgroup_parent;
+	struct statfs sfs;
+
+	if (statfs(parent, &sfs) < 0)
+	{
+		jail_seterr(err, "cgroup parent %s: %s", parent, strerror(errno));
+		return -1;
+	}
+	if (sfs.f_type == CGROUP2_SUPER_MAGIC)
+	{
+		char		own[512];
+
+		own_v2_cgroup(own, sizeof(own));
+		if (m->v2[0] && !v2_may_move_into(m->v2, parent, own))
+		{
+			jail_seterr(err, "cgroup parent %s is not delegated to this process "
+						"(its cgroup %s is outside the delegated subtree)",
+						parent, own[0] ? own : "(unknown)");
+			return -1;
+		}
+		return setup_v2(opts, cg, parent, name, err);
+	}
+	if (sfs.f_type == CGROUP_SUPER_MAGIC)
+		return create_under_v1(opts, m, name, cg, err);
+	jail_seterr(err, "%s is not a cgroup directory", parent);
+	return -1;
+}
+
+/*
+ * The delegated v2 parent: the nearest "sandbox_ext" beside our own cgroup
+ * or one of its ancestors (<mount>/sandbox_ext for a jail started in the
+ * root cgroup; <service>/sandbox_ext for a service whose processes were
+ * moved into <service>/sandbox_ext/service, jail-host-setup.sh), that we
+ * may use and move our children into: into out, true.  undelegated: the
+ * first usable one we may not move children into ("" if none), for the
+ * message.
+ */
+static bool
+find_v2_parent(const CgroupMounts *m, char *out, size_t outlen,
+			   char *undelegated, size_t undlen)
+{
+	char		own[512];
+	char		anc[512];
+
+	own_v2_cgroup(own, sizeof(own));
+	snprintf(anc, sizeof(anc), "%s", own[0] ? own : "/");
+	for (;;)
+	{
+		char	   *slash;
+		int			n = snprintf(out, outlen, "%s%s/%s", m->v2,
+								 strcmp(anc, "/") == 0 ? "" : anc, V2_DEFAULT_NAME);
+
+		if (n > 0 && (size_t) n < outlen && v2_parent_usable(out))
+		{
+			if (v2_may_move_into(m->v2, out, own))
+				return true;
+			if (!undelegated[0])
+				snprintf(undelegated, undlen, "%s", out);
+		}
+		slash = strrchr(anc, '/');
+		if (!slash || slash == anc)
+		{
+			if (strcmp(anc, "/") == 0)
+				return false;
+			anc[1] = '\0';
+		}
+		else
+			*slash = '\0';
+	}
+}
+
+/* Auto-detect: a delegated v2 subtree first, then v1's sandbox_ext. */
+static int
+create_delegated(const JailOptions *opts, const CgroupMounts *m,
+				 const char *name, JailCgroup *cg, char *err)
+{
 	char		p1[512],
 				p2[512],
 				p3[512];
 	char		undelegated[512] = "";
-	struct statfs sfs;
 
-	memset(cg, 0, sizeof(*cg));
-	cg->v2_dirfd = -1;
-	find_mounts(&m);
-
-	if (opts->cgroup_parent)
+	if (m->v2[0] && find_v2_parent(m, p1, sizeof(p1), undelegated, sizeof(undelegated)))
+		return setup_v2(opts, cg, p1, name, err);
+	if (m->memory[0] && m->pids[0])
 	{
-		const char *parent = opts->cgroup_parent;
-
-		if (statfs(parent, &sfs) < 0)
-		{
-			jail_seterr(err, "cgroup parent %s: %s", parent, strerror(errno));
-			return -1;
-		}
-		if (sfs.f_type == CGROUP2_SUPER_MAGIC)
-		{
-			char		own[512];
-
-			own_v2_cgroup(own, sizeof(own));
-			if (m.v2[0] && !v2_may_move_into(m.v2, parent, own))
-			{
-				jail_seterr(err, "cgroup parent %s is not delegated to this process "
-							"(its cgroup %s is outside the delegated subtree)",
-							parent, own[0] ? own : "(unknown)");
-				return -1;
-			}
-			return setup_v2(opts, cg, parent, name, err);
-		}
-		if (sfs.f_type == CGROUP_SUPER_MAGIC)
-		{
-			/*
-			 * A v1 parent names one hierarchy; the same relative path is
-			 * used in the memory, pids and cpuacct hierarchies.
-			 */
-			const char *mounts[] = {m.memory, m.pids, m.cpuacct};
-			const char *rel = NULL;
-
-			for (int i = 0; i < 3 && !rel; i++)
-			{
-				size_t		n = strlen(mounts[i]);
-
-				if (n && strncmp(parent, mounts[i], n) == 0 &&
-					(parent[n] == '/' || parent[n] == '\0'))
-					rel = parent + n;
-			}
-			if (!rel || !m.memory[0] || !m.pids[0])
-			{
-				jail_seterr(err, "cgroup parent %s is not under the v1 memory/pids hierarchies", parent);
-				return -1;
-			}
-			snprintf(p1, sizeof(p1), "%s%s", m.memory, rel);
-			snprintf(p2, sizeof(p2), "%s%s", m.pids, rel);
-			snprintf(p3, sizeof(p3), "%s%s", m.cpuacct, rel);
-			return setup_v1(opts, cg, p1, p2, m.cpuacct[0] ? p3 : NULL, name, err);
-		}
-		jail_seterr(err, "%s is not a cgroup directory", parent);
-		return -1;
-	}
-
-	/*
-	 * Auto-detect: a delegated v2 subtree first, then v1.  On v2 that is
-	 * the nearest "sandbox_ext" beside our own cgroup or one of its
-	 * ancestors (<mount>/sandbox_ext for a jail started in the root
-	 * cgroup; <service>/sandbox_ext for a service whose processes were
-	 * moved into <service>/sandbox_ext/service, jail-host-setup.sh), that
-	 * we may use and move our children into.
-	 */
-	if (m.v2[0])
-	{
-		char		own[512];
-		char		anc[512];
-
-		own_v2_cgroup(own, sizeof(own));
-		snprintf(anc, sizeof(anc), "%s", own[0] ? own : "/");
-		for (;;)
-		{
-			char	   *slash;
-			int			n = snprintf(p1, sizeof(p1), "%s%s/%s", m.v2,
-									 strcmp(anc, "/") == 0 ? "" : anc, V2_DEFAULT_NAME);
-
-			if (n > 0 && (size_t) n < sizeof(p1) && v2_parent_usable(p1))
-			{
-				if (v2_may_move_into(m.v2, p1, own))
-					return setup_v2(opts, cg, p1, name, err);
-				if (!undelegated[0])
-					snprintf(undelegated, sizeof(undelegated), "%s", p1);
-			}
-			slash = strrchr(anc, '/');
-			if (!slash || slash == anc)
-			{
-				if (strcmp(anc, "/") == 0)
-					break;
-				anc[1] = '\0';
-			}
-			else
-				*slash = '\0';
-		}
-	}
-	if (m.memory[0] && m.pids[0])
-	{
-		snprintf(p1, sizeof(p1), "%s/%s", m.memory, V2_DEFAULT_NAME);
-		snprintf(p2, sizeof(p2), "%s/%s", m.pids, V2_DEFAULT_NAME);
-		snprintf(p3, sizeof(p3), "%s/%s", m.cpuacct, V2_DEFAULT_NAME);
+		snprintf(p1, sizeof(p1), "%s/%s", m->memory, V2_DEFAULT_NAME);
+		snprintf(p2, sizeof(p2), "%s/%s", m->pids, V2_DEFAULT_NAME);
+		snprintf(p3, sizeof(p3), "%s/%s", m->cpuacct, V2_DEFAULT_NAME);
 		if (writable_dir(p1) && writable_dir(p2))
-			return setup_v1(opts, cg, p1, p2, m.cpuacct[0] ? p3 : NULL, name, err);
+			return setup_v1(opts, cg, p1, p2, m->cpuacct[0] ? p3 : NULL, name, err);
 	}
 	if (undelegated[0])
 		jail_seterr(err, "cgroup v2 parent %s is not delegated to this process: "
@@ -471,6 +485,21 @@ jail_cgroup_create_named(const JailOptions *opts, const char *name,
 	else
 		jail_seterr(err, "no writable cgroup parent (run scripts/jail-host-setup.sh)");
 	return -1;
+}
+
+/* The cgroup "name" under --cgroup-parent, or under the delegated parent. */
+int
+jail_cgroup_create_named(const JailOptions *opts, const char *name,
+						 JailCgroup *cg, char *err)
+{
+	CgroupMounts m;
+
+	memset(cg, 0, sizeof(*cg));
+	cg->v2_dirfd = -1;
+	find_mounts(&m);
+	if (opts->cgroup_parent)
+		return create_under_parent(opts, &m, name, cg, err);
+	return create_delegated(opts, &m, name, cg, err);
 }
 
 static int
@@ -517,6 +546,11 @@ jail_cgroup_attach(JailCgroup *cg, pid_t pid, char *err)
 #define STAT_OOM		1		/* memory.events / memory.oom_control */
 #define STAT_CPU		2		/* cpu.stat / cpuacct.usage */
 #define STAT_FAILCNT	3		/* v1 memory.failcnt */
+#define STAT_PIDS		4		/* pids.events (both versions) */
+#define NSTATS			5
+
+static bool read_keyed(const JailCgroup *cg, int stat, const char *dir, const char *file,
+					   const char *key, uint64_t *out);
 
 /*
  * Read a counter file: through the descriptor opened ahead when there is
@@ -551,12 +585,13 @@ read_stat(const JailCgroup *cg, int stat, const char *dir, const char *file,
 void
 jail_cgroup_open_stats(JailCgroup *cg)
 {
-	static const char *const v2[] = {"memory.peak", "memory.events", "cpu.stat", NULL};
-	static const char *const v1[] = {"memory.max_usage_in_bytes", "memory.oom_control",
-	"cpuacct.usage", "memory.failcnt"};
+	static const char *const v2[NSTATS] = {"memory.peak", "memory.events", "cpu.stat", NULL,
+	"pids.events"};
+	static const char *const v1[NSTATS] = {"memory.max_usage_in_bytes", "memory.oom_control",
+	"cpuacct.usage", "memory.failcnt", "pids.events"};
 	char		path[640];
 
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < NSTATS; i++)
 	{
 		const char *dir = NULL;
 		const char *file = NULL;
@@ -568,7 +603,7 @@ jail_cgroup_open_stats(JailCgroup *cg)
 		}
 		else if (cg->mode == CGROUP_V1)
 		{
-			dir = i == STAT_CPU ? cg->cpu_dir : cg->mem_dir;
+			dir = i == STAT_CPU ? cg->cpu_dir : i == STAT_PIDS ? cg->pids_dir : cg->mem_dir;
 			file = v1[i];
 		}
 		cg->statfd[i] = -1;
@@ -590,6 +625,13 @@ jail_cgroup_open_stats(JailCgroup *cg)
 		}
 	}
 	cg->stats_open = true;
+
+	/*
+	 * pids.events cannot be reset: what the slot's own set-up counted
+	 * (nothing, normally) is the base the run's count starts from.
+	 */
+	cg->pids_max_base = 0;
+	(void) read_keyed(cg, STAT_PIDS, "", "pids.events", "max", &cg->pids_max_base);
 }
 
 static bool
@@ -670,6 +712,11 @@ jail_cgroup_collect(const JailCgroup *cg, JailResult *res)
 			res->oom_killed = true;
 		}
 	}
+	/* a fork or clone refused at pids.max since the run began */
+	if ((cg->mode == CGROUP_V2 || (cg->mode == CGROUP_V1 && cg->pids_dir[0])) &&
+		read_keyed(cg, STAT_PIDS, cg->mode == CGROUP_V2 ? cg->v2_dir : cg->pids_dir,
+				   "pids.events", "max", &v) && v > cg->pids_max_base)
+		res->pids_limit_hit = true;
 	v = jail_cgroup_cpu_ms(cg);
 	if (v > res->cpu_ms)
 		res->cpu_ms = v;

@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -104,39 +103,23 @@ local_setup_error(int verdict_fd, const char *msg)
 	JailResult	res;
 
 	memset(&res, 0, sizeof(res));
-	res.status = STATUS_SETUP_ERROR;
-	snprintf(res.setup_error, sizeof(res.setup_error), "%s", msg);
+	jail_verdict_setup_error(&res, msg);
 	jail_warn("setup error: %s", msg);
 	if (jail_write_verdict(verdict_fd, &res) < 0)
 		fprintf(stderr, "sandbox-jail: could not write the verdict: %s\n", strerror(errno));
 	return JAIL_EXIT_SETUP;
 }
 
-int
-jail_client_main(int argc, char **argv)
+/*
+ * `--client SOCKET <run options>`: the socket path and the run options,
+ * parsed as if they were the whole command line.  -1 to go on, or the
+ * exit code to end with (usage error, --help).
+ */
+static int
+client_options(int argc, char **argv, const char **path, JailOptions *opts)
 {
-	static char req[JAIL_WIRE_MAX];
-	static char resp[JAIL_WIRE_MAX + 1];
 	char	  **rargv;
-	const char *path;
-	JailOptions opts;
-	char		err[JAIL_ERRLEN] = "";
-	char		wsbuf[4096];
-	const char *workspace;
-	char	   *code = NULL;
-	size_t		code_len = 0;
-	size_t		req_len;
-	int			verdict_fd = STDERR_FILENO;
 	int			rc;
-	int			memfd;
-	int			sock;
-	int			fds[JAIL_WIRE_NFDS];
-	int			nfds;
-	bool		truncated;
-	ssize_t		n;
-	pid_t		ppid;
-	struct sockaddr_un sa;
-	struct sigaction sact;
 
 	if (argc < 3 || argv[2][0] == '\0' || argv[2][0] == '-')
 	{
@@ -144,97 +127,84 @@ jail_client_main(int argc, char **argv)
 		jail_usage(stderr);
 		return JAIL_EXIT_USAGE;
 	}
-	path = argv[2];
-	if (strlen(path) >= sizeof(sa.sun_path))
+	*path = argv[2];
+	if (strlen(*path) >= sizeof(((struct sockaddr_un *) 0)->sun_path))
 	{
-		fprintf(stderr, "sandbox-jail: socket path too long: %s\n", path);
+		fprintf(stderr, "sandbox-jail: socket path too long: %s\n", *path);
 		jail_usage(stderr);
 		return JAIL_EXIT_USAGE;
 	}
-	/* the run options, as if they were the whole command line */
 	rargv = calloc(argc, sizeof(char *));
 	if (!rargv)
 		return JAIL_EXIT_SETUP;
 	rargv[0] = argv[0];
 	for (int i = 3; i < argc; i++)
 		rargv[i - 2] = argv[i];
-	if (jail_parse_options(argc - 2, rargv, &opts, true) < 0)
-	{
-		fprintf(stderr, "sandbox-jail: %s\n", jail_option_error);
-		jail_usage(stderr);
-		free(rargv);
-		return JAIL_EXIT_USAGE;
-	}
+	rc = jail_parse_command_line(argc - 2, rargv, opts);
 	free(rargv);				/* opts points into argv's strings, not here */
-	jail_quiet = opts.quiet;
+	return rc;
+}
 
-	/* as the one-shot jail: die with our caller (and so end the run) */
-	ppid = getppid();
-	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	if (getppid() != ppid)
-		return JAIL_EXIT_SETUP;
-	signal(SIGPIPE, SIG_IGN);
+/*
+ * The launcher has its own working directory: send an absolute workspace
+ * path, but never resolve it (its last component must still be checked
+ * for being a symlink, on the other side).
+ */
+static const char *
+absolute_workspace(const char *workspace, char *buf, size_t len)
+{
+	char		cwd[2048];
 
-	verdict_fd = jail_open_verdict(&opts, &rc);
-	if (verdict_fd < 0)
-		return rc;
+	if (workspace[0] == '/')
+		return workspace;
+	if (!getcwd(cwd, sizeof(cwd)) ||
+		(size_t) snprintf(buf, len, "%s/%s", cwd, workspace) >= len)
+		return NULL;
+	return buf;
+}
 
-	/*
-	 * The launcher has its own working directory: send an absolute
-	 * workspace path, but never resolve it (its last component must
-	 * still be checked for being a symlink, on the other side).
-	 */
-	workspace = opts.workspace;
-	if (workspace[0] != '/')
-	{
-		char		cwd[2048];
+/* The code (none for --exec), in a memfd for the request; -1 with err. */
+static int
+code_memfd(const JailOptions *opts, char *err)
+{
+	size_t		code_len = 0;
+	char	   *code = jail_load_code(opts, &code_len, err);
+	int			memfd;
 
-		if (!getcwd(cwd, sizeof(cwd)) ||
-			(size_t) snprintf(wsbuf, sizeof(wsbuf), "%s/%s", cwd, workspace) >= sizeof(wsbuf))
-			return local_setup_error(verdict_fd, "workspace path could not be made absolute");
-		workspace = wsbuf;
-	}
-
-	if (opts.language == LANG_EXEC)
-		;						/* no code: the memfd stays empty */
-	else if (opts.code_file)
-	{
-		int			fd = open(opts.code_file, O_RDONLY | O_CLOEXEC);
-
-		if (fd < 0)
-			jail_seterr(err, "code file %s: %s", opts.code_file, strerror(errno));
-		else
-		{
-			code = jail_read_code(fd, &code_len, err);
-			close(fd);
-		}
-	}
-	else
-		code = jail_read_code(STDIN_FILENO, &code_len, err);
 	if (err[0])
-		return local_setup_error(verdict_fd, err);
-
+		return -1;
 	memfd = memfd_create("sandbox-code", MFD_CLOEXEC);
 	if (memfd < 0 || jail_write_all(memfd, code, code_len) < 0)
 	{
 		jail_seterr(err, "memfd for the code: %s", strerror(errno));
 		free(code);
-		return local_setup_error(verdict_fd, err);
+		if (memfd >= 0)
+			close(memfd);
+		return -1;
 	}
 	free(code);
-	if (!build_request(&opts, workspace, req, &req_len))
-		return local_setup_error(verdict_fd, "request too large");
+	return memfd;
+}
 
-	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+/*
+ * Connect, then let SIGTERM & co. half-close the connection (on_stop),
+ * which the worker takes as "stop the run".  The socket, or -1 with err.
+ */
+static int
+connect_launcher(const char *path, char *err)
+{
+	struct sockaddr_un sa;
+	struct sigaction sact;
+	int			sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
 	strcpy(sa.sun_path, path);
 	if (sock < 0 || connect(sock, (struct sockaddr *) &sa, sizeof(sa)) < 0)
 	{
 		jail_seterr(err, "cannot reach the launcher at %s: %s", path, strerror(errno));
-		return local_setup_error(verdict_fd, err);
+		return -1;
 	}
-
 	client_sock = sock;
 	memset(&sact, 0, sizeof(sact));
 	sact.sa_handler = on_stop;	/* no SA_RESTART needed: recv retries */
@@ -242,48 +212,95 @@ jail_client_main(int argc, char **argv)
 	sigaction(SIGINT, &sact, NULL);
 	sigaction(SIGHUP, &sact, NULL);
 	sigaction(SIGQUIT, &sact, NULL);
+	return sock;
+}
 
-	fds[0] = memfd;
-	fds[1] = STDOUT_FILENO;
-	fds[2] = STDERR_FILENO;
-	if (jail_wire_send(sock, req, req_len, fds, JAIL_WIRE_NFDS) < 0)
-	{
-		jail_seterr(err, "could not send the request: %s", strerror(errno));
-		return local_setup_error(verdict_fd, err);
-	}
-	close(memfd);
+/*
+ * The launcher's answer (wire_protocol.h): the verdict goes where the
+ * caller asked, its rc is our exit code.
+ */
+static int
+take_answer(int sock, int verdict_fd)
+{
+	static char resp[JAIL_WIRE_MAX];
+	char		err[JAIL_ERRLEN] = "";
+	const char *field[JAIL_WIRE_ANSWER_NFIELDS];
+	const char *rc;
+	const char *verdict;
+	const char *msg;
+	int			nfds;
+	bool		truncated;
+	ssize_t		n = jail_wire_recv(sock, resp, sizeof(resp), NULL, 0, &nfds, &truncated);
 
-	n = jail_wire_recv(sock, resp, JAIL_WIRE_MAX, fds, 0, &nfds, &truncated);
 	if (n <= 0)
 	{
 		jail_seterr(err, "the launcher closed the connection without a verdict%s%s",
 					n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
 		return local_setup_error(verdict_fd, err);
 	}
-	resp[n] = '\0';
-
-	/* "sandbox-jail/1\0" rc "\0" verdict "\0" message "\0" */
+	if (truncated || !jail_wire_split_answer(resp, n, field) ||
+		strlen(rc = field[JAIL_WIRE_ANSWER_RC]) != 1 || rc[0] < '0' || rc[0] > '2')
+		return local_setup_error(verdict_fd, "malformed answer from the launcher");
+	verdict = field[JAIL_WIRE_ANSWER_VERDICT];
+	msg = field[JAIL_WIRE_ANSWER_MESSAGE];
+	if (rc[0] - '0' == JAIL_WIRE_RC_REFUSED)
 	{
-		const char *magic = resp;
-		const char *rcs = magic + strlen(magic) + 1;
-		const char *verdict = rcs < resp + n ? rcs + strlen(rcs) + 1 : NULL;
-		const char *msg = verdict && verdict < resp + n ? verdict + strlen(verdict) + 1 : NULL;
-
-		if (truncated || strcmp(magic, JAIL_WIRE_MAGIC) != 0 || !msg || msg >= resp + n ||
-			rcs[1] != '\0' || rcs[0] < '0' || rcs[0] > '2')
-			return local_setup_error(verdict_fd, "malformed answer from the launcher");
-		if (rcs[0] == '2')
-		{
-			fprintf(stderr, "sandbox-jail: the launcher refused the request: %s\n", msg);
-			return JAIL_EXIT_USAGE;
-		}
-		if (rcs[0] == '1' && msg[0])
-			jail_warn("setup error: %s", msg);
-		if (jail_write_all(verdict_fd, verdict, strlen(verdict)) < 0)
-		{
-			fprintf(stderr, "sandbox-jail: could not write the verdict: %s\n", strerror(errno));
-			return JAIL_EXIT_SETUP;
-		}
-		return rcs[0] - '0';
+		fprintf(stderr, "sandbox-jail: the launcher refused the request: %s\n", msg);
+		return JAIL_EXIT_USAGE;
 	}
+	if (rc[0] - '0' == JAIL_EXIT_SETUP && msg[0])
+		jail_warn("setup error: %s", msg);
+	if (jail_write_all(verdict_fd, verdict, strlen(verdict)) < 0)
+	{
+		fprintf(stderr, "sandbox-jail: could not write the verdict: %s\n", strerror(errno));
+		return JAIL_EXIT_SETUP;
+	}
+	return rc[0] - '0';
+}
+
+/* `sandbox-jail --client SOCKET ...`: the exit code, for main. */
+int
+jail_client_main(int argc, char **argv)
+{
+	static char req[JAIL_WIRE_MAX];
+	const char *path;
+	JailOptions opts;
+	char		err[JAIL_ERRLEN] = "";
+	char		wsbuf[4096];
+	const char *workspace;
+	size_t		req_len;
+	int			verdict_fd;
+	int			rc;
+	int			fds[JAIL_WIRE_NFDS];
+
+	if ((rc = client_options(argc, argv, &path, &opts)) >= 0)
+		return rc;
+	jail_quiet = opts.quiet;
+
+	/* as the one-shot jail: die with our caller (and so end the run) */
+	if (jail_die_with_parent() < 0)
+		return JAIL_EXIT_SETUP;
+	signal(SIGPIPE, SIG_IGN);
+	verdict_fd = jail_open_verdict(&opts, &rc);
+	if (verdict_fd < 0)
+		return rc;
+
+	workspace = absolute_workspace(opts.workspace, wsbuf, sizeof(wsbuf));
+	if (!workspace)
+		return local_setup_error(verdict_fd, "workspace path could not be made absolute");
+	if ((fds[JAIL_WIRE_FD_CODE] = code_memfd(&opts, err)) < 0)
+		return local_setup_error(verdict_fd, err);
+	if (!build_request(&opts, workspace, req, &req_len))
+		return local_setup_error(verdict_fd, "request too large");
+	if (connect_launcher(path, err) < 0)
+		return local_setup_error(verdict_fd, err);
+	fds[JAIL_WIRE_FD_STDOUT] = STDOUT_FILENO;
+	fds[JAIL_WIRE_FD_STDERR] = STDERR_FILENO;
+	if (jail_wire_send(client_sock, req, req_len, fds, JAIL_WIRE_NFDS) < 0)
+	{
+		jail_seterr(err, "could not send the request: %s", strerror(errno));
+		return local_setup_error(verdict_fd, err);
+	}
+	close(fds[JAIL_WIRE_FD_CODE]);
+	return take_answer(client_sock, verdict_fd);
 }

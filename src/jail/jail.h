@@ -4,12 +4,41 @@
  *	  Shared types of sandbox-jail: the options a run is built from, the
  *	  facts collected about it, and the entry points of each module.
  *
- * One module per kernel facility (after nsjail): options.c parses the
- * command line, cgroup.c owns the per-run cgroup, rootfs.c builds the
- * mount namespace, seccomp.c the filter, sandbox.c everything that runs
- * inside the namespaces, supervise.c the host-side loop, workspace.c the
- * host-side size check, verdict.c the JSON line.  Only main.c decides to
- * exit; helpers return an error code and put the reason in a buffer.
+ * One module per concern (after nsjail), each exporting a few functions,
+ * every one with the jail_ prefix:
+ *	  main.c		the one-shot command line: parse, read the code, run,
+ *					write the verdict, the exit code
+ *	  options.c		the command line into a JailOptions (no side effects)
+ *	  lifecycle.c	one run, host side (jail_run): prepare, start, go,
+ *					monitor, end, collect, finish (JailRun, JailRunPhase)
+ *	  spawn.c		a sandbox's birth: its pipes (JailPipes), the clone, the
+ *					id maps, the go bytes; one cloned ahead (jail_prespawn)
+ *	  monitor.c		the loop while a run runs: output, clocks, signals,
+ *					cancel, init's report, the reap
+ *	  verdict.c		the run's status (jail_verdict_decide) and its JSON line
+ *	  cgroup.c		the per-run cgroup, v1 or v2
+ *	  rootfs.c		the mount namespace (the sandbox's root)
+ *	  seccomp.c		the filter's policy (gen_filter.c compiles it at build
+ *					time, filter.c embeds the result)
+ *	  sandbox.c		everything that runs inside the namespaces: init, payload
+ *	  workspace.c	the host-side walk of the workspace (size, entries)
+ *	  serve.c		the resident launcher (--serve): pool, slots, socket
+ *	  worker.c		a launcher's worker and its one request
+ *	  client.c		the launcher's command-line client (--client)
+ *	  wire.c		the launcher's messages (wire_protocol.h)
+ *	  util.c		diagnostics, small file I/O, the clock, the code's read
+ *
+ * Who exits.  Only main.c decides the jail's exit code: every helper
+ * returns an error code and puts the reason in a JAIL_ERRLEN buffer, and
+ * jail_serve_main and jail_client_main return theirs to main.  A process
+ * the jail forks or clones never returns into its parent's code; it ends
+ * in _exit, in these places only:
+ *	  spawn.c		jail_spawn's child: _exit(jail_child_main(...))
+ *	  sandbox.c		the sandbox's init and payload (jail_child_main and
+ *					what it calls): child_fail() for a setup error, _exit
+ *					when the parent is gone or when init is done
+ *	  serve.c		a worker: _exit(jail_worker_main(...)) where it is forked
+ * The launcher itself returns from jail_serve_main like any command.
  *
  *-------------------------------------------------------------------------
  */
@@ -93,7 +122,7 @@ typedef enum CgroupMode
 	CGROUP_V2
 } CgroupMode;
 
-/* Everything the verdict reports; filled in by the supervisor. */
+/* Everything the verdict reports; filled in by jail_run (lifecycle.c). */
 typedef struct JailResult
 {
 	JailStatus	status;
@@ -108,12 +137,27 @@ typedef struct JailResult
 	bool		oom_killed;
 	bool		output_truncated;
 	bool		file_too_large;
+	bool		pids_limit_hit; /* a fork or clone was refused at pids.max */
 	bool		killed;
 	uint64_t	stdout_bytes;
 	uint64_t	stderr_bytes;
 	CgroupMode	cgroup;
 	char		setup_error[JAIL_ERRLEN];	/* empty: none */
 } JailResult;
+
+/*
+ * How a run that ran to its end ended, as its host side saw it: what the
+ * status decision (jail_verdict_decide) needs besides the result's facts.
+ */
+typedef struct JailEnd
+{
+	const char *setup_error;	/* the sandbox's own text; "": none */
+	bool		have_status;	/* init reported the payload's wait status */
+	int			payload_status;
+	int			init_status;	/* init's own wait status, for the message */
+	bool		over_workspace; /* killed for the workspace's total size */
+	uint64_t	cpu_limit_ms;
+} JailEnd;
 
 /* Per-run cgroup; paths are empty for controllers not in use. */
 typedef struct JailCgroup
@@ -127,7 +171,8 @@ typedef struct JailCgroup
 	uint64_t	memory_set;		/* limits last written (0: none yet), so */
 	uint64_t	pids_set;		/* a launcher slot skips unchanged ones */
 	bool		stats_open;		/* statfd holds the counter files, opened */
-	int			statfd[4];		/* ahead (jail_cgroup_open_stats); -1: none */
+	int			statfd[5];		/* ahead (jail_cgroup_open_stats); -1: none */
+	uint64_t	pids_max_base;	/* pids.events "max" when they were opened */
 } JailCgroup;
 
 /*
@@ -149,30 +194,60 @@ typedef struct JailFilter
 } JailFilter;
 
 /*
- * A sandbox cloned ahead of its request by a launcher's worker (serve.c):
- * its namespaces exist and it waits for its first go byte; the request
- * (options and code) is put in reqfd before that byte is sent.
+ * The six pipes between the host side of a run and its sandbox, each
+ * [0] the read end and [1] the write end.  After the clone the host side
+ * keeps one end of each and closes the other (jail_pipes_close_child_ends),
+ * so that EOF or HUP on its ends means the sandbox is gone; the sandbox
+ * keeps the other ends (JailChildArgs, jail_pipes_child_ends).
+ */
+typedef struct JailPipes
+{
+	int			out[2];			/* the payload's stdout; ours: [0] */
+	int			errout[2];		/* the payload's stderr; ours: [0] */
+	int			go[2];			/* the go bytes; ours: [1] */
+	int			err[2];			/* setup error text (CLOEXEC); ours: [0] */
+	int			stat[2];		/* init's JailInitReport; ours: [0] */
+	int			life[2];		/* lifeline: HUP when we are gone; ours: [1] */
+} JailPipes;
+
+/*
+ * The go bytes: what the host side tells the sandbox, one byte each, on
+ * JailPipes.go (the last one of a prespawned sandbox goes to its payload's
+ * process directly, JailPrespawn.paygo).  Nothing of the payload runs
+ * before JAIL_GO_RUN.
+ *	  one-shot:   MAPPED or NOCGROUP (jail_run), then RUN
+ *	  prespawned: MAPPED (jail_prespawn), REQUEST or NOCGROUP (jail_run),
+ *				  then RUN (on paygo)
+ */
+#define JAIL_GO_MAPPED		'g'	/* the id maps are written: build the root */
+#define JAIL_GO_REQUEST		'r'	/* prespawned: the request waits in reqfd */
+#define JAIL_GO_NOCGROUP	'n'	/* MAPPED or REQUEST, for a run with no
+								 * cgroup (RLIMIT_NPROC stands in) */
+#define JAIL_GO_RUN			'c'	/* in the cgroup, workspace checked: start */
+
+/*
+ * A sandbox cloned ahead of its request by a launcher's worker (worker.c):
+ * its namespaces exist, its ids are mapped (mapped to a guess when root
+ * runs the launcher: ouid, ogid), it has built the fixed part of its root
+ * and waits for JAIL_GO_REQUEST; the request (options and code) is put in
+ * reqfd before that byte is sent.
  */
 typedef struct JailPrespawn
 {
 	pid_t		pid;
 	int			pidfd;
-	int			outp[2];
-	int			errout[2];
-	int			gop[2];
-	int			errp[2];
-	int			statp[2];
-	int			life[2];
+	JailPipes	pipes;			/* the child's ends already closed */
 	int			sigfd;
 	int			reqfd;			/* memfd: u32 length, options, then code */
 	int			treesock[2];	/* [0] ours: receives the sandbox's copy of
 								 * the host tree, released when we exit */
 	int			paygo[2];		/* [1] ours: the payload's own last go */
-	bool		prebuilt;		/* ids mapped and root built ahead */
 	uid_t		ouid;			/* the outer ids its maps were written with */
 	gid_t		ogid;
 	int			heldns[3];		/* the sandbox's mount, ipc and uts
-								 * namespaces, held (supervise.c) */
+								 * namespaces, held (spawn.c) */
+	int			mountsfd;		/* our /proc/self/mounts, opened before the
+								 * clone: jail_prespawn_stale */
 } JailPrespawn;
 
 /*
@@ -195,9 +270,9 @@ typedef struct JailInitReport
 } JailInitReport;
 
 /*
- * What the caller of jail_run may have prepared ahead of the run (the
- * resident launcher, serve.c); NULL means a one-shot run that prepares
- * everything itself and copies output to our stdout/stderr.
+ * What the caller of jail_run may have prepared ahead of the run (a
+ * resident launcher's worker, worker.c); NULL means a one-shot run that
+ * prepares everything itself and copies output to our stdout/stderr.
  */
 typedef struct JailRunEnv
 {
@@ -218,6 +293,72 @@ typedef struct JailRunEnv
 								 * itself alone may be reaped then */
 } JailRunEnv;
 
+/*
+ * The phases of one run (lifecycle.c), in order.  Each step of jail_run
+ * moves the run to the next one or fails with a setup error; the clean-up
+ * and the status decision read how far it got.
+ */
+typedef enum JailRunPhase
+{
+	JAIL_RUN_PREPARING,			/* workspace, ids, filter, cgroup; no sandbox
+								 * of ours yet (a prespawned one may wait) */
+	JAIL_RUN_STARTED,			/* the sandbox exists, waits for its go bytes */
+	JAIL_RUN_RUNNING,			/* JAIL_GO_RUN sent: the monitor watches it */
+	JAIL_RUN_ENDED,				/* init reaped (or reported itself alone) */
+	JAIL_RUN_COLLECTED			/* the facts are in the result: decide */
+} JailRunPhase;
+
+/*
+ * One run, host side, from jail_run's start to its verdict: what
+ * lifecycle.c prepared and started, and what the monitor (monitor.c)
+ * learned while it ran.  Lives on jail_run's stack.
+ */
+typedef struct JailRun
+{
+	JailRunPhase phase;
+	const JailOptions *opts;
+	const char *code;
+	size_t		code_len;
+	const JailRunEnv *env;		/* the caller's, or the one-shot defaults */
+	bool		served;			/* a launcher's run (env given) */
+	JailResult *res;
+	char		err[JAIL_ERRLEN];	/* the setup error, "" while there is none */
+
+	/* prepare */
+	int			wsfd;			/* the workspace (a directory), for size checks */
+	uid_t		ouid;			/* the outer ids of the sandbox's uid/gid 1000 */
+	gid_t		ogid;
+	JailFilter	filter;			/* env's (borrowed) or ours (freed) */
+	JailCgroup	cg;
+	bool		cg_borrowed;	/* the launcher's slot: not ours to remove */
+	JailPrespawn *pre;			/* the sandbox cloned ahead, while it may serve */
+	bool		early_go;		/* pre got its JAIL_GO_REQUEST in prepare */
+
+	/* start and go */
+	JailPipes	pipes;			/* our ends, once the sandbox exists */
+	int			sigfd;			/* the stop signals (jail_stop_signals) */
+	pid_t		pid;			/* the sandbox's init, seen from here */
+	int			pidfd;
+	bool		born_in_cg;		/* cloned into cg (v2): no move */
+	uint64_t	start;			/* ms: cloned, or taken over when prespawned */
+	bool		big_before;		/* a file at the size limit before the run */
+	bool		defer_reap;		/* the run may end on init's report alone */
+
+	/* learned by the monitor */
+	bool		kill_sent;
+	bool		over_workspace; /* killed for the workspace's size */
+	bool		reaped;			/* init reaped, or reported itself alone */
+	uint64_t	reaped_at;		/* ms, for wall_ms (not the flush) */
+	int			wstatus;		/* of init */
+	struct rusage ru;			/* of init, or its report's */
+	bool		have_report;
+	JailInitReport rep;			/* init's report of the payload */
+	bool		init_pending;	/* ended on the report: init to be reaped
+								 * after the verdict (jail_run_reap) */
+	char		child_err[JAIL_ERRLEN]; /* the sandbox's setup error text */
+	size_t		child_err_len;
+} JailRun;
+
 /* What the child needs to build the sandbox; shared by fork. */
 typedef struct JailChildArgs
 {
@@ -227,7 +368,7 @@ typedef struct JailChildArgs
 	const JailFilter *filter;
 	const JailFilter *init_filter;	/* served init: loaded before the request,
 									 * or NULL: init confines itself after */
-	int			go_fd;			/* read: 1st byte maps done, 2nd cgroup */
+	int			go_fd;			/* read: the go bytes (JAIL_GO_*) */
 	int			err_fd;			/* write: setup error text, CLOEXEC */
 	int			status_fd;		/* write: a JailInitReport */
 	int			out_fd;			/* write end of stdout pipe */
@@ -241,10 +382,11 @@ typedef struct JailChildArgs
 	int			paygo_fd;		/* prespawned: read by the payload's process,
 								 * the worker's go once the workspace is
 								 * checked; or -1 */
-	bool		prebuild;		/* prespawned with maps: build the root ahead */
+	bool		prebuild;		/* prespawned (req_fd): ids mapped at once,
+								 * the fixed root built ahead (served_init) */
 	bool		cgroup_none;	/* no cgroup: fall back to RLIMIT_NPROC */
 	bool		netns_ready;	/* network namespace inherited, lo already up */
-	bool		served;			/* run by the launcher's worker (serve.c) */
+	bool		served;			/* run by a launcher's worker (worker.c) */
 } JailChildArgs;
 
 /*
@@ -269,16 +411,23 @@ extern int	jail_write_file(const char *path, const char *data);
 extern int	jail_write_fileat(int dirfd, const char *name, const char *data);
 extern int	jail_read_fileat(int dirfd, const char *name, char *buf, size_t len);
 extern int	jail_write_all(int fd, const void *buf, size_t len);
+extern void jail_close(int *fd);
+extern int	jail_die_with_parent(void);
 extern int	jail_send_fd(int sock, int fd);
 extern uint64_t jail_now_ms(void);
 extern char *jail_read_code(int fd, size_t *len, char *err);
+extern char *jail_load_code(const JailOptions *opts, size_t *len, char *err);
 
 /* options.c */
+#define JAIL_OPTIONS_HELP	1	/* jail_parse_options saw --help */
 extern char jail_option_error[JAIL_ERRLEN];
 extern int	jail_parse_options(int argc, char **argv, JailOptions *opts, bool allow_help);
+extern int	jail_parse_command_line(int argc, char **argv, JailOptions *opts);
 extern void jail_usage(FILE *out);
 
 /* verdict.c */
+extern void jail_verdict_setup_error(JailResult *res, const char *msg);
+extern int	jail_verdict_decide(JailResult *res, const JailEnd *end);
 extern int	jail_format_verdict(char *line, size_t len, const JailResult *res);
 extern int	jail_write_verdict(int fd, const JailResult *res);
 extern int	jail_open_verdict(const JailOptions *opts, int *rc);
@@ -311,19 +460,56 @@ extern int	jail_rootfs_complete(const JailChildArgs *args, char *err);
 extern int	jail_child_main(void *arg);
 extern int	jail_loopback_up(char *err);
 
-/* supervise.c */
+/* spawn.c */
+extern void jail_pipes_init(JailPipes *p);
+extern int	jail_pipes_open(JailPipes *p, char *err);
+extern void jail_pipes_child_ends(const JailPipes *p, JailChildArgs *args);
+extern void jail_pipes_close_child_ends(JailPipes *p);
+extern void jail_pipes_close(JailPipes *p);
+extern int	jail_stop_signals(int also, char *err);
+extern void jail_outer_ids(int wsfd, uid_t *uid, gid_t *gid);
+extern int	jail_write_id_maps(pid_t pid, uid_t uid, gid_t gid, char *err);
+extern bool jail_send_go(int fd, char go);
+extern pid_t jail_spawn(JailChildArgs *args, int *pidfd, int cgroup_fd, bool *born_in);
+extern int	jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err);
+extern bool jail_prespawn_stale(const JailPrespawn *p);
+extern void jail_prespawn_discard(JailPrespawn *p);
+
+/* lifecycle.c */
 extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,
 					 const JailRunEnv *env, JailResult *res);
+extern void jail_run_kill(JailRun *run);
 extern void jail_run_reap(void);
-extern int	jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err);
+
+/* monitor.c */
+extern void jail_monitor(JailRun *run);
 
 /* wire.c: the launcher's protocol (wire_protocol.h, shared with the
  * PostgreSQL supervisor; docs/jail.md, "Resident launcher") */
 #include "wire_protocol.h"
 
 
-/* serve.c, client.c */
+/*
+ * What a launcher's worker (worker.c) is given by its launcher (serve.c):
+ * set up once before the first fork; the worker only reads it.
+ */
+typedef struct JailLauncher
+{
+	pid_t		pid;			/* the launcher: a worker dies with it */
+	uid_t		uid;			/* its owner, the only peer it serves */
+	const char *cgroup_parent;	/* --serve's --cgroup-parent, or NULL */
+	bool		quiet;
+	bool		netns_pool;		/* workers prepare a netns (until one cannot) */
+	JailFilter	filter;			/* the payload's, compiled once */
+	JailFilter	init_filter;	/* a served init's (FILTER_INIT) */
+	uint32_t   *owner_hint;		/* a shared page: {uid, gid} of the last
+								 * run's outer ids, or NULL (JailRunEnv) */
+} JailLauncher;
+
+/* serve.c, worker.c, client.c */
+#define JAIL_WORKER_PREP_FAILED 3	/* a worker's exit: no netns could be made */
 extern int	jail_serve_main(int argc, char **argv);
+extern int	jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot);
 extern int	jail_client_main(int argc, char **argv);
 
 /* workspace.c */

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "jail.h"
@@ -51,7 +50,6 @@ main(int argc, char **argv)
 	char	   *code = NULL;
 	size_t		code_len = 0;
 	int			verdict_fd = STDERR_FILENO;
-	pid_t		ppid;
 	int			rc;
 
 	ensure_stdio();
@@ -59,24 +57,17 @@ main(int argc, char **argv)
 		return jail_serve_main(argc, argv);
 	if (argc >= 2 && strcmp(argv[1], "--client") == 0)
 		return jail_client_main(argc, argv);
-	if (jail_parse_options(argc, argv, &opts, true) < 0)
-	{
-		fprintf(stderr, "sandbox-jail: %s\n", jail_option_error);
-		jail_usage(stderr);
-		return JAIL_EXIT_USAGE;
-	}
+	if ((rc = jail_parse_command_line(argc, argv, &opts)) >= 0)
+		return rc;
 	jail_quiet = opts.quiet;
 	memset(&res, 0, sizeof(res));
 
 	/*
-	 * Die with the supervisor: if it crashes, we get SIGKILL, and our
-	 * sandbox's init gets SIGKILL from its own death signal, which takes
-	 * the whole pid namespace with it.  Check the parent did not already
-	 * go before the prctl took effect.
+	 * Die with our caller (the extension's supervisor): if it crashes, we
+	 * get SIGKILL, and our sandbox's init gets SIGKILL from its own death
+	 * signal, which takes the whole pid namespace with it.
 	 */
-	ppid = getppid();
-	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	if (getppid() != ppid)
+	if (jail_die_with_parent() < 0)
 		return JAIL_EXIT_SETUP;
 
 	/* A payload that closes its stdout must not kill us with SIGPIPE. */
@@ -91,28 +82,12 @@ main(int argc, char **argv)
 		return rc;
 
 	/* --exec runs a program of the sandbox: there is no code to read */
-	if (!err[0] && opts.language != LANG_EXEC)
-	{
-		if (opts.code_file)
-		{
-			int			fd = open(opts.code_file, O_RDONLY | O_CLOEXEC);
-
-			if (fd < 0)
-				jail_seterr(err, "code file %s: %s", opts.code_file, strerror(errno));
-			else
-			{
-				code = jail_read_code(fd, &code_len, err);
-				close(fd);
-			}
-		}
-		else
-			code = jail_read_code(STDIN_FILENO, &code_len, err);
-	}
+	if (!err[0])
+		code = jail_load_code(&opts, &code_len, err);
 
 	if (err[0])
 	{
-		res.status = STATUS_SETUP_ERROR;
-		snprintf(res.setup_error, sizeof(res.setup_error), "%s", err);
+		jail_verdict_setup_error(&res, err);
 		rc = -1;
 	}
 	else

@@ -16,13 +16,16 @@
 
 #define MiB (1024ULL * 1024)
 
+/* In groups, in this order: jail_parse_options dispatches by range. */
 enum
 {
+	/* what runs: parse_program */
 	OPT_LANGUAGE = 256,
 	OPT_EXEC,
 	OPT_CODE_FILE,
 	OPT_WORKSPACE,
 	OPT_RO_BIND,
+	/* the limits: parse_limit */
 	OPT_WALL,
 	OPT_CPU,
 	OPT_MEMORY,
@@ -32,6 +35,7 @@ enum
 	OPT_WSIZE,
 	OPT_WENTRIES,
 	OPT_TMPSIZE,
+	/* the host side: parse_host */
 	OPT_VERDICT_FD,
 	OPT_VERDICT_FILE,
 	OPT_CGROUP_PARENT,
@@ -200,13 +204,10 @@ char		jail_option_error[JAIL_ERRLEN];
 #define BAD(...) do { snprintf(jail_option_error, sizeof(jail_option_error), \
 		__VA_ARGS__); return -1; } while (0)
 
-int
-jail_parse_options(int argc, char **argv, JailOptions *o, bool allow_help)
+/* The defaults of every run option (docs/jail.md). */
+static void
+set_defaults(JailOptions *o)
 {
-	int			c;
-	bool		have_lang = false;
-	bool		have_cpu = false;
-
 	memset(o, 0, sizeof(*o));
 	o->wall_ms = 30 * 1000;
 	o->memory_bytes = 512 * MiB;
@@ -217,143 +218,158 @@ jail_parse_options(int argc, char **argv, JailOptions *o, bool allow_help)
 	o->workspace_entries = JAIL_DEFAULT_WORKSPACE_ENTRIES;
 	o->tmp_size = JAIL_DEFAULT_TMP_SIZE;
 	o->verdict_fd = -1;
+}
 
-	jail_option_error[0] = '\0';
-	opterr = 0;
-	optind = 0;					/* full rescan: the launcher parses many times */
-	while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1)
+/* --ro-bind SRC:DST; writes into arg (the colon). */
+static int
+parse_bind(char *arg, JailOptions *o)
+{
+	char	   *colon = strchr(arg, ':');
+
+	if (o->nbinds >= JAIL_MAX_BINDS)
+		BAD("too many --ro-bind (at most %d)", JAIL_MAX_BINDS);
+	if (!colon || colon == arg)
+		BAD("--ro-bind wants SRC:DST, got \"%s\"", arg);
+	*colon = '\0';
+	if (arg[0] != '/')
+		BAD("--ro-bind source must be absolute: \"%s\"", arg);
+	if (!valid_inner_path(colon + 1) ||
+		reserved_inner_path(colon + 1))
+		BAD("--ro-bind destination \"%s\" is not a usable sandbox path", colon + 1);
+	o->binds[o->nbinds].src = arg;
+	o->binds[o->nbinds].dst = colon + 1;
+	o->nbinds++;
+	return 0;
+}
+
+/* What runs, and on what: --language, --exec, --code-file, --workspace, --ro-bind. */
+static int
+parse_program(int c, char *arg, JailOptions *o, bool *have_lang)
+{
+	switch (c)
 	{
-		switch (c)
-		{
-			case OPT_LANGUAGE:
-				if (strcmp(optarg, "python") == 0)
-					o->language = LANG_PYTHON;
-				else if (strcmp(optarg, "node") == 0)
-					o->language = LANG_NODE;
-				else if (strcmp(optarg, "shell") == 0)
-					o->language = LANG_SHELL;
-				else
-					BAD("unknown language \"%s\" (python, node or shell)", optarg);
-				if (have_lang)
-					BAD("--language or --exec, once");
-				have_lang = true;
-				break;
-			case OPT_EXEC:
+		case OPT_LANGUAGE:
+			if (strcmp(arg, "python") == 0)
+				o->language = LANG_PYTHON;
+			else if (strcmp(arg, "node") == 0)
+				o->language = LANG_NODE;
+			else if (strcmp(arg, "shell") == 0)
+				o->language = LANG_SHELL;
+			else
+				BAD("unknown language \"%s\" (python, node or shell)", arg);
+			if (*have_lang)
+				BAD("--language or --exec, once");
+			*have_lang = true;
+			return 0;
+		case OPT_EXEC:
 
-				/*
-				 * A program that exists inside the sandbox, run with no
-				 * arguments (nothing of the caller's command line reaches
-				 * its argv).  Resolved only at execve, inside.
-				 */
-				if (!valid_inner_path(optarg))
-					BAD("--exec wants an absolute sandbox path without . or .., got \"%s\"", optarg);
-				if (have_lang)
-					BAD("--language or --exec, once");
-				o->language = LANG_EXEC;
-				o->exec_path = optarg;
-				have_lang = true;
-				break;
-			case OPT_CODE_FILE:
-				o->code_file = optarg;
-				break;
-			case OPT_WORKSPACE:
-				o->workspace = optarg;
-				break;
-			case OPT_RO_BIND:
-				{
-					char	   *colon = strchr(optarg, ':');
-
-					if (o->nbinds >= JAIL_MAX_BINDS)
-						BAD("too many --ro-bind (at most %d)", JAIL_MAX_BINDS);
-					if (!colon || colon == optarg)
-						BAD("--ro-bind wants SRC:DST, got \"%s\"", optarg);
-					*colon = '\0';
-					if (optarg[0] != '/')
-						BAD("--ro-bind source must be absolute: \"%s\"", optarg);
-					if (!valid_inner_path(colon + 1) ||
-						reserved_inner_path(colon + 1))
-						BAD("--ro-bind destination \"%s\" is not a usable sandbox path", colon + 1);
-					o->binds[o->nbinds].src = optarg;
-					o->binds[o->nbinds].dst = colon + 1;
-					o->nbinds++;
-					break;
-				}
-			case OPT_WALL:
-				if (parse_seconds(optarg, &o->wall_ms) < 0)
-					BAD("bad --wall-time \"%s\"", optarg);
-				break;
-			case OPT_CPU:
-				if (parse_seconds(optarg, &o->cpu_ms) < 0)
-					BAD("bad --cpu-time \"%s\"", optarg);
-				have_cpu = true;
-				break;
-			case OPT_MEMORY:
-				if (parse_size(optarg, &o->memory_bytes) < 0 ||
-					o->memory_bytes < 4 * MiB)
-					BAD("bad --memory \"%s\" (at least 4M)", optarg);
-				break;
-			case OPT_PIDS:
-				if (parse_count(optarg, &o->pids) < 0 || o->pids < 2 ||
-					o->pids > 65536)
-					BAD("bad --pids \"%s\" (2..65536)", optarg);
-				break;
-			case OPT_OUTPUT:
-				if (parse_size(optarg, &o->output_limit) < 0)
-					BAD("bad --output-limit \"%s\"", optarg);
-				break;
-			case OPT_FSIZE:
-				if (parse_size(optarg, &o->file_size) < 0)
-					BAD("bad --file-size \"%s\"", optarg);
-				break;
-			case OPT_WSIZE:
-				if (parse_size(optarg, &o->workspace_size) < 0)
-					BAD("bad --workspace-size \"%s\"", optarg);
-				break;
-			case OPT_WENTRIES:
-				if (parse_count(optarg, &o->workspace_entries) < 0 || o->workspace_entries < 1 ||
-					o->workspace_entries > JAIL_MAX_WORKSPACE_ENTRIES)
-					BAD("bad --workspace-entries \"%s\" (1 to %d)", optarg,
-						JAIL_MAX_WORKSPACE_ENTRIES);
-				break;
-			case OPT_TMPSIZE:
-				if (parse_size(optarg, &o->tmp_size) < 0 ||
-					o->tmp_size < 64 * 1024)
-					BAD("bad --tmp-size \"%s\" (at least 64K)", optarg);
-				break;
-			case OPT_VERDICT_FD:
-				{
-					uint64_t	fd;
-
-					if (parse_count(optarg, &fd) < 0 || fd > 1 << 20)
-						BAD("bad --verdict-fd \"%s\"", optarg);
-					o->verdict_fd = (int) fd;
-					break;
-				}
-			case OPT_VERDICT_FILE:
-				o->verdict_file = optarg;
-				break;
-			case OPT_CGROUP_PARENT:
-				o->cgroup_parent = optarg;
-				break;
-			case OPT_REQUIRE_CGROUP:
-				o->require_cgroup = true;
-				break;
-			case OPT_QUIET:
-				o->quiet = true;
-				break;
-			case OPT_HELP:
-				if (!allow_help)
-					BAD("--help is not a run option");
-				jail_usage(stdout);
-				exit(0);
-			default:
-				if (optopt)
-					BAD("option needs an argument or is unknown: %s", argv[optind - 1]);
-				BAD("unknown option: %s", argv[optind - 1]);
-		}
+			/*
+			 * A program that exists inside the sandbox, run with no
+			 * arguments (nothing of the caller's command line reaches its
+			 * argv).  Resolved only at execve, inside.
+			 */
+			if (!valid_inner_path(arg))
+				BAD("--exec wants an absolute sandbox path without . or .., got \"%s\"", arg);
+			if (*have_lang)
+				BAD("--language or --exec, once");
+			o->language = LANG_EXEC;
+			o->exec_path = arg;
+			*have_lang = true;
+			return 0;
+		case OPT_CODE_FILE:
+			o->code_file = arg;
+			return 0;
+		case OPT_WORKSPACE:
+			o->workspace = arg;
+			return 0;
+		case OPT_RO_BIND:
+			return parse_bind(arg, o);
 	}
-	if (optind < argc)
-		BAD("unexpected argument \"%s\" (code goes in --code-file or stdin)", argv[optind]);
+	BAD("unknown option");
+}
+
+/* The limits: --wall-time ... --tmp-size. */
+static int
+parse_limit(int c, const char *arg, JailOptions *o, bool *have_cpu)
+{
+	switch (c)
+	{
+		case OPT_WALL:
+			if (parse_seconds(arg, &o->wall_ms) < 0)
+				BAD("bad --wall-time \"%s\"", arg);
+			return 0;
+		case OPT_CPU:
+			if (parse_seconds(arg, &o->cpu_ms) < 0)
+				BAD("bad --cpu-time \"%s\"", arg);
+			*have_cpu = true;
+			return 0;
+		case OPT_MEMORY:
+			if (parse_size(arg, &o->memory_bytes) < 0 || o->memory_bytes < 4 * MiB)
+				BAD("bad --memory \"%s\" (at least 4M)", arg);
+			return 0;
+		case OPT_PIDS:
+			if (parse_count(arg, &o->pids) < 0 || o->pids < 2 || o->pids > 65536)
+				BAD("bad --pids \"%s\" (2..65536)", arg);
+			return 0;
+		case OPT_OUTPUT:
+			if (parse_size(arg, &o->output_limit) < 0)
+				BAD("bad --output-limit \"%s\"", arg);
+			return 0;
+		case OPT_FSIZE:
+			if (parse_size(arg, &o->file_size) < 0)
+				BAD("bad --file-size \"%s\"", arg);
+			return 0;
+		case OPT_WSIZE:
+			if (parse_size(arg, &o->workspace_size) < 0)
+				BAD("bad --workspace-size \"%s\"", arg);
+			return 0;
+		case OPT_WENTRIES:
+			if (parse_count(arg, &o->workspace_entries) < 0 || o->workspace_entries < 1 ||
+				o->workspace_entries > JAIL_MAX_WORKSPACE_ENTRIES)
+				BAD("bad --workspace-entries \"%s\" (1 to %d)", arg,
+					JAIL_MAX_WORKSPACE_ENTRIES);
+			return 0;
+		case OPT_TMPSIZE:
+			if (parse_size(arg, &o->tmp_size) < 0 || o->tmp_size < 64 * 1024)
+				BAD("bad --tmp-size \"%s\" (at least 64K)", arg);
+			return 0;
+	}
+	BAD("unknown option");
+}
+
+/* Where the verdict goes, the cgroup, the diagnostics. */
+static int
+parse_host(int c, char *arg, JailOptions *o)
+{
+	uint64_t	fd;
+
+	switch (c)
+	{
+		case OPT_VERDICT_FD:
+			if (parse_count(arg, &fd) < 0 || fd > 1 << 20)
+				BAD("bad --verdict-fd \"%s\"", arg);
+			o->verdict_fd = (int) fd;
+			return 0;
+		case OPT_VERDICT_FILE:
+			o->verdict_file = arg;
+			return 0;
+		case OPT_CGROUP_PARENT:
+			o->cgroup_parent = arg;
+			return 0;
+		case OPT_REQUIRE_CGROUP:
+			o->require_cgroup = true;
+			return 0;
+		case OPT_QUIET:
+			o->quiet = true;
+			return 0;
+	}
+	BAD("unknown option");
+}
+
+/* What no single option can say wrong: requirements and exclusions. */
+static int
+check_options(JailOptions *o, bool have_lang, bool have_cpu)
+{
 	if (!have_lang)
 		BAD("--language (or --exec) is required");
 	if (o->language == LANG_EXEC && o->code_file)
@@ -367,4 +383,77 @@ jail_parse_options(int argc, char **argv, JailOptions *o, bool allow_help)
 	if (!have_cpu)
 		o->cpu_ms = o->wall_ms;
 	return 0;
+}
+
+/*
+ * Parse a command line (argv[0] is skipped) into o.  0 on success; -1 on
+ * a usage error, its reason in jail_option_error; JAIL_OPTIONS_HELP for
+ * --help when allow_help (the caller prints the usage: no side effects
+ * here).  Strings in o point into argv.
+ */
+int
+jail_parse_options(int argc, char **argv, JailOptions *o, bool allow_help)
+{
+	int			c;
+	bool		have_lang = false;
+	bool		have_cpu = false;
+
+	set_defaults(o);
+	jail_option_error[0] = '\0';
+	opterr = 0;
+	optind = 0;					/* full rescan: the launcher parses many times */
+	while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1)
+	{
+		int			rc;
+
+		switch (c)
+		{
+			case OPT_LANGUAGE ... OPT_RO_BIND:
+				rc = parse_program(c, optarg, o, &have_lang);
+				break;
+			case OPT_WALL ... OPT_TMPSIZE:
+				rc = parse_limit(c, optarg, o, &have_cpu);
+				break;
+			case OPT_VERDICT_FD ... OPT_QUIET:
+				rc = parse_host(c, optarg, o);
+				break;
+			case OPT_HELP:
+				if (!allow_help)
+					BAD("--help is not a run option");
+				return JAIL_OPTIONS_HELP;
+			default:
+				if (optopt)
+					BAD("option needs an argument or is unknown: %s", argv[optind - 1]);
+				BAD("unknown option: %s", argv[optind - 1]);
+		}
+		if (rc < 0)
+			return -1;
+	}
+	if (optind < argc)
+		BAD("unexpected argument \"%s\" (code goes in --code-file or stdin)", argv[optind]);
+	return check_options(o, have_lang, have_cpu);
+}
+
+/*
+ * jail_parse_options for a command line (one-shot, --client): on --help
+ * the usage goes to stdout; on a usage error the reason and the usage to
+ * stderr.  -1 to go on, or the exit code to end with.
+ */
+int
+jail_parse_command_line(int argc, char **argv, JailOptions *opts)
+{
+	int			rc = jail_parse_options(argc, argv, opts, true);
+
+	if (rc == JAIL_OPTIONS_HELP)
+	{
+		jail_usage(stdout);
+		return JAIL_EXIT_OK;
+	}
+	if (rc < 0)
+	{
+		fprintf(stderr, "sandbox-jail: %s\n", jail_option_error);
+		jail_usage(stderr);
+		return JAIL_EXIT_USAGE;
+	}
+	return -1;
 }

@@ -56,7 +56,7 @@
 
 /*
  * The new root is built on a tmpfs mounted here (in our private ns).  Not
- * /tmp: a sandbox built ahead of its request (serve.c) must still reach
+ * /tmp: a sandbox built ahead of its request (worker.c) must still reach
  * the workspace by its host path afterwards, and workspaces live in
  * places like /tmp or /var, never in /sys, which the sandbox does not
  * get anyway.
@@ -258,12 +258,13 @@ bind_host(const char *host, bool required, char *err)
 	return rc;
 }
 
+/* A new file (never an existing one, never through a symlink) with data. */
 static int
-write_new(const char *path, const char *data, mode_t mode, char *err)
+write_new_len(const char *path, const char *data, size_t len, mode_t mode, char *err)
 {
 	int			fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
 
-	if (fd < 0 || jail_write_all(fd, data, strlen(data)) < 0)
+	if (fd < 0 || jail_write_all(fd, data, len) < 0)
 	{
 		jail_seterr(err, "write %s: %s", path, strerror(errno));
 		if (fd >= 0)
@@ -272,6 +273,12 @@ write_new(const char *path, const char *data, mode_t mode, char *err)
 	}
 	close(fd);
 	return 0;
+}
+
+static int
+write_new(const char *path, const char *data, mode_t mode, char *err)
+{
+	return write_new_len(path, data, strlen(data), mode, err);
 }
 
 static int
@@ -475,7 +482,6 @@ setup_code(const JailChildArgs *args, const char *root, char *err)
 {
 	static const char *const names[] = {"main.py", "main.js", "main.sh"};
 	char		path[128];
-	int			fd;
 
 	/* a root entered ahead (root "") has /sandbox already, empty */
 	snprintf(path, sizeof(path), "%s/sandbox", root);
@@ -487,16 +493,7 @@ setup_code(const JailChildArgs *args, const char *root, char *err)
 	if (args->opts->language == LANG_EXEC)
 		return 0;				/* no code: /sandbox stays empty */
 	snprintf(path, sizeof(path), "%s/sandbox/%s", root, names[args->opts->language]);
-	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0444);
-	if (fd < 0 || jail_write_all(fd, args->code, args->code_len) < 0)
-	{
-		jail_seterr(err, "write %s: %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	close(fd);
-	return 0;
+	return write_new_len(path, args->code, args->code_len, 0444, err);
 }
 
 /*
@@ -685,7 +682,7 @@ host_tree_usable(int tree)
 	return true;
 }
 
-/* Ahead of the request (serve.c): the part no request changes. */
+/* Ahead of the request (worker.c): the part no request changes. */
 int
 jail_rootfs_prepare(char *err)
 {

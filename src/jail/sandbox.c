@@ -482,7 +482,7 @@ close_inherited(const JailChildArgs *a)
 }
 
 /*
- * A sandbox cloned ahead of its request (serve.c) reads it here: a u32
+ * A sandbox cloned ahead of its request (worker.c) reads it here: a u32
  * length, the run options as NUL-terminated strings (already validated by
  * the worker, parsed again the same way), then the code to the end.
  */
@@ -563,7 +563,7 @@ served_payload(JailChildArgs *a, int reqpipe)
 	if (a->tree_sock >= 0)
 		close(a->tree_sock);
 
-	/* init's part (the root complete), then the worker's go */
+	/* init's part (the root complete), then the worker's JAIL_GO_RUN */
 	if (read(reqpipe, &pr, sizeof(pr)) != sizeof(pr))
 		_exit(1);				/* init gave up: its reason is on err_fd */
 	if (read(a->paygo_fd, &go, 1) != 1)
@@ -630,10 +630,10 @@ served_init(JailChildArgs *a)
 		child_fail(a, err);
 	}
 
-	/* The first byte: the request is in req_fd (and: is there a cgroup?) */
+	/* JAIL_GO_REQUEST (or _NOCGROUP): the request is in req_fd */
 	if (read(a->go_fd, &go, 1) != 1)
 		_exit(1);
-	if (go == 'n')
+	if (go == JAIL_GO_NOCGROUP)
 		a->cgroup_none = true;
 	JAIL_TRACE("init: request go");
 	load_request(a);
@@ -671,87 +671,51 @@ served_init(JailChildArgs *a)
 	init_reap(a, payload, a->init_filter != NULL);
 }
 
-int
-jail_child_main(void *arg)
+/*
+ * Become the mapped unprivileged identity.  When the jail runs as root
+ * our kernel uid is still 0 (unmapped here); this makes it the outer
+ * sandbox uid.  Capabilities in our own user namespace survive because
+ * inner uid 0 does not exist, so there is no "root" to leave.  A
+ * credential change clears the death signal: set it again, and check on
+ * the lifeline that the parent did not die in between.
+ */
+static void
+become_sandbox_user(const JailChildArgs *a)
 {
-	JailChildArgs *a = arg;		/* our own copy (clone without CLONE_VM) */
 	char		err[JAIL_ERRLEN] = "";
-	char		go;
 	struct pollfd pfd;
-	pid_t		payload;
 
-	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	close_inherited(a);
-
-	/*
-	 * A served run shares its cgroup with the worker that supervises it;
-	 * should the memory limit strike, the kernel must pick the sandbox,
-	 * never the worker (which would lose the verdict).  Raising the score
-	 * needs no privilege; the payload inherits it.
-	 */
-	if (a->served)
-		(void) jail_write_file("/proc/self/oom_score_adj", "1000");
-
-	/* The parent writes our uid/gid maps, then says go (first byte). */
-	if (read(a->go_fd, &go, 1) != 1)
-		_exit(1);
-	if (go == 'n')
-		a->cgroup_none = true;	/* decided after a prespawned clone */
-	JAIL_TRACE("child: first go");
-	if (a->req_fd >= 0 && !a->prebuild)
-		load_request(a);
-
-	/*
-	 * Become the mapped unprivileged identity.  When the jail runs as root
-	 * our kernel uid is still 0 (unmapped here); this makes it the outer
-	 * sandbox uid.  Capabilities in our own user namespace survive because
-	 * inner uid 0 does not exist, so there is no "root" to leave.
-	 */
 	if (setresgid(JAIL_INNER_GID, JAIL_INNER_GID, JAIL_INNER_GID) < 0 ||
 		setresuid(JAIL_INNER_UID, JAIL_INNER_UID, JAIL_INNER_UID) < 0)
 	{
 		jail_seterr(err, "switch to sandbox uid: %s", strerror(errno));
 		child_fail(a, err);
 	}
-	/* A credential change clears the death signal; set it again, and
-	 * check the parent did not die in between. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	pfd.fd = a->lifeline_fd;
 	pfd.events = POLLIN;
 	if (poll(&pfd, 1, 0) != 0)
 		_exit(1);
 	close(a->lifeline_fd);
+}
 
-	if (sethostname("sandbox", 7) < 0)
-	{
-		jail_seterr(err, "sethostname: %s", strerror(errno));
-		child_fail(a, err);
-	}
-	/* a launcher's worker already made our (fresh, unshared) netns */
-	if (!a->netns_ready && jail_loopback_up(err) < 0)
-		child_fail(a, err);
-	if (a->prebuild)
-	{
-		/*
-		 * Built ahead of the request (serve.c): the fixed part of the
-		 * root now, then the payload's process, confined before the
-		 * request; see served_init.
-		 */
-		if (jail_rootfs_prepare(err) < 0)
-			child_fail(a, err);
-		served_init(a);
-	}
-	if (jail_rootfs_setup(a, err) < 0)
-		child_fail(a, err);
-	JAIL_TRACE("child: root built");
+/*
+ * Init of a sandbox cloned on the spot, its root built.  Meanwhile the
+ * parent has been moving us into the run's cgroup (on cgroup v1 that
+ * write can take ~10 ms, which is why it overlaps with the mount work; on
+ * v2 we were normally cloned into it).  Nothing untrusted runs before
+ * JAIL_GO_RUN; the cgroup namespace is created only then, so that its
+ * root is the run's cgroup.  Then the payload, and init_reap.
+ */
+static void oneshot_init(const JailChildArgs *a) __attribute__((noreturn));
 
-	/*
-	 * Meanwhile the parent has been moving us into the run's cgroup (on
-	 * cgroup v1 that write can take ~10 ms, which is why it overlaps with
-	 * the mount work above; on v2 we were normally cloned into it).
-	 * Nothing untrusted runs before this second go; the cgroup namespace
-	 * is created only now so that its root is the run's cgroup.
-	 */
+static void
+oneshot_init(const JailChildArgs *a)
+{
+	char		err[JAIL_ERRLEN] = "";
+	char		go;
+	pid_t		payload;
+
 	if (read(a->go_fd, &go, 1) != 1)
 		_exit(1);
 	JAIL_TRACE("child: cgroup go");
@@ -772,4 +736,60 @@ jail_child_main(void *arg)
 	if (payload == 0)
 		payload_exec(a);
 	init_reap(a, payload, false);
+}
+
+/*
+ * The clone's child (jail_spawn), pid 1 of the new namespaces: the steps
+ * of the header comment.  Never returns: every path ends in _exit.
+ */
+int
+jail_child_main(void *arg)
+{
+	JailChildArgs *a = arg;		/* our own copy (clone without CLONE_VM) */
+	char		err[JAIL_ERRLEN] = "";
+	char		go;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	close_inherited(a);
+
+	/*
+	 * A served run shares its cgroup with the worker that watches over it;
+	 * should the memory limit strike, the kernel must pick the sandbox,
+	 * never the worker (which would lose the verdict).  Raising the score
+	 * needs no privilege; the payload inherits it.
+	 */
+	if (a->served)
+		(void) jail_write_file("/proc/self/oom_score_adj", "1000");
+
+	/* The parent writes our uid/gid maps, then says JAIL_GO_MAPPED. */
+	if (read(a->go_fd, &go, 1) != 1)
+		_exit(1);
+	if (go == JAIL_GO_NOCGROUP)
+		a->cgroup_none = true;	/* decided after a prespawned clone */
+	JAIL_TRACE("child: first go");
+	become_sandbox_user(a);
+
+	if (sethostname("sandbox", 7) < 0)
+	{
+		jail_seterr(err, "sethostname: %s", strerror(errno));
+		child_fail(a, err);
+	}
+	/* a launcher's worker already made our (fresh, unshared) netns */
+	if (!a->netns_ready && jail_loopback_up(err) < 0)
+		child_fail(a, err);
+	if (a->prebuild)
+	{
+		/*
+		 * Built ahead of the request (worker.c): the fixed part of the
+		 * root now, then the payload's process, confined before the
+		 * request; see served_init.
+		 */
+		if (jail_rootfs_prepare(err) < 0)
+			child_fail(a, err);
+		served_init(a);
+	}
+	if (jail_rootfs_setup(a, err) < 0)
+		child_fail(a, err);
+	JAIL_TRACE("child: root built");
+	oneshot_init(a);
 }

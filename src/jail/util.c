@@ -8,11 +8,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -70,6 +72,28 @@ jail_write_all(int fd, const void *buf, size_t len)
 		len -= n;
 	}
 	return 0;
+}
+
+/*
+ * Die with our parent: SIGKILL when it exits (PR_SET_PDEATHSIG).  -1 if it
+ * is gone already, before the prctl could take effect.
+ */
+int
+jail_die_with_parent(void)
+{
+	pid_t		ppid = getppid();
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	return getppid() != ppid ? -1 : 0;
+}
+
+/* Close *fd if it is open, and mark it closed (-1). */
+void
+jail_close(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
 }
 
 /*
@@ -289,4 +313,31 @@ jail_read_code(int fd, size_t *len, char *err)
 	}
 	*len = n;
 	return buf;
+}
+
+/*
+ * The code of a run, where the command line says: --code-file, else
+ * stdin; none for --exec.  Malloc'd (NULL for --exec, *len 0), or NULL
+ * with err set.
+ */
+char *
+jail_load_code(const JailOptions *opts, size_t *len, char *err)
+{
+	char	   *code;
+	int			fd;
+
+	*len = 0;
+	if (opts->language == LANG_EXEC)
+		return NULL;
+	if (!opts->code_file)
+		return jail_read_code(STDIN_FILENO, len, err);
+	fd = open(opts->code_file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+	{
+		jail_seterr(err, "code file %s: %s", opts->code_file, strerror(errno));
+		return NULL;
+	}
+	code = jail_read_code(fd, len, err);
+	close(fd);
+	return code;
 }

@@ -1,7 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * verdict.c
- *	  The one line of flat JSON that tells the supervisor what happened.
+ *	  What happened to a run: its status, decided once from the facts the
+ *	  run collected (jail_verdict_decide), and the one line of flat JSON
+ *	  that tells the caller (the extension's background worker, or a
+ *	  launcher's client).
  *
  * The shape is a contract with the background worker (docs/jail.md): keep
  * it flat, keep every key present, and write it with a single write(2) so
@@ -11,11 +14,81 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "jail.h"
+
+/* A setup error: the sandbox could not be built (or run to its end). */
+void
+jail_verdict_setup_error(JailResult *res, const char *msg)
+{
+	res->status = STATUS_SETUP_ERROR;
+	snprintf(res->setup_error, sizeof(res->setup_error), "%s", msg);
+}
+
+/*
+ * The status of a run that ran to its end, from the facts already in res
+ * (killed, timed_out, oom_killed, cpu_ms) and how it ended.  The first
+ * that holds wins: killed by a stop request (whatever else happened); a
+ * setup error the sandbox reported; the wall clock ran out before the
+ * payload ended; the payload's own exit or signal (a SIGXCPU, or SIGKILL
+ * at the CPU limit, is a timeout; SIGXFSZ a file too large); a limit that
+ * killed init itself.  Anything else is a setup error too: init ended
+ * without reporting.  0 ran, -1 setup error.
+ */
+int
+jail_verdict_decide(JailResult *res, const JailEnd *end)
+{
+	int			st = end->payload_status;
+
+	if (res->killed)
+		res->status = STATUS_KILLED;
+	else if (end->setup_error[0])
+	{
+		jail_verdict_setup_error(res, end->setup_error);
+		return -1;
+	}
+	else if (res->timed_out && !end->have_status)
+		res->status = STATUS_TIMED_OUT;
+	else if (end->have_status && WIFEXITED(st))
+	{
+		res->status = STATUS_EXITED;
+		res->have_exit_code = true;
+		res->exit_code = WEXITSTATUS(st);
+	}
+	else if (end->have_status && WIFSIGNALED(st))
+	{
+		res->status = STATUS_SIGNALED;
+		res->have_signal = true;
+		res->signal = WTERMSIG(st);
+		if (res->signal == SIGXCPU ||
+			(res->signal == SIGKILL && res->cpu_ms >= end->cpu_limit_ms))
+			res->timed_out = true;
+		if (res->signal == SIGXFSZ)
+			res->file_too_large = true;
+	}
+	else if (res->oom_killed || end->over_workspace)
+	{
+		/* a limit killed the sandbox's init itself */
+		res->status = STATUS_SIGNALED;
+		res->have_signal = true;
+		res->signal = SIGKILL;
+	}
+	else
+	{
+		char		msg[JAIL_ERRLEN];
+
+		jail_seterr(msg, "sandbox init ended without reporting (status 0x%x)",
+					(unsigned) end->init_status);
+		jail_verdict_setup_error(res, msg);
+		return -1;
+	}
+	return 0;
+}
 
 static const char *
 status_name(JailStatus s)
@@ -103,7 +176,7 @@ jail_format_verdict(char *line, size_t len, const JailResult *r)
 				 "\"signal\":%s,\"wall_ms\":%llu,\"cpu_ms\":%llu,"
 				 "\"peak_memory_bytes\":%llu,\"timed_out\":%s,"
 				 "\"oom_killed\":%s,\"output_truncated\":%s,"
-				 "\"file_too_large\":%s,\"killed\":%s,"
+				 "\"file_too_large\":%s,\"pids_limit_hit\":%s,\"killed\":%s,"
 				 "\"stdout_bytes\":%llu,\"stderr_bytes\":%llu,"
 				 "\"cgroup\":\"%s\",\"setup_error\":%s}\n",
 				 status_name(r->status), code, sig,
@@ -111,7 +184,7 @@ jail_format_verdict(char *line, size_t len, const JailResult *r)
 				 (unsigned long long) r->cpu_ms,
 				 (unsigned long long) r->peak_memory_bytes,
 				 B(r->timed_out), B(r->oom_killed), B(r->output_truncated),
-				 B(r->file_too_large), B(r->killed),
+				 B(r->file_too_large), B(r->pids_limit_hit), B(r->killed),
 				 (unsigned long long) r->stdout_bytes,
 				 (unsigned long long) r->stderr_bytes,
 				 cgroup_name(r->cgroup), err);

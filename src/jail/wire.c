@@ -2,15 +2,16 @@
  *
  * wire.c
  *	  One message with descriptors over the launcher's SOCK_SEQPACKET
- *	  socket, both ways.  The format of what is inside is documented in
- *	  docs/jail.md ("Resident launcher"); this file only moves bytes and
- *	  descriptors, and reports a message or a descriptor list that did not
- *	  fit as truncated, so that the caller refuses it rather than acting on
- *	  half of it.
+ *	  socket, both ways, and the answer's fields.  The format of what is
+ *	  inside is in wire_protocol.h and docs/jail.md ("Resident launcher");
+ *	  this file moves bytes and descriptors, and reports a message or a
+ *	  descriptor list that did not fit as truncated, so that the caller
+ *	  refuses it rather than acting on half of it.
  *
  *-------------------------------------------------------------------------
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -120,4 +121,43 @@ jail_wire_recv(int sock, void *buf, size_t len, int *fds, int maxfds,
 		}
 	}
 	return n;
+}
+
+/*
+ * An answer: magic, rc, verdict (the JSON line, or ""), message (a setup
+ * error or a refusal's reason, or ""), each NUL-terminated.  Its length,
+ * or -1 if it does not fit in buf.
+ */
+int
+jail_wire_format_answer(char *buf, size_t len, int rc, const char *verdict,
+						const char *msg)
+{
+	int			n = snprintf(buf, len, "%s%c%d%c%s%c%s%c", JAIL_WIRE_MAGIC, 0,
+							 rc, 0, verdict, 0, msg, 0);
+
+	return n > 0 && (size_t) n < len ? n : -1;
+}
+
+/*
+ * An answer's fields, pointers into buf (JailWireAnswerField order); false
+ * if a field is missing or not NUL-terminated within len, or the magic is
+ * not ours.
+ */
+bool
+jail_wire_split_answer(const char *buf, size_t len,
+					   const char *field[JAIL_WIRE_ANSWER_NFIELDS])
+{
+	const char *p = buf;
+	const char *end = buf + len;
+
+	for (int i = 0; i < JAIL_WIRE_ANSWER_NFIELDS; i++)
+	{
+		const char *nul = p < end ? memchr(p, '\0', end - p) : NULL;
+
+		if (!nul)
+			return false;
+		field[i] = p;
+		p = nul + 1;
+	}
+	return strcmp(field[JAIL_WIRE_ANSWER_MAGIC], JAIL_WIRE_MAGIC) == 0;
 }

@@ -2,9 +2,9 @@
  *
  * wire_protocol.h
  *	  The resident launcher's protocol, written once for both of its ends:
- *	  the jail (serve.c answers, client.c asks) and the PostgreSQL
- *	  supervisor (src/launch.c asks).  Standalone: only the C library, so
- *	  that the extension can include it without the rest of the jail.
+ *	  the jail (worker.c answers, client.c asks) and sandbox-runner
+ *	  (src/runner/launch.c asks).  Standalone: only the C library, so
+ *	  that the runner can include it without the rest of the jail.
  *
  * One SOCK_SEQPACKET connection per run (docs/jail.md, "Resident
  * launcher"):
@@ -63,5 +63,11 @@ extern ssize_t jail_wire_send(int sock, const void *buf, size_t len,
 							  const int *fds, int nfds);
 extern ssize_t jail_wire_recv(int sock, void *buf, size_t len, int *fds,
 							  int maxfds, int *nfds, bool *truncated);
+
+/* wire.c: an answer, written and read in one place each. */
+extern int	jail_wire_format_answer(char *buf, size_t len, int rc,
+									const char *verdict, const char *msg);
+extern bool jail_wire_split_answer(const char *buf, size_t len,
+								   const char *field[JAIL_WIRE_ANSWER_NFIELDS]);
 
 #endif							/* SANDBOX_JAIL_WIRE_PROTOCOL_H */

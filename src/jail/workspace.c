@@ -8,7 +8,7 @@
  * step is openat() relative to an already-open directory with O_NOFOLLOW,
  * entries are lstat'ed (AT_SYMLINK_NOFOLLOW), symlinks are counted as the
  * link itself and never followed, and depth and entry count are bounded so
- * a deep or huge tree cannot stall the supervisor.  Exceeding a bound
+ * a deep or huge tree cannot stall the run.  Exceeding a bound
  * counts as exceeding the limit.
  *
  * Size is allocated blocks (st_blocks), i.e. what the host disk pays; a

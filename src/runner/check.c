@@ -13,9 +13,11 @@
  *	the work dir		usable (exists, writable, not on a protected
  *						filesystem), its filesystem and free space
  *	run_dir				where the launcher's socket goes is writable
+ *	the name			one agent.runners accepts
  *	the connection		the conninfo reaches a read-write server, as which
- *						role, with sandbox_ext installed and the runner's
- *						steps executable
+ *						role, over TLS with a password (warn otherwise, but
+ *						on a unix socket), with sandbox_ext installed and
+ *						the runner's steps executable
  *
  * The probes run a real sandbox (one-shot, in a scratch directory of the
  * work dir, removed afterwards): a check that only looked for files would
@@ -297,6 +299,42 @@ check_run_dir(void)
  * Connect as the runner does, and ask the server who we are and whether we
  * may run the steps.  Catalog functions only: nothing is written.
  */
+/* The name agent.runner_register accepts: ^[a-z0-9][a-z0-9_.-]{0,63}$. */
+static void
+check_name(void)
+{
+	const char *n = runner_conf.name;
+	size_t		len = strlen(n);
+	bool		ok = len >= 1 && len <= 64 && ((n[0] >= 'a' && n[0] <= 'z') || (n[0] >= '0' && n[0] <= '9'));
+
+	for (size_t i = 1; ok && i < len; i++)
+		ok = (n[i] >= 'a' && n[i] <= 'z') || (n[i] >= '0' && n[i] <= '9') || strchr("_.-", n[i]) != NULL;
+	if (ok)
+		report("ok", "the name", psprintf("\"%s\"", n), NULL);
+	else
+		report("FAIL", "the name", psprintf("\"%s\" is not a runner name", n),
+			   "Set name: 1 to 64 characters, lower-case letters, digits, \"_\", \".\" and \"-\", starting with a letter or digit.");
+}
+
+/* TLS and a password on a network connection (a unix socket is the host's own). */
+static void
+check_transport(PGconn *c)
+{
+	const char *host = PQhost(c);
+
+	if (host && host[0] == '/')
+		report("ok", "the transport", "a unix socket", NULL);
+	else if (!PQsslInUse(c))
+		report("warn", "the transport", "the connection is not encrypted",
+			   "Use sslmode=verify-full with sslrootcert in conninfo, and hostssl in the server's pg_hba.conf.");
+	else
+		report("ok", "the transport", psprintf("TLS (%s, %s)", PQsslAttribute(c, "protocol"),
+											  PQsslAttribute(c, "cipher")), NULL);
+	if (host && host[0] != '/' && !PQconnectionUsedPassword(c))
+		report("warn", "the authentication", "the server asked no password",
+			   "Give the runner's role a SCRAM password (scram-sha-256 in pg_hba.conf).");
+}
+
 static void
 check_connection(void)
 {
@@ -349,6 +387,7 @@ check_connection(void)
 						strcmp(PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1)) != 0 ?
 						psprintf("%s)", PQgetvalue(res, 0, 0)) : ""),
 			   NULL);
+		check_transport(c);
 		if (PQgetvalue(res, 0, 2)[0] == 't')
 			report("FAIL", "the server", "it is a standby (read-only)",
 				   "List the primary in conninfo; with several hosts, target_session_attrs=read-write finds it.");
@@ -377,6 +416,7 @@ runner_check(void)
 	check_jail_and_cgroups();
 	check_work_dir();
 	check_run_dir();
+	check_name();
 	check_connection();
 	printf("\n%s\n", nfailed ? "some checks failed" : "nothing is missing");
 	return nfailed ? 1 : 0;

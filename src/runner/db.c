@@ -34,8 +34,10 @@
 
 #include "../channels.h"
 
-/* A step's deadline: this long, plus a second per megabyte it sends. */
+/* A step's deadline: this long, plus a second per megabyte it sends and
+ * STEP_CALL_MS per call it pipelines (a run may report 10,000 files). */
 #define STEP_TIMEOUT_MS		10000
+#define STEP_CALL_MS		2
 #define CONNECT_TIMEOUT_MS	10000
 #define BACKOFF_MIN_MS		500
 #define BACKOFF_MAX_MS		30000
@@ -583,7 +585,7 @@ db_batch_run(DbBatch *b)
 				set_lost(&b->items[i].r, status_text);
 		return DB_LOST;
 	}
-	deadline = now_ms() + STEP_TIMEOUT_MS + (msec) (b->bytes / 1000);
+	deadline = now_ms() + STEP_TIMEOUT_MS + (msec) (b->bytes / 1000) + (msec) b->n * STEP_CALL_MS;
 	if (!PQenterPipelineMode(conn))
 	{
 		why = PQerrorMessage(conn);

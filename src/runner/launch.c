@@ -443,24 +443,13 @@ jail_launch(Run *run, const char *code_path, int wall_s, int memory_mb, int pids
  * ----------------------------------------------------------------
  */
 
-/* Parse the launcher's answer (wire_protocol.h); a malformed one is none. */
+/* Take the launcher's answer (wire_protocol.h); a malformed one is none. */
 static void
 parse_served_answer(Run *run, const char *buf, int len)
 {
-	const char *p = buf;
-	const char *end = buf + len;
 	const char *field[JAIL_WIRE_ANSWER_NFIELDS];
 
-	for (int i = 0; i < JAIL_WIRE_ANSWER_NFIELDS; i++)
-	{
-		const char *nul = memchr(p, '\0', end - p);
-
-		if (p >= end || nul == NULL)
-			return;
-		field[i] = p;
-		p = nul + 1;
-	}
-	if (strcmp(field[JAIL_WIRE_ANSWER_MAGIC], JAIL_WIRE_MAGIC) != 0)
+	if (!jail_wire_split_answer(buf, len, field))
 		return;
 	run->jail.served_rc = atoi(field[JAIL_WIRE_ANSWER_RC]);
 	resetStringInfo(&run->jail.verdict);

@@ -53,6 +53,8 @@ status_problem(void)
 
 	if (work_problem())
 		return work_problem();
+	if (!me.registered && me.refused[0])
+		return me.refused;
 	if (strncmp(db_status(), "not connected:", 14) == 0 || strncmp(db_status(), "invalid", 7) == 0)
 		return db_status();
 	if (me.registered && strcmp(me.state, "active") != 0)

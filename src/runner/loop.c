@@ -341,11 +341,16 @@ finish_and_sweep(bool woken)
 	StrList		skills = {0};
 
 	for (int i = 0; i < nruns; i++)
+	{
+		/* a finish may take seconds (a flood of files): renew between them */
+		if (me.registered && db_connected() && now_ms() >= me.next_heartbeat)
+			(void) step_heartbeat();
 		if (run_complete(&runs[i]) && run_finish(&runs[i]))
 		{
 			sweep_wanted = true;
 			claim_wanted = true;	/* a slot is free */
 		}
+	}
 	if (woken)
 		sweep_wanted = true;
 	if (!sweep_wanted || now_ms() - last_sweep < SWEEP_INTERVAL_MS || !db_connected())

@@ -435,6 +435,7 @@ typedef struct RunnerIdentity
 	msec		renewed_at;		/* when the last heartbeat that renewed was sent */
 	msec		next_heartbeat;
 	bool		drained_said;	/* "drained" was logged for this drain */
+	char		refused[512];	/* why the last registration was refused, or "" */
 } RunnerIdentity;
 
 /* Fence ourselves this long before a lease we could not renew runs out. */

@@ -16,7 +16,9 @@
  *					agent.runner_skill_files(runner, token, id, skill)
  *	mark started	agent.runner_mark_running(runner, token, id, pid)
  *	output			agent.runner_append_output(runner, token, id, stream, data)
- *	result			agent.runner_store_produced_file(runner, token, id, ...),
+ *	result			agent.runner_store_produced_file(runner, token, id, ...) per
+ *					saved file, agent.runner_store_skipped_files(runner, token,
+ *					id, names, statuses, reasons) for the rest at once,
  *					agent.runner_finish(runner, token, id, verdict, ...)
  *	cancellations	agent.runner_cancel_requested(runner, ids)
  *	sweep			agent.runner_live_sessions(runner),
@@ -44,7 +46,8 @@ static const char SQL_REGISTER[] =
 "SELECT runner_id, incarnation, lease_seconds, heartbeat_seconds, state, ended "
 "FROM agent.runner_register($1, $2, $3, $4)";
 static const char SQL_HEARTBEAT[] =
-"SELECT state, renewed, lost FROM agent.runner_heartbeat($1, $2, $3, $4, $5)";
+"SELECT state, renewed, lost, lease_seconds, heartbeat_seconds "
+"FROM agent.runner_heartbeat($1, $2, $3, $4, $5)";
 static const char SQL_CLAIM[] =
 "SELECT id, lease_token, language, code, wall_time_s, memory_mb, session_id, fresh_session, "
 "has_skills, max_files, max_bytes, max_file_bytes, output_limit_bytes "
@@ -57,6 +60,8 @@ static const char SQL_MARK[] = "SELECT agent.runner_mark_running($1, $2, $3, $4)
 static const char SQL_OUTPUT[] = "SELECT agent.runner_append_output($1, $2, $3, $4, $5)";
 static const char SQL_STORE_FILE[] =
 "SELECT agent.runner_store_produced_file($1, $2, $3, $4, $5, $6, $7)";
+static const char SQL_STORE_SKIPPED[] =
+"SELECT agent.runner_store_skipped_files($1, $2, $3, $4, $5, $6)";
 static const char SQL_FINISH[] =
 "SELECT agent.runner_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 static const char SQL_CANCELS[] = "SELECT id FROM agent.runner_cancel_requested($1, $2) AS id";
@@ -150,6 +155,7 @@ step_register(void)
 		me.heartbeat_ms = (msec) Max(atoi(or_empty(db_value(&r, 0, 3))), 1) * 1000;
 		strlcpy(me.state, or_empty(db_value(&r, 0, 4)), sizeof(me.state));
 		me.registered = true;
+		me.refused[0] = '\0';
 		me.renewed_at = sent;
 		me.next_heartbeat = now_ms() + me.heartbeat_ms;
 		runner_log(RLOG_LOG, "registered as runner \"%s\" (%s, incarnation %s, %s); lease %d s%s",
@@ -158,8 +164,11 @@ step_register(void)
 				   psprintf(", %s run(s) of a previous process ended", db_value(&r, 0, 5)) : "");
 	}
 	else if (r.outcome != DB_LOST)
-		runner_log(RLOG_ERROR, "could not register runner \"%s\": %s%s%s", runner_conf.name,
-				   r.message ? r.message : "no row", r.sqlstate[0] ? " SQLSTATE " : "", r.sqlstate);
+	{
+		snprintf(me.refused, sizeof(me.refused), "could not register runner \"%s\": %s",
+				 runner_conf.name, r.message ? r.message : "no row");
+		runner_log(RLOG_ERROR, "%s%s%s", me.refused, r.sqlstate[0] ? " SQLSTATE " : "", r.sqlstate);
+	}
 	db_result_free(&r);
 	status_dirty = true;
 	return ok;
@@ -197,6 +206,12 @@ step_heartbeat(void)
 	p[3] = text_param(held.data);
 	p[4] = text_param(slots);
 	r = db_call(SQL_HEARTBEAT, 5, p);
+	if (r.outcome == DB_OK && db_ntuples(&r) == 1)
+	{
+		/* the lease as the database counts it now (an operator may change it) */
+		me.lease_ms = (msec) atoi(or_empty(db_value(&r, 0, 3))) * 1000;
+		me.heartbeat_ms = (msec) Max(atoi(or_empty(db_value(&r, 0, 4))), 1) * 1000;
+	}
 	me.next_heartbeat = now_ms() + (r.outcome == DB_OK ? me.heartbeat_ms : 1000);
 	if (r.outcome == DB_OK && db_ntuples(&r) == 1)
 	{
@@ -636,6 +651,27 @@ step_store_output(const bool ready[][NSTREAMS], bool *stored)
 
 /* ---- result ---- */
 
+/* Append a text[] element, quoted as array_in reads it (NULL unquoted). */
+static void
+append_array_elem(StringInfo buf, const char *v)
+{
+	if (buf->len > 1)
+		appendStringInfoChar(buf, ',');
+	if (v == NULL)
+	{
+		appendStringInfoString(buf, "NULL");
+		return;
+	}
+	appendStringInfoChar(buf, '"');
+	for (; *v; v++)
+	{
+		if (*v == '"' || *v == '\\')
+			appendStringInfoChar(buf, '\\');
+		appendStringInfoChar(buf, *v);
+	}
+	appendStringInfoChar(buf, '"');
+}
+
 /*
  * Record the run's result in one transaction: the files it produced (with
  * files) and the finish step.  DB_OK when it committed; *applied then
@@ -650,7 +686,11 @@ step_record_result(Run *run, const char *error, int jail_status, bool with_files
 	RunDisk    *d = &run->disk;
 	int			nfiles = with_files ? d->produced.n : 0;
 	DbParam    *fp = pg_malloc0(sizeof(DbParam) * 7 * Max(nfiles, 1));
+	DbParam		sp[6];
 	DbParam		p[11];
+	StringInfoData names,
+				statuses,
+				reasons;
 	char		status[16],
 				bytes[32],
 				entries[16];
@@ -658,13 +698,29 @@ step_record_result(Run *run, const char *error, int jail_status, bool with_files
 	DbOutcome	o;
 	const DbResult *fin;
 	const DbResult *bad = NULL;
+	int			nskipped = 0;
 
+	/* saved files one call each (at most max_files); the rest in one call */
+	initStringInfo(&names);
+	initStringInfo(&statuses);
+	initStringInfo(&reasons);
+	appendStringInfoChar(&names, '{');
+	appendStringInfoChar(&statuses, '{');
+	appendStringInfoChar(&reasons, '{');
 	db_batch_init(&b);
 	for (int i = 0; i < nfiles; i++)
 	{
 		ProducedFile *pf = &d->produced.v[i];
 		DbParam    *q = &fp[i * 7];
 
+		if (strcmp(pf->status, "saved") != 0)
+		{
+			append_array_elem(&names, pf->name);
+			append_array_elem(&statuses, pf->status);
+			append_array_elem(&reasons, pf->reason);
+			nskipped++;
+			continue;
+		}
 		lease_params(q, run);
 		q[3] = text_param(pf->name);
 		q[4] = text_param(pf->status);
@@ -672,6 +728,17 @@ step_record_result(Run *run, const char *error, int jail_status, bool with_files
 		q[6].value = pf->data;
 		q[6].len = pf->data ? (int) pf->len : -1;
 		db_batch_add(&b, SQL_STORE_FILE, 7, q);
+	}
+	appendStringInfoChar(&names, '}');
+	appendStringInfoChar(&statuses, '}');
+	appendStringInfoChar(&reasons, '}');
+	if (nskipped > 0)
+	{
+		lease_params(sp, run);
+		sp[3] = text_param(names.data);
+		sp[4] = text_param(statuses.data);
+		sp[5] = text_param(reasons.data);
+		db_batch_add(&b, SQL_STORE_SKIPPED, 6, sp);
 	}
 	snprintf(status, sizeof(status), "%d", jail_status);
 	snprintf(bytes, sizeof(bytes), "%lld", (long long) d->ws_bytes);
@@ -688,13 +755,13 @@ step_record_result(Run *run, const char *error, int jail_status, bool with_files
 	db_batch_add(&b, SQL_FINISH, 11, p);
 
 	o = db_batch_run(&b);
-	fin = &b.items[nfiles].r;
+	fin = &b.items[b.n - 1].r;
 	if (o == DB_OK)
 		*applied = db_value(fin, 0, 0) != NULL;
 	else
 	{
 		/* the call that failed (those after it were not run: no SQLSTATE) */
-		for (int i = 0; i <= nfiles && bad == NULL; i++)
+		for (int i = 0; i < b.n && bad == NULL; i++)
 			if (b.items[i].r.outcome != DB_OK && b.items[i].r.sqlstate[0])
 				bad = &b.items[i].r;
 		if (bad == NULL)
@@ -708,6 +775,9 @@ step_record_result(Run *run, const char *error, int jail_status, bool with_files
 	}
 	db_batch_free(&b);
 	free(fp);
+	free(names.data);
+	free(statuses.data);
+	free(reasons.data);
 	return o;
 }
 

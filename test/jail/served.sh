@@ -294,14 +294,79 @@ while [ ! -e /tmp/done ]; do sleep 0.05; done; sleep 0.2; exit 4'
 	jr "$u" shell 'echo x' --bogus
 	t "$u: client usage error exits 2 before reaching the launcher" '[ $RC = 2 ] && err_has usage'
 
-	# --- who may talk to the launcher ----------------------------------------
-	local other=nobody
-	[ "$u" = root ] || other=root
+	peer_checks "$u"
+	late_mount_check "$u"
+}
+
+# A file system mounted after the launcher's workers cloned their sandboxes
+# (the extension's work directory moved to a new mount, say): a served
+# run's workspace there is found, as a one-shot run's is.  The sandboxes
+# cloned ahead hold a copy of the host's mounts as they were.
+late_mount_check() {
+	local u=$1 late=$WORK/late-$u
+	mkdir -p "$late"
+	mount -t tmpfs -o size=8m,mode=0755 sandbox_jail_late "$late"
+	ws_for "$late/ws" "$u"
+	jr "$u" shell 'pwd; echo late-mount' --workspace "$late/ws"
+	umount "$late"
+	t "$u: a workspace on a file system mounted after the launcher started is found" \
+		'[ $RC = 0 ] && [ "$(v status)" = exited ] && out_has "^late-mount$"'
+}
+
+# as_client USER: one run through the launcher at $SOCK, as USER (RC, out, err, verdict)
+as_client() {
 	printf 'echo never\n' > "$WORK/code"
-	runuser -u "$other" -- "$REALBIN" --client "$SOCK" --language shell --workspace "$WS" \
+	runuser -u "$1" -- "$REALBIN" --client "$SOCK" --language shell --workspace "$WS" \
 		--verdict-fd 3 < "$WORK/code" > "$WORK/out" 2> "$WORK/err" 3> "$WORK/verdict"
 	RC=$?
-	t "$u: $other cannot use $u's launcher" '[ $RC != 0 ] && ! out_has never'
+}
+# open_socket / close_socket: let every user reach $SOCK, and undo it
+open_socket() { chmod 711 "$SDIR" && chmod 666 "$SOCK"; }
+close_socket() { chmod 700 "$SDIR" && chmod 600 "$SOCK"; }
+
+# Who may talk to a launcher: two barriers, each checked for its own
+# refusal.  The socket (0600, in a 0700 directory) stops another user
+# before the launcher sees anything: the client's own setup error, exit 1.
+# A worker refuses a peer that is not the launcher's owner (SO_PEERCRED)
+# even when the socket lets it through: the launcher's refusal, exit 2.
+peer_checks() {
+	local u=$1
+	as_client nobody
+	t "$u: nobody cannot reach $u's launcher socket (exit 1, permission denied)" \
+		'[ $RC = 1 ] && ! out_has never && [ "$(v status)" = setup_error ] && [ "$(v setup_error)" = "cannot reach the launcher at $SOCK: Permission denied" ]'
+	open_socket
+	as_client nobody
+	close_socket
+	t "$u: its socket opened to all, $u's launcher still refuses nobody (exit 2, peer uid)" \
+		'[ $RC = 2 ] && ! out_has never && err_has "the launcher refused the request: peer uid 65534 is not the launcher.s owner$"'
+	if [ "$u" != root ]; then
+		as_client root
+		t "$u: root gets through $u's socket, the launcher refuses it (exit 2, peer uid)" \
+			'[ $RC = 2 ] && ! out_has never && err_has "the launcher refused the request: peer uid [0-9]* is not the launcher.s owner$"'
+	fi
+
+	# The worker refuses such a peer before it reads the request: a close
+	# with the request still unread would reset the connection and the
+	# answer be lost (ECONNRESET).  This client reads only once the worker
+	# has answered; the answer must still be there.
+	open_socket
+	runuser -u nobody -- "$PY" - "$SOCK" > "$WORK/out" 2>&1 <<-'EOF'
+	import os, socket, sys, time
+	s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+	s.connect(sys.argv[1])
+	out = os.open("/dev/null", os.O_WRONLY)
+	code = os.memfd_create("c")
+	socket.send_fds(s, [b"sandbox-jail/1\0--language\0shell\0--workspace\0/tmp\0"], [code, out, out])
+	time.sleep(0.5)
+	try:
+	    r = s.recv(70000).split(b"\0")
+	    print("answer", r[1].decode(), r[3].decode())
+	except OSError as e:
+	    print("lost:", e)
+	EOF
+	close_socket
+	t "$u: a refused peer gets the refusal even when its request was never read" \
+		'out_has "^answer 2 peer uid 65534 is not the launcher"'
 }
 
 # The launcher's lifetime: stop, crash and parent death take every run along.

@@ -368,8 +368,10 @@ min_wal_size = 32MB
 CONF
 	as_pg "$PGBIN/pg_ctl" -D "$SMALL/data" -l "$SMALL/server.log" -w -t 60 start >/dev/null
 	small_q -c "CREATE EXTENSION sandbox_ext" >/dev/null
-	for _ in $(seq 1 50); do
-		[ "$(small_q -c 'SELECT running FROM agent.worker_status()')" = t ] && break
+	# running, and its work directory known (the supervisor publishes it once
+	# the extension it waited for is there)
+	for _ in $(seq 1 150); do
+		[ "$(small_q -c 'SELECT running AND work_dir IS NOT NULL FROM agent.worker_status()')" = t ] && break
 		sleep 0.2
 	done
 	wd=$(small_q -c "SELECT work_dir FROM agent.worker_status()")

@@ -335,6 +335,50 @@ t_recovery_immediate_restart() {
 		"$([ -d "$WORK" ] && echo t)|$(find "$WORK" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills ! -name launcher | wc -l)"
 }
 
+# The local runner is a runner like any other: frozen (SIGSTOP) past its
+# lease, the bgworker's reaper ends its run by the billing rule (ours
+# failed: refunded); thawed, it kills that sandbox itself (self-fencing),
+# its late writes are refused, nothing is charged twice, and it goes on.
+t_lease_lost() {
+	local marker inv rpid st n t0
+	marker="sbx-lease-$$"
+	setting runner_lease_seconds 6
+	t0=$(q -c "SELECT clock_timestamp()")
+	# the lease reaches the runner with its next heartbeat (every 10 s at 30 s)
+	wait_for 15 "[ \"\$(q -c \"SELECT count(*) FROM agent.runners WHERE name = 'local' AND last_heartbeat > '$t0'\")\" = 1 ]"
+	inv=$(start "$A" shell "exec -a $marker sleep 120")
+	wait_state "$inv" running 100
+	check "(its payload runs)" 1 "$(pgrep -fc "$marker")"
+	rpid=$(local_runner_pid)
+	kill -STOP "$rpid"
+	for _ in $(seq 1 100); do
+		st=$(field "$inv" state)
+		[ "$st" = provision_failed ] && break
+		sleep 0.2
+	done
+	check "a frozen runner's run ends when its lease expires: ours failed, refunded" \
+		"provision_failed|the runner \"local\" stopped renewing its lease|0|charge:-2,refund:2" \
+		"$st|$(field "$inv" state_reason)|$(field "$inv" credits_charged)|$(ledger "$inv")"
+	check "... by the bgworker's reaper, audited" 1 \
+		"$(q -c "SELECT count(*) FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'invocation.provision_failed' AND details::text LIKE '%stopped renewing its lease%'")"
+	check "(the sandbox still runs while its runner is frozen)" 1 "$(pgrep -fc "$marker")"
+	n=$(q -c "SELECT count(*) FROM agent.invocation_output WHERE invocation_id = '$inv'")
+	kill -CONT "$rpid"
+	for _ in $(seq 1 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
+	check "thawed, the runner kills the orphaned sandbox itself" 0 "$(pgrep -fc "$marker" || true)"
+	check "... the same process (not restarted)" "$rpid" "$(local_runner_pid)"
+	check "... its late writes are refused: state, charge and output unchanged" \
+		"provision_failed|0|charge:-2,refund:2|$n" \
+		"$(field "$inv" state)|$(field "$inv" credits_charged)|$(ledger "$inv")|$(q -c "SELECT count(*) FROM agent.invocation_output WHERE invocation_id = '$inv'")"
+	check "... one outcome event" 1 \
+		"$(q -c "SELECT count(*) FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type IN ('invocation.finished', 'invocation.provision_failed')")"
+	setting runner_lease_seconds 30
+	inv=$(run "$A" shell 'echo after-the-lease')
+	check "... and it runs the next one" "succeeded|after-the-lease" "$(field "$inv" state)|$(output "$inv")"
+	check "the runner is live, holding no lease" "t|0" \
+		"$(q -c "SELECT live || '|' || leases FROM agent.runner_status WHERE name = 'local'" | sed 's/true/t/')"
+}
+
 t_not_preloaded() {
 	local notice
 	q -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_cron'" >/dev/null
@@ -353,7 +397,7 @@ t_not_preloaded() {
 
 run_tests t_worker t_languages t_launcher t_outcomes t_missing_jail t_unusable_work_dir \
 	t_insufficient_credits t_hash_mismatch t_cancel t_streaming t_forged_notify t_tenancy \
-	t_concurrency_cap t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
+	t_concurrency_cap t_lease_lost t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
 
 # ---- invariants, over what this suite ran -------------------------------------
 check_invariants

@@ -3,10 +3,16 @@
 #
 # The install script is assembled from sql/src/*.sql (one file per
 # concern, applied in name order) into sql/sandbox_ext--$(EXTVERSION).sql.
-# Upgrade scripts sql/sandbox_ext--A--B.sql are written by hand and kept.
+# The upgrade script from the previous release is assembled too: its
+# hand-written head sql/upgrade/$(PREVVERSION)--$(EXTVERSION).sql (tables,
+# columns, indexes, rows: state) followed by the definitions of sql/src
+# replayed by scripts/sql-replay.pl (functions, views, triggers, policies,
+# grants, comments).  Released versions' scripts are committed files in
+# sql/ and never change (docs/operations.md, "Releases and upgrades").
 
 EXTENSION = sandbox_ext
-EXTVERSION = 0.1.0
+EXTVERSION = 0.2.0
+PREVVERSION = 0.1.0
 MODULE_big = sandbox_ext
 OBJS = src/sandbox_ext.o src/shmem.o src/xact.o \
 	src/supervisor.o src/run.o src/launch.o src/jail_wire.o src/output.o src/workdir.o src/steps.o \
@@ -14,8 +20,9 @@ OBJS = src/sandbox_ext.o src/shmem.o src/xact.o \
 	src/export_worker.o src/export_stream.o src/export_state.o src/pgoutput.o src/chclient.o \
 	src/anchor.o src/guards.o src/digest.o src/audit.o
 
-DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
-DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*--*.sql))
+DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql
+# The frozen scripts of released versions (install and upgrade).
+DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*.sql))
 DOCS = $(wildcard docs/*.md)
 
 # pg_regress inputs live in test/regress/sql with their expected output in
@@ -49,6 +56,12 @@ $(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h) src/jail/wire_protocol.h src/jail/wi
 
 sql/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard sql/src/*.sql))
 	cat $^ > $@
+
+sql/$(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql: sql/upgrade/$(PREVVERSION)--$(EXTVERSION).sql \
+		$(sort $(wildcard sql/src/*.sql)) scripts/sql-replay.pl
+	{ cat sql/upgrade/$(PREVVERSION)--$(EXTVERSION).sql && \
+	  echo && echo '-- ---- replayed definitions of sql/src (scripts/sql-replay.pl) ----' && \
+	  perl scripts/sql-replay.pl $(sort $(wildcard sql/src/*.sql)); } > $@.tmp && mv $@.tmp $@
 
 .PHONY: jail jail-install deps demo test build-all
 # The jail lives in src/jail with its own Makefile (it never sees postgres.h).

@@ -3,6 +3,8 @@
 #
 #   scripts/cluster.sh start   initdb (if needed) and start; create the test
 #                              database with pgtap, pg_cron and sandbox_ext
+#                              (at SANDBOX_EXT_VERSION when set, else the
+#                              default version)
 #   scripts/cluster.sh stop    stop it and remove its directory
 #   scripts/cluster.sh env     print the environment to reach it (eval-able)
 #   scripts/cluster.sh work-dir print the supervisor's work directory
@@ -75,7 +77,7 @@ CONF
 	psql_db -d postgres -c "CREATE DATABASE $DB"
 	psql_db -d "$DB" -c "CREATE EXTENSION pg_cron" \
 		-c "CREATE EXTENSION pgtap" \
-		-c "CREATE EXTENSION sandbox_ext"
+		-c "CREATE EXTENSION sandbox_ext${SANDBOX_EXT_VERSION:+ VERSION '$SANDBOX_EXT_VERSION'}"
 	echo "cluster: running on socket $CLUSTER_DIR port $PORT, database $DB"
 }
 

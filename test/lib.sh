@@ -178,3 +178,62 @@ finish_suite() {
 	[ "$fail" -eq 0 ]
 	exit $?
 }
+
+# ---- more clusters (the upgrade, backup and failover suites) -------------------
+#   cluster_dir N | cluster_port N   the suite's N-th extra cluster:
+#                        ${SANDBOX_CLUSTER_DIR}_N on port SANDBOX_PGPORT + N (0: its own)
+#   start_cluster N [VERSION]        a fresh one (scripts/cluster.sh), with
+#                        sandbox_ext at VERSION (default: the default version)
+#   stop_cluster N                   stop it and remove it
+#   use_cluster N                    point q, tq and everything above at it
+HOME_CLUSTER_DIR=$CLUSTER_DIR
+HOME_PORT=$PORT
+cluster_dir() { if [ "$1" -eq 0 ]; then echo "$HOME_CLUSTER_DIR"; else echo "${HOME_CLUSTER_DIR}_$1"; fi; }
+cluster_port() { echo $((HOME_PORT + $1)); }
+cluster_sh() {			# N cluster.sh-arguments...
+	local n=$1
+	shift
+	SANDBOX_CLUSTER_DIR=$(cluster_dir "$n") SANDBOX_PGPORT=$(cluster_port "$n") SANDBOX_DB=$DB \
+		"$(dirname "${BASH_SOURCE[0]}")/../scripts/cluster.sh" "$@"
+}
+start_cluster() { SANDBOX_EXT_VERSION=${2:-} cluster_sh "$1" start >/dev/null; }
+stop_cluster() { cluster_sh "$1" stop >/dev/null 2>&1 || true; }
+use_cluster() { CLUSTER_DIR=$(cluster_dir "$1"); PORT=$(cluster_port "$1"); }
+
+# ---- a cluster filled with runs of every kind ----------------------------------
+# fill_every_kind: one new tenant with an uploaded file and a skill, and
+# through the API: a run that succeeds (in the conversation's session,
+# reading the upload and producing a file), one that fails, one that times
+# out, one refunded (provision_failed: no jail), one denied by a person, one
+# expired, one cancelled before it ran, one refused by policy (code too
+# large: no invocation), one without credits.  Prints the tenant.
+fill_every_kind() {
+	local A org ws agent conv inv appr skill poor
+	A=$(new_tenant 100)
+	read -r org ws agent conv <<<"$A"
+	tq "$org" "$ws" "SELECT agent.upload_file('$conv', 'in.txt', convert_to('hello', 'UTF8'), 'alice', 'text/plain');" >/dev/null
+	skill=$(tq "$org" "$ws" "SELECT agent.create_skill('kit', jsonb_build_object('a.txt', encode('skill file'::bytea, 'base64')));")
+	tq "$org" "$ws" "SELECT agent.set_agent_skill('$agent', '$skill');" >/dev/null
+	run "$A" python 'print(open("in.txt").read(), open("/skills/kit/a.txt").read()); open("out.txt", "w").write("made")' >/dev/null
+	run "$A" shell 'echo second run in the session; cat out.txt' >/dev/null
+	run "$A" shell 'echo failing >&2; exit 3' none >/dev/null
+	run "$A" shell 'sleep 30' none 1 >/dev/null
+	setconf sandbox.jail_path /nonexistent/sandbox-jail
+	run "$A" shell 'echo never' none >/dev/null
+	resetconf sandbox.jail_path
+	read -r inv appr < <(req "$A" shell 'echo denied' none)
+	tq "$org" "$ws" "SELECT agent.deny('$appr', 'approver', 'no');" >/dev/null
+	req "$A" shell 'echo expires' none >/dev/null
+	q -c "SELECT agent.expire_pending_approvals(now() + interval '1 day')" >/dev/null
+	read -r inv appr < <(req "$A" shell 'echo cancelled' none)
+	tq "$org" "$ws" "SELECT agent.cancel('$inv', 'requester');" >/dev/null
+	req "$A" shell "$(head -c 70000 /dev/zero | tr '\0' '#')" none >/dev/null
+	poor=$(new_tenant 0)
+	run "$poor" shell 'echo no credits' none >/dev/null
+	echo "$A"
+}
+
+# The states fill_every_kind leaves, "state:count" sorted (for checks).
+fill_states() {
+	q -c "SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM (SELECT state, count(*) n FROM agent.invocations GROUP BY 1) s"
+}

@@ -4,7 +4,8 @@
 #   scripts/cluster.sh start   initdb (if needed) and start; create the test
 #                              database with pgtap, pg_cron and sandbox_ext
 #                              (at SANDBOX_EXT_VERSION when set, else the
-#                              default version)
+#                              default version; with SANDBOX_NO_DB=1 the
+#                              database is not created: a restore target)
 #   scripts/cluster.sh stop    stop it and remove its directory
 #   scripts/cluster.sh env     print the environment to reach it (eval-able)
 #   scripts/cluster.sh work-dir print the supervisor's work directory
@@ -73,6 +74,10 @@ CONF
 		tail -n 5 "$CLUSTER_DIR/server.log" >&2
 		sleep 2
 		as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null
+	fi
+	if [ "${SANDBOX_NO_DB:-}" = 1 ]; then
+		echo "cluster: running on socket $CLUSTER_DIR port $PORT, no database $DB yet"
+		return
 	fi
 	psql_db -d postgres -c "CREATE DATABASE $DB"
 	psql_db -d "$DB" -c "CREATE EXTENSION pg_cron" \

@@ -15,7 +15,7 @@
 #   ALTER TABLE t ENABLE|DISABLE|FORCE|NO FORCE ...   (trigger firing, RLS)
 #   ALTER FUNCTION, COMMENT ON, GRANT, REVOKE
 #   SELECT pg_catalog.pg_extension_config_dump(...)
-#   DO $roles$ ... $roles$          (role creation, idempotent by contract)
+#   DO $roles$ ... $roles$, DO $replay$ ... $replay$   (idempotent by contract)
 #
 # Everything else (tables, columns, indexes, types, sequences, constraints,
 # rows, other DO blocks and SELECTs) is state, not definition: it is not
@@ -48,7 +48,7 @@ sub classify {
 	return $s if $head =~ /^ALTER TABLE (?:ONLY )?\S+ (?:ENABLE|DISABLE|FORCE|NO FORCE) /;
 	return $s if $head =~ /^(?:ALTER FUNCTION|ALTER PROCEDURE|COMMENT ON|GRANT|REVOKE) /;
 	return $s if $head =~ /^SELECT PG_CATALOG\.PG_EXTENSION_CONFIG_DUMP\(/;
-	return $s if $s =~ /^DO\s+\$roles\$/;
+	return $s if $s =~ /^DO\s+\$(?:roles|replay)\$/;
 	return undef;
 }
 

@@ -224,6 +224,17 @@ sandbox_audit_heads_guard(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("agent._audit_heads_guard() must be called as a BEFORE ROW trigger")));
+	/*
+	 * A restore (pg_restore in session_replication_role = replica,
+	 * docs/operations.md) or a logical-replication apply inserts tips as
+	 * they were.  Only an insert: a tip that exists is a primary-key
+	 * conflict, so no existing chain's tip moves this way, and a tip that
+	 * disagrees with its chain is what agent.verify_audit_chain() reports.
+	 * Setting replica mode takes a superuser, who could drop this trigger.
+	 */
+	if (TRIGGER_FIRED_BY_INSERT(td->tg_event) &&
+		SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA)
+		return PointerGetDatum(td->tg_trigtuple);
 	if (!audit_appending || !head_change_is_append(td))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

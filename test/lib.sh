@@ -182,8 +182,9 @@ finish_suite() {
 # ---- more clusters (the upgrade, backup and failover suites) -------------------
 #   cluster_dir N | cluster_port N   the suite's N-th extra cluster:
 #                        ${SANDBOX_CLUSTER_DIR}_N on port SANDBOX_PGPORT + N (0: its own)
-#   start_cluster N [VERSION]        a fresh one (scripts/cluster.sh), with
-#                        sandbox_ext at VERSION (default: the default version)
+#   start_cluster N [VERSION|nodb]   a fresh one (scripts/cluster.sh), with
+#                        sandbox_ext at VERSION (default: the default version),
+#                        or (nodb) without the database: a restore target
 #   stop_cluster N                   stop it and remove it
 #   use_cluster N                    point q, tq and everything above at it
 HOME_CLUSTER_DIR=$CLUSTER_DIR
@@ -196,7 +197,10 @@ cluster_sh() {			# N cluster.sh-arguments...
 	SANDBOX_CLUSTER_DIR=$(cluster_dir "$n") SANDBOX_PGPORT=$(cluster_port "$n") SANDBOX_DB=$DB \
 		"$(dirname "${BASH_SOURCE[0]}")/../scripts/cluster.sh" "$@"
 }
-start_cluster() { SANDBOX_EXT_VERSION=${2:-} cluster_sh "$1" start >/dev/null; }
+start_cluster() {
+	if [ "${2:-}" = nodb ]; then SANDBOX_NO_DB=1 cluster_sh "$1" start >/dev/null
+	else SANDBOX_EXT_VERSION=${2:-} cluster_sh "$1" start >/dev/null; fi
+}
 stop_cluster() { cluster_sh "$1" stop >/dev/null 2>&1 || true; }
 use_cluster() { CLUSTER_DIR=$(cluster_dir "$1"); PORT=$(cluster_port "$1"); }
 
@@ -236,4 +240,20 @@ fill_every_kind() {
 # The states fill_every_kind leaves, "state:count" sorted (for checks).
 fill_states() {
 	q -c "SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM (SELECT state, count(*) n FROM agent.invocations GROUP BY 1) s"
+}
+
+# table_digest_sql [EXCLUDED...]: one SQL statement giving "table|rows|md5"
+# for every table of schema agent but the excluded ones, over the columns
+# each has now (run it again later, or elsewhere, to digest the same
+# columns).  The md5 is over the rows' text in sorted order.
+table_digest_sql() {
+	local ex="''"
+	[ $# -gt 0 ] && ex=$(printf "'%s'," "$@") && ex=${ex%,}
+	q -c "SELECT string_agg(format('SELECT %L || ''|'' || count(*) || ''|'' || md5(coalesce(string_agg(r::text, chr(10) ORDER BY r::text), '''')) FROM (SELECT %s FROM agent.%I) r',
+								   c.relname,
+								   (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) FROM pg_attribute a
+									 WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+								   c.relname), ' UNION ALL ' ORDER BY c.relname)
+		  FROM pg_class c WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind IN ('r', 'p')
+		   AND c.relname NOT IN ($ex)"
 }

@@ -783,4 +783,6 @@ $$;
 COMMENT ON FUNCTION agent.schedule_maintenance(text) IS
 	'schedule agent.expire_idle_sessions(), agent.expire_pending_approvals() and agent.reap_expired_leases() with pg_cron (idempotent)';
 
-SELECT agent.schedule_maintenance();
+-- Not while a dump is restored (session_replication_role = replica): the
+-- dump of cron.job brings the jobs back (98_backup.sql).
+SELECT agent.schedule_maintenance() WHERE pg_catalog.current_setting('session_replication_role') <> 'replica';

@@ -19,20 +19,6 @@ NEW=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" "$top/sandbox_ext.control")
 FRESH=sandbox_fresh
 A=
 
-# SQL (one statement) giving "table|rows|md5" for every table of schema agent
-# over the columns it has now; run again after the update, it digests the
-# same columns.  runners and export_state are live (heartbeats, the
-# exporter) and left out.
-digest_sql() {
-	q -c "SELECT string_agg(format('SELECT %L || ''|'' || count(*) || ''|'' || md5(coalesce(string_agg(r::text, chr(10) ORDER BY r::text), '''')) FROM (SELECT %s FROM agent.%I) r',
-								   c.relname,
-								   (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) FROM pg_attribute a
-									 WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
-								   c.relname), ' UNION ALL ' ORDER BY c.relname)
-		  FROM pg_class c WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind IN ('r', 'p')
-		   AND c.relname NOT IN ('runners', 'export_state')"
-}
-
 t_install_old() {
 	if ! start_cluster 1 "$OLD"; then
 		nok "a cluster with sandbox_ext $OLD starts"
@@ -51,7 +37,7 @@ t_fill_and_update() {
 	check "the old version ran every kind of run" \
 		"cancelled:1,denied:1,expired:1,failed:1,insufficient_credits:1,provision_failed:1,succeeded:2,timed_out:1" \
 		"$(fill_states)"
-	sql=$(digest_sql)
+	sql=$(table_digest_sql runners export_state)
 	before=$(q -c "$sql")
 	q -c "ALTER EXTENSION sandbox_ext UPDATE" 2>&1
 	rc=$?

@@ -7,7 +7,9 @@
 # hand-written head sql/upgrade/$(PREVVERSION)--$(EXTVERSION).sql (tables,
 # columns, indexes, rows: state) followed by the definitions of sql/src
 # replayed by scripts/sql-replay.pl (functions, views, triggers, policies,
-# grants, comments).  Released versions' scripts are committed files in
+# grants, comments), then the optional hand-written tail
+# sql/upgrade/$(PREVVERSION)--$(EXTVERSION).post.sql (state that needs the
+# new definitions: constraint triggers, a migration calling a new function).  Released versions' scripts are committed files in
 # sql/ and never change (docs/operations.md, "Releases and upgrades").
 
 EXTENSION = sandbox_ext
@@ -54,16 +56,22 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # header, and an object built against an older layout corrupts it.
 $(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h) src/jail/wire_protocol.h src/jail/wire.c
 
-sql/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard sql/src/*.sql))
-	cat $^ > $@
+sql/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard sql/src/*.sql)) FORCE
+	cat $(filter %.sql,$^) > $@.tmp && mv $@.tmp $@
 
+# Both scripts are rebuilt every time (it takes milliseconds): a part
+# removed from sql/src or sql/upgrade would otherwise leave a stale script
+# that still has it.
+UPGRADE_POST = $(wildcard sql/upgrade/$(PREVVERSION)--$(EXTVERSION).post.sql)
 sql/$(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql: sql/upgrade/$(PREVVERSION)--$(EXTVERSION).sql \
-		$(sort $(wildcard sql/src/*.sql)) scripts/sql-replay.pl
+		$(sort $(wildcard sql/src/*.sql)) $(UPGRADE_POST) scripts/sql-replay.pl FORCE
 	{ cat sql/upgrade/$(PREVVERSION)--$(EXTVERSION).sql && \
 	  echo && echo '-- ---- replayed definitions of sql/src (scripts/sql-replay.pl) ----' && \
-	  perl scripts/sql-replay.pl $(sort $(wildcard sql/src/*.sql)); } > $@.tmp && mv $@.tmp $@
+	  perl scripts/sql-replay.pl $(sort $(wildcard sql/src/*.sql)) && \
+	  { [ -z "$(UPGRADE_POST)" ] || { echo '-- ---- $(UPGRADE_POST) ----' && cat $(UPGRADE_POST); }; }; } > $@.tmp && mv $@.tmp $@
 
-.PHONY: jail jail-install deps demo test build-all
+.PHONY: jail jail-install deps demo test build-all FORCE
+FORCE:
 # The jail lives in src/jail with its own Makefile (it never sees postgres.h).
 jail:
 	@if [ -f src/jail/Makefile ]; then $(MAKE) -C src/jail; fi

@@ -17,16 +17,53 @@
 -- guards of the ledger and the audit trail stay on (ENABLE ALWAYS) and
 -- refuse UPDATE, DELETE and TRUNCATE there too; a restore only inserts.
 -- Two things need a rule of their own in replica mode:
---   * audit_heads: its guard (src/audit.c) admits an INSERT in replica
---     mode (a restored or replicated tip; a tip that exists is a
---     primary-key conflict, and a tip that disagrees with its chain is what
---     verify_audit_chain() reports);
+--   * audit_heads: its guard (src/audit.c) leaves an INSERT in replica
+--     mode to the trigger below, which admits a tip only when it is the
+--     one the org's (already restored) audit events imply; UPDATE and
+--     DELETE stay refused, and a tip that exists is a primary-key conflict;
 --   * the rows the install script writes (settings, plans, runtimes) are
 --     dumped too, so an operator's values survive; in replica mode the
 --     dumped row replaces the one CREATE EXTENSION just wrote (the triggers
 --     below), instead of failing on its key.
 -- And the install script schedules no pg_cron job in replica mode: the
 -- dump of cron.job (pg_cron's own config table) brings them back.
+
+-- In replica mode only (ENABLE REPLICA): a restored tip must be the tip of
+-- the org's restored events (pg_dump writes agent.audit_events before
+-- agent.audit_heads).  prev_hash is the hash before the last ('' for fewer
+-- than two events), as agent._audit leaves it.
+CREATE FUNCTION agent._audit_heads_restore_check() RETURNS trigger
+	LANGUAGE plpgsql
+AS $$
+DECLARE
+	v_events	bigint;
+	v_last_id	bigint;
+	v_last_hash	text;
+	v_prev_hash	text;
+BEGIN
+	SELECT count(*), coalesce(max(e.id), 0) INTO v_events, v_last_id
+	  FROM agent.audit_events e WHERE e.org_id = NEW.org_id;
+	SELECT coalesce((SELECT e.hash FROM agent.audit_events e WHERE e.org_id = NEW.org_id
+					  ORDER BY e.id DESC LIMIT 1), ''),
+		   coalesce((SELECT e.hash FROM agent.audit_events e WHERE e.org_id = NEW.org_id
+					  ORDER BY e.id DESC OFFSET 1 LIMIT 1), '')
+	  INTO v_last_hash, v_prev_hash;
+	IF (NEW.events, NEW.last_id, NEW.last_hash, NEW.prev_hash)
+		IS DISTINCT FROM (v_events, v_last_id, v_last_hash, v_prev_hash) THEN
+		RAISE EXCEPTION 'cannot insert into agent.audit_heads: the tip does not match the org''s audit events'
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = format('Org %s has %s events ending at event %s.', NEW.org_id, v_events, v_last_id),
+				  HINT = 'A restore loads agent.audit_events before agent.audit_heads; a tip moves otherwise only with an append.';
+	END IF;
+	RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION agent._audit_heads_restore_check() IS
+	'restore (session_replication_role = replica): admit an audit tip only when it is the tip of the org''s events';
+CREATE TRIGGER audit_heads_restore_check
+	BEFORE INSERT ON agent.audit_heads
+	FOR EACH ROW EXECUTE FUNCTION agent._audit_heads_restore_check();
+ALTER TABLE agent.audit_heads ENABLE REPLICA TRIGGER audit_heads_restore_check;
 
 -- In replica mode only (ENABLE REPLICA): a row inserted with the key of an
 -- existing row replaces it.  TG_ARGV[0] names the key column.

@@ -76,6 +76,13 @@ t_after_update() {
 		"$(field "$inv" state)|$(output "$inv")|$(field "$inv" credits_charged)"
 	check "the chain still verifies after the new run" 0 \
 		"$(q -c "SELECT count(*) FROM agent.orgs o, LATERAL agent.verify_audit_chain(o.id) v WHERE NOT v.ok")"
+	check "one log line for the new run (state, ms, charge)" 1 \
+		"$(grep -cE "sandbox_ext invocation $inv ended: org [0-9a-f-]+, state succeeded, [0-9]+ ms, 2 credits charged" "$(cluster_dir 1)/server.log")"
+	setconf sandbox.jail_path /nonexistent/sandbox-jail
+	inv=$(run "$A" shell 'echo never' none)
+	resetconf sandbox.jail_path
+	check "a refunded run's line says 0 credits charged" "provision_failed|1" \
+		"$(field "$inv" state)|$(grep -cE "sandbox_ext invocation $inv ended: .*state provision_failed, [0-9]+ ms, 0 credits charged" "$(cluster_dir 1)/server.log")"
 	check "the maintenance jobs are scheduled once each" "3" \
 		"$(q -c "SELECT count(*) FROM cron.job WHERE jobname LIKE 'sandbox_ext_%'")"
 }

@@ -8,3 +8,7 @@ CREATE CONSTRAINT TRIGGER invocations_log_end
 	DEFERRABLE INITIALLY DEFERRED
 	FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state AND agent._state_is_terminal(NEW.state))
 	EXECUTE FUNCTION agent._log_invocation_end();
+
+-- 50_sessions.sql / 70_retention.sql: the new pg_cron job (idempotent: the
+-- jobs are named).
+SELECT agent.schedule_maintenance();

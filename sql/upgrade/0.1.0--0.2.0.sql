@@ -15,3 +15,46 @@
 -- Each change says which part of sql/src it follows, in sql/src order.
 
 \echo Use "ALTER EXTENSION sandbox_ext UPDATE TO '0.2.0'" to load this file. \quit
+
+-- 50_sessions.sql: a file's content can be pruned by retention.
+ALTER TABLE agent.files DROP CONSTRAINT files_status_check,
+	ADD CONSTRAINT files_status_check CHECK (status IN ('saved', 'skipped', 'failed', 'pruned'));
+
+-- 70_retention.sql: settings, per-org retention, what pruning leaves.
+INSERT INTO agent.settings (key, value, description) VALUES
+	('retention_output', '30 days',
+	 'how long the output chunks of a run are kept before agent.prune_retention() empties them (an interval, or forever)'),
+	('retention_previews', '90 days',
+	 'how long the output preview of a tool call is kept (an interval, or forever)'),
+	('retention_produced_files', '90 days',
+	 'how long the content of a file a run produced is kept (an interval, or forever)'),
+	('retention_uploaded_files', 'forever',
+	 'how long the content of an uploaded conversation file is kept (an interval, or forever)'),
+	('retention_batch', '1000',
+	 'rows agent.prune_retention() prunes per transaction');
+
+CREATE TABLE agent.org_retention (
+	org_id			uuid PRIMARY KEY REFERENCES agent.orgs (id),
+	output			text,
+	previews		text,
+	produced_files	text,
+	uploaded_files	text,
+	updated_at		timestamptz NOT NULL DEFAULT now()
+);
+
+ALTER TABLE agent.invocation_output
+	ADD COLUMN pruned_at timestamptz,
+	ADD COLUMN data_bytes integer,
+	ADD COLUMN data_sha256 text;
+CREATE INDEX invocation_output_retention_idx ON agent.invocation_output (org_id, created_at)
+	WHERE pruned_at IS NULL;
+
+ALTER TABLE agent.agent_tool_calls
+	ADD COLUMN preview_pruned_at timestamptz,
+	ADD COLUMN preview_bytes integer,
+	ADD COLUMN preview_sha256 text;
+CREATE INDEX agent_tool_calls_retention_idx ON agent.agent_tool_calls (org_id, created_at)
+	WHERE output_preview IS NOT NULL;
+
+CREATE INDEX files_retention_idx ON agent.files (org_id, origin, created_at)
+	WHERE status = 'saved';

@@ -47,6 +47,13 @@ CREATE TABLE agent.org_retention (
 );
 COMMENT ON TABLE agent.org_retention IS
 	'per-org retention of run content (NULL: the retention_* default in agent.settings)';
+-- Read by the org's backend and admin (what is kept, for how long), by the
+-- auditor; written by the operator only (set_org_retention).
+ALTER TABLE agent.org_retention ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_read ON agent.org_retention FOR SELECT TO agent_backend, agent_admin
+	USING (org_id = agent.current_org());
+CREATE POLICY auditor_read ON agent.org_retention FOR SELECT TO agent_auditor USING (true);
+GRANT SELECT ON agent.org_retention TO agent_backend, agent_admin, agent_auditor;
 
 -- What pruning leaves: the content's hash and size, and when.
 ALTER TABLE agent.invocation_output
@@ -168,7 +175,7 @@ BEGIN
 				   data = '', pruned_at = now()
 			  FROM c WHERE o.invocation_id = c.invocation_id AND o.seq = c.seq
 			RETURNING o.data_bytes)
-		SELECT count(*), coalesce(sum(u.data_bytes), 0) INTO n, v_bytes FROM u;
+		SELECT count(*)::integer, coalesce(sum(u.data_bytes), 0)::bigint INTO n, v_bytes FROM u;
 	ELSIF kind = 'previews' THEN
 		WITH c AS (
 			SELECT t.id FROM agent.agent_tool_calls t
@@ -182,7 +189,7 @@ BEGIN
 				   output_preview = NULL, preview_pruned_at = now()
 			  FROM c WHERE t.id = c.id
 			RETURNING t.id)
-		SELECT count(*), 0 INTO n, v_bytes FROM u;
+		SELECT count(*)::integer, 0::bigint INTO n, v_bytes FROM u;
 	ELSIF kind IN ('produced_files', 'uploaded_files') THEN
 		WITH c AS (
 			SELECT f.id FROM agent.files f
@@ -197,7 +204,7 @@ BEGIN
 				   reason = format('removed by retention (%s) on %s', kind, now()::date)
 			  FROM c WHERE f.id = c.id
 			RETURNING f.size)
-		SELECT count(*), coalesce(sum(u.size), 0) INTO n, v_bytes FROM u;
+		SELECT count(*)::integer, coalesce(sum(u.size), 0)::bigint INTO n, v_bytes FROM u;
 	ELSE
 		RAISE EXCEPTION 'unknown retention kind "%"', kind USING ERRCODE = 'invalid_parameter_value';
 	END IF;

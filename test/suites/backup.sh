@@ -122,8 +122,22 @@ t_restored_works() {
 		"$(q -c "SELECT count(*) FROM agent.credit_balances b WHERE b.balance <> (SELECT coalesce(sum(amount), 0) FROM agent.credit_ledger l WHERE l.org_id = b.org_id)")"
 }
 
+# The monitoring queries of docs/operations.md run (on the restored cluster).
+t_monitoring_queries() {
+	local n=0 bad=0 block
+	while IFS= read -r -d '' block; do
+		n=$((n + 1))
+		if ! q -f - <<<"$block" >/dev/null 2>"$work_dir/mon.err"; then
+			bad=$((bad + 1))
+			echo "# query $n failed: $(head -c 300 "$work_dir/mon.err")"
+		fi
+	done < <(awk '/^## Monitoring/ { on = 1 } on && /^```sql/ { b = 1; next } b && /^```/ { b = 0; printf "%c", 0; next } b { print }' \
+		"$top/docs/operations.md")
+	check "the $n monitoring queries of docs/operations.md run" "1|0" "$([ "$n" -ge 5 ] && echo 1)|$bad"
+}
+
 work_dir=$(mktemp -d /tmp/sandbox_backup.XXXXXX)
 chmod 0777 "$work_dir"
 trap 'stop_cluster 1; stop_cluster 2; rm -rf "$work_dir"' EXIT
-run_tests t_fill_source t_dump t_restore t_compare t_restored_works
+run_tests t_fill_source t_dump t_restore t_compare t_restored_works t_monitoring_queries
 finish_suite

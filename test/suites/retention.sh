@@ -74,12 +74,11 @@ t_prune() {
 # What the audit trail costs per invocation (kept, not pruned): printed,
 # not checked (sizes depend on the content of the events).
 t_audit_cost() {
-	q -c "SELECT '# audit trail per invocation: ' || round(avg(n), 1) || ' events, ' || round(avg(b)) || ' bytes of rows (+ ' ||
-				 (SELECT round(pg_relation_size('agent.audit_events_org_idx')::numeric / greatest(count(*), 1)) FROM agent.audit_events) || ' + ' ||
-				 (SELECT round(pg_relation_size('agent.audit_events_pkey')::numeric / greatest(count(*), 1)) FROM agent.audit_events) ||
-				 ' index bytes per event)'
+	q -c "SELECT '# audit trail per invocation: ' || round(avg(n), 1) || ' events, ' || round(avg(b)) || ' bytes of heap rows'
 			FROM (SELECT count(*) n, sum(pg_column_size(e.*)) b FROM agent.audit_events e
 				   WHERE e.invocation_id IS NOT NULL GROUP BY e.invocation_id) x"
+	q -c "SELECT '# a pruned output chunk row: ' || round(avg(pg_column_size(o.*))) || ' bytes (' || count(*) || ' rows)'
+			FROM agent.invocation_output o WHERE o.pruned_at IS NOT NULL"
 	ok "audit cost measured"
 }
 

@@ -30,8 +30,9 @@
 
 -- In replica mode only (ENABLE REPLICA): a restored tip must be the tip of
 -- the org's restored events (pg_dump writes agent.audit_events before
--- agent.audit_heads).  prev_hash is the hash before the last ('' for fewer
--- than two events), as agent._audit leaves it.
+-- agent.audit_heads), and the org must have some.  prev_hash is the hash
+-- before the last ('' for fewer than two events), as agent._audit leaves
+-- it.
 CREATE FUNCTION agent._audit_heads_restore_check() RETURNS trigger
 	LANGUAGE plpgsql
 AS $$
@@ -48,7 +49,9 @@ BEGIN
 		   coalesce((SELECT e.hash FROM agent.audit_events e WHERE e.org_id = NEW.org_id
 					  ORDER BY e.id DESC OFFSET 1 LIMIT 1), '')
 	  INTO v_last_hash, v_prev_hash;
-	IF (NEW.events, NEW.last_id, NEW.last_hash, NEW.prev_hash)
+	-- A committed tip always has events (the first append creates the tip
+	-- in its own transaction), so a tip of an org without events is forged.
+	IF v_events = 0 OR (NEW.events, NEW.last_id, NEW.last_hash, NEW.prev_hash)
 		IS DISTINCT FROM (v_events, v_last_id, v_last_hash, v_prev_hash) THEN
 		RAISE EXCEPTION 'cannot insert into agent.audit_heads: the tip does not match the org''s audit events'
 			USING ERRCODE = 'insufficient_privilege',

@@ -122,7 +122,7 @@ BEGIN
 		RAISE EXCEPTION 'org must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	IF NOT EXISTS (SELECT 1 FROM agent.orgs o WHERE o.id = org) THEN
-		RAISE EXCEPTION 'org % does not exist', org USING ERRCODE = 'undefined_object';
+		RAISE EXCEPTION 'org % does not exist', org USING ERRCODE = 'no_data_found';
 	END IF;
 	FOREACH v IN ARRAY ARRAY[output, previews, produced_files, uploaded_files] LOOP
 		CONTINUE WHEN v IS NULL OR v = 'forever';

@@ -12,3 +12,7 @@ CREATE CONSTRAINT TRIGGER invocations_log_end
 -- 50_sessions.sql / 70_retention.sql: the new pg_cron job (idempotent: the
 -- jobs are named).
 SELECT agent.schedule_maintenance();
+
+-- 12_catalog.sql (integration, issue 18): the versions of the interpreters
+-- the jail runs, for the cards, as the install script records them.
+SELECT count(*) FROM agent.refresh_runtimes();

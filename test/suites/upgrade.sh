@@ -38,8 +38,9 @@ t_fill_and_update() {
 		"cancelled:1,denied:1,expired:1,failed:1,insufficient_credits:1,provision_failed:1,succeeded:2,timed_out:1" \
 		"$(fill_states)"
 	# (runners and export_state are live; settings gains the new version's
-	# rows, compared with a fresh install's by the catalog test)
-	sql=$(table_digest_sql runners export_state settings)
+	# rows and runtimes its probed versions: both are compared with a fresh
+	# install's by the catalog test)
+	sql=$(table_digest_sql runners export_state settings runtimes)
 	before=$(q -c "$sql")
 	q -c "ALTER EXTENSION sandbox_ext UPDATE" 2>&1
 	rc=$?

@@ -3,18 +3,27 @@
 #
 # The install script is assembled from sql/src/*.sql (one file per
 # concern, applied in name order) into sql/sandbox_ext--$(EXTVERSION).sql.
-# Upgrade scripts sql/sandbox_ext--A--B.sql are written by hand and kept.
+# The upgrade script from the previous release is assembled too: its
+# hand-written head sql/upgrade/$(PREVVERSION)--$(EXTVERSION).sql (tables,
+# columns, indexes, rows: state) followed by the definitions of sql/src
+# replayed by scripts/sql-replay.pl (functions, views, triggers, policies,
+# grants, comments), then the optional hand-written tail
+# sql/upgrade/$(PREVVERSION)--$(EXTVERSION).post.sql (state that needs the
+# new definitions: constraint triggers, a migration calling a new function).  Released versions' scripts are committed files in
+# sql/ and never change (docs/operations.md, "Releases and upgrades").
 
 EXTENSION = sandbox_ext
-EXTVERSION = 0.1.0
+EXTVERSION = 0.2.0
+PREVVERSION = 0.1.0
 MODULE_big = sandbox_ext
 OBJS = src/sandbox_ext.o src/shmem.o src/xact.o \
 	src/supervisor.o src/api.o \
 	src/export_worker.o src/export_stream.o src/export_state.o src/pgoutput.o src/chclient.o \
 	src/anchor.o src/guards.o src/digest.o src/audit.o
 
-DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
-DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*--*.sql))
+DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql
+# The frozen scripts of released versions (install and upgrade).
+DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*.sql))
 DOCS = $(wildcard docs/*.md)
 
 # pg_regress inputs live in test/regress/sql with their expected output in
@@ -46,10 +55,22 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # header, and an object built against an older layout corrupts it.
 $(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h) src/runner/local_link.h
 
-sql/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard sql/src/*.sql))
-	cat $^ > $@
+sql/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard sql/src/*.sql)) FORCE
+	cat $(filter %.sql,$^) > $@.tmp && mv $@.tmp $@
 
-.PHONY: jail jail-install runner runner-install deps demo test build-all
+# Both scripts are rebuilt every time (it takes milliseconds): a part
+# removed from sql/src or sql/upgrade would otherwise leave a stale script
+# that still has it.
+UPGRADE_POST = $(wildcard sql/upgrade/$(PREVVERSION)--$(EXTVERSION).post.sql)
+sql/$(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql: sql/upgrade/$(PREVVERSION)--$(EXTVERSION).sql \
+		$(sort $(wildcard sql/src/*.sql)) $(UPGRADE_POST) scripts/sql-replay.pl FORCE
+	{ cat sql/upgrade/$(PREVVERSION)--$(EXTVERSION).sql && \
+	  echo && echo '-- ---- replayed definitions of sql/src (scripts/sql-replay.pl) ----' && \
+	  perl scripts/sql-replay.pl $(sort $(wildcard sql/src/*.sql)) && \
+	  { [ -z "$(UPGRADE_POST)" ] || { echo '-- ---- $(UPGRADE_POST) ----' && cat $(UPGRADE_POST); }; }; } > $@.tmp && mv $@.tmp $@
+
+.PHONY: jail jail-install runner runner-install deps demo test build-all FORCE
+FORCE:
 # The jail lives in src/jail with its own Makefile (it never sees postgres.h).
 jail:
 	@if [ -f src/jail/Makefile ]; then $(MAKE) -C src/jail; fi

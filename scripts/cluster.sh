@@ -3,6 +3,9 @@
 #
 #   scripts/cluster.sh start   initdb (if needed) and start; create the test
 #                              database with pgtap, pg_cron and sandbox_ext
+#                              (at SANDBOX_EXT_VERSION when set, else the
+#                              default version; with SANDBOX_NO_DB=1 the
+#                              database is not created: a restore target)
 #   scripts/cluster.sh stop    stop it and remove its directory
 #   scripts/cluster.sh env     print the environment to reach it (eval-able),
 #                              and the ids the demo made there; without
@@ -75,10 +78,14 @@ CONF
 		sleep 2
 		as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null
 	fi
+	if [ "${SANDBOX_NO_DB:-}" = 1 ]; then
+		echo "cluster: running on socket $CLUSTER_DIR port $PORT, no database $DB yet"
+		return
+	fi
 	psql_db -d postgres -c "CREATE DATABASE $DB"
 	psql_db -d "$DB" -c "CREATE EXTENSION pg_cron" \
 		-c "CREATE EXTENSION pgtap" \
-		-c "CREATE EXTENSION sandbox_ext"
+		-c "CREATE EXTENSION sandbox_ext${SANDBOX_EXT_VERSION:+ VERSION '$SANDBOX_EXT_VERSION'}"
 	echo "export PGHOST=$CLUSTER_DIR PGPORT=$PORT PGDATABASE=$DB PGUSER=postgres" |
 		as_pg tee "$CLUSTER_DIR/cluster.env" >/dev/null
 	echo "cluster: running on socket $CLUSTER_DIR port $PORT, database $DB"

@@ -224,6 +224,17 @@ sandbox_audit_heads_guard(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("agent._audit_heads_guard() must be called as a BEFORE ROW trigger")));
+	/*
+	 * A restore (pg_restore in session_replication_role = replica,
+	 * docs/operations.md) inserts tips as they were.  Only an insert, and
+	 * only one that matches the org's audit events: that check is the
+	 * ENABLE REPLICA trigger audit_heads_restore_check (98_backup.sql),
+	 * which fires in replica mode alone.  A tip that exists is a
+	 * primary-key conflict, so no existing chain's tip moves this way.
+	 */
+	if (TRIGGER_FIRED_BY_INSERT(td->tg_event) &&
+		SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA)
+		return PointerGetDatum(td->tg_trigtuple);
 	if (!audit_appending || !head_change_is_append(td))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

@@ -10,6 +10,20 @@
  * sandboxes; the run settings below are passed to it) and the exporter
  * live in their own files.
  *
+ * Workers and the database.  The supervisor and the exporter connect to
+ * sandbox.database, and a connection to a database that does not exist is
+ * a FATAL error: at a cluster's first start (initdb, start, then CREATE
+ * DATABASE) or a restore into a new cluster, a worker registered at load
+ * time would fail and be restarted every second until the database is
+ * there.  So the postmaster starts one static worker, the starter
+ * (sandbox_starter_main), which connects to no database (it reads only the
+ * shared catalog pg_database), says once that it is waiting when the
+ * database is missing, and when it exists registers the real workers as
+ * dynamic background workers and exits.  The dynamic workers are
+ * restarted by the postmaster on failure like static ones (and kept across
+ * a crash restart); they start only when recovery has finished, so on a
+ * standby nothing starts before a promotion.
+ *
  * Tenant context.  The backend names the tenant it acts for with
  * `SET LOCAL sandbox.org_id = '<uuid>'` and `sandbox.workspace_id` at the
  * start of each transaction (or agent.set_tenant()).  The row-level
@@ -21,11 +35,22 @@
  */
 #include "postgres.h"
 
+#include "access/heapam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "utils/wait_event.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/snapmgr.h"
 #include "utils/uuid.h"
 
 #include "sandbox_ext.h"
@@ -248,25 +273,157 @@ sandbox_define_gucs(void)
 }
 
 /*
- * Register one of the module's background workers: connected to
+ * The workers the starter registers (filled by sandbox_register_worker() in
+ * _PG_init, in the postmaster; the starter is forked from it).
+ */
+#define SANDBOX_MAX_WORKERS 4
+typedef struct SandboxWorkerSpec
+{
+	char		function[BGW_MAXLEN];
+	char		name[BGW_MAXLEN];
+} SandboxWorkerSpec;
+static SandboxWorkerSpec sandbox_workers[SANDBOX_MAX_WORKERS];
+static int	sandbox_nworkers = 0;
+
+/* How often the starter looks for the database while it is missing. */
+#define STARTER_POLL_MS 1000
+
+/*
+ * Name one of the module's background workers: connected to
  * sandbox.database, restarted one second after it exits with a failure
- * (an exit with status 1, a crash) so that recovery runs.
+ * (an exit with status 1, a crash) so that recovery runs.  The starter
+ * registers it once the database exists.
  */
 void
 sandbox_register_worker(const char *function, const char *name)
 {
-	BackgroundWorker worker;
+	if (sandbox_nworkers >= SANDBOX_MAX_WORKERS)
+		elog(ERROR, "too many sandbox_ext background workers");
+	strlcpy(sandbox_workers[sandbox_nworkers].function, function, BGW_MAXLEN);
+	strlcpy(sandbox_workers[sandbox_nworkers].name, name, BGW_MAXLEN);
+	sandbox_nworkers++;
+}
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 1;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "sandbox_ext");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
-	snprintf(worker.bgw_name, BGW_MAXLEN, "%s", name);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "%s", name);
-	worker.bgw_main_arg = (Datum) 0;
-	RegisterBackgroundWorker(&worker);
+static void
+fill_worker(BackgroundWorker *worker, const char *function, const char *name, int flags)
+{
+	memset(worker, 0, sizeof(*worker));
+	worker->bgw_flags = flags;
+	worker->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker->bgw_restart_time = 1;
+	snprintf(worker->bgw_library_name, BGW_MAXLEN, "sandbox_ext");
+	snprintf(worker->bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(worker->bgw_name, BGW_MAXLEN, "%s", name);
+	snprintf(worker->bgw_type, BGW_MAXLEN, "%s", name);
+	worker->bgw_main_arg = (Datum) 0;
+}
+
+/*
+ * Whether sandbox.database exists.  pg_database is a shared catalog, read
+ * with a heap scan as the autovacuum launcher does: without a database,
+ * no index or syscache lookup is possible.
+ */
+static bool
+starter_database_exists(void)
+{
+	bool		found = false;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while (!found && (tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+		found = strcmp(NameStr(((Form_pg_database) GETSTRUCT(tup))->datname), sandbox_database) == 0;
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	CommitTransactionCommand();
+	return found;
+}
+
+/*
+ * The starter: wait for sandbox.database, register the workers, exit 0
+ * (which unregisters the starter itself).  A failure to register (no free
+ * slot in max_worker_processes) is retried every second, with one warning.
+ */
+PGDLLEXPORT void sandbox_starter_main(Datum arg);
+
+void
+sandbox_starter_main(Datum arg)
+{
+	bool		registered[SANDBOX_MAX_WORKERS] = {false};
+	bool		said_waiting = false;
+	bool		warned = false;
+
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_appname("sandbox_ext starter");
+
+	while (!starter_database_exists())
+	{
+		if (!said_waiting)
+		{
+			ereport(LOG,
+					(errmsg("sandbox_ext is waiting for database \"%s\" to be created",
+							sandbox_database),
+					 errdetail("The supervisor and the exporter start when it exists."),
+					 errhint("Create the database, or set sandbox.database to the database where sandbox_ext is installed.")));
+			said_waiting = true;
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 STARTER_POLL_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			proc_exit(0);
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+	}
+	if (said_waiting)
+		ereport(LOG,
+				(errmsg("sandbox_ext found database \"%s\"; starting its workers", sandbox_database)));
+
+	for (;;)
+	{
+		bool		missing = false;
+
+		for (int i = 0; i < sandbox_nworkers; i++)
+		{
+			BackgroundWorker worker;
+
+			if (registered[i])
+				continue;
+			fill_worker(&worker, sandbox_workers[i].function, sandbox_workers[i].name,
+						BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION);
+			registered[i] = RegisterDynamicBackgroundWorker(&worker, NULL);
+			if (!registered[i])
+			{
+				if (!warned)
+					ereport(WARNING,
+							(errmsg("could not start background worker \"%s\"", sandbox_workers[i].name),
+							 errdetail("No background worker slot is free; trying again every second."),
+							 errhint("Raise max_worker_processes.")));
+				warned = true;
+				missing = true;
+			}
+		}
+		if (!missing)
+			proc_exit(0);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 STARTER_POLL_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			proc_exit(0);
+	}
 }
 
 void
@@ -281,4 +438,11 @@ _PG_init(void)
 	sandbox_shmem_init();
 	sandbox_supervisor_register();
 	sandbox_export_register();
+	{
+		BackgroundWorker starter;
+
+		fill_worker(&starter, "sandbox_starter_main", "sandbox_ext starter",
+					BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION);
+		RegisterBackgroundWorker(&starter);
+	}
 }

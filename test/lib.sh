@@ -180,3 +180,88 @@ finish_suite() {
 	[ "$fail" -eq 0 ]
 	exit $?
 }
+
+# ---- more clusters (the upgrade, backup and failover suites) -------------------
+#   cluster_dir N | cluster_port N   the suite's N-th extra cluster:
+#                        ${SANDBOX_CLUSTER_DIR}_N on port SANDBOX_PGPORT + N (0: its own)
+#   start_cluster N [VERSION|nodb]   a fresh one (scripts/cluster.sh), with
+#                        sandbox_ext at VERSION (default: the default version),
+#                        or (nodb) without the database: a restore target
+#   stop_cluster N                   stop it and remove it
+#   use_cluster N                    point q, tq and everything above at it
+HOME_CLUSTER_DIR=$CLUSTER_DIR
+HOME_PORT=$PORT
+cluster_dir() { if [ "$1" -eq 0 ]; then echo "$HOME_CLUSTER_DIR"; else echo "${HOME_CLUSTER_DIR}_$1"; fi; }
+cluster_port() { echo $((HOME_PORT + $1)); }
+cluster_sh() {			# N cluster.sh-arguments...
+	local n=$1
+	shift
+	SANDBOX_CLUSTER_DIR=$(cluster_dir "$n") SANDBOX_PGPORT=$(cluster_port "$n") SANDBOX_DB=$DB \
+		"$(dirname "${BASH_SOURCE[0]}")/../scripts/cluster.sh" "$@"
+}
+start_cluster() {
+	if [ "${2:-}" = nodb ]; then SANDBOX_NO_DB=1 cluster_sh "$1" start >/dev/null
+	else SANDBOX_EXT_VERSION=${2:-} cluster_sh "$1" start >/dev/null; fi
+}
+stop_cluster() { cluster_sh "$1" stop >/dev/null 2>&1 || true; }
+use_cluster() { CLUSTER_DIR=$(cluster_dir "$1"); PORT=$(cluster_port "$1"); }
+
+# ---- a cluster filled with runs of every kind ----------------------------------
+# fill_every_kind: one new tenant with an uploaded file and a skill, and
+# through the API: a run that succeeds (in the conversation's session,
+# reading the upload and producing a file), one that fails, one that times
+# out, one refunded (provision_failed: no jail), one denied by a person, one
+# expired, one cancelled before it ran, one refused by policy (code too
+# large: no invocation), one whose org cannot pay at the claim.  Prints the
+# tenant.
+fill_every_kind() {
+	local A org ws agent conv inv appr skill poor
+	A=$(new_tenant 100)
+	read -r org ws agent conv <<<"$A"
+	tq "$org" "$ws" "SELECT agent.upload_file('$conv', 'in.txt', convert_to('hello', 'UTF8'), 'alice', 'text/plain');" >/dev/null
+	skill=$(tq "$org" "$ws" "SELECT agent.create_skill('kit', jsonb_build_object('a.txt', encode('skill file'::bytea, 'base64')));")
+	tq "$org" "$ws" "SELECT agent.set_agent_skill('$agent', '$skill');" >/dev/null
+	run "$A" python 'print(open("in.txt").read(), open("/skills/kit/a.txt").read()); open("out.txt", "w").write("made")' >/dev/null
+	run "$A" shell 'echo second run in the session; cat out.txt' >/dev/null
+	run "$A" shell 'echo failing >&2; exit 3' none >/dev/null
+	run "$A" shell 'sleep 30' none 1 >/dev/null
+	setconf sandbox.jail_path /nonexistent/sandbox-jail
+	run "$A" shell 'echo never' none >/dev/null
+	resetconf sandbox.jail_path
+	read -r inv appr < <(req "$A" shell 'echo denied' none)
+	tq "$org" "$ws" "SELECT agent.deny('$appr', 'approver', 'no');" >/dev/null
+	req "$A" shell 'echo expires' none >/dev/null
+	q -c "SELECT agent.expire_pending_approvals(now() + interval '1 day')" >/dev/null
+	read -r inv appr < <(req "$A" shell 'echo cancelled' none)
+	tq "$org" "$ws" "SELECT agent.cancel('$inv', 'requester');" >/dev/null
+	req "$A" shell "$(head -c 70000 /dev/zero | tr '\0' '#')" none >/dev/null
+	# (a request the balance cannot cover is refused at request time since
+	# 0.2.0: the balance falls after the request, so the claim refuses it)
+	poor=$(new_tenant 2)
+	read -r inv appr < <(req "$poor" shell 'echo no credits' none)
+	q -c "INSERT INTO agent.credit_ledger (org_id, kind, amount, reason) SELECT org_id, 'adjust', -2, 'test: the balance falls' FROM agent.invocations WHERE id = '$inv'" >/dev/null
+	approve "$poor" "$appr"
+	await "$poor" "$inv" >/dev/null
+	echo "$A"
+}
+
+# The states fill_every_kind leaves, "state:count" sorted (for checks).
+fill_states() {
+	q -c "SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM (SELECT state, count(*) n FROM agent.invocations GROUP BY 1) s"
+}
+
+# table_digest_sql [EXCLUDED...]: one SQL statement giving "table|rows|md5"
+# for every table of schema agent but the excluded ones, over the columns
+# each has now (run it again later, or elsewhere, to digest the same
+# columns).  The md5 is over the rows' text in sorted order.
+table_digest_sql() {
+	local ex="''"
+	[ $# -gt 0 ] && ex=$(printf "'%s'," "$@") && ex=${ex%,}
+	q -c "SELECT string_agg(format('SELECT %L || ''|'' || count(*) || ''|'' || md5(coalesce(string_agg(r::text, chr(10) ORDER BY r::text), '''')) FROM (SELECT %s FROM agent.%I) r',
+								   c.relname,
+								   (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) FROM pg_attribute a
+									 WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+								   c.relname), ' UNION ALL ' ORDER BY c.relname)
+		  FROM pg_class c WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind IN ('r', 'p')
+		   AND c.relname NOT IN ($ex)"
+}

@@ -267,7 +267,13 @@ AS $$
 		('max_produced_bytes', 'integer', '0', '1125899906842624'),
 		('max_produced_file_bytes', 'integer', '0', '1073741823'),
 		('max_skill_bytes', 'integer', '1', '1073741823'),
-		('max_skill_files', 'integer', '1', '100000')
+		('max_skill_files', 'integer', '1', '100000'),
+		-- 70_retention.sql: an interval, or forever
+		('retention_output', 'retention', '0 seconds', '100 years'),
+		('retention_previews', 'retention', '0 seconds', '100 years'),
+		('retention_produced_files', 'retention', '0 seconds', '100 years'),
+		('retention_uploaded_files', 'retention', '0 seconds', '100 years'),
+		('retention_batch', 'integer', '1', '100000')
 $$;
 COMMENT ON FUNCTION agent.setting_rules() IS
 	'the known keys of agent.settings with their type and range';
@@ -298,6 +304,8 @@ BEGIN
 		IF r.type = 'integer' THEN
 			v_ok := NEW.value ~ '^[0-9]{1,18}$'
 					AND NEW.value::bigint BETWEEN r.min_value::bigint AND r.max_value::bigint;
+		ELSIF r.type = 'retention' AND NEW.value = 'forever' THEN
+			v_ok := true;
 		ELSE
 			v_ok := NEW.value::interval BETWEEN r.min_value::interval AND r.max_value::interval;
 		END IF;

@@ -236,7 +236,8 @@ CREATE TABLE agent.files (
 	invocation_id	uuid REFERENCES agent.invocations (id),
 	name			text NOT NULL,
 	origin			text NOT NULL CHECK (origin IN ('uploaded', 'produced')),
-	status			text NOT NULL DEFAULT 'saved' CHECK (status IN ('saved', 'skipped', 'failed')),
+	-- pruned: its content was removed by retention (70_retention.sql)
+	status			text NOT NULL DEFAULT 'saved' CHECK (status IN ('saved', 'skipped', 'failed', 'pruned')),
 	reason			text,
 	content			bytea,
 	size			bigint,
@@ -816,11 +817,16 @@ BEGIN
 	-- A backstop: the supervisor reaps every few seconds (docs/runners.md).
 	EXECUTE format('SELECT cron.schedule(%L, %L, %L)', 'sandbox_ext_reap_expired_leases', schedule,
 				   'SELECT agent.reap_expired_leases()');
+	-- Hourly, whatever the schedule above (70_retention.sql).
+	EXECUTE format('SELECT cron.schedule(%L, %L, %L)', 'sandbox_ext_prune_retention', '17 * * * *',
+				   'CALL agent.prune_retention()');
 	RETURN 'scheduled sandbox_ext_expire_idle_sessions, sandbox_ext_expire_pending_approvals and '
-		   'sandbox_ext_reap_expired_leases (' || schedule || ')';
+		   'sandbox_ext_reap_expired_leases (' || schedule || '), sandbox_ext_prune_retention (hourly)';
 END
 $$;
 COMMENT ON FUNCTION agent.schedule_maintenance(text) IS
-	'schedule agent.expire_idle_sessions(), agent.expire_pending_approvals() and agent.reap_expired_leases() with pg_cron (idempotent)';
+	'schedule agent.expire_idle_sessions(), agent.expire_pending_approvals(), agent.reap_expired_leases() and agent.prune_retention() with pg_cron (idempotent)';
 
-SELECT agent.schedule_maintenance();
+-- Not while a dump is restored (session_replication_role = replica): the
+-- dump of cron.job brings the jobs back (98_backup.sql).
+SELECT agent.schedule_maintenance() WHERE pg_catalog.current_setting('session_replication_role') <> 'replica';

@@ -1,7 +1,7 @@
 -- The audit trail: append-only for every role (the owner included), a
 -- linear hash chain per org, and verify_audit_chain() finding tampering.
 BEGIN;
-SELECT plan(24);
+SELECT plan(27);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -56,8 +56,20 @@ SELECT throws_ok($$UPDATE agent.audit_heads SET last_hash = 'x' WHERE org_id = '
 	'42501', NULL, 'replica mode: an audit head cannot be updated');
 SELECT throws_ok($$DELETE FROM agent.audit_heads WHERE org_id = 'ae000000-0000-4000-8000-000000000001'$$,
 	'42501', NULL, 'replica mode: an audit head cannot be deleted');
-SELECT throws_ok($$INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events) VALUES (gen_random_uuid(), 0, '', 0)$$,
-	'42501', NULL, 'replica mode: an audit head cannot be inserted');
+SELECT throws_ok($$INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events) VALUES (gen_random_uuid(), 3, 'forged', 3)$$,
+	'42501', NULL, 'replica mode: a forged audit head cannot be inserted');
+SELECT throws_ok($$INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events, prev_hash)
+	SELECT org_id, last_id, last_hash, events, prev_hash FROM agent.audit_heads WHERE org_id = 'ae000000-0000-4000-8000-000000000001'$$,
+	'23505', NULL, 'replica mode: an existing tip cannot be inserted again');
+-- What a restore does (98_backup.sql): the events first, then the tip they
+-- imply, which is admitted.
+INSERT INTO agent.orgs (id, name, plan) VALUES ('ae000000-0000-4000-8000-0000000000aa', 'Tap restored', 'pro');
+INSERT INTO agent.audit_events (id, org_id, event_type, prev_hash, hash) VALUES
+	(900000001, 'ae000000-0000-4000-8000-0000000000aa', 'tap.restored', NULL, 'h1'),
+	(900000002, 'ae000000-0000-4000-8000-0000000000aa', 'tap.restored', 'h1', 'h2');
+SELECT lives_ok($$INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events, prev_hash)
+	VALUES ('ae000000-0000-4000-8000-0000000000aa', 900000002, 'h2', 2, 'h1')$$,
+	'replica mode: the tip a restore brings with its events is admitted');
 SELECT throws_ok($$UPDATE agent.credit_ledger SET amount = amount + 1 WHERE org_id = 'ae000000-0000-4000-8000-000000000001'$$,
 	'42501', NULL, 'replica mode: the ledger cannot be updated');
 ROLLBACK TO SAVEPOINT replica;
@@ -65,8 +77,11 @@ SELECT is(ARRAY(SELECT tgrelid::regclass::text || '.' || tgname FROM pg_trigger
 				 WHERE tgrelid IN ('agent.audit_events'::regclass, 'agent.audit_heads'::regclass,
 								   'agent.credit_ledger'::regclass)
 				   AND NOT tgisinternal AND tgenabled <> 'A'
-				   AND tgname <> 'credit_ledger_apply'),
+				   AND tgname NOT IN ('credit_ledger_apply', 'audit_heads_restore_check')),
 		  '{}'::text[], 'every append-only trigger of the audit trail and the ledger is ENABLE ALWAYS');
+SELECT is((SELECT tgenabled::text FROM pg_trigger WHERE tgrelid = 'agent.audit_heads'::regclass
+			  AND tgname = 'audit_heads_restore_check'),
+		  'R', 'the restore check of a tip fires in replica mode only (ENABLE REPLICA)');
 SELECT is(agent._audit('ae000000-0000-4000-8000-000000000001', NULL, 'tap.event', NULL, 'tap', '{"n": 6}') > 0,
 		  true, 'the append path still moves the head');
 

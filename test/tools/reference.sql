@@ -52,7 +52,7 @@ roles_of AS (
 	  FROM (
 		SELECT p.oid, 'function' AS kind,
 			   'agent.' || p.proname || '(' || pg_catalog.pg_get_function_arguments(p.oid) || ') → '
-				   || pg_catalog.pg_get_function_result(p.oid) AS entry,
+				   || coalesce(pg_catalog.pg_get_function_result(p.oid), 'procedure') AS entry,
 			   EXISTS (SELECT 1 FROM pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
 						WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE') AS public,
 			   ARRAY(SELECT r FROM unnest(ARRAY['agent_backend', 'agent_admin', 'agent_auditor', 'agent_runner']) r

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# backup: a logical backup (pg_dump -Fc) of a cluster filled with runs of
+# every kind, restored into a new cluster the documented way
+# (docs/operations.md, "Backup and restore"), compared row for row.
+#
+# Cluster 1 (lib.sh) is the source, cluster 2 the target, started without
+# its database: the database is created empty and restored in one
+# transaction in session_replication_role = replica.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=../lib.sh
+source "$top/test/lib.sh"
+
+A=
+SRC_DIGEST=
+DUMP=
+LIVE=
+
+seq_values() { q -c "SELECT string_agg(c.relname || '=' || coalesce(s.last_value::text, 'null'), ',' ORDER BY c.relname) FROM pg_class c JOIN pg_sequences s ON s.schemaname = 'agent' AND s.sequencename = c.relname WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind = 'S'"; }
+max_ids() { q -c "SELECT (SELECT max(id) FROM agent.audit_events) || '|' || (SELECT max(id) FROM agent.credit_ledger)"; }
+
+t_fill_source() {
+	if ! start_cluster 1; then
+		nok "the source cluster starts"
+		finish_suite
+	fi
+	use_cluster 1
+	A=$(fill_every_kind)
+	# An operator's values in the rows the install script writes.
+	setting approval_timeout '20 minutes'
+	q -c "UPDATE agent.plans SET credits_per_invocation = 3 WHERE plan = 'growth'" >/dev/null
+	check "the source ran every kind of run" \
+		"cancelled:1,denied:1,expired:1,failed:1,insufficient_credits:1,provision_failed:1,succeeded:2,timed_out:1" \
+		"$(fill_states)"
+	check "every table and sequence of the extension is marked for pg_dump" 0 \
+		"$(q -c "SELECT count(*) FROM pg_class c WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind IN ('r', 'p', 'S')
+				   AND c.oid <> ALL ((SELECT extconfig FROM pg_extension WHERE extname = 'sandbox_ext')::oid[])")"
+}
+
+t_dump() {
+	local sql before after rc ntables
+	DUMP=$work_dir/sandbox.dump
+	sql=$(table_digest_sql)
+	before=$(q -c "$sql")
+	as_pg "$PGBIN/pg_dump" -h "$CLUSTER_DIR" -p "$PORT" -U postgres -Fc -f "$DUMP" "$DB"
+	rc=$?
+	after=$(q -c "$sql")
+	check "pg_dump -Fc succeeds" 0 "$rc"
+	# Tables that changed while the dump ran (heartbeats): compared by row count only.
+	LIVE=$(diff <(echo "$before") <(echo "$after") | sed -n 's/^> \([^|]*\)|.*/\1/p' | tr '\n' ' ')
+	SRC_DIGEST=$after
+	ntables=$(q -c "SELECT count(*) FROM pg_class WHERE relnamespace = 'agent'::regnamespace AND relkind IN ('r', 'p')")
+	check "the dump holds the data of every table of schema agent" "$ntables" \
+		"$(as_pg "$PGBIN/pg_restore" -l "$DUMP" | grep -c ' TABLE DATA agent ')"
+	check "and the sequences' values" "$(q -c "SELECT count(*) FROM pg_class WHERE relnamespace = 'agent'::regnamespace AND relkind = 'S'")" \
+		"$(as_pg "$PGBIN/pg_restore" -l "$DUMP" | grep -c ' SEQUENCE SET agent ')"
+	SRC_SEQ=$(seq_values)
+	SRC_MAX=$(max_ids)
+}
+
+t_restore() {
+	local out rc
+	if ! start_cluster 2 nodb; then
+		nok "the target cluster starts"
+		finish_suite
+	fi
+	use_cluster 2
+	# A plain restore (triggers on) must fail as a whole, not half-apply.
+	q -d postgres -c "CREATE DATABASE plain_restore" >/dev/null
+	out=$(as_pg "$PGBIN/pg_restore" -h "$CLUSTER_DIR" -p "$PORT" -U postgres -1 --exit-on-error -d plain_restore "$DUMP" 2>&1)
+	rc=$?
+	check "a restore without replica mode fails" 1 "$([ "$rc" -ne 0 ] && echo 1 || echo 0)"
+	check "and leaves nothing behind (one transaction)" 0 \
+		"$(q -d plain_restore -c "SELECT count(*) FROM pg_extension WHERE extname = 'sandbox_ext'")"
+	q -d postgres -c "DROP DATABASE plain_restore" >/dev/null
+
+	q -d postgres -c "CREATE DATABASE $DB" >/dev/null
+	out=$(PGOPTIONS='-c session_replication_role=replica' as_pg env PGOPTIONS='-c session_replication_role=replica' \
+		"$PGBIN/pg_restore" -h "$CLUSTER_DIR" -p "$PORT" -U postgres -1 --exit-on-error -d "$DB" "$DUMP" 2>&1)
+	rc=$?
+	check "pg_restore -1 in replica mode succeeds" 0 "$rc"
+	[ "$rc" -eq 0 ] || echo "$out" | head -n 5 | sed 's/^/#   /'
+}
+
+t_compare() {
+	local got d t
+	got=$(q -c "$(use_cluster 1; table_digest_sql)")
+	d=$(diff <(echo "$SRC_DIGEST") <(echo "$got") | grep '^[<>]')
+	for t in $LIVE; do d=$(grep -v "^[<>] $t|" <<<"$d"); done
+	check "every table is restored row for row${LIVE:+ (by row count only, changed during the dump: $LIVE)}" "" "$d"
+	for t in $LIVE; do
+		check "$t: as many rows" "$(grep "^$t|" <<<"$SRC_DIGEST" | cut -d'|' -f2)" "$(grep "^$t|" <<<"$got" | cut -d'|' -f2)"
+	done
+	check "tables compared" 1 "$([ "$(echo "$got" | wc -l)" -ge 20 ] && echo 1 || echo 0)"
+	check "the sequences continue where they were" "$SRC_SEQ" "$(seq_values)"
+	check "an operator's setting and plan price survive" "20 minutes|3" \
+		"$(q -c "SELECT (SELECT value FROM agent.settings WHERE key = 'approval_timeout') || '|' || (SELECT credits_per_invocation FROM agent.plans WHERE plan = 'growth')")"
+	check "the settings, plans and runtimes are there once each" \
+		"$(use_cluster 1; q -c "SELECT (SELECT count(*) FROM agent.settings) || '|' || (SELECT count(*) FROM agent.plans) || '|' || (SELECT count(*) FROM agent.runtimes)")" \
+		"$(q -c "SELECT (SELECT count(*) FROM agent.settings) || '|' || (SELECT count(*) FROM agent.plans) || '|' || (SELECT count(*) FROM agent.runtimes)")"
+	check "the maintenance jobs are there once each" 4 \
+		"$(q -c "SELECT count(*) FROM cron.job WHERE jobname LIKE 'sandbox_ext_%'")"
+	# (pg_cron's launcher has the same race, not ours: only our workers count)
+	check "no worker of ours tried the database before it existed" 0 \
+		"$(grep 'sandbox_ext' "$CLUSTER_DIR/server.log" | grep -c 'database "'"$DB"'" does not exist')"
+	check "the starter said it was waiting for the database" 1 \
+		"$(grep -c 'sandbox_ext is waiting for database "'"$DB"'" to be created' "$CLUSTER_DIR/server.log")"
+}
+
+t_restored_works() {
+	local inv ev led
+	check_invariants
+	inv=$(run "$A" python 'print("after the restore")')
+	check "a new run on the restored cluster succeeds and is charged" "succeeded|after the restore|2" \
+		"$(field "$inv" state)|$(output "$inv")|$(field "$inv" credits_charged)"
+	IFS='|' read -r ev led <<<"$SRC_MAX"
+	check "its audit events and ledger rows follow the restored ones" 1 \
+		"$(q -c "SELECT (min(e.id) > $ev AND (SELECT min(l.id) FROM agent.credit_ledger l WHERE l.invocation_id = '$inv') > $led)::int FROM agent.audit_events e WHERE e.invocation_id = '$inv'")"
+	check "every chain still verifies" 0 \
+		"$(q -c "SELECT count(*) FROM agent.orgs o, LATERAL agent.verify_audit_chain(o.id) v WHERE NOT v.ok")"
+	check "balance equals the ledger sum after the new run" 0 \
+		"$(q -c "SELECT count(*) FROM agent.credit_balances b WHERE b.balance <> (SELECT coalesce(sum(amount), 0) FROM agent.credit_ledger l WHERE l.org_id = b.org_id)")"
+}
+
+# The monitoring queries of docs/operations.md run (on the restored cluster).
+t_monitoring_queries() {
+	local n=0 bad=0 block
+	while IFS= read -r -d '' block; do
+		n=$((n + 1))
+		if ! q -f - <<<"$block" >/dev/null 2>"$work_dir/mon.err"; then
+			bad=$((bad + 1))
+			echo "# query $n failed: $(head -c 300 "$work_dir/mon.err")"
+		fi
+	done < <(awk '/^## Monitoring/ { on = 1 } on && /^```sql/ { b = 1; next } b && /^```/ { b = 0; printf "%c", 0; next } b { print }' \
+		"$top/docs/operations.md")
+	check "the $n monitoring queries of docs/operations.md run" "1|0" "$([ "$n" -ge 5 ] && echo 1)|$bad"
+}
+
+work_dir=$(mktemp -d /tmp/sandbox_backup.XXXXXX)
+chmod 0777 "$work_dir"
+trap 'stop_cluster 1; stop_cluster 2; rm -rf "$work_dir"' EXIT
+run_tests t_fill_source t_dump t_restore t_compare t_restored_works t_monitoring_queries
+finish_suite

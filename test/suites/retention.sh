@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# retention: run content past its retention is emptied in batches, leaving
+# its hash and size; the audit chain, the exported analytics rows and the
+# storage count stay right (docs/operations.md, "Retention").
+#
+# On an extra cluster of its own (lib.sh: cluster 1): pruning "as of" a
+# later date would empty the other suites' rows on the shared one.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=../lib.sh
+source "$top/test/lib.sh"
+
+A=
+ORG=
+
+t_prune() {
+	local org ws agent conv want before_out before_prev before_files before_ti before_events used_before pruned_bytes n
+	if ! start_cluster 1; then
+		nok "a cluster starts"
+		finish_suite
+	fi
+	use_cluster 1
+	A=$(fill_every_kind)
+	read -r org ws agent conv <<<"$A"
+	ORG=$org
+	before_out=$(q -c "SELECT string_agg(invocation_id || '/' || seq || ':' || octet_length(data) || ':' || encode(sha256(convert_to(data, 'UTF8')), 'hex'), ',' ORDER BY invocation_id, seq) FROM agent.invocation_output WHERE org_id = '$org'")
+	before_prev=$(q -c "SELECT string_agg(id || ':' || octet_length(output_preview) || ':' || encode(sha256(convert_to(output_preview, 'UTF8')), 'hex'), ',' ORDER BY id) FROM agent.agent_tool_calls WHERE org_id = '$org' AND output_preview IS NOT NULL")
+	before_files=$(q -c "SELECT string_agg(name || ':' || origin || ':' || size || ':' || sha256, ',' ORDER BY name) FROM agent.files WHERE org_id = '$org' AND status = 'saved'")
+	before_ti=$(q -c "SELECT md5(string_agg(t::text, ',' ORDER BY t::text)) FROM agent.tool_invocations t")
+	used_before=$(q -c "SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org'")
+	pruned_bytes=$(q -c "SELECT (SELECT sum(octet_length(data)) FROM agent.invocation_output WHERE org_id = '$org') + (SELECT sum(size) FROM agent.files WHERE org_id = '$org' AND origin = 'produced' AND status = 'saved')")
+	check "the run left output, previews and both kinds of file" "1|1|in.txt:uploaded,out.txt:produced" \
+		"$([ -n "$before_out" ] && echo 1)|$([ -n "$before_prev" ] && echo 1)|$(q -c "SELECT string_agg(name || ':' || origin, ',' ORDER BY name) FROM agent.files WHERE org_id = '$org' AND status = 'saved'")"
+
+	check "a retention that is not an interval is refused" "22023" \
+		"$(q -c "SELECT agent.set_org_retention('$org', output => 'soon')" 2>&1 | grep -c 'must be an interval or forever' | sed 's/^1$/22023/')"
+	q -c "SELECT agent.set_org_retention('$org', output => '1 day', previews => '1 day', produced_files => '1 day')" >/dev/null
+	check "the change of retention is audited" 1 \
+		"$(q -c "SELECT count(*) FROM agent.audit_events WHERE org_id = '$org' AND event_type = 'org.retention_changed'")"
+	before_events=$(q -c "SELECT count(*) FROM agent.audit_events")
+	setting retention_batch 2
+	check "nothing is pruned before its time" 0 "$(q -c "CALL agent.prune_retention()")"
+	want=$(q -c "SELECT (SELECT count(*) FROM agent.invocation_output WHERE org_id = '$org') + (SELECT count(*) FROM agent.agent_tool_calls WHERE org_id = '$org' AND output_preview IS NOT NULL) + 1")
+	n=$(q -c "CALL agent.prune_retention(NULL, now() + interval '2 days')")
+	check "pruning two days later empties the org's output chunks, previews and produced file ($want rows)" "$want" "$n"
+	check "in batches: a second round finds nothing" 0 "$(q -c "CALL agent.prune_retention(NULL, now() + interval '2 days')")"
+
+	check "each output chunk keeps its size and sha256, and reads as empty" "$before_out|0" \
+		"$(q -c "SELECT string_agg(invocation_id || '/' || seq || ':' || data_bytes || ':' || data_sha256, ',' ORDER BY invocation_id, seq) FROM agent.invocation_output WHERE org_id = '$org'")|$(q -c "SELECT count(*) FROM agent.invocation_output WHERE org_id = '$org' AND (data <> '' OR pruned_at IS NULL)")"
+	check "each preview keeps its size and sha256" "$before_prev" \
+		"$(q -c "SELECT string_agg(id || ':' || preview_bytes || ':' || preview_sha256, ',' ORDER BY id) FROM agent.agent_tool_calls WHERE org_id = '$org' AND preview_pruned_at IS NOT NULL")"
+	check "the produced file is pruned with its size and sha256; the upload (forever) is kept" \
+		"$before_files" \
+		"$(q -c "SELECT string_agg(name || ':' || origin || ':' || size || ':' || sha256, ',' ORDER BY name) FROM agent.files WHERE org_id = '$org' AND (status = 'saved' OR (status = 'pruned' AND content IS NULL))")"
+	check "the storage count gives back exactly the bytes pruned" "$((used_before - pruned_bytes))" \
+		"$(q -c "SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org'")"
+	check "another org (default retention: 30 days) keeps its output" 0 \
+		"$(q -c "SELECT count(*) FROM agent.invocation_output WHERE org_id <> '$org' AND pruned_at IS NOT NULL")"
+	check "the exported analytics rows are untouched (the export stays exactly once)" "$before_ti" \
+		"$(q -c "SELECT md5(string_agg(t::text, ',' ORDER BY t::text)) FROM agent.tool_invocations t")"
+	check "no audit event is removed or added by pruning" "$before_events" "$(q -c "SELECT count(*) FROM agent.audit_events")"
+	check_invariants
+	check "a pruned file cannot be downloaded, and says why" "55000 file \"out.txt\" was not saved" \
+		"$(tq_error "$org" "$ws" "SELECT * FROM agent.download_file((SELECT id FROM agent.files WHERE name = 'out.txt' AND org_id = '$org'));")"
+	# A live session keeps its workspace copy until it ends; the next one
+	# gets only what the database still holds.
+	q -c "SELECT agent.expire_idle_sessions(now() + interval '1 day')" >/dev/null
+	check "the conversation's next session runs without the pruned file" "succeeded|in" \
+		"$(inv=$(run "$A" shell 'ls in.txt out.txt 2>/dev/null | sed s/.txt//'); echo "$(field "$inv" state)|$(output "$inv" | tr -d '\n')")"
+	check "pg_cron prunes hourly" "1|17 * * * *" \
+		"$(q -c "SELECT count(*) || '|' || min(schedule) FROM cron.job WHERE jobname = 'sandbox_ext_prune_retention'")"
+}
+
+# What the audit trail costs per invocation (kept, not pruned): printed,
+# not checked (sizes depend on the content of the events).
+t_audit_cost() {
+	q -c "SELECT '# audit trail per invocation: ' || round(avg(n), 1) || ' events, ' || round(avg(b)) || ' bytes of heap rows'
+			FROM (SELECT count(*) n, sum(pg_column_size(e.*)) b FROM agent.audit_events e
+				   WHERE e.invocation_id IS NOT NULL GROUP BY e.invocation_id) x"
+	q -c "SELECT '# a pruned output chunk row: ' || round(avg(pg_column_size(o.*))) || ' bytes (' || count(*) || ' rows)'
+			FROM agent.invocation_output o WHERE o.pruned_at IS NOT NULL"
+	ok "audit cost measured"
+}
+
+trap 'stop_cluster 1' EXIT
+run_tests t_prune t_audit_cost
+finish_suite

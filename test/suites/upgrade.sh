@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# upgrade: the previous release's kept install script, filled with real runs,
+# brought to the current version by ALTER EXTENSION sandbox_ext UPDATE.
+#
+# Runs on an extra cluster of its own (lib.sh: cluster 1) started with
+# sandbox_ext at the previous version (sql/sandbox_ext--0.1.0.sql, installed
+# with the current library: the library must drive the previous catalog
+# until the update, docs/operations.md).  The update must keep every row,
+# leave a catalog identical to a fresh install's (test/tools/catalog.sql,
+# compared with diff: a schema change without its upgrade step fails here),
+# keep the invariants, and run a new invocation.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=../lib.sh
+source "$top/test/lib.sh"
+
+OLD=0.1.0
+NEW=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" "$top/sandbox_ext.control")
+FRESH=sandbox_fresh
+A=
+
+t_install_old() {
+	if ! start_cluster 1 "$OLD"; then
+		nok "a cluster with sandbox_ext $OLD starts"
+		finish_suite
+	fi
+	use_cluster 1
+	check "sandbox_ext is installed at $OLD from its kept script" "$OLD" \
+		"$(q -c "SELECT extversion FROM pg_extension WHERE extname = 'sandbox_ext'")"
+	check "the update path $OLD -> $NEW is one script" "$OLD--$NEW" \
+		"$(q -c "SELECT path FROM pg_extension_update_paths('sandbox_ext') WHERE source = '$OLD' AND target = '$NEW'")"
+}
+
+t_fill_and_update() {
+	local sql before after rc
+	A=$(fill_every_kind)
+	check "the old version ran every kind of run" \
+		"cancelled:1,denied:1,expired:1,failed:1,insufficient_credits:1,provision_failed:1,succeeded:2,timed_out:1" \
+		"$(fill_states)"
+	# (runners and export_state are live; settings gains the new version's
+	# rows and runtimes its probed versions: both are compared with a fresh
+	# install's by the catalog test)
+	sql=$(table_digest_sql runners export_state settings runtimes)
+	before=$(q -c "$sql")
+	q -c "ALTER EXTENSION sandbox_ext UPDATE" 2>&1
+	rc=$?
+	check "ALTER EXTENSION sandbox_ext UPDATE succeeds" 0 "$rc"
+	check "the extension is at $NEW" "$NEW" "$(q -c "SELECT extversion FROM pg_extension WHERE extname = 'sandbox_ext'")"
+	after=$(q -c "$sql")
+	check "every row of every table is kept (rows and content of the old columns)" "" \
+		"$(diff <(echo "$before") <(echo "$after") | grep '^[<>]' | head -n 10)"
+	check "tables digested" 1 "$([ "$(echo "$before" | wc -l)" -ge 20 ] && echo 1 || echo 0)"
+}
+
+t_catalog_matches_fresh_install() {
+	local d
+	q -d postgres -c "DROP DATABASE IF EXISTS $FRESH" -c "CREATE DATABASE $FRESH" >/dev/null
+	q -d "$FRESH" -c "CREATE EXTENSION sandbox_ext" >/dev/null
+	q -d "$FRESH" -f - <"$top/test/tools/catalog.sql" >"$work_dir/fresh.txt"
+	q -f - <"$top/test/tools/catalog.sql" >"$work_dir/upgraded.txt"
+	d=$(diff "$work_dir/fresh.txt" "$work_dir/upgraded.txt")
+	if [ "$(wc -l <"$work_dir/fresh.txt")" -lt 500 ] || [ "$(wc -l <"$work_dir/upgraded.txt")" -lt 500 ]; then
+		nok "the catalog is described in both databases" \
+			"$(wc -l <"$work_dir/fresh.txt") and $(wc -l <"$work_dir/upgraded.txt") facts"
+	elif [ -z "$d" ]; then
+		ok "the upgraded catalog equals a fresh $NEW install's ($(wc -l <"$work_dir/fresh.txt") facts)"
+	else
+		nok "the upgraded catalog equals a fresh $NEW install's" \
+			"differences (< fresh, > upgraded; sql/upgrade/$OLD--$NEW.sql is missing a step):"
+		echo "$d" | grep '^[<>]' | cut -c 1-300 | head -n 40 | sed 's/^/#   /'
+	fi
+}
+
+t_after_update() {
+	local inv
+	check_invariants
+	inv=$(run "$A" python 'print("after the upgrade")')
+	check "a new run on the upgraded extension succeeds and is charged" "succeeded|after the upgrade|2" \
+		"$(field "$inv" state)|$(output "$inv")|$(field "$inv" credits_charged)"
+	check "the chain still verifies after the new run" 0 \
+		"$(q -c "SELECT count(*) FROM agent.orgs o, LATERAL agent.verify_audit_chain(o.id) v WHERE NOT v.ok")"
+	check "one log line for the new run (state, ms, charge)" 1 \
+		"$(grep -cE "sandbox_ext invocation $inv ended: org [0-9a-f-]+, state succeeded, [0-9]+ ms, 2 credits charged" "$(cluster_dir 1)/server.log")"
+	setconf sandbox.jail_path /nonexistent/sandbox-jail
+	inv=$(run "$A" shell 'echo never' none)
+	resetconf sandbox.jail_path
+	check "a refunded run's line says 0 credits charged" "provision_failed|1" \
+		"$(field "$inv" state)|$(grep -cE "sandbox_ext invocation $inv ended: .*state provision_failed, [0-9]+ ms, 0 credits charged" "$(cluster_dir 1)/server.log")"
+	check "the maintenance jobs are scheduled once each" "4" \
+		"$(q -c "SELECT count(*) FROM cron.job WHERE jobname LIKE 'sandbox_ext_%'")"
+}
+
+work_dir=$(mktemp -d /tmp/sandbox_upgrade.XXXXXX)
+trap 'stop_cluster 1; rm -rf "$work_dir"' EXIT
+run_tests t_install_old t_fill_and_update t_catalog_matches_fresh_install t_after_update
+finish_suite

@@ -373,7 +373,10 @@ BEGIN
 	LOOP
 		BEGIN
 			IF o.prokind = 'p' THEN
-				EXECUTE format('CALL %s(%s)', o.name, coalesce(o.args, ''));
+				-- (no subquery in a CALL's arguments, 0A000: plain NULLs, and a
+				-- CALL checks EXECUTE whatever its arguments are)
+				EXECUTE format('CALL %s(%s)', o.name,
+							   coalesce(replace(replace(o.args, '(SELECT NULL::', 'NULL::'), ')', ''), ''));
 			ELSE
 				EXECUTE format('SELECT %s(%s)', o.name, coalesce(o.args, ''));
 			END IF;
@@ -398,7 +401,9 @@ SELECT 'privileges', count(*) FROM pg_catalog.pg_class c
 -- it may execute that calls one it may not fails naming the inner one).
 SELECT 'functions', count(*) FROM tried WHERE kind = 'function';
 CREATE TEMP VIEW callable AS SELECT obj FROM tried
- WHERE kind = 'function' AND NOT (sqlstate = '42501' AND message = 'permission denied for function ' || name);
+ WHERE kind = 'function' AND NOT (sqlstate = '42501' AND
+								  message IN ('permission denied for function ' || name,
+											  'permission denied for procedure ' || name));
 SELECT 'steps', coalesce(string_agg(obj, ';' ORDER BY obj), '') FROM callable WHERE obj LIKE 'agent.runner\_%';
 SELECT 'others', coalesce(string_agg(obj, ';' ORDER BY obj), '') FROM callable WHERE obj NOT LIKE 'agent.runner\_%';
 SELECT 'denied steps', coalesce(string_agg(obj, ';' ORDER BY obj), '') FROM tried

@@ -33,6 +33,10 @@ PACKAGES=(
 	bash
 	procps
 	util-linux
+	# the runners suite's hosts (test/runner_hosts.sh): network namespaces
+	# and veths, and a test CA
+	iproute2
+	openssl
 	clickhouse-server
 	clickhouse-client
 	# the cgroup-v2 suite's guest (test/cgroup-v2): the emulator, the

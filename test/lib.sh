@@ -25,7 +25,8 @@
 #   check_invariants     the credit and audit invariants over every org
 #
 #   run_tests FN...      run test functions in order; with T=PATTERN set (an
-#                        extended regex), only those whose name matches
+#                        extended regex), only those whose name matches; after
+#                        each, the suite's after_test function if it has one
 #   finish_suite         print "N passed, N failed" and exit non-zero on a failure
 #
 # A suite is a list of test functions (t_NAME) given to run_tests, so that one
@@ -167,6 +168,7 @@ run_tests() {
 		n=$((n + 1))
 		echo "# $t"
 		"$t"
+		if declare -F after_test >/dev/null; then after_test; fi
 	done
 	if [ -n "${T:-}" ] && [ "$n" -eq 0 ]; then
 		echo "# T=$T matches none of: $*"

@@ -448,6 +448,7 @@ t_remove() {
 	marker="sbx-remove-$$"
 	inv=$(start "$A" shell "exec -a $marker sleep 120")
 	wait_state "$inv" running 100
+	wait_for 20 "pgrep -f $marker"
 	check "(its payload runs)" 1 "$(pgrep -fc "$marker")"
 	check "removing the runner ends what it holds" 1 "$(q -c "SELECT agent.remove_runner('local')")"
 	check "... as a failure of ours, refunded" \

@@ -298,7 +298,7 @@ db_progress(short revents, bool *connected_now, bool *work, bool *cancel)
 		{
 			state = DBS_UP;
 			last_failure[0] = '\0';
-			backoff_ms = BACKOFF_MIN_MS;
+			/* the backoff is reset once the runner is let in (db_accepted) */
 			PQsetnonblocking(conn, 1);
 			snprintf(status_text, sizeof(status_text), "connected to %s:%s as %s",
 					 PQhost(conn), PQport(conn), PQuser(conn));
@@ -323,6 +323,33 @@ db_progress(short revents, bool *connected_now, bool *work, bool *cancel)
 	*work |= woken_work;
 	*cancel |= woken_cancel;
 	woken_work = woken_cancel = false;
+}
+
+/*
+ * The wake-ups read while a step ran (take_notifies in db_batch_run): the
+ * socket has nothing left to say about them, so the loop asks before it
+ * waits, or a NOTIFY read during a step would wait for the slow poll.
+ */
+void
+db_take_wakeups(bool *work, bool *cancel)
+{
+	if (conn && state == DBS_UP)
+		take_notifies();
+	*work |= woken_work;
+	*cancel |= woken_cancel;
+	woken_work = woken_cancel = false;
+}
+
+/*
+ * The connection is up and the database let us in (listening,
+ * registered or renewed): the next failure starts from the shortest
+ * backoff again.  A connection that is refused after it is made (a
+ * removed runner's registration) keeps doubling it.
+ */
+void
+db_accepted(void)
+{
+	backoff_ms = BACKOFF_MIN_MS;
 }
 
 /* ---- steps ---- */

@@ -209,6 +209,9 @@ wait_and_read(int *nevents)
 	bool		connected_now = false;
 	bool		db_seen = false;
 
+	/* what a step read meanwhile: claim (or cancel) now, do not wait */
+	db_take_wakeups(&claim_wanted, &cancel_wanted);
+
 #define ADD(fd_, ev_, kind_, run_) \
 	do { pfd[n].fd = (fd_); pfd[n].events = (ev_); pfd[n].revents = 0; \
 		 kind[n] = (kind_); owner[n] = (run_); n++; } while (0)
@@ -297,6 +300,7 @@ wait_and_read(int *nevents)
 	}
 	if (connected_now)
 	{
+		db_accepted();
 		runner_log(RLOG_LOG, "%s", db_status());
 		claim_wanted = cancel_wanted = sweep_wanted = true;
 		status_dirty = true;

@@ -440,6 +440,34 @@ CONF
 	q -c "DROP ROLE $role" >/dev/null
 }
 
+# An operator removes the local runner mid-run: the run ends at once,
+# refunded; the runner's next heartbeat says so and it kills the sandbox;
+# it claims nothing until admitted again.
+t_remove() {
+	local marker inv inv2 st
+	marker="sbx-remove-$$"
+	inv=$(start "$A" shell "exec -a $marker sleep 120")
+	wait_state "$inv" running 100
+	wait_for 20 "pgrep -f $marker"
+	check "(its payload runs)" 1 "$(pgrep -fc "$marker")"
+	check "removing the runner ends what it holds" 1 "$(q -c "SELECT agent.remove_runner('local')")"
+	check "... as a failure of ours, refunded" \
+		"provision_failed|the runner \"local\" was removed|0|charge:-2,refund:2" \
+		"$(field "$inv" state)|$(field "$inv" state_reason)|$(field "$inv" credits_charged)|$(ledger "$inv")"
+	# its next heartbeat (every 10 s) tells it
+	for _ in $(seq 1 150); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
+	check "... and the runner kills the sandbox" 0 "$(pgrep -fc "$marker" || true)"
+	wait_for 20 '[ "$(q -c "SELECT problem LIKE '"'"'%removed%'"'"' FROM agent.worker_status()")" = t ]'
+	check "worker_status() says the local runner is removed" \
+		"the runner is removed: it claims nothing (agent.drain_runner)" "$(q -c "SELECT problem FROM agent.worker_status()")"
+	inv2=$(start "$A" shell 'echo admitted-again')
+	sleep 3
+	check "... an approved run waits, uncharged" "approved|0" "$(field "$inv2" state)|$(field "$inv2" credits_charged)"
+	q -c "SELECT agent.drain_runner('local', resume => true)" >/dev/null
+	st=$(await "$A" "$inv2" 30)
+	check "admitted again, it runs the waiting one" "succeeded|admitted-again" "$st|$(output "$inv2")"
+}
+
 t_not_preloaded() {
 	local notice
 	q -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_cron'" >/dev/null
@@ -458,7 +486,7 @@ t_not_preloaded() {
 
 run_tests t_worker t_languages t_launcher t_outcomes t_missing_jail t_unusable_work_dir \
 	t_insufficient_credits t_hash_mismatch t_cancel t_streaming t_forged_notify t_tenancy \
-	t_concurrency_cap t_lease_lost t_drain t_check t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
+	t_concurrency_cap t_lease_lost t_drain t_remove t_check t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
 
 # ---- invariants, over what this suite ran -------------------------------------
 check_invariants

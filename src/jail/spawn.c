@@ -259,7 +259,8 @@ prespawn_init(JailPrespawn *p)
 		p->heldns[i] = -1;
 	jail_pipes_init(&p->pipes);
 	for (int i = 0; i < 2; i++)
-		p->treesock[i] = p->paygo[i] = -1;
+		p->treesock[i] = p->paygo[i] = p->ready[i] = -1;
+	p->warm = false;
 }
 
 /*
@@ -268,7 +269,7 @@ prespawn_init(JailPrespawn *p)
  * made after it shows (jail_prespawn_stale).
  */
 static int
-prespawn_open(JailPrespawn *p, char *err)
+prespawn_open(JailPrespawn *p, bool warm, char *err)
 {
 	p->mountsfd = open("/proc/self/mounts", O_RDONLY | O_CLOEXEC);
 	if (p->mountsfd < 0)
@@ -280,7 +281,8 @@ prespawn_open(JailPrespawn *p, char *err)
 		return -1;
 	if (pipe2(p->paygo, O_CLOEXEC) < 0 ||
 		socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, p->treesock) < 0 ||
-		(p->reqfd = memfd_create("sandbox-request", MFD_CLOEXEC)) < 0)
+		(p->reqfd = memfd_create("sandbox-request", MFD_CLOEXEC)) < 0 ||
+		(warm && pipe2(p->ready, O_CLOEXEC) < 0))
 	{
 		jail_seterr(err, "pipe: %s", strerror(errno));
 		return -1;
@@ -354,7 +356,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	bool		born_in;
 
 	prespawn_init(p);
-	if (prespawn_open(p, err) < 0)
+	if (prespawn_open(p, env->warm != NULL, err) < 0)
 		goto fail;
 
 	memset(&args, 0, sizeof(args));
@@ -368,6 +370,13 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	args.netns_ready = env->netns_ready;
 	args.served = true;
 	args.prebuild = true;
+	args.warm = env->warm;
+	args.ready_fd = p->ready[1];
+	if (env->warm)
+	{
+		p->warm = true;
+		p->warm_language = env->warm->language;
+	}
 	prespawn_guess_owner(p, env);
 
 	p->pid = jail_spawn(&args, &p->pidfd, -1, &born_in);
@@ -379,6 +388,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	jail_pipes_close_child_ends(&p->pipes);
 	jail_close(&p->treesock[1]);
 	jail_close(&p->paygo[0]);
+	jail_close(&p->ready[1]);
 	prespawn_hold_namespaces(p);
 
 	if (jail_write_id_maps(p->pid, p->ouid, p->ogid, err) < 0 ||
@@ -440,5 +450,34 @@ jail_prespawn_discard(JailPrespawn *p)
 	jail_close(&p->treesock[1]);
 	jail_close(&p->paygo[0]);
 	jail_close(&p->paygo[1]);
+	jail_close(&p->ready[0]);
+	jail_close(&p->ready[1]);
 	p->pid = -1;
+	p->warm = false;
+}
+
+/*
+ * Discard a prespawned sandbox that gave up on its own (a warm
+ * interpreter that did not start) and keep its setup error, if it wrote
+ * one: after the reap every write end of the error pipe is closed, so the
+ * read cannot block.  buf gets "" when there is none.
+ */
+void
+jail_prespawn_discard_reason(JailPrespawn *p, char *buf, size_t len)
+{
+	ssize_t		n = -1;
+
+	buf[0] = '\0';
+	if (p->pid > 0)
+	{
+		if (syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0) < 0)
+			kill(p->pid, SIGKILL);
+		waitpid(p->pid, NULL, 0);
+		p->pid = -1;
+	}
+	if (p->pipes.err[0] >= 0)
+		n = read(p->pipes.err[0], buf, len - 1);
+	if (n > 0)
+		buf[n] = '\0';
+	jail_prespawn_discard(p);
 }

@@ -260,6 +260,8 @@ typedef struct JailPrespawn
 								 * interpreter ahead (warm.c) */
 	JailLanguage warm_language;
 	int			ready[2];		/* warm: [0] ours, the interpreter's "ready" */
+	char	   *mountinfo;		/* warm: our /proc/self/mountinfo at the clone
+								 * (jail_prespawn_covers), or NULL */
 } JailPrespawn;
 
 /*
@@ -496,6 +498,7 @@ extern bool jail_send_go(int fd, char go);
 extern pid_t jail_spawn(JailChildArgs *args, int *pidfd, int cgroup_fd, bool *born_in);
 extern int	jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err);
 extern bool jail_prespawn_stale(const JailPrespawn *p);
+extern bool jail_prespawn_covers(const JailPrespawn *p, const JailOptions *o);
 extern void jail_prespawn_discard(JailPrespawn *p);
 extern void jail_prespawn_discard_reason(JailPrespawn *p, char *buf, size_t len);
 

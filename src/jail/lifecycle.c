@@ -216,8 +216,13 @@ run_prepare(JailRun *run)
 {
 	const JailRunEnv *env = run->env;
 
-	if (run->pre && jail_prespawn_stale(run->pre))
+	if (run->pre && jail_prespawn_stale(run->pre) &&
+		!(run->pre->warm && jail_prespawn_covers(run->pre, run->opts)))
+	{
+		if (run->pre->warm)
+			jail_warn("warm interpreter not used: a file system was mounted since it started");
 		run_drop_prespawn(run);
+	}
 	/* a warm interpreter runs only code of its own language */
 	if (run->pre && run->pre->warm && run->pre->warm_language != run->opts->language)
 		run_drop_prespawn(run);

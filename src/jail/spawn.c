@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/signalfd.h>
@@ -261,6 +262,114 @@ prespawn_init(JailPrespawn *p)
 	for (int i = 0; i < 2; i++)
 		p->treesock[i] = p->paygo[i] = p->ready[i] = -1;
 	p->warm = false;
+	p->mountinfo = NULL;
+}
+
+/* All of our /proc/self/mountinfo (malloc'd), or NULL. */
+static char *
+read_mountinfo(void)
+{
+	size_t		cap = 64 * 1024,
+				len = 0;
+	char	   *buf = malloc(cap);
+	int			fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+	ssize_t		n;
+
+	if (!buf || fd < 0)
+	{
+		free(buf);
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	while ((n = read(fd, buf + len, cap - len - 1)) > 0)
+	{
+		len += n;
+		if (len + 1 == cap)
+		{
+			char	   *more = cap < 16 * 1024 * 1024 ? realloc(buf, cap * 2) : NULL;
+
+			if (!more)
+			{
+				free(buf);
+				close(fd);
+				return NULL;
+			}
+			buf = more;
+			cap *= 2;
+		}
+	}
+	close(fd);
+	buf[len] = '\0';
+	return n < 0 ? (free(buf), NULL) : buf;
+}
+
+/*
+ * The line of mount id in a mountinfo text, up to the optional fields
+ * (id, parent, major:minor, root, mount point): into out; false if none.
+ */
+static bool
+mount_line(const char *info, uint64_t id, char *out, size_t len)
+{
+	char		key[32];
+	const char *p = info;
+	int			klen = snprintf(key, sizeof(key), "%llu ", (unsigned long long) id);
+
+	for (; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+	{
+		if (strncmp(p, key, klen) == 0)
+		{
+			const char *end = p;
+
+			for (int f = 0; f < 5 && end; f++)
+				end = strchr(end + (f > 0), ' ');
+			if (!end || (size_t) (end - p) >= len)
+				return false;
+			memcpy(out, p, end - p);
+			out[end - p] = '\0';
+			return true;
+		}
+	}
+	return false;
+}
+
+/* The mount a host path is on was already there, as it is, at the clone. */
+static bool
+covered(const char *snapshot, const char *now, const char *path)
+{
+	struct statx stx;
+	char		was[4096];
+	char		is[4096];
+
+	if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) < 0 ||
+		!(stx.stx_mask & STATX_MNT_ID))
+		return false;
+	return mount_line(snapshot, stx.stx_mnt_id, was, sizeof(was)) &&
+		mount_line(now, stx.stx_mnt_id, is, sizeof(is)) && strcmp(was, is) == 0;
+}
+
+/*
+ * A warm sandbox that jail_prespawn_stale calls stale may still serve:
+ * its copy of the host tree holds every mount there was at the clone, so
+ * if the request's workspace and --ro-bind sources are each on a mount
+ * that was there then, unchanged (id, parent, device, root and mount
+ * point the same), they are found in the copy as on the host.  A mount
+ * over a directory on their way since has another id: not covered.  So
+ * a busy host's mounts elsewhere do not cost a warm interpreter.
+ */
+bool
+jail_prespawn_covers(const JailPrespawn *p, const JailOptions *o)
+{
+	char	   *now;
+	bool		ok;
+
+	if (!p->mountinfo || !(now = read_mountinfo()))
+		return false;
+	ok = covered(p->mountinfo, now, o->workspace);
+	for (int i = 0; ok && i < o->nbinds; i++)
+		ok = covered(p->mountinfo, now, o->binds[i].src);
+	free(now);
+	return ok;
 }
 
 /*
@@ -277,6 +386,8 @@ prespawn_open(JailPrespawn *p, bool warm, char *err)
 		jail_seterr(err, "open /proc/self/mounts: %s", strerror(errno));
 		return -1;
 	}
+	if (warm)
+		p->mountinfo = read_mountinfo();
 	if (jail_pipes_open(&p->pipes, err) < 0)
 		return -1;
 	if (pipe2(p->paygo, O_CLOEXEC) < 0 ||
@@ -452,6 +563,8 @@ jail_prespawn_discard(JailPrespawn *p)
 	jail_close(&p->paygo[1]);
 	jail_close(&p->ready[0]);
 	jail_close(&p->ready[1]);
+	free(p->mountinfo);
+	p->mountinfo = NULL;
 	p->pid = -1;
 	p->warm = false;
 }

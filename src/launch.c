@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -51,6 +52,8 @@ static pid_t launcher_pid = 0;
 static char launcher_sock[MAXPGPATH];
 static char launcher_path[MAXPGPATH];	/* the jail_path it was started from */
 static char launcher_root[MAXPGPATH];	/* the work root when it was started */
+static char launcher_warm[JAIL_WARM_MODULES_LEN + 64];	/* its warm settings */
+static JailWarmPage *warm_page = NULL;	/* its warm page (wire_protocol.h), or NULL */
 
 /*
  * A run's options, the same for both ways of starting it: (name, value)
@@ -159,6 +162,9 @@ spawn_jail_process(pid_t *pid, char **argv, const int fds[3], bool vfork)
 void
 sandbox_launcher_stop(void)
 {
+	if (warm_page)
+		munmap(warm_page, sizeof(JailWarmPage));
+	warm_page = NULL;
 	if (launcher_pid > 0)
 	{
 		(void) kill(launcher_pid, SIGTERM);
@@ -184,14 +190,30 @@ launcher_alive(void)
 }
 
 static int
-launcher_connect(void)
+launcher_connect(const char *language)
 {
 	struct sockaddr_un addr;
 	int			sock;
+	int			lang = -1;
 
 	memset(&addr, 0, sizeof(addr));
 	addr.sun_family = AF_UNIX;
 	strlcpy(addr.sun_path, launcher_sock, sizeof(addr.sun_path));
+
+	/*
+	 * A run of a language the launcher keeps warm interpreters for goes to
+	 * one if one waits (taken from the page: its socket is then sure to
+	 * answer); otherwise, as every other run, to a cold sandbox.
+	 */
+	if (language && strcmp(language, "python") == 0)
+		lang = JAIL_WARM_PYTHON;
+	else if (language && strcmp(language, "node") == 0)
+		lang = JAIL_WARM_NODE;
+	if (lang >= 0 && !warm_page && (sandbox_warm_python > 0 || sandbox_warm_node > 0))
+		warm_page = jail_wire_warm_map(launcher_sock, true);
+	if (lang >= 0 && jail_wire_warm_claim(warm_page, lang))
+		snprintf(addr.sun_path, sizeof(addr.sun_path), "%s%s", launcher_sock,
+				 JAIL_WARM_SOCK_SUFFIX[lang]);
 	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (sock < 0)
 		return -1;
@@ -209,7 +231,7 @@ launcher_wait_ready(void)
 {
 	for (int i = 0; i < LAUNCHER_START_TRIES; i++)
 	{
-		int			sock = launcher_connect();
+		int			sock = launcher_connect(NULL);
 
 		if (sock >= 0)
 		{
@@ -250,9 +272,21 @@ sandbox_launcher_ensure(void)
 {
 	char		dir[MAXPGPATH];
 	char		pool[16];
+	char		warm_py[16];
+	char		warm_js[16];
+	char		warm_mem[32];
+	char		warm[sizeof(launcher_warm)];
 	char	   *argv[] = {sandbox_jail_path, "--serve", launcher_sock, "--pool", pool,
-	"--quiet", NULL};
+		"--warm-python", warm_py, "--warm-node", warm_js,
+		"--warm-modules", sandbox_warm_modules ? sandbox_warm_modules : "",
+		"--warm-memory", warm_mem, "--quiet", NULL};
 	int			rc;
+
+	snprintf(warm_py, sizeof(warm_py), "%d", sandbox_warm_python);
+	snprintf(warm_js, sizeof(warm_js), "%d", sandbox_warm_node);
+	snprintf(warm_mem, sizeof(warm_mem), "%dM", sandbox_warm_memory_mb);
+	snprintf(warm, sizeof(warm), "%s %s %s %s", warm_py, warm_js, warm_mem,
+			 sandbox_warm_modules ? sandbox_warm_modules : "");
 
 	if (!sandbox_jail_launcher)
 	{
@@ -268,14 +302,19 @@ sandbox_launcher_ensure(void)
 			return false;
 		sandbox_launcher_stop();
 	}
+	/* the warm settings changed on reload: a new pool once its runs end */
+	if (launcher_pid > 0 && strcmp(launcher_warm, warm) != 0 && served_runs() == 0)
+		sandbox_launcher_stop();
 	if (launcher_alive())
 		return true;
 	strlcpy(launcher_path, sandbox_jail_path, sizeof(launcher_path));
 	strlcpy(launcher_root, sandbox_work_root(), sizeof(launcher_root));
+	strlcpy(launcher_warm, warm, sizeof(launcher_warm));
 
-	snprintf(dir, sizeof(dir), "%s/sandbox_launcher", DataDir);
+	snprintf(launcher_sock, sizeof(launcher_sock), "%s/%s", DataDir, SANDBOX_LAUNCHER_SOCKET);
+	strlcpy(dir, launcher_sock, sizeof(dir));
+	*strrchr(dir, '/') = '\0';
 	(void) mkdir(dir, S_IRWXU);
-	snprintf(launcher_sock, sizeof(launcher_sock), "%s/jail.sock", dir);
 	(void) unlink(launcher_sock);	/* a stale socket of a dead launcher */
 	snprintf(pool, sizeof(pool), "%d", Max(sandbox_max_concurrent_runs, 1));
 
@@ -296,6 +335,8 @@ sandbox_launcher_ensure(void)
 	}
 	elog(LOG, "resident jail launcher started (pid %d, socket \"%s\")",
 		 (int) launcher_pid, launcher_sock);
+	if (sandbox_warm_python > 0 || sandbox_warm_node > 0)
+		warm_page = jail_wire_warm_map(launcher_sock, true);
 	return true;
 }
 
@@ -317,6 +358,16 @@ request_message(const JailRequest *req, StringInfo msg)
 	}
 }
 
+/* The request's --language, or NULL */
+static const char *
+request_language(const JailRequest *req)
+{
+	for (int i = 0; i < req->n; i++)
+		if (strcmp(req->name[i], "--language") == 0)
+			return req->value[i];
+	return NULL;
+}
+
 /*
  * Send one run to the launcher.  On success the run's stdout/stderr read
  * ends and the connection (as verdict_fd) are set up and true is returned;
@@ -332,7 +383,7 @@ launch_served(SandboxRun *run, const JailRequest *req, const char *code_path)
 	int			sock = -1;
 	bool		sent = false;
 
-	if (!sandbox_launcher_ensure() || (sock = launcher_connect()) < 0)
+	if (!sandbox_launcher_ensure() || (sock = launcher_connect(request_language(req))) < 0)
 		return false;
 	codefd = open(code_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (codefd >= 0 && pipe2(outp[0], O_CLOEXEC) == 0 && pipe2(outp[1], O_CLOEXEC) == 0)

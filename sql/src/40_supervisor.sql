@@ -1163,11 +1163,13 @@ CREATE FUNCTION agent.worker_status(
 		OUT preloaded boolean, OUT running boolean, OUT pid integer,
 		OUT started_at timestamptz, OUT slots_in_use integer,
 		OUT max_concurrent_runs integer, OUT invocations uuid[],
-		OUT work_dir text, OUT problem text)
+		OUT work_dir text, OUT problem text,
+		OUT warm_ready integer, OUT warm_memory_bytes bigint,
+		OUT warm_memory_limit bigint, OUT warm_problem text)
 	AS 'MODULE_PATHNAME', 'sandbox_worker_status'
 	LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION agent.worker_status() IS
-	'the supervisor: whether it runs, its pid, slots in use, the invocations they run, its work directory, and why it claims nothing (problem)';
+	'the supervisor: whether it runs, its pid, slots in use, the invocations they run, its work directory, why it claims nothing (problem); its launcher''s warm interpreters: how many wait, the memory they hold, its bound, why the last did not start';
 
 REVOKE ALL ON FUNCTION agent._claim_invocations(integer, uuid), agent._mark_running(uuid, integer),
 	agent._append_output(uuid, text, text),

@@ -201,7 +201,7 @@ warm_socket(const char *path, const JailOptions *o)
 
 	if (o->language != LANG_PYTHON && o->language != LANG_NODE)
 		return path;
-	page = jail_wire_warm_map(path);
+	page = jail_wire_warm_map(path, true);
 	claimed = jail_wire_warm_claim(page, lang);
 	if (page)
 		munmap(page, sizeof(*page));

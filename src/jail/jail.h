@@ -561,7 +561,6 @@ typedef struct JailWarm
 } JailWarm;
 
 /* warm.c */
-extern int	jail_warm_check_modules(const char *list, char *err);
 extern int	jail_warm_root(const JailWarm *w, char *err);
 extern int	jail_warm_unroot(const JailWarm *w, char *err);
 extern void jail_warm_payload_fds(int ready_fd, int init_fd, int go_fd,

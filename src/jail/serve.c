@@ -146,9 +146,9 @@ parse_serve_args(int argc, char **argv)
 			char		err[JAIL_ERRLEN];
 
 			cfg.warm_modules = argv[++i];
-			if (jail_warm_check_modules(cfg.warm_modules, err) < 0)
+			if (!jail_wire_check_modules(cfg.warm_modules, err, sizeof(err)))
 			{
-				fprintf(stderr, "sandbox-jail: %s\n", err);
+				fprintf(stderr, "sandbox-jail: --warm-modules: %s\n", err);
 				return -1;
 			}
 		}
@@ -377,7 +377,15 @@ static int
 warm_setup(char *err)
 {
 	int			total = cfg.warm[JAIL_WARM_PYTHON] + cfg.warm[JAIL_WARM_NODE];
+	struct stat st;
 	int			fd;
+
+	/* another launcher's (open_socket says the same): touch nothing of it */
+	if (lstat(cfg.path, &st) == 0)
+	{
+		jail_seterr(err, "%s already exists (remove a stale socket first)", cfg.path);
+		return -1;
+	}
 
 	nworkers = cfg.pool;
 	for (int i = 0; i < cfg.pool; i++)
@@ -595,16 +603,17 @@ jail_serve_main(int argc, char **argv)
 		return JAIL_EXIT_SETUP;
 	signal(SIGPIPE, SIG_IGN);
 	if (launcher_setup(err) < 0 ||
-		(sigfd = jail_stop_signals(SIGCHLD, err)) < 0 ||
-		(lfd = open_socket(cfg.path, err)) < 0)
+		(sigfd = jail_stop_signals(SIGCHLD, err)) < 0)
 	{
 		fprintf(stderr, "sandbox-jail: %s\n", err);
 		return JAIL_EXIT_SETUP;
 	}
-	if (warm_setup(err) < 0)
+	/* the warm page and sockets first: once SOCKET listens, they are there */
+	if (warm_setup(err) < 0 || (lfd = open_socket(cfg.path, err)) < 0)
 	{
 		fprintf(stderr, "sandbox-jail: %s\n", err);
-		unlink_paths();
+		if (strstr(err, "already exists") == NULL)
+			unlink_paths();
 		return JAIL_EXIT_SETUP;
 	}
 	return launcher_loop(lfd, sigfd);

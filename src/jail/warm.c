@@ -36,7 +36,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -113,47 +112,6 @@ static const char js_boot[] =
 	"  delete Module._cache[__filename];\n"
 	"  Module.runMain();\n"
 	"}\n";
-
-/*
- * --warm-modules: names separated by commas, each a dotted Python
- * identifier (ASCII).  Nothing else ever reaches the bootstrap's text.
- */
-int
-jail_warm_check_modules(const char *list, char *err)
-{
-	const char *p = list;
-
-	if (strlen(list) >= JAIL_WARM_MODULES_MAX / 2)
-	{
-		jail_seterr(err, "--warm-modules is longer than %d characters", JAIL_WARM_MODULES_MAX / 2);
-		return -1;
-	}
-	while (*p)
-	{
-		bool		start = true;
-
-		for (; *p && *p != ','; p++)
-		{
-			bool		ok = start ? (isalpha((unsigned char) *p) || *p == '_') :
-				(isalnum((unsigned char) *p) || *p == '_' || (*p == '.' && p[1] && p[1] != ',' && p[1] != '.'));
-
-			if (!ok || (unsigned char) *p >= 0x80)
-			{
-				jail_seterr(err, "--warm-modules: \"%s\" is not a list of module names", list);
-				return -1;
-			}
-			start = *p == '.';
-		}
-		if (start)
-		{
-			jail_seterr(err, "--warm-modules: \"%s\" is not a list of module names", list);
-			return -1;
-		}
-		if (*p == ',')
-			p++;
-	}
-	return 0;
-}
 
 /* "a,b.c" as the Python tuple body "'a','b.c'," */
 static void

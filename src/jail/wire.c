@@ -10,6 +10,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -225,7 +226,7 @@ jail_wire_warm_held(const JailWarmPage *page, int *count)
  * symlink, the wrong size or magic).
  */
 JailWarmPage *
-jail_wire_warm_map(const char *sock_path)
+jail_wire_warm_map(const char *sock_path, bool writable)
 {
 	char		path[4096];
 	struct stat st;
@@ -234,7 +235,7 @@ jail_wire_warm_map(const char *sock_path)
 
 	if (snprintf(path, sizeof(path), "%s%s", sock_path, JAIL_WARM_PAGE_SUFFIX) >= (int) sizeof(path))
 		return NULL;
-	fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return NULL;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
@@ -243,7 +244,7 @@ jail_wire_warm_map(const char *sock_path)
 		close(fd);
 		return NULL;
 	}
-	page = mmap(NULL, sizeof(JailWarmPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	page = mmap(NULL, sizeof(JailWarmPage), PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
 	close(fd);
 	if (page == MAP_FAILED)
 		return NULL;
@@ -253,4 +254,49 @@ jail_wire_warm_map(const char *sock_path)
 		return NULL;
 	}
 	return page;
+}
+
+/*
+ * --warm-modules (and sandbox.warm_modules): module names separated by
+ * commas, each a dotted Python identifier in ASCII; "" is none.  Nothing
+ * else ever reaches a warm interpreter's bootstrap (warm.c).  false with
+ * a message in err (errlen bytes) if the list is not that.
+ */
+bool
+jail_wire_check_modules(const char *list, char *err, size_t errlen)
+{
+	const char *p = list;
+
+	if (strlen(list) > JAIL_WARM_MODULES_LEN)
+	{
+		snprintf(err, errlen, "the list of warm modules is longer than %d characters",
+				 JAIL_WARM_MODULES_LEN);
+		return false;
+	}
+	while (*p)
+	{
+		bool		start = true;
+
+		for (; *p && *p != ','; p++)
+		{
+			unsigned char c = (unsigned char) *p;
+			bool		ok = c < 0x80 && (start ? (isalpha(c) || c == '_') :
+										  (isalnum(c) || c == '_' || c == '.'));
+
+			if (!ok)
+			{
+				snprintf(err, errlen, "\"%s\" is not a list of module names", list);
+				return false;
+			}
+			start = c == '.';
+		}
+		if (start)
+		{
+			snprintf(err, errlen, "\"%s\" is not a list of module names", list);
+			return false;
+		}
+		if (*p == ',')
+			p++;
+	}
+	return true;
 }

@@ -111,12 +111,19 @@ typedef struct JailWarmPage
 	int32_t		configured[JAIL_WARM_NLANG];	/* --warm-python, --warm-node */
 	uint64_t	limit_bytes;	/* --warm-memory: all warm slots together */
 	JailWarmHeld held[JAIL_WARM_MAX];
+	char		problem[JAIL_WARM_NLANG][200];	/* why the last interpreter of
+												 * lang did not start; "" once
+												 * one did */
 } JailWarmPage;
 
 /* wire.c: the page, both ends (atomic: the launcher's workers and callers) */
 extern bool jail_wire_warm_claim(JailWarmPage *page, JailWarmLang lang);
 extern void jail_wire_warm_post(JailWarmPage *page, JailWarmLang lang, int delta);
 extern uint64_t jail_wire_warm_held(const JailWarmPage *page, int *count);
-extern JailWarmPage *jail_wire_warm_map(const char *sock_path);
+extern JailWarmPage *jail_wire_warm_map(const char *sock_path, bool writable);
+
+/* wire.c: what --warm-modules may hold (also sandbox.warm_modules) */
+#define JAIL_WARM_MODULES_LEN	500
+extern bool jail_wire_check_modules(const char *list, char *err, size_t errlen);
 
 #endif							/* SANDBOX_JAIL_WIRE_PROTOCOL_H */

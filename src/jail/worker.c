@@ -633,9 +633,14 @@ jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot,
 		if (warm_wait_ready(&pre, err) < 0)
 		{
 			jail_warn("worker: %s", err);
+			if (lc->warm_page)
+				snprintf(lc->warm_page->problem[warm->lang],
+						 sizeof(lc->warm_page->problem[0]), "%s", err);
 			jail_prespawn_discard(&pre);
 			return JAIL_WORKER_WARM_FAILED;
 		}
+		if (lc->warm_page)
+			lc->warm_page->problem[warm->lang][0] = '\0';
 		warm_publish(slot, true);
 		conn = warm_accept(lfd, &pre);
 		warm_publish(slot, false);

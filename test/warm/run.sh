@@ -91,6 +91,7 @@ start() {
 	chown "$u": "$dir"
 	chmod 700 "$dir"
 	runuser -u "$u" -- "$BIN" --serve "$dir/s" --pool 2 --keep-running "$@" 2>>"$WORK/launcher-$name.log" &
+	disown
 	while [ ! -S "$dir/s" ] && [ $n -lt 100 ]; do sleep 0.05; n=$((n + 1)); done
 	LAUNCHERS+=("$(pgrep -u "$u" -f -- "--serve $dir/s" | head -1)")
 	printf -v "SOCK_$name" '%s' "$dir/s"

@@ -259,9 +259,9 @@ reap_workers(void)
 		{
 			if (workers[i].pid != pid)
 				continue;
-			workers[i].pid = 0;
 			if (workers[i].warm >= 0)
 				warm_reaped(&workers[i], status);
+			workers[i].pid = 0;
 			if (workers[i].has_slot)
 				jail_cgroup_destroy(&workers[i].slot);
 			workers[i].has_slot = false;
@@ -276,9 +276,8 @@ reap_workers(void)
 }
 
 /*
- * A warm worker ended.  Its page entry goes (a worker killed while it
- * waited never cleared it; its count on ready[] may stay, which costs a
- * caller one wait for the next warm worker, never a lost run).  If its
+ * A warm worker ended.  If it was still waiting (killed: it never cleared
+ * its page entry), its entry and its count on ready[] go.  If its
  * interpreter did not start, the place waits before the next try,
  * doubling up to WARM_RETRY_MAX_MS: a module that fails to import must
  * not become a fork loop.
@@ -290,7 +289,11 @@ warm_reaped(Worker *w, int status)
 
 	if (launcher.warm_page && w->page_index >= 0 &&
 		__atomic_load_n(&launcher.warm_page->held[w->page_index].pid, __ATOMIC_ACQUIRE) == w->pid)
+	{
+		/* it died waiting (killed): its count goes with it */
 		__atomic_store_n(&launcher.warm_page->held[w->page_index].pid, 0, __ATOMIC_RELEASE);
+		jail_wire_warm_post(launcher.warm_page, (JailWarmLang) lang, -1);
+	}
 	if (WIFEXITED(status) && WEXITSTATUS(status) == JAIL_WORKER_WARM_FAILED)
 	{
 		warm_retry_at[lang] = jail_now_ms() + warm_retry_ms[lang];

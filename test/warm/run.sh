@@ -90,10 +90,13 @@ start() {
 	mkdir -p "$dir"
 	chown "$u": "$dir"
 	chmod 700 "$dir"
-	runuser -u "$u" -- "$BIN" --serve "$dir/s" --pool 2 --keep-running "$@" 2>>"$WORK/launcher-$name.log" &
+	runuser -u "$u" -- "$BIN" --serve "$dir/s" --pool 2 --keep-running "$@" \
+		>/dev/null 2>>"$WORK/launcher-$name.log" &
+	local rpid=$!
 	disown
 	while [ ! -S "$dir/s" ] && [ $n -lt 100 ]; do sleep 0.05; n=$((n + 1)); done
-	LAUNCHERS+=("$(pgrep -u "$u" -f -- "--serve $dir/s" | head -1)")
+	# the launcher is runuser's child (its workers are the launcher's)
+	LAUNCHERS+=("$(pgrep -P "$rpid" | head -1)")
 	printf -v "SOCK_$name" '%s' "$dir/s"
 }
 # ready SOCK LANG(0 python, 1 node): wait (at most 120 s) until the page
@@ -578,6 +581,34 @@ True" ]; then ok "$u attacker: nothing of a warm run (module state, environment,
 	runc "$u" "$WARM" "$WORK/p/elsewhere" python "$WORK/p/small.code"
 	umount "$WORK/latermnt"
 	check "$u a mount elsewhere after the interpreter started does not make it unusable" true "$(v "$WORK/p/elsewhere.verdict" warm)"
+
+	# a warm worker killed while it waits takes its count with it: the
+	# count never says more than there are, and the next run is warm again
+	ready "$WARM" 0
+	local wpid cnt
+	wpid=$($PY -c '
+import struct, sys
+d = open(sys.argv[1], "rb").read()
+for i in range(16):
+    pid, lang, _ = struct.unpack_from("iiQ", d, 40 + 16 * i)
+    if pid > 0 and lang == 0:
+        print(pid); break' "$WARM.warm")
+	[ -n "$wpid" ] && kill -KILL "$wpid"
+	# once the launcher has reaped it (its entry cleared), before a
+	# replacement can have imported anything
+	cnt=$($PY -c '
+import struct, sys, time
+for i in range(500):
+    d = open(sys.argv[1], "rb").read()
+    if all(struct.unpack_from("i", d, 40 + 16 * j)[0] != int(sys.argv[2]) for j in range(16)):
+        break
+    time.sleep(0.002)
+print(struct.unpack_from("i", d, 16)[0])' "$WARM.warm" "${wpid:-0}")
+	ready "$WARM" 0
+	runc "$u" "$WARM" "$WORK/p/afterkill" python "$WORK/p/small.code"
+	if [ -n "$wpid" ] && [ "$cnt" -le 0 ] && [ "$(v "$WORK/p/afterkill.verdict" warm)" = true ]; then
+		ok "$u a warm worker killed while it waits: its count goes, the next run is warm"
+	else nok "$u killed warm worker" "pid=$wpid count after kill=$cnt" "$(cat "$WORK/p/afterkill.verdict")"; fi
 
 	# shell still goes to the cold pool (never warm)
 	printf 'echo shell\n' > "$WORK/p/sh.code"

@@ -634,8 +634,13 @@ jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot,
 		{
 			jail_warn("worker: %s", err);
 			if (lc->warm_page)
-				snprintf(lc->warm_page->problem[warm->lang],
-						 sizeof(lc->warm_page->problem[0]), "%s", err);
+			{
+				char	   *dst = lc->warm_page->problem[warm->lang];
+				size_t		n = strnlen(err, sizeof(lc->warm_page->problem[0]) - 1);
+
+				memcpy(dst, err, n);
+				dst[n] = '\0';
+			}
 			jail_prespawn_discard(&pre);
 			return JAIL_WORKER_WARM_FAILED;
 		}

@@ -656,5 +656,11 @@ for u in $USERS; do
 	selected launcher && launcher_checks "$u"
 done
 
+# a sanitizer build (test/warm/run.sh src/jail/sandbox-jail-asan) reports
+# into the launchers' logs: none may have a report
+if grep -lE "AddressSanitizer|LeakSanitizer|runtime error:" "$WORK"/launcher-*.log >/dev/null 2>&1; then
+	nok "no sanitizer report in the launchers' logs" "$(grep -hE -m3 "AddressSanitizer|LeakSanitizer|runtime error:" "$WORK"/launcher-*.log)"
+else ok "no sanitizer report in the launchers' logs"; fi
+
 echo "$PASS passed, $FAIL failed"
 [ $FAIL -eq 0 ]

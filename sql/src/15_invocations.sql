@@ -75,6 +75,9 @@ CREATE TABLE agent.invocations (
 	-- The NOTIFY channel is named after this random token, not the id, so
 	-- that only the invocation's tenant can learn it (40_supervisor.sql).
 	channel_token	uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+	-- the reason of a cancel asked for while it is in flight (it reaches
+	-- state_reason when the run ends); last, as columns added later are
+	cancel_reason	text,
 	FOREIGN KEY (org_id, workspace_id, agent_id)
 		REFERENCES agent.agents (org_id, workspace_id, id),
 	FOREIGN KEY (org_id, workspace_id, conversation_id)

@@ -297,26 +297,39 @@ served() {
 	start_launcher "$u"
 	WARMOPT=()
 	JAIL=("$BIN" --client "$SOCK")
-	warm_ready() {
-		local n=0
-		until [ "$($PY -c 'import struct, sys; print(struct.unpack_from("i", open(sys.argv[1], "rb").read(), 16)[0])' "$SOCK.warm" 2>/dev/null)" -gt 0 ] 2>/dev/null; do
-			[ $n -ge 1200 ] && return 1
-			sleep 0.1
-			n=$((n + 1))
-		done
+	# the page: "N problem" (wire_protocol.h: ready[] at 16, problem[] at 296)
+	warm_state() {
+		$PY -c '
+import struct, sys
+try:
+    d = open(sys.argv[1], "rb").read()
+    print(struct.unpack_from("i", d, 16)[0], d[296:496].split(b"\0")[0].decode())
+except OSError:
+    print(0)' "$SOCK.warm"
 	}
+	warm_ready() { wait_until '[ "$(warm_state | cut -d" " -f1)" -gt 0 ] || [ -n "$(warm_state | cut -s -d" " -f2-)" ]' 1200; }
 	warm_ready
-	jr "$u" python 'import sys; print(sys.argv, __file__)'
-	t "$u: warm python on v2: warm, the cold run's argv and __file__, a v2 cgroup" \
-		'[ $RC = 0 ] && [ "$(v warm)" = true ] && [ "$(v cgroup)" = v2 ] && out_has "/sandbox/main.py" && [ "$(v peak_memory_bytes)" -ge "$(v warm_memory_bytes)" ]'
-	warm_ready
-	jr "$u" python 'x = bytearray(1 << 30); x[::4096] = b"x" * len(x[::4096]); print("survived")' --memory 64M
-	t "$u: warm python on v2: the memory limit holds (oom_killed)" \
-		'[ $RC = 0 ] && [ "$(v warm)" = true ] && [ "$(v oom_killed)" = true ] && ! out_has survived'
-	warm_ready
-	jr "$u" python 'while True: pass' --cpu-time 2 --wall-time 300
-	t "$u: warm python on v2: the CPU limit holds, counted from the request (timed_out, cpu_ms >= 2000)" \
-		'[ $RC = 0 ] && [ "$(v warm)" = true ] && [ "$(v timed_out)" = true ] && [ "$(v cpu_ms)" -ge 2000 ]'
+	local why
+	why=$(warm_state | cut -s -d" " -f2-)
+	if [ -n "$why" ]; then
+		# a kernel that cannot clone out of a detached copy of the host tree
+		# (Debian's 6.1) has no warm interpreters: said, and served cold
+		jr "$u" python 'print("cold")'
+		t "$u: warm python on this kernel: unavailable, the reason on the page, runs served cold ($why)" \
+			'[[ $why == *"root entered ahead"* ]] && [ $RC = 0 ] && [ "$(v warm)" = false ] && out_has cold'
+	else
+		jr "$u" python 'import sys; print(sys.argv, __file__)'
+		t "$u: warm python on v2: warm, the cold run's argv and __file__, a v2 cgroup" \
+			'[ $RC = 0 ] && [ "$(v warm)" = true ] && [ "$(v cgroup)" = v2 ] && out_has "/sandbox/main.py" && [ "$(v peak_memory_bytes)" -ge "$(v warm_memory_bytes)" ]'
+		warm_ready
+		jr "$u" python 'x = bytearray(1 << 30); x[::4096] = b"x" * len(x[::4096]); print("survived")' --memory 64M
+		t "$u: warm python on v2: the memory limit holds (oom_killed)" \
+			'[ $RC = 0 ] && [ "$(v warm)" = true ] && [ "$(v oom_killed)" = true ] && ! out_has survived'
+		warm_ready
+		jr "$u" python 'while True: pass' --cpu-time 2 --wall-time 300
+		t "$u: warm python on v2: the CPU limit holds, counted from the request (timed_out, cpu_ms >= 2000)" \
+			'[ $RC = 0 ] && [ "$(v warm)" = true ] && [ "$(v timed_out)" = true ] && [ "$(v cpu_ms)" -ge 2000 ]'
+	fi
 	kill -TERM "$LPID"
 	wait_until "! kill -0 $LPID 2>/dev/null"
 	t "$u: warm launcher TERM: its slots, warm sockets and page removed" \

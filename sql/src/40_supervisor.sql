@@ -1238,7 +1238,10 @@ $$;
 COMMENT ON FUNCTION agent.wait_result(uuid, interval) IS
 	'wait for an invocation like agent.wait() and return its state, whether the wait timed out, its output and its tool call';
 
-CREATE FUNCTION agent.worker_status(
+-- What the supervisor publishes in shared memory (src/supervisor.c): its
+-- life, and what the local runner's slots run.  agent.worker_status()
+-- (45_runners.sql) adds every runner of agent.runners.
+CREATE FUNCTION agent._supervisor_status(
 		OUT preloaded boolean, OUT running boolean, OUT pid integer,
 		OUT started_at timestamptz, OUT slots_in_use integer,
 		OUT max_concurrent_runs integer, OUT invocations uuid[],
@@ -1247,8 +1250,8 @@ CREATE FUNCTION agent.worker_status(
 		OUT warm_memory_limit bigint, OUT warm_problem text)
 	AS 'MODULE_PATHNAME', 'sandbox_worker_status'
 	LANGUAGE C VOLATILE STRICT;
-COMMENT ON FUNCTION agent.worker_status() IS
-	'the supervisor: whether it runs, its pid, slots in use, the invocations they run, its work directory, why it claims nothing (problem); its launcher''s warm interpreters: how many wait, the memory they hold, its bound, why the last did not start';
+COMMENT ON FUNCTION agent._supervisor_status() IS
+	'the supervisor: whether it runs, its pid, the local runner''s slots in use and their invocations, its work directory, and why it claims nothing (problem); the local launcher''s warm interpreters: how many wait, the memory they hold, its bound, why the last did not start';
 
 REVOKE ALL ON FUNCTION agent._claim_invocations(integer, uuid), agent._mark_running(uuid, integer),
 	agent._append_output(uuid, text, text),
@@ -1259,8 +1262,7 @@ REVOKE ALL ON FUNCTION agent._claim_invocations(integer, uuid), agent._mark_runn
 	agent._cancel_requested(uuid[]), agent._refuse_unfunded(agent.invocations),
 	agent._supervisor_recover(), agent._record_tool_call(agent.invocations),
 	agent._refund_and_audit(agent.invocations, text),
-	agent.worker_status() FROM PUBLIC;
+	agent._supervisor_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agent.read_output(uuid, integer), agent.cancel(uuid, text, text),
 	agent.wait(uuid, interval), agent.output_channel(uuid), agent._invocation_state(uuid),
 	agent._state_is_terminal(text), agent.wait_result(uuid, interval) TO agent_backend;
-GRANT EXECUTE ON FUNCTION agent.worker_status() TO agent_auditor;

@@ -112,7 +112,7 @@ chmod 0644 "$tmp"/*.py
 # runs wait, untimed, until the launcher has one waiting (the client reads
 # its page), so every timed run is warm and the pool's refill (the
 # interpreter's start, ~0.5 s of CPU with pandas) is on nobody's clock.
-page=$(q -c "SELECT current_setting('data_directory')")/sandbox_launcher/jail.sock.warm
+page=$(q -c "SELECT current_setting('data_directory')")/sandbox_runner/jail.sock.warm
 warm=$(q -c "SELECT coalesce(warm_ready, -1) FROM agent.worker_status()")
 [ "$warm" -ge 0 ] || echo "note: no warm pool (sandbox.warm_python = 0?): python/node rows are cold"
 

@@ -8,6 +8,8 @@
  */
 #include "postgres.h"
 
+#include <sys/mman.h>
+
 #include "access/htup_details.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -20,6 +22,8 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
+#include "jail/wire_protocol.h"
+#include "runner/local_link.h"
 #include "sandbox_ext.h"
 
 /*
@@ -138,8 +142,10 @@ Datum
 sandbox_worker_status(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[9];
-	bool		nulls[9] = {false};
+	Datum		values[13];
+	bool		nulls[13] = {false};
+	char		sock[MAXPGPATH];
+	JailWarmPage *page;
 	char		work_dir[sizeof(sandbox_shared->work_dir)] = "";
 	char		problem[sizeof(sandbox_shared->problem)] = "";
 	int			pid = 0;
@@ -199,5 +205,38 @@ sandbox_worker_status(PG_FUNCTION_ARGS)
 	nulls[7] = work_dir[0] == '\0';
 	values[8] = CStringGetTextDatum(problem);
 	nulls[8] = problem[0] == '\0';
+
+	/*
+	 * The warm pool, as the launcher's page tells it (wire_protocol.h):
+	 * interpreters waiting now, the memory they hold, the bound, and why
+	 * the last one of a language did not start.  NULL without a pool.
+	 */
+	snprintf(sock, sizeof(sock), "%s/%s", DataDir, SANDBOX_LAUNCHER_SOCKET);
+	page = pid != 0 ? jail_wire_warm_map(sock, false) : NULL;
+	if (page)
+	{
+		int			waiting;
+		uint64		held = jail_wire_warm_held(page, &waiting);
+		char		why[2 * sizeof(page->problem[0]) + 16] = "";
+
+		for (int l = 0; l < JAIL_WARM_NLANG; l++)
+		{
+			char		one[sizeof(page->problem[0])];
+
+			memcpy(one, page->problem[l], sizeof(one));
+			one[sizeof(one) - 1] = '\0';
+			if (one[0])
+				snprintf(why + strlen(why), sizeof(why) - strlen(why), "%s%s: %s",
+						 why[0] ? "; " : "", l == JAIL_WARM_PYTHON ? "python" : "node", one);
+		}
+		values[9] = Int32GetDatum(waiting);
+		values[10] = Int64GetDatum((int64) held);
+		values[11] = Int64GetDatum((int64) page->limit_bytes);
+		values[12] = CStringGetTextDatum(why);
+		nulls[12] = why[0] == '\0';
+		munmap(page, sizeof(JailWarmPage));
+	}
+	else
+		nulls[9] = nulls[10] = nulls[11] = nulls[12] = true;
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -54,6 +54,7 @@
 #include "utils/uuid.h"
 
 #include "sandbox_ext.h"
+#include "jail/wire_protocol.h"
 
 PG_MODULE_MAGIC;
 
@@ -72,6 +73,10 @@ int			sandbox_preview_bytes = 4096;
 int			sandbox_workspace_size_mb = 256;
 int			sandbox_workspace_entries = 10000;
 bool		sandbox_jail_launcher = true;
+int			sandbox_warm_python = 2;
+int			sandbox_warm_node = 1;
+char	   *sandbox_warm_modules = NULL;
+int			sandbox_warm_memory_mb = 1024;
 bool		sandbox_work_dir_on_data_fs = false;
 bool		sandbox_require_cgroup = true;
 bool		sandbox_local_runner = true;
@@ -89,6 +94,20 @@ void		_PG_init(void);
  * keeps a typo from surfacing later as a confusing cast error inside a
  * policy.
  */
+/* sandbox.warm_modules: module names only (the launcher checks the same) */
+static bool
+sandbox_check_warm_modules(char **newval, void **extra, GucSource source)
+{
+	char		err[256];
+
+	if (*newval == NULL || jail_wire_check_modules(*newval, err, sizeof(err)))
+		return true;
+	GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+	GUC_check_errmsg("invalid sandbox.warm_modules: %s", err);
+	GUC_check_errhint("List Python module names separated by commas, for example \"numpy,pandas\".");
+	return false;
+}
+
 static bool
 sandbox_check_uuid(char **newval, void **extra, GucSource source)
 {
@@ -202,6 +221,32 @@ sandbox_define_gucs(void)
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomIntVariable("sandbox.warm_python",
+							"Python interpreters the launcher keeps started ahead of requests.",
+							"Each is one sandbox, confined as a cold run, with sandbox.warm_modules "
+							"imported, used by one run only; 0 turns warm Python off.",
+							&sandbox_warm_python, 2, 0, JAIL_WARM_MAX,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.warm_node",
+							"Node interpreters the launcher keeps started ahead of requests.",
+							"0 turns warm Node off.",
+							&sandbox_warm_node, 1, 0, JAIL_WARM_MAX,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomStringVariable("sandbox.warm_modules",
+							   "Python modules a warm interpreter imports before its request.",
+							   "Module names separated by commas; empty: none.",
+							   &sandbox_warm_modules, "numpy,pandas,requests",
+							   PGC_SIGHUP, 0,
+							   sandbox_check_warm_modules, NULL, NULL);
+	DefineCustomIntVariable("sandbox.warm_memory",
+							"Memory all warm interpreters together may hold while they wait.",
+							"Each waits in a cgroup limited to its share; what it holds then counts "
+							"against its run's memory limit.",
+							&sandbox_warm_memory_mb, 1024, 16, 1024 * 1024,
+							PGC_SIGHUP, GUC_UNIT_MB,
+							NULL, NULL, NULL);
 	DefineCustomBoolVariable("sandbox.local_runner",
 							 "Run sandboxes on this host, in a sandbox-runner the supervisor starts.",
 							 "Off: the supervisor starts no runner; only runners on other hosts "

@@ -39,6 +39,12 @@ extern int	sandbox_preview_bytes;
 extern int	sandbox_workspace_size_mb;
 extern int	sandbox_workspace_entries;
 extern bool sandbox_jail_launcher;
+/* the local runner's launcher's socket, relative to the data directory (its page: + JAIL_WARM_PAGE_SUFFIX) */
+#define SANDBOX_LAUNCHER_SOCKET LINK_RUN_DIR "/jail.sock"
+extern int	sandbox_warm_python;
+extern int	sandbox_warm_node;
+extern char *sandbox_warm_modules;
+extern int	sandbox_warm_memory_mb;
 extern bool sandbox_work_dir_on_data_fs;
 extern bool sandbox_require_cgroup;
 extern bool sandbox_local_runner;

@@ -307,6 +307,10 @@ write_runner_config(void)
 					 sandbox_workspace_size_mb, sandbox_workspace_entries, sandbox_output_limit_kb,
 					 sandbox_default_wall_time_s, sandbox_max_wall_time_s,
 					 sandbox_default_memory_mb, sandbox_max_memory_mb, sandbox_default_pids);
+	appendStringInfo(&buf, "warm_python = %d\nwarm_node = %d\nwarm_memory = %dMB\nwarm_modules = ",
+					 sandbox_warm_python, sandbox_warm_node, sandbox_warm_memory_mb);
+	append_quoted(&buf, sandbox_warm_modules ? sandbox_warm_modules : "");
+	appendStringInfoChar(&buf, '\n');
 	/* no run may fill the disk the database writes to */
 	if (!sandbox_work_dir_on_data_fs)
 	{

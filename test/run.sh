@@ -28,7 +28,7 @@ set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 PGBIN=${PGBIN:-$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")}
 PGXSDIR=$(cd "$(dirname "$($PGBIN/pg_config --pgxs)")/../.." && pwd)
-SUITES=${SUITES:-"jail cgroup-v2 regress isolation pgtap scripts"}
+SUITES=${SUITES:-"jail warm cgroup-v2 regress isolation pgtap scripts"}
 export T=${T:-}
 export SANDBOX_CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_cluster}
 export SANDBOX_PGPORT=${SANDBOX_PGPORT:-55432}
@@ -102,6 +102,13 @@ if want jail && [ -x "$top/test/jail/run.sh" ]; then
 	echo "== jail"
 	"$top/test/jail/run.sh" "$top/src/jail/sandbox-jail" 2>&1 | tee "$work/jail.log"
 	record_script jail "$work/jail.log" "${PIPESTATUS[0]}"
+fi
+
+# ---- warm interpreters (no PostgreSQL) ----
+if want warm && [ -x "$top/test/warm/run.sh" ]; then
+	echo "== warm"
+	"$top/test/warm/run.sh" "$top/src/jail/sandbox-jail" 2>&1 | tee "$work/warm.log"
+	record_script warm "$work/warm.log" "${PIPESTATUS[0]}"
 fi
 
 # ---- cgroup v2 (a guest of its own, no PostgreSQL) ----

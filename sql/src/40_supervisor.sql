@@ -1245,11 +1245,13 @@ CREATE FUNCTION agent._supervisor_status(
 		OUT preloaded boolean, OUT running boolean, OUT pid integer,
 		OUT started_at timestamptz, OUT slots_in_use integer,
 		OUT max_concurrent_runs integer, OUT invocations uuid[],
-		OUT work_dir text, OUT problem text)
+		OUT work_dir text, OUT problem text,
+		OUT warm_ready integer, OUT warm_memory_bytes bigint,
+		OUT warm_memory_limit bigint, OUT warm_problem text)
 	AS 'MODULE_PATHNAME', 'sandbox_worker_status'
 	LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION agent._supervisor_status() IS
-	'the supervisor: whether it runs, its pid, the local runner''s slots in use and their invocations, its work directory, and why it claims nothing (problem)';
+	'the supervisor: whether it runs, its pid, the local runner''s slots in use and their invocations, its work directory, and why it claims nothing (problem); the local launcher''s warm interpreters: how many wait, the memory they hold, its bound, why the last did not start';
 
 REVOKE ALL ON FUNCTION agent._claim_invocations(integer, uuid), agent._mark_running(uuid, integer),
 	agent._append_output(uuid, text, text),

@@ -1014,7 +1014,9 @@ CREATE FUNCTION agent.worker_status(
 		OUT preloaded boolean, OUT running boolean, OUT pid integer,
 		OUT started_at timestamptz, OUT slots_in_use integer,
 		OUT max_concurrent_runs integer, OUT invocations uuid[],
-		OUT work_dir text, OUT problem text, OUT runners jsonb)
+		OUT work_dir text, OUT problem text, OUT runners jsonb,
+		OUT warm_ready integer, OUT warm_memory_bytes bigint,
+		OUT warm_memory_limit bigint, OUT warm_problem text)
 	LANGUAGE sql VOLATILE
 	SECURITY DEFINER
 	SET search_path = pg_catalog, agent, pg_temp
@@ -1028,11 +1030,12 @@ SELECT s.preloaded, s.running, s.pid, s.started_at, s.slots_in_use, s.max_concur
 				'last_heartbeat', r.last_heartbeat, 'registered_at', r.registered_at,
 				'gone_at', r.gone_at, 'removed_at', r.removed_at)
 			  ORDER BY r.login_role <> 'sandbox_runner_local', r.name), '[]'::jsonb)
-		  FROM agent.runner_status r)
+		  FROM agent.runner_status r),
+	   s.warm_ready, s.warm_memory_bytes, s.warm_memory_limit, s.warm_problem
   FROM agent._supervisor_status() s
 $$;
 COMMENT ON FUNCTION agent.worker_status() IS
-	'the supervisor (whether it runs, its pid, the local runner''s slots and invocations, its work directory, why it claims nothing) and every runner, local and remote (runners)';
+	'the supervisor (whether it runs, its pid, the local runner''s slots and invocations, its work directory, why it claims nothing) and every runner, local and remote (runners); the local launcher''s warm pool (warm_*)';
 REVOKE ALL ON FUNCTION agent.worker_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agent.worker_status() TO agent_auditor;
 

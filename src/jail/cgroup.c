@@ -675,10 +675,30 @@ jail_cgroup_cpu_ms(const JailCgroup *cg)
 	uint64_t	v = 0;
 
 	if (cg->mode == CGROUP_V2 && read_keyed(cg, STAT_CPU, cg->v2_dir, "cpu.stat", "usage_usec", &v))
-		return v / 1000;
-	if (cg->mode == CGROUP_V1 && read_u64(cg, STAT_CPU, cg->cpu_dir, "cpuacct.usage", &v))
-		return v / 1000000;
-	return 0;
+		v /= 1000;
+	else if (cg->mode == CGROUP_V1 && read_u64(cg, STAT_CPU, cg->cpu_dir, "cpuacct.usage", &v))
+		v /= 1000000;
+	else
+		return 0;
+	return v > cg->cpu_base_ms ? v - cg->cpu_base_ms : 0;
+}
+
+/* The memory the cgroup holds now (v2 memory.current, v1 usage_in_bytes), or 0. */
+uint64_t
+jail_cgroup_memory_now(const JailCgroup *cg)
+{
+	char		path[640];
+	char		buf[64];
+
+	if (cg->mode == CGROUP_V2)
+		snprintf(path, sizeof(path), "%s/memory.current", cg->v2_dir);
+	else if (cg->mode == CGROUP_V1)
+		snprintf(path, sizeof(path), "%s/memory.usage_in_bytes", cg->mem_dir);
+	else
+		return 0;
+	if (jail_read_fileat(AT_FDCWD, path, buf, sizeof(buf)) <= 0)
+		return 0;
+	return strtoull(buf, NULL, 10);
 }
 
 void

@@ -187,6 +187,31 @@ code_memfd(const JailOptions *opts, char *err)
 }
 
 /*
+ * Where to send the run: to a waiting interpreter of its language if the
+ * launcher keeps warm ones and one is free (wire_protocol.h: taken from
+ * the page, so the warm socket is sure to answer), else to SOCKET.
+ */
+static const char *
+warm_socket(const char *path, const JailOptions *o)
+{
+	static char buf[sizeof(((struct sockaddr_un *) 0)->sun_path)];
+	JailWarmLang lang = o->language == LANG_PYTHON ? JAIL_WARM_PYTHON : JAIL_WARM_NODE;
+	JailWarmPage *page;
+	bool		claimed;
+
+	if (o->language != LANG_PYTHON && o->language != LANG_NODE)
+		return path;
+	page = jail_wire_warm_map(path, true);
+	claimed = jail_wire_warm_claim(page, lang);
+	if (page)
+		munmap(page, sizeof(*page));
+	if (!claimed ||
+		snprintf(buf, sizeof(buf), "%s%s", path, JAIL_WARM_SOCK_SUFFIX[lang]) >= (int) sizeof(buf))
+		return path;
+	return buf;
+}
+
+/*
  * Connect, then let SIGTERM & co. half-close the connection (on_stop),
  * which the worker takes as "stop the run".  The socket, or -1 with err.
  */
@@ -292,7 +317,7 @@ jail_client_main(int argc, char **argv)
 		return local_setup_error(verdict_fd, err);
 	if (!build_request(&opts, workspace, req, &req_len))
 		return local_setup_error(verdict_fd, "request too large");
-	if (connect_launcher(path, err) < 0)
+	if (connect_launcher(warm_socket(path, &opts), err) < 0)
 		return local_setup_error(verdict_fd, err);
 	fds[JAIL_WIRE_FD_STDOUT] = STDOUT_FILENO;
 	fds[JAIL_WIRE_FD_STDERR] = STDERR_FILENO;

@@ -142,6 +142,11 @@ typedef struct JailResult
 	uint64_t	stdout_bytes;
 	uint64_t	stderr_bytes;
 	CgroupMode	cgroup;
+	bool		warm;			/* the interpreter was started ahead */
+	uint64_t	warm_cpu_ms;	/* ... and used this much CPU before the
+								 * request (not in cpu_ms) */
+	uint64_t	warm_memory_bytes;	/* ... and held this much memory at the
+									 * request (in peak_memory_bytes) */
 	char		setup_error[JAIL_ERRLEN];	/* empty: none */
 } JailResult;
 
@@ -173,6 +178,9 @@ typedef struct JailCgroup
 	bool		stats_open;		/* statfd holds the counter files, opened */
 	int			statfd[5];		/* ahead (jail_cgroup_open_stats); -1: none */
 	uint64_t	pids_max_base;	/* pids.events "max" when they were opened */
+	uint64_t	cpu_base_ms;	/* CPU counted before the run (a warm
+								 * interpreter's start on v2, where the
+								 * counter cannot be reset) */
 } JailCgroup;
 
 /*
@@ -248,6 +256,12 @@ typedef struct JailPrespawn
 								 * namespaces, held (spawn.c) */
 	int			mountsfd;		/* our /proc/self/mounts, opened before the
 								 * clone: jail_prespawn_stale */
+	bool		warm;			/* its payload's process started the
+								 * interpreter ahead (warm.c) */
+	JailLanguage warm_language;
+	int			ready[2];		/* warm: [0] ours, the interpreter's "ready" */
+	char	   *mountinfo;		/* warm: our /proc/self/mountinfo at the clone
+								 * (jail_prespawn_covers), or NULL */
 } JailPrespawn;
 
 /*
@@ -266,6 +280,8 @@ typedef struct JailInitReport
 	int			status;
 	int			alone;
 	int			lingering;		/* alone, and waiting to be killed (linger) */
+	uint64_t	warm_cpu_ms;	/* a warm interpreter's CPU before its
+								 * request, included in ru (0: not warm) */
 	struct rusage ru;
 } JailInitReport;
 
@@ -291,6 +307,9 @@ typedef struct JailRunEnv
 	bool		defer_reap;		/* the caller calls jail_run_reap() after the
 								 * verdict: a sandbox whose init reported
 								 * itself alone may be reaped then */
+	const struct JailWarm *warm;	/* jail_prespawn: start this interpreter
+									 * ahead, or NULL */
+	uint64_t	warm_memory;	/* the slot's usage at the request (warm) */
 } JailRunEnv;
 
 /*
@@ -387,6 +406,9 @@ typedef struct JailChildArgs
 	bool		cgroup_none;	/* no cgroup: fall back to RLIMIT_NPROC */
 	bool		netns_ready;	/* network namespace inherited, lo already up */
 	bool		served;			/* run by a launcher's worker (worker.c) */
+	const struct JailWarm *warm;	/* prespawned: start this interpreter
+									 * before the request (warm.c), or NULL */
+	int			ready_fd;		/* warm: write end of the ready pipe, or -1 */
 } JailChildArgs;
 
 /*
@@ -424,6 +446,7 @@ extern char jail_option_error[JAIL_ERRLEN];
 extern int	jail_parse_options(int argc, char **argv, JailOptions *opts, bool allow_help);
 extern int	jail_parse_command_line(int argc, char **argv, JailOptions *opts);
 extern void jail_usage(FILE *out);
+extern int	jail_parse_size(const char *s, uint64_t *out);
 
 /* verdict.c */
 extern void jail_verdict_setup_error(JailResult *res, const char *msg);
@@ -442,6 +465,7 @@ extern void jail_cgroup_reset_counters(const JailCgroup *cg);
 extern void jail_cgroup_open_stats(JailCgroup *cg);
 extern int	jail_cgroup_attach(JailCgroup *cg, pid_t pid, char *err);
 extern uint64_t jail_cgroup_cpu_ms(const JailCgroup *cg);
+extern uint64_t jail_cgroup_memory_now(const JailCgroup *cg);
 extern void jail_cgroup_collect(const JailCgroup *cg, JailResult *res);
 extern void jail_cgroup_kill(const JailCgroup *cg);
 extern void jail_cgroup_destroy(JailCgroup *cg);
@@ -455,6 +479,7 @@ extern int	jail_filter_load(const JailFilter *filter, int keep_sock);
 extern int	jail_rootfs_setup(const JailChildArgs *args, char *err);
 extern int	jail_rootfs_prepare(char *err);
 extern int	jail_rootfs_complete(const JailChildArgs *args, char *err);
+extern bool jail_rootfs_entered(void);
 
 /* sandbox.c */
 extern int	jail_child_main(void *arg);
@@ -473,7 +498,9 @@ extern bool jail_send_go(int fd, char go);
 extern pid_t jail_spawn(JailChildArgs *args, int *pidfd, int cgroup_fd, bool *born_in);
 extern int	jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err);
 extern bool jail_prespawn_stale(const JailPrespawn *p);
+extern bool jail_prespawn_covers(const JailPrespawn *p, const JailOptions *o);
 extern void jail_prespawn_discard(JailPrespawn *p);
+extern void jail_prespawn_discard_reason(JailPrespawn *p, char *buf, size_t len);
 
 /* lifecycle.c */
 extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,
@@ -504,12 +531,50 @@ typedef struct JailLauncher
 	JailFilter	init_filter;	/* a served init's (FILTER_INIT) */
 	uint32_t   *owner_hint;		/* a shared page: {uid, gid} of the last
 								 * run's outer ids, or NULL (JailRunEnv) */
+	JailWarmPage *warm_page;	/* --warm-*: the page callers read, or NULL */
 } JailLauncher;
+
+/*
+ * A warm interpreter (warm.c): started by a prespawned sandbox's payload
+ * process before its request, confined as a cold run, waiting for its
+ * code.  Its descriptors while it waits, at fixed numbers above anything
+ * an interpreter opens itself, all closed by it before the code runs:
+ */
+#define JAIL_WARM_FD_READY	1000	/* write: "R" ready, or "E" and why not */
+#define JAIL_WARM_FD_INIT	1001	/* read: init's go (root complete, rlimits) */
+#define JAIL_WARM_FD_GO		1002	/* read: the worker's go (workspace checked) */
+#define JAIL_WARM_FD_STDOUT 1003	/* the run's stdout and stderr (Python: */
+#define JAIL_WARM_FD_STDERR 1004	/* 1 and 2 are /dev/null until the go) */
+#define JAIL_WARM_MODULES_MAX 1024
+#define JAIL_WARM_READY_TIMEOUT_MS 120000	/* a start that takes longer fails */
+#define JAIL_WARM_MEMORY_MARGIN (32ULL * 1024 * 1024)	/* a request's memory
+														 * limit must leave
+														 * this much above
+														 * what it holds */
+
+typedef struct JailWarm
+{
+	JailLanguage language;		/* LANG_PYTHON or LANG_NODE */
+	JailWarmLang lang;			/* the same, as the page counts it */
+	char		modules[JAIL_WARM_MODULES_MAX];	/* Python: "a,b.c", checked */
+	uint64_t	memory;			/* the slot's limit while it waits */
+} JailWarm;
+
+/* warm.c */
+extern int	jail_warm_root(const JailWarm *w, char *err);
+extern int	jail_warm_unroot(const JailWarm *w, char *err);
+extern void jail_warm_payload_fds(int ready_fd, int init_fd, int go_fd,
+								  int out_fd, int err_fd, bool python, char *err);
+extern int	jail_warm_rlimits(pid_t payload, const JailOptions *o, bool cgroup_none,
+							  uint64_t *pre_cpu_ms, char *err);
 
 /* serve.c, worker.c, client.c */
 #define JAIL_WORKER_PREP_FAILED 3	/* a worker's exit: no netns could be made */
+#define JAIL_WORKER_WARM_FAILED 4	/* a worker's exit: its interpreter did not
+									 * start (the launcher waits, then retries) */
 extern int	jail_serve_main(int argc, char **argv);
-extern int	jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot);
+extern int	jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot,
+							 const JailWarm *warm, int page_index);
 extern int	jail_client_main(int argc, char **argv);
 
 /* workspace.c */

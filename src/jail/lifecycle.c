@@ -216,7 +216,15 @@ run_prepare(JailRun *run)
 {
 	const JailRunEnv *env = run->env;
 
-	if (run->pre && jail_prespawn_stale(run->pre))
+	if (run->pre && jail_prespawn_stale(run->pre) &&
+		!(run->pre->warm && jail_prespawn_covers(run->pre, run->opts)))
+	{
+		if (run->pre->warm)
+			jail_warn("warm interpreter not used: a file system was mounted since it started");
+		run_drop_prespawn(run);
+	}
+	/* a warm interpreter runs only code of its own language */
+	if (run->pre && run->pre->warm && run->pre->warm_language != run->opts->language)
 		run_drop_prespawn(run);
 	if (run->pre && slot_serves(run->opts, env))
 		run->early_go = jail_send_go(run->pre->pipes.go[1], JAIL_GO_REQUEST);
@@ -235,6 +243,7 @@ run_take_prespawn(JailRun *run)
 {
 	JailPrespawn *pre = run->pre;
 
+	run->res->warm = pre->warm;
 	run->pid = pre->pid;
 	run->pidfd = pre->pidfd;
 	run->pipes = pre->pipes;
@@ -267,6 +276,7 @@ run_clone(JailRun *run)
 	args.req_fd = -1;
 	args.tree_sock = -1;
 	args.paygo_fd = -1;
+	args.ready_fd = -1;
 	args.cgroup_none = run->cg.mode == CGROUP_NONE;
 	args.netns_ready = run->env->netns_ready;
 	args.served = run->served;
@@ -444,6 +454,19 @@ run_collect(JailRun *run)
 	res->wall_ms = run->reaped_at - run->start;
 	res->cpu_ms = (ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) * 1000ULL +
 		(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) / 1000;
+
+	/*
+	 * A warm interpreter's start is not the run's: its CPU is reported
+	 * apart (the cgroup's counter starts at the request, cpu_base_ms),
+	 * its memory is in the run's (it is in the cgroup, as the same
+	 * imports would be in a cold run) and reported apart as well.
+	 */
+	if (res->warm)
+	{
+		res->warm_cpu_ms = run->have_report ? run->rep.warm_cpu_ms : 0;
+		res->cpu_ms = res->cpu_ms > res->warm_cpu_ms ? res->cpu_ms - res->warm_cpu_ms : 0;
+		res->warm_memory_bytes = run->env->warm_memory;
+	}
 	res->peak_memory_bytes = (uint64_t) ru->ru_maxrss * 1024;
 	jail_cgroup_collect(&run->cg, res);
 	JAIL_TRACE("cgroup collected");

@@ -88,8 +88,8 @@ jail_usage(FILE *out)
 }
 
 /* "123", "64K", "512M", "2G"; rejects negatives, junk and overflow. */
-static int
-parse_size(const char *s, uint64_t *out)
+int
+jail_parse_size(const char *s, uint64_t *out)
 {
 	char	   *end;
 	unsigned long long v;
@@ -304,7 +304,7 @@ parse_limit(int c, const char *arg, JailOptions *o, bool *have_cpu)
 			*have_cpu = true;
 			return 0;
 		case OPT_MEMORY:
-			if (parse_size(arg, &o->memory_bytes) < 0 || o->memory_bytes < 4 * MiB)
+			if (jail_parse_size(arg, &o->memory_bytes) < 0 || o->memory_bytes < 4 * MiB)
 				BAD("bad --memory \"%s\" (at least 4M)", arg);
 			return 0;
 		case OPT_PIDS:
@@ -312,15 +312,15 @@ parse_limit(int c, const char *arg, JailOptions *o, bool *have_cpu)
 				BAD("bad --pids \"%s\" (2..65536)", arg);
 			return 0;
 		case OPT_OUTPUT:
-			if (parse_size(arg, &o->output_limit) < 0)
+			if (jail_parse_size(arg, &o->output_limit) < 0)
 				BAD("bad --output-limit \"%s\"", arg);
 			return 0;
 		case OPT_FSIZE:
-			if (parse_size(arg, &o->file_size) < 0)
+			if (jail_parse_size(arg, &o->file_size) < 0)
 				BAD("bad --file-size \"%s\"", arg);
 			return 0;
 		case OPT_WSIZE:
-			if (parse_size(arg, &o->workspace_size) < 0)
+			if (jail_parse_size(arg, &o->workspace_size) < 0)
 				BAD("bad --workspace-size \"%s\"", arg);
 			return 0;
 		case OPT_WENTRIES:
@@ -330,7 +330,7 @@ parse_limit(int c, const char *arg, JailOptions *o, bool *have_cpu)
 					JAIL_MAX_WORKSPACE_ENTRIES);
 			return 0;
 		case OPT_TMPSIZE:
-			if (parse_size(arg, &o->tmp_size) < 0 || o->tmp_size < 64 * 1024)
+			if (jail_parse_size(arg, &o->tmp_size) < 0 || o->tmp_size < 64 * 1024)
 				BAD("bad --tmp-size \"%s\" (at least 64K)", arg);
 			return 0;
 	}

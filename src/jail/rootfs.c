@@ -861,6 +861,13 @@ release_host_tree(const JailChildArgs *args)
 	host_tree = -1;
 }
 
+/* After jail_rootfs_prepare: did it enter the new root already? */
+bool
+jail_rootfs_entered(void)
+{
+	return host_tree >= 0;
+}
+
 /* After jail_rootfs_prepare, once the request is known. */
 int
 jail_rootfs_complete(const JailChildArgs *args, char *err)

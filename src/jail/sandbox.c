@@ -61,6 +61,9 @@
 
 static void child_fail(const JailChildArgs *a, const char *msg) __attribute__((noreturn));
 
+/* Init of a warm sandbox: its interpreter's CPU before the request. */
+static uint64_t warm_cpu_ms;
+
 /* Report a setup failure to the parent and stop; never returns. */
 static void
 child_fail(const JailChildArgs *a, const char *msg)
@@ -441,6 +444,7 @@ init_reap(const JailChildArgs *a, pid_t payload, bool confined)
 				;
 			rep.alone = other < 0 && errno == ECHILD;
 			rep.lingering = rep.alone && a->linger;
+			rep.warm_cpu_ms = warm_cpu_ms;
 			getrusage(RUSAGE_CHILDREN, &rep.ru);
 			(void) jail_write_all(a->status_fd, &rep, sizeof(rep));
 			while (rep.lingering)
@@ -467,7 +471,8 @@ static void
 close_inherited(const JailChildArgs *a)
 {
 	int			keep[] = {a->go_fd, a->err_fd, a->status_fd, a->out_fd,
-		a->errout_fd, a->lifeline_fd, a->req_fd, a->tree_sock, a->paygo_fd, INT_MAX};
+		a->errout_fd, a->lifeline_fd, a->req_fd, a->tree_sock, a->paygo_fd,
+	a->ready_fd, INT_MAX};
 	int			n = sizeof(keep) / sizeof(keep[0]);
 	int			from = 3;
 
@@ -543,6 +548,30 @@ typedef struct PayloadRequest
  * request's rlimits (CPU, file size, processes) and the program.
  */
 static void served_payload(JailChildArgs *a, int reqpipe) __attribute__((noreturn));
+static void warm_payload(JailChildArgs *a, int reqpipe) __attribute__((noreturn));
+
+/*
+ * A warm sandbox's payload process (served_payload, confined): the
+ * interpreter is exec'd now, before the request, exactly as a cold run
+ * execs it; it waits in its bootstrap (warm.c) on the descriptors placed
+ * here: the ready pipe to the worker, init's part (reqpipe: one byte once
+ * the root is complete and its rlimits are set) and the worker's go.
+ */
+static void
+warm_payload(JailChildArgs *a, int reqpipe)
+{
+	static JailOptions opts;
+	char		err[JAIL_ERRLEN] = "";
+
+	jail_warm_payload_fds(a->ready_fd, reqpipe, a->paygo_fd, STDOUT_FILENO,
+						  STDERR_FILENO, a->warm->language == LANG_PYTHON, err);
+	if (err[0])
+		child_fail(a, err);
+	opts.language = a->warm->language;
+	a->opts = &opts;
+	JAIL_TRACE("payload: warm exec");
+	payload_execve(a);
+}
 
 static void
 served_payload(JailChildArgs *a, int reqpipe)
@@ -562,6 +591,8 @@ served_payload(JailChildArgs *a, int reqpipe)
 	payload_confine(a, false);	/* its filter's listener goes over tree_sock */
 	if (a->tree_sock >= 0)
 		close(a->tree_sock);
+	if (a->warm)
+		warm_payload(a, reqpipe);
 
 	/* init's part (the root complete), then the worker's JAIL_GO_RUN */
 	if (read(reqpipe, &pr, sizeof(pr)) != sizeof(pr))
@@ -606,6 +637,10 @@ served_init(JailChildArgs *a)
 	pid_t		payload;
 	char		go;
 
+	if (a->warm && !jail_rootfs_entered())
+		child_fail(a, "warm interpreters need the root entered ahead (open_tree of the host tree)");
+	if (a->warm && jail_warm_root(a->warm, err) < 0)
+		child_fail(a, err);
 	if (pipe2(pp, O_CLOEXEC) < 0)
 	{
 		jail_seterr(err, "pipe: %s", strerror(errno));
@@ -624,6 +659,8 @@ served_init(JailChildArgs *a)
 	}
 	close(pp[0]);
 	close(a->paygo_fd);			/* the payload's, not ours */
+	if (a->ready_fd >= 0)
+		close(a->ready_fd);		/* EOF there: the interpreter is gone */
 	if (a->init_filter && confine_init(a->init_filter, a->tree_sock, err) < 0)
 	{
 		kill(payload, SIGKILL);
@@ -637,6 +674,16 @@ served_init(JailChildArgs *a)
 		a->cgroup_none = true;
 	JAIL_TRACE("init: request go");
 	load_request(a);
+	if (a->warm && a->opts->language != a->warm->language)
+	{
+		kill(payload, SIGKILL);
+		child_fail(a, "the request is not for the warm interpreter's language");
+	}
+	if (a->warm && jail_warm_unroot(a->warm, err) < 0)
+	{
+		kill(payload, SIGKILL);
+		child_fail(a, err);
+	}
 	if (jail_rootfs_complete(a, err) < 0)
 		child_fail(a, err);
 	if (a->init_filter && drop_held(err) < 0)
@@ -645,6 +692,22 @@ served_init(JailChildArgs *a)
 		child_fail(a, err);
 	}
 	JAIL_TRACE("init: root complete");
+	if (a->warm)
+	{
+		/* a cold payload sets these on itself before its exec */
+		if (jail_warm_rlimits(payload, a->opts, a->cgroup_none, &warm_cpu_ms, err) < 0)
+		{
+			kill(payload, SIGKILL);
+			child_fail(a, err);
+		}
+		close(a->go_fd);
+		(void) jail_write_all(pp[1], "c", 1);
+		close(pp[1]);
+		if (a->tree_sock >= 0)
+			close(a->tree_sock);
+		a->tree_sock = -1;
+		init_reap(a, payload, a->init_filter != NULL);
+	}
 
 	/*
 	 * The root is complete and we hold nothing: the payload's process has

@@ -39,6 +39,7 @@
  *-------------------------------------------------------------------------
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
@@ -66,6 +67,9 @@ typedef struct ServeConfig
 	bool		require_cgroup;
 	bool		keep_running;
 	bool		quiet;
+	int			warm[JAIL_WARM_NLANG];	/* --warm-python, --warm-node */
+	const char *warm_modules;	/* --warm-modules */
+	uint64_t	warm_memory;	/* --warm-memory: all warm slots together */
 } ServeConfig;
 
 typedef struct Worker
@@ -73,13 +77,25 @@ typedef struct Worker
 	pid_t		pid;			/* 0: empty place in the pool */
 	bool		has_slot;
 	JailCgroup	slot;
+	int			warm;			/* JailWarmLang of a warm place, or -1 */
+	int			page_index;		/* its entry in the warm page's held[] */
 } Worker;
+
+/* Pauses before a warm place is tried again after its interpreter failed. */
+#define WARM_RETRY_FIRST_MS		1000
+#define WARM_RETRY_MAX_MS		60000
 
 /* Launcher state; a worker gets a copy by fork (launcher read-only). */
 static ServeConfig cfg;
 static JailLauncher launcher = {.netns_pool = true};
-static Worker workers[MAX_POOL];
+static Worker workers[MAX_POOL + JAIL_WARM_MAX];
+static int	nworkers;			/* cfg.pool cold places, then the warm ones */
 static JailOptions slot_defaults;
+static JailOptions warm_slot_defaults;	/* a warm slot's limits while it waits */
+static JailWarm warm_interp[JAIL_WARM_NLANG];
+static int	warm_lfd[JAIL_WARM_NLANG] = {-1, -1};
+static uint64_t warm_retry_at[JAIL_WARM_NLANG];	/* ms: not before */
+static uint64_t warm_retry_ms[JAIL_WARM_NLANG];
 static bool slots_enabled;
 static unsigned long serial;
 
@@ -88,6 +104,8 @@ parse_serve_args(int argc, char **argv)
 {
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.pool = 4;
+	cfg.warm_modules = "numpy,pandas,requests";
+	cfg.warm_memory = 1024ULL * 1024 * 1024;
 	if (argc < 3 || argv[2][0] == '\0' || argv[2][0] == '-')
 	{
 		fprintf(stderr, "sandbox-jail: --serve needs a socket path\n");
@@ -110,6 +128,39 @@ parse_serve_args(int argc, char **argv)
 			}
 			cfg.pool = (int) v;
 		}
+		else if ((strcmp(a, "--warm-python") == 0 || strcmp(a, "--warm-node") == 0) &&
+				 i + 1 < argc)
+		{
+			char	   *end;
+			long		v = strtol(argv[++i], &end, 10);
+
+			if (*end || argv[i][0] == '\0' || v < 0 || v > JAIL_WARM_MAX)
+			{
+				fprintf(stderr, "sandbox-jail: bad %s \"%s\" (0..%d)\n", a, argv[i], JAIL_WARM_MAX);
+				return -1;
+			}
+			cfg.warm[strcmp(a, "--warm-python") == 0 ? JAIL_WARM_PYTHON : JAIL_WARM_NODE] = (int) v;
+		}
+		else if (strcmp(a, "--warm-modules") == 0 && i + 1 < argc)
+		{
+			char		err[JAIL_ERRLEN];
+
+			cfg.warm_modules = argv[++i];
+			if (!jail_wire_check_modules(cfg.warm_modules, err, sizeof(err)))
+			{
+				fprintf(stderr, "sandbox-jail: --warm-modules: %s\n", err);
+				return -1;
+			}
+		}
+		else if (strcmp(a, "--warm-memory") == 0 && i + 1 < argc)
+		{
+			if (jail_parse_size(argv[++i], &cfg.warm_memory) < 0 ||
+				cfg.warm_memory < 16ULL * 1024 * 1024)
+			{
+				fprintf(stderr, "sandbox-jail: bad --warm-memory \"%s\" (at least 16M)\n", argv[i]);
+				return -1;
+			}
+		}
 		else if (strcmp(a, "--cgroup-parent") == 0 && i + 1 < argc)
 			cfg.cgroup_parent = argv[++i];
 		else if (strcmp(a, "--require-cgroup") == 0)
@@ -124,6 +175,11 @@ parse_serve_args(int argc, char **argv)
 			return -1;
 		}
 	}
+	if (cfg.warm[JAIL_WARM_PYTHON] + cfg.warm[JAIL_WARM_NODE] > JAIL_WARM_MAX)
+	{
+		fprintf(stderr, "sandbox-jail: at most %d warm interpreters in all\n", JAIL_WARM_MAX);
+		return -1;
+	}
 	if (strlen(cfg.path) >= sizeof(((struct sockaddr_un *) 0)->sun_path) - 16)
 	{
 		fprintf(stderr, "sandbox-jail: socket path too long: %s\n", cfg.path);
@@ -134,14 +190,23 @@ parse_serve_args(int argc, char **argv)
 
 /* -------------------------------------------------------------- launcher */
 
+static void warm_reaped(Worker *w, int status);
+
 static void
 spawn_worker(int lfd, int sigfd, Worker *w)
 {
 	char		name[64];
 	char		err[JAIL_ERRLEN] = "";
+	int			kind = w->warm;
+	int			page_index = w->page_index;
+	const JailOptions *defaults = kind >= 0 ? &warm_slot_defaults : &slot_defaults;
 
 	memset(w, 0, sizeof(*w));
+	w->warm = kind;
+	w->page_index = page_index;
 	w->slot.v2_dirfd = -1;
+	if (kind >= 0)
+		lfd = warm_lfd[kind];
 
 	/*
 	 * Tried even when the launcher started without slots: the delegated
@@ -150,7 +215,7 @@ spawn_worker(int lfd, int sigfd, Worker *w)
 	 * jail-host-setup.sh).  Off the run's path: this is the refill.
 	 */
 	snprintf(name, sizeof(name), "srv-%d-%lu", (int) launcher.pid, serial++);
-	if (jail_cgroup_create_named(&slot_defaults, name, &w->slot, err) == 0)
+	if (jail_cgroup_create_named(defaults, name, &w->slot, err) == 0)
 	{
 		w->has_slot = true;
 		if (!slots_enabled)
@@ -169,7 +234,8 @@ spawn_worker(int lfd, int sigfd, Worker *w)
 	{
 		/* the worker: never back into the launcher's loop */
 		close(sigfd);
-		_exit(jail_worker_main(&launcher, lfd, w->has_slot ? &w->slot : NULL));
+		_exit(jail_worker_main(&launcher, lfd, w->has_slot ? &w->slot : NULL,
+							   kind >= 0 ? &warm_interp[kind] : NULL, page_index));
 	}
 	if (w->pid < 0)
 	{
@@ -189,10 +255,12 @@ reap_workers(void)
 
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
 	{
-		for (int i = 0; i < cfg.pool; i++)
+		for (int i = 0; i < nworkers; i++)
 		{
 			if (workers[i].pid != pid)
 				continue;
+			if (workers[i].warm >= 0)
+				warm_reaped(&workers[i], status);
 			workers[i].pid = 0;
 			if (workers[i].has_slot)
 				jail_cgroup_destroy(&workers[i].slot);
@@ -207,18 +275,47 @@ reap_workers(void)
 	}
 }
 
+/*
+ * A warm worker ended.  If it was still waiting (killed: it never cleared
+ * its page entry), its entry and its count on ready[] go.  If its
+ * interpreter did not start, the place waits before the next try,
+ * doubling up to WARM_RETRY_MAX_MS: a module that fails to import must
+ * not become a fork loop.
+ */
+static void
+warm_reaped(Worker *w, int status)
+{
+	int			lang = w->warm;
+
+	if (launcher.warm_page && w->page_index >= 0 &&
+		__atomic_load_n(&launcher.warm_page->held[w->page_index].pid, __ATOMIC_ACQUIRE) == w->pid)
+	{
+		/* it died waiting (killed): its count goes with it */
+		__atomic_store_n(&launcher.warm_page->held[w->page_index].pid, 0, __ATOMIC_RELEASE);
+		jail_wire_warm_post(launcher.warm_page, (JailWarmLang) lang, -1);
+	}
+	if (WIFEXITED(status) && WEXITSTATUS(status) == JAIL_WORKER_WARM_FAILED)
+	{
+		warm_retry_at[lang] = jail_now_ms() + warm_retry_ms[lang];
+		warm_retry_ms[lang] = warm_retry_ms[lang] * 2 > WARM_RETRY_MAX_MS ?
+			WARM_RETRY_MAX_MS : warm_retry_ms[lang] * 2;
+	}
+	else
+		warm_retry_ms[lang] = WARM_RETRY_FIRST_MS;
+}
+
 /* Bind under a temporary name, then rename: the path appears listening. */
 static int
-open_socket(char *err)
+open_socket(const char *path, char *err)
 {
 	struct sockaddr_un sa;
 	struct stat st;
 	mode_t		old;
 	int			fd;
 
-	if (lstat(cfg.path, &st) == 0)
+	if (lstat(path, &st) == 0)
 	{
-		jail_seterr(err, "%s already exists (remove a stale socket first)", cfg.path);
+		jail_seterr(err, "%s already exists (remove a stale socket first)", path);
 		return -1;
 	}
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -229,7 +326,7 @@ open_socket(char *err)
 	}
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s.%d", cfg.path, (int) getpid());
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s.%d", path, (int) getpid());
 	unlink(sa.sun_path);
 	old = umask(0077);
 	if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
@@ -241,9 +338,9 @@ open_socket(char *err)
 	}
 	umask(old);
 	if (chmod(sa.sun_path, 0600) < 0 || listen(fd, 128) < 0 ||
-		rename(sa.sun_path, cfg.path) < 0)
+		rename(sa.sun_path, path) < 0)
 	{
-		jail_seterr(err, "listen on %s: %s", cfg.path, strerror(errno));
+		jail_seterr(err, "listen on %s: %s", path, strerror(errno));
 		unlink(sa.sun_path);
 		close(fd);
 		return -1;
@@ -251,13 +348,115 @@ open_socket(char *err)
 	return fd;
 }
 
+/* SOCKET plus a suffix (the warm sockets, the page); fits: see parse_serve_args */
+static const char *
+path_with(const char *suffix)
+{
+	static char buf[4][sizeof(((struct sockaddr_un *) 0)->sun_path)];
+	static int	next;
+	char	   *p = buf[next++ % 4];
+
+	snprintf(p, sizeof(buf[0]), "%s%s", cfg.path, suffix);
+	return p;
+}
+
+static void
+unlink_paths(void)
+{
+	unlink(cfg.path);
+	for (int l = 0; l < JAIL_WARM_NLANG; l++)
+		if (warm_lfd[l] >= 0)
+			unlink(path_with(JAIL_WARM_SOCK_SUFFIX[l]));
+	if (launcher.warm_page)
+		unlink(path_with(JAIL_WARM_PAGE_SUFFIX));
+}
+
+/*
+ * The warm pool (--warm-python, --warm-node): its interpreters, a
+ * socket per language, the page callers read (wire_protocol.h), and the
+ * limits of a warm slot: together they hold at most --warm-memory.
+ */
+static int
+warm_setup(char *err)
+{
+	int			total = cfg.warm[JAIL_WARM_PYTHON] + cfg.warm[JAIL_WARM_NODE];
+	struct stat st;
+	int			fd;
+
+	/* another launcher's (open_socket says the same): touch nothing of it */
+	if (lstat(cfg.path, &st) == 0)
+	{
+		jail_seterr(err, "%s already exists (remove a stale socket first)", cfg.path);
+		return -1;
+	}
+
+	nworkers = cfg.pool;
+	for (int i = 0; i < cfg.pool; i++)
+		workers[i].warm = workers[i].page_index = -1;
+	if (total == 0)
+		return 0;
+
+	for (int l = 0; l < JAIL_WARM_NLANG; l++)
+	{
+		warm_interp[l].language = l == JAIL_WARM_PYTHON ? LANG_PYTHON : LANG_NODE;
+		warm_interp[l].lang = (JailWarmLang) l;
+		snprintf(warm_interp[l].modules, sizeof(warm_interp[l].modules), "%s",
+				 l == JAIL_WARM_PYTHON ? cfg.warm_modules : "");
+		warm_interp[l].memory = cfg.warm_memory / total;
+		warm_retry_ms[l] = WARM_RETRY_FIRST_MS;
+		for (int i = 0; i < cfg.warm[l]; i++)
+		{
+			workers[nworkers].warm = l;
+			workers[nworkers].page_index = nworkers - cfg.pool;
+			nworkers++;
+		}
+	}
+	warm_slot_defaults = slot_defaults;
+	warm_slot_defaults.memory_bytes = cfg.warm_memory / total;
+
+	/* a launcher SIGKILLed on this path left these: ours to replace */
+	unlink(path_with(JAIL_WARM_PAGE_SUFFIX));
+	fd = open(path_with(JAIL_WARM_PAGE_SUFFIX), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || ftruncate(fd, sizeof(JailWarmPage)) < 0)
+	{
+		jail_seterr(err, "create %s: %s", path_with(JAIL_WARM_PAGE_SUFFIX), strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	launcher.warm_page = mmap(NULL, sizeof(JailWarmPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (launcher.warm_page == MAP_FAILED)
+	{
+		launcher.warm_page = NULL;
+		jail_seterr(err, "map the warm page: %s", strerror(errno));
+		return -1;
+	}
+	for (int l = 0; l < JAIL_WARM_NLANG; l++)
+		launcher.warm_page->configured[l] = cfg.warm[l];
+	launcher.warm_page->limit_bytes = cfg.warm_memory;
+
+	for (int l = 0; l < JAIL_WARM_NLANG; l++)
+	{
+		if (cfg.warm[l] == 0)
+			continue;
+		unlink(path_with(JAIL_WARM_SOCK_SUFFIX[l]));
+		warm_lfd[l] = open_socket(path_with(JAIL_WARM_SOCK_SUFFIX[l]), err);
+		if (warm_lfd[l] < 0)
+			return -1;
+	}
+	/* last: a caller that sees the magic may use the page */
+	memcpy(launcher.warm_page->magic, JAIL_WARM_PAGE_MAGIC, sizeof(JAIL_WARM_PAGE_MAGIC));
+	return 0;
+}
+
 static void
 shutdown_pool(void)
 {
-	for (int i = 0; i < cfg.pool; i++)
+	for (int i = 0; i < nworkers; i++)
 		if (workers[i].pid > 0)
 			kill(workers[i].pid, SIGKILL);
-	for (int i = 0; i < cfg.pool; i++)
+	for (int i = 0; i < nworkers; i++)
 	{
 		if (workers[i].pid > 0)
 			waitpid(workers[i].pid, NULL, 0);
@@ -335,17 +534,30 @@ launcher_loop(int lfd, int sigfd)
 	{
 		struct pollfd pfd = {.fd = sigfd,.events = POLLIN};
 		struct signalfd_siginfo si;
-		bool		missing = false;
+		int			timeout = -1;
+		uint64_t	now = jail_now_ms();
 
-		/* refill: a worker that ran has exited, its place is empty */
-		for (int i = 0; i < cfg.pool; i++)
-			if (workers[i].pid == 0)
+		/*
+		 * refill: a worker that ran has exited, its place is empty (the
+		 * cold places first: they are the ones a run may wait for)
+		 */
+		for (int i = 0; i < nworkers; i++)
+			if (workers[i].pid == 0 &&
+				(workers[i].warm < 0 || now >= warm_retry_at[workers[i].warm]))
 				spawn_worker(lfd, sigfd, &workers[i]);
-		for (int i = 0; i < cfg.pool; i++)
-			if (workers[i].pid == 0)
-				missing = true;
+		for (int i = 0; i < nworkers; i++)
+		{
+			int			t = 200;
 
-		if (poll(&pfd, 1, missing ? 200 : -1) < 0 && errno != EINTR)
+			if (workers[i].pid != 0)
+				continue;
+			if (workers[i].warm >= 0 && warm_retry_at[workers[i].warm] > now)
+				t = (int) (warm_retry_at[workers[i].warm] - now);
+			if (timeout < 0 || t < timeout)
+				timeout = t;
+		}
+
+		if (poll(&pfd, 1, timeout) < 0 && errno != EINTR)
 			break;
 		while (read(sigfd, &si, sizeof(si)) == sizeof(si))
 		{
@@ -355,7 +567,7 @@ launcher_loop(int lfd, int sigfd)
 				 * goes away meanwhile (its death signal would cut it) */
 				prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
 				shutdown_pool();
-				unlink(cfg.path);
+				unlink_paths();
 #ifdef JAIL_TIMING
 				jail_trace_dump();
 #endif
@@ -365,7 +577,7 @@ launcher_loop(int lfd, int sigfd)
 		reap_workers();
 	}
 	shutdown_pool();
-	unlink(cfg.path);
+	unlink_paths();
 	return JAIL_EXIT_SETUP;
 }
 
@@ -394,10 +606,17 @@ jail_serve_main(int argc, char **argv)
 		return JAIL_EXIT_SETUP;
 	signal(SIGPIPE, SIG_IGN);
 	if (launcher_setup(err) < 0 ||
-		(sigfd = jail_stop_signals(SIGCHLD, err)) < 0 ||
-		(lfd = open_socket(err)) < 0)
+		(sigfd = jail_stop_signals(SIGCHLD, err)) < 0)
 	{
 		fprintf(stderr, "sandbox-jail: %s\n", err);
+		return JAIL_EXIT_SETUP;
+	}
+	/* the warm page and sockets first: once SOCKET listens, they are there */
+	if (warm_setup(err) < 0 || (lfd = open_socket(cfg.path, err)) < 0)
+	{
+		fprintf(stderr, "sandbox-jail: %s\n", err);
+		if (strstr(err, "already exists") == NULL)
+			unlink_paths();
 		return JAIL_EXIT_SETUP;
 	}
 	return launcher_loop(lfd, sigfd);

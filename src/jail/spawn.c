@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/signalfd.h>
@@ -259,7 +260,116 @@ prespawn_init(JailPrespawn *p)
 		p->heldns[i] = -1;
 	jail_pipes_init(&p->pipes);
 	for (int i = 0; i < 2; i++)
-		p->treesock[i] = p->paygo[i] = -1;
+		p->treesock[i] = p->paygo[i] = p->ready[i] = -1;
+	p->warm = false;
+	p->mountinfo = NULL;
+}
+
+/* All of our /proc/self/mountinfo (malloc'd), or NULL. */
+static char *
+read_mountinfo(void)
+{
+	size_t		cap = 64 * 1024,
+				len = 0;
+	char	   *buf = malloc(cap);
+	int			fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+	ssize_t		n;
+
+	if (!buf || fd < 0)
+	{
+		free(buf);
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	while ((n = read(fd, buf + len, cap - len - 1)) > 0)
+	{
+		len += n;
+		if (len + 1 == cap)
+		{
+			char	   *more = cap < 16 * 1024 * 1024 ? realloc(buf, cap * 2) : NULL;
+
+			if (!more)
+			{
+				free(buf);
+				close(fd);
+				return NULL;
+			}
+			buf = more;
+			cap *= 2;
+		}
+	}
+	close(fd);
+	buf[len] = '\0';
+	return n < 0 ? (free(buf), NULL) : buf;
+}
+
+/*
+ * The line of mount id in a mountinfo text, up to the optional fields
+ * (id, parent, major:minor, root, mount point): into out; false if none.
+ */
+static bool
+mount_line(const char *info, uint64_t id, char *out, size_t len)
+{
+	char		key[32];
+	const char *p = info;
+	int			klen = snprintf(key, sizeof(key), "%llu ", (unsigned long long) id);
+
+	for (; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+	{
+		if (strncmp(p, key, klen) == 0)
+		{
+			const char *end = p;
+
+			for (int f = 0; f < 5 && end; f++)
+				end = strchr(end + (f > 0), ' ');
+			if (!end || (size_t) (end - p) >= len)
+				return false;
+			memcpy(out, p, end - p);
+			out[end - p] = '\0';
+			return true;
+		}
+	}
+	return false;
+}
+
+/* The mount a host path is on was already there, as it is, at the clone. */
+static bool
+covered(const char *snapshot, const char *now, const char *path)
+{
+	struct statx stx;
+	char		was[4096];
+	char		is[4096];
+
+	if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) < 0 ||
+		!(stx.stx_mask & STATX_MNT_ID))
+		return false;
+	return mount_line(snapshot, stx.stx_mnt_id, was, sizeof(was)) &&
+		mount_line(now, stx.stx_mnt_id, is, sizeof(is)) && strcmp(was, is) == 0;
+}
+
+/*
+ * A warm sandbox that jail_prespawn_stale calls stale may still serve:
+ * its copy of the host tree holds every mount there was at the clone, so
+ * if the request's workspace and --ro-bind sources are each on a mount
+ * that was there then, unchanged (id, parent, device, root and mount
+ * point the same), they are found in the copy as on the host.  A mount
+ * over a directory on their way since has another id: not covered.  So
+ * a busy host's mounts elsewhere do not cost a warm interpreter.
+ */
+bool
+jail_prespawn_covers(const JailPrespawn *p, const JailOptions *o)
+{
+	char	   *now;
+	bool		ok;
+
+	if (!p->mountinfo || !(now = read_mountinfo()))
+		return false;
+	ok = covered(p->mountinfo, now, o->workspace);
+	for (int i = 0; ok && i < o->nbinds; i++)
+		ok = covered(p->mountinfo, now, o->binds[i].src);
+	free(now);
+	return ok;
 }
 
 /*
@@ -268,7 +378,7 @@ prespawn_init(JailPrespawn *p)
  * made after it shows (jail_prespawn_stale).
  */
 static int
-prespawn_open(JailPrespawn *p, char *err)
+prespawn_open(JailPrespawn *p, bool warm, char *err)
 {
 	p->mountsfd = open("/proc/self/mounts", O_RDONLY | O_CLOEXEC);
 	if (p->mountsfd < 0)
@@ -276,11 +386,14 @@ prespawn_open(JailPrespawn *p, char *err)
 		jail_seterr(err, "open /proc/self/mounts: %s", strerror(errno));
 		return -1;
 	}
+	if (warm)
+		p->mountinfo = read_mountinfo();
 	if (jail_pipes_open(&p->pipes, err) < 0)
 		return -1;
 	if (pipe2(p->paygo, O_CLOEXEC) < 0 ||
 		socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, p->treesock) < 0 ||
-		(p->reqfd = memfd_create("sandbox-request", MFD_CLOEXEC)) < 0)
+		(p->reqfd = memfd_create("sandbox-request", MFD_CLOEXEC)) < 0 ||
+		(warm && pipe2(p->ready, O_CLOEXEC) < 0))
 	{
 		jail_seterr(err, "pipe: %s", strerror(errno));
 		return -1;
@@ -354,7 +467,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	bool		born_in;
 
 	prespawn_init(p);
-	if (prespawn_open(p, err) < 0)
+	if (prespawn_open(p, env->warm != NULL, err) < 0)
 		goto fail;
 
 	memset(&args, 0, sizeof(args));
@@ -368,6 +481,13 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	args.netns_ready = env->netns_ready;
 	args.served = true;
 	args.prebuild = true;
+	args.warm = env->warm;
+	args.ready_fd = p->ready[1];
+	if (env->warm)
+	{
+		p->warm = true;
+		p->warm_language = env->warm->language;
+	}
 	prespawn_guess_owner(p, env);
 
 	p->pid = jail_spawn(&args, &p->pidfd, -1, &born_in);
@@ -379,6 +499,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	jail_pipes_close_child_ends(&p->pipes);
 	jail_close(&p->treesock[1]);
 	jail_close(&p->paygo[0]);
+	jail_close(&p->ready[1]);
 	prespawn_hold_namespaces(p);
 
 	if (jail_write_id_maps(p->pid, p->ouid, p->ogid, err) < 0 ||
@@ -440,5 +561,36 @@ jail_prespawn_discard(JailPrespawn *p)
 	jail_close(&p->treesock[1]);
 	jail_close(&p->paygo[0]);
 	jail_close(&p->paygo[1]);
+	jail_close(&p->ready[0]);
+	jail_close(&p->ready[1]);
+	free(p->mountinfo);
+	p->mountinfo = NULL;
 	p->pid = -1;
+	p->warm = false;
+}
+
+/*
+ * Discard a prespawned sandbox that gave up on its own (a warm
+ * interpreter that did not start) and keep its setup error, if it wrote
+ * one: after the reap every write end of the error pipe is closed, so the
+ * read cannot block.  buf gets "" when there is none.
+ */
+void
+jail_prespawn_discard_reason(JailPrespawn *p, char *buf, size_t len)
+{
+	ssize_t		n = -1;
+
+	buf[0] = '\0';
+	if (p->pid > 0)
+	{
+		if (syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0) < 0)
+			kill(p->pid, SIGKILL);
+		waitpid(p->pid, NULL, 0);
+		p->pid = -1;
+	}
+	if (p->pipes.err[0] >= 0)
+		n = read(p->pipes.err[0], buf, len - 1);
+	if (n > 0)
+		buf[n] = '\0';
+	jail_prespawn_discard(p);
 }

@@ -178,7 +178,8 @@ jail_format_verdict(char *line, size_t len, const JailResult *r)
 				 "\"oom_killed\":%s,\"output_truncated\":%s,"
 				 "\"file_too_large\":%s,\"pids_limit_hit\":%s,\"killed\":%s,"
 				 "\"stdout_bytes\":%llu,\"stderr_bytes\":%llu,"
-				 "\"cgroup\":\"%s\",\"setup_error\":%s}\n",
+				 "\"cgroup\":\"%s\",\"warm\":%s,\"warm_cpu_ms\":%llu,"
+				 "\"warm_memory_bytes\":%llu,\"setup_error\":%s}\n",
 				 status_name(r->status), code, sig,
 				 (unsigned long long) r->wall_ms,
 				 (unsigned long long) r->cpu_ms,
@@ -187,7 +188,9 @@ jail_format_verdict(char *line, size_t len, const JailResult *r)
 				 B(r->file_too_large), B(r->pids_limit_hit), B(r->killed),
 				 (unsigned long long) r->stdout_bytes,
 				 (unsigned long long) r->stderr_bytes,
-				 cgroup_name(r->cgroup), err);
+				 cgroup_name(r->cgroup), B(r->warm),
+				 (unsigned long long) r->warm_cpu_ms,
+				 (unsigned long long) r->warm_memory_bytes, err);
 	if (n < 0 || (size_t) n >= len)
 		return -1;
 	return n;

@@ -10,10 +10,14 @@
  *
  *-------------------------------------------------------------------------
  */
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "wire_protocol.h"
@@ -160,4 +164,139 @@ jail_wire_split_answer(const char *buf, size_t len,
 		p = nul + 1;
 	}
 	return strcmp(field[JAIL_WIRE_ANSWER_MAGIC], JAIL_WIRE_MAGIC) == 0;
+}
+
+/*
+ * Take one waiting interpreter of lang, if there is one: then a
+ * connection to the warm socket of lang is answered by it.  Never takes
+ * one that is not there (the count never goes below zero).
+ */
+bool
+jail_wire_warm_claim(JailWarmPage *page, JailWarmLang lang)
+{
+	int32_t		n;
+
+	if (!page || lang < 0 || lang >= JAIL_WARM_NLANG)
+		return false;
+	n = __atomic_load_n(&page->ready[lang], __ATOMIC_ACQUIRE);
+	while (n > 0)
+	{
+		if (__atomic_compare_exchange_n(&page->ready[lang], &n, n - 1, false,
+										__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return true;
+	}
+	return false;
+}
+
+/* A worker: +1 when its interpreter waits, -1 (if any) when it no longer does. */
+void
+jail_wire_warm_post(JailWarmPage *page, JailWarmLang lang, int delta)
+{
+	if (!page || lang < 0 || lang >= JAIL_WARM_NLANG)
+		return;
+	if (delta > 0)
+		__atomic_add_fetch(&page->ready[lang], delta, __ATOMIC_RELEASE);
+	else
+		(void) jail_wire_warm_claim(page, lang);
+}
+
+/* What the waiting interpreters hold, and how many there are. */
+uint64_t
+jail_wire_warm_held(const JailWarmPage *page, int *count)
+{
+	uint64_t	sum = 0;
+	int			n = 0;
+
+	for (int i = 0; page && i < JAIL_WARM_MAX; i++)
+	{
+		if (__atomic_load_n(&page->held[i].pid, __ATOMIC_ACQUIRE) > 0)
+		{
+			sum += __atomic_load_n(&page->held[i].bytes, __ATOMIC_RELAXED);
+			n++;
+		}
+	}
+	if (count)
+		*count = n;
+	return sum;
+}
+
+/*
+ * A caller's view of a launcher's page: SOCKET JAIL_WARM_PAGE_SUFFIX
+ * mapped shared, or NULL (no warm pool, or not a page of ours: a
+ * symlink, the wrong size or magic).
+ */
+JailWarmPage *
+jail_wire_warm_map(const char *sock_path, bool writable)
+{
+	char		path[4096];
+	struct stat st;
+	JailWarmPage *page;
+	int			fd;
+
+	if (snprintf(path, sizeof(path), "%s%s", sock_path, JAIL_WARM_PAGE_SUFFIX) >= (int) sizeof(path))
+		return NULL;
+	fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+		(size_t) st.st_size != sizeof(JailWarmPage))
+	{
+		close(fd);
+		return NULL;
+	}
+	page = mmap(NULL, sizeof(JailWarmPage), PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+	close(fd);
+	if (page == MAP_FAILED)
+		return NULL;
+	if (memcmp(page->magic, JAIL_WARM_PAGE_MAGIC, sizeof(JAIL_WARM_PAGE_MAGIC)) != 0)
+	{
+		munmap(page, sizeof(JailWarmPage));
+		return NULL;
+	}
+	return page;
+}
+
+/*
+ * --warm-modules (and sandbox.warm_modules): module names separated by
+ * commas, each a dotted Python identifier in ASCII; "" is none.  Nothing
+ * else ever reaches a warm interpreter's bootstrap (warm.c).  false with
+ * a message in err (errlen bytes) if the list is not that.
+ */
+bool
+jail_wire_check_modules(const char *list, char *err, size_t errlen)
+{
+	const char *p = list;
+
+	if (strlen(list) > JAIL_WARM_MODULES_LEN)
+	{
+		snprintf(err, errlen, "the list of warm modules is longer than %d characters",
+				 JAIL_WARM_MODULES_LEN);
+		return false;
+	}
+	while (*p)
+	{
+		bool		start = true;
+
+		for (; *p && *p != ','; p++)
+		{
+			unsigned char c = (unsigned char) *p;
+			bool		ok = c < 0x80 && (start ? (isalpha(c) || c == '_') :
+										  (isalnum(c) || c == '_' || c == '.'));
+
+			if (!ok)
+			{
+				snprintf(err, errlen, "\"%s\" is not a list of module names", list);
+				return false;
+			}
+			start = c == '.';
+		}
+		if (start)
+		{
+			snprintf(err, errlen, "\"%s\" is not a list of module names", list);
+			return false;
+		}
+		if (*p == ',')
+			p++;
+	}
+	return true;
 }

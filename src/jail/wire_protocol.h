@@ -27,6 +27,7 @@
 #define SANDBOX_JAIL_WIRE_PROTOCOL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #define JAIL_WIRE_MAGIC		"sandbox-jail/1"
@@ -69,5 +70,60 @@ extern int	jail_wire_format_answer(char *buf, size_t len, int rc,
 									const char *verdict, const char *msg);
 extern bool jail_wire_split_answer(const char *buf, size_t len,
 								   const char *field[JAIL_WIRE_ANSWER_NFIELDS]);
+
+/*
+ * Warm interpreters (docs/jail.md, "Warm interpreters").  A launcher
+ * started with --warm-python/--warm-node also listens on SOCKET
+ * JAIL_WARM_SOCK_SUFFIX[lang] (same protocol), where only workers whose
+ * interpreter is started and waiting accept, and keeps the page
+ * SOCKET JAIL_WARM_PAGE_SUFFIX (a file, mode 0600, mapped shared): each
+ * such worker adds one to ready[lang] when it starts waiting; a caller
+ * that takes one (jail_wire_warm_claim) connects to that language's warm
+ * socket, where a waiting interpreter is then sure to answer; a caller
+ * that finds none uses SOCKET as before (a cold run).  held[] is what
+ * the waiting interpreters hold (their slots' memory), for the caller to
+ * show (agent.worker_status()).
+ */
+#define JAIL_WARM_PAGE_MAGIC	"sandbox-warm/1"
+#define JAIL_WARM_PAGE_SUFFIX	".warm"
+#define JAIL_WARM_MAX			16	/* warm workers per launcher, all languages */
+
+typedef enum JailWarmLang
+{
+	JAIL_WARM_PYTHON = 0,
+	JAIL_WARM_NODE = 1,
+	JAIL_WARM_NLANG = 2
+} JailWarmLang;
+
+static const char *const JAIL_WARM_SOCK_SUFFIX[JAIL_WARM_NLANG] = {".python", ".node"};
+
+typedef struct JailWarmHeld
+{
+	int32_t		pid;			/* the waiting worker; 0: free entry */
+	int32_t		lang;			/* JailWarmLang */
+	uint64_t	bytes;			/* its slot's memory while it waits */
+} JailWarmHeld;
+
+typedef struct JailWarmPage
+{
+	char		magic[16];		/* JAIL_WARM_PAGE_MAGIC */
+	int32_t		ready[JAIL_WARM_NLANG];	/* waiting and not yet claimed */
+	int32_t		configured[JAIL_WARM_NLANG];	/* --warm-python, --warm-node */
+	uint64_t	limit_bytes;	/* --warm-memory: all warm slots together */
+	JailWarmHeld held[JAIL_WARM_MAX];
+	char		problem[JAIL_WARM_NLANG][200];	/* why the last interpreter of
+												 * lang did not start; "" once
+												 * one did */
+} JailWarmPage;
+
+/* wire.c: the page, both ends (atomic: the launcher's workers and callers) */
+extern bool jail_wire_warm_claim(JailWarmPage *page, JailWarmLang lang);
+extern void jail_wire_warm_post(JailWarmPage *page, JailWarmLang lang, int delta);
+extern uint64_t jail_wire_warm_held(const JailWarmPage *page, int *count);
+extern JailWarmPage *jail_wire_warm_map(const char *sock_path, bool writable);
+
+/* wire.c: what --warm-modules may hold (also sandbox.warm_modules) */
+#define JAIL_WARM_MODULES_LEN	500
+extern bool jail_wire_check_modules(const char *list, char *err, size_t errlen);
 
 #endif							/* SANDBOX_JAIL_WIRE_PROTOCOL_H */

@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -46,6 +47,10 @@ static const char *const run_options[] = {
 
 /* The launcher this worker was forked by (jail_worker_main). */
 static const JailLauncher *lc;
+
+/* A warm worker's interpreter (NULL: a cold worker) and its page entry. */
+static const JailWarm *warm;
+static int	warm_index = -1;
 
 /* One request, received and checked: what the run is made of. */
 typedef struct Request
@@ -280,6 +285,37 @@ fill_request(JailPrespawn *pre, const Request *rq, char *msg)
 }
 
 /*
+ * A request reaches a warm worker's waiting interpreter.  What the slot
+ * counted so far (the interpreter's start) is not the run's: peak memory
+ * and CPU start from here (v2's CPU counter cannot be reset: its value
+ * now is the base).  The memory the interpreter holds stays in the slot
+ * and so counts against the run's limit: a request whose limit would not
+ * leave JAIL_WARM_MEMORY_MARGIN above it gets a cold sandbox instead, as
+ * does one for another language (jail_run: run_prepare).
+ */
+static void
+warm_take(JailCgroup *slot, const Request *rq, JailPrespawn **pre, JailRunEnv *env)
+{
+	uint64_t	held = slot ? jail_cgroup_memory_now(slot) : 0;
+
+	if (slot && rq->opts.language == (*pre)->warm_language &&
+		rq->opts.memory_bytes < held + JAIL_WARM_MEMORY_MARGIN)
+	{
+		jail_prespawn_discard(*pre);
+		*pre = NULL;
+		held = 0;
+	}
+	if (slot)
+	{
+		jail_cgroup_reset_counters(slot);
+		jail_cgroup_open_stats(slot);
+		slot->cpu_base_ms = 0;
+		slot->cpu_base_ms = jail_cgroup_cpu_ms(slot);
+	}
+	env->warm_memory = held;
+}
+
+/*
  * Run a checked request with jail_run and answer with its verdict.  The
  * slot gets this run's limits even when the run uses a cgroup of its own
  * (a request naming another parent): the sandbox is born in the slot
@@ -306,6 +342,8 @@ run_request(int conn, Request *rq, JailCgroup *slot, bool netns_ready,
 	env.owner_hint = lc->owner_hint;
 	env.defer_reap = true;
 
+	if (pre && pre->warm)
+		warm_take(slot, rq, &pre, &env);
 	if (slot && jail_cgroup_set_limits(slot, &rq->opts, 1, err) < 0)
 	{
 		jail_verdict_setup_error(&res, err);
@@ -441,6 +479,7 @@ prespawn_sandbox(JailPrespawn *pre, bool netns_ready)
 	JailRunEnv	penv;
 
 	memset(&penv, 0, sizeof(penv));
+	penv.warm = warm;
 	penv.filter = &lc->filter;
 	penv.init_filter = &lc->init_filter;
 	penv.defer_reap = true;		/* as run_request's runs */
@@ -453,13 +492,107 @@ prespawn_sandbox(JailPrespawn *pre, bool netns_ready)
 }
 
 /*
+ * A warm worker, its sandbox cloned: wait until its interpreter says it is
+ * ready (its modules imported), at most JAIL_WARM_READY_TIMEOUT_MS.  If it
+ * fails, its reason is what the bootstrap wrote, or else the sandbox's
+ * setup error.  0, or -1 with err.
+ */
+static int
+warm_wait_ready(JailPrespawn *pre, char *err)
+{
+	struct pollfd pfd = {.fd = pre->ready[0],.events = POLLIN};
+	char		buf[512];
+	ssize_t		n;
+	int			rc;
+
+	do
+		rc = poll(&pfd, 1, JAIL_WARM_READY_TIMEOUT_MS);
+	while (rc < 0 && errno == EINTR);
+	if (rc == 0)
+	{
+		jail_seterr(err, "the warm interpreter was not ready within %d s",
+					JAIL_WARM_READY_TIMEOUT_MS / 1000);
+		return -1;
+	}
+	n = read(pre->ready[0], buf, sizeof(buf) - 1);
+	if (n == 1 && buf[0] == 'R')
+		return 0;
+	if (n > 1 && buf[0] == 'E')
+	{
+		buf[n] = '\0';
+		jail_seterr(err, "the warm interpreter could not start: %s", buf + 1);
+		return -1;
+	}
+	/* gone without a word: the sandbox's own reason, if it gave one */
+	jail_prespawn_discard_reason(pre, buf, sizeof(buf));
+	jail_seterr(err, "the warm interpreter exited before it was ready%s%s",
+				buf[0] ? ": " : "", buf);
+	return -1;
+}
+
+/* The page: this worker's interpreter waits (bytes held), or no longer. */
+static void
+warm_publish(JailCgroup *slot, bool waiting)
+{
+	JailWarmHeld *h;
+
+	if (!lc->warm_page || warm_index < 0)
+		return;
+	h = &lc->warm_page->held[warm_index];
+	if (waiting)
+	{
+		__atomic_store_n(&h->lang, (int32_t) warm->lang, __ATOMIC_RELAXED);
+		__atomic_store_n(&h->bytes, slot ? jail_cgroup_memory_now(slot) : 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&h->pid, (int32_t) getpid(), __ATOMIC_RELEASE);
+		jail_wire_warm_post(lc->warm_page, warm->lang, 1);
+	}
+	else
+		__atomic_store_n(&h->pid, 0, __ATOMIC_RELEASE);
+}
+
+/*
+ * A warm worker's accept: a connection, or the end of its interpreter
+ * while it waits (then its place on the page is given back and the
+ * worker ends; the launcher starts another after a pause).
+ */
+static int
+warm_accept(int lfd, JailPrespawn *pre)
+{
+	struct pollfd pfd[2] = {{.fd = lfd,.events = POLLIN}, {.fd = pre->ready[0],.events = POLLIN}};
+
+	for (;;)
+	{
+		int			conn;
+
+		if (poll(pfd, 2, -1) < 0 && errno != EINTR)
+			return -1;
+		if (pfd[1].revents)
+		{
+			jail_wire_warm_post(lc->warm_page, warm->lang, -1);
+			return -1;
+		}
+		if (!pfd[0].revents)
+			continue;
+		conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (conn >= 0)
+		{
+			fcntl(conn, F_SETFL, fcntl(conn, F_GETFL) & ~O_NONBLOCK);
+			return conn;
+		}
+		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+			return -1;
+	}
+}
+
+/*
  * A worker's life, forked by the launcher (serve.c's spawn_worker):
  * everything a run needs that does not depend on the request, then one
  * connection.  slot: the worker's cgroup slot, or NULL.  Returns the exit
  * status the worker ends with (the launcher's _exit after the fork).
  */
 int
-jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot)
+jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot,
+				 const JailWarm *warm_interp, int page_index)
 {
 	char		err[JAIL_ERRLEN] = "";
 	bool		netns_ready = false;
@@ -470,6 +603,8 @@ jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot)
 	int			rc;
 
 	lc = launcher;
+	warm = warm_interp;
+	warm_index = page_index;
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	if (getppid() != lc->pid)
 		return 1;
@@ -490,24 +625,58 @@ jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot)
 	if (lc->netns_pool && (rc = prepare_netns(&netns_ready)) != 0)
 		return rc;
 	have_pre = prespawn_sandbox(&pre, netns_ready);
-
-	/*
-	 * What the slot counted so far (our own set-up, the sandbox's fixed
-	 * root) is not the run's: start its peak memory and CPU from zero.
-	 * The slot was made with the default limits (and one pid for us),
-	 * which a request asking for the same then keeps without a write.
-	 */
-	if (slot)
+	if (warm)
 	{
-		jail_cgroup_reset_counters(slot);
-		jail_cgroup_open_stats(slot);
-	}
+		/* a warm worker without its interpreter serves nobody */
+		if (!have_pre)
+			return JAIL_WORKER_WARM_FAILED;
+		if (warm_wait_ready(&pre, err) < 0)
+		{
+			jail_warn("worker: %s", err);
+			if (lc->warm_page)
+			{
+				char	   *dst = lc->warm_page->problem[warm->lang];
+				size_t		n = strnlen(err, sizeof(lc->warm_page->problem[0]) - 1);
 
-	do
-		conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-	while (conn < 0 && (errno == EINTR || errno == ECONNABORTED));
-	if (conn < 0)
-		return 1;
+				memcpy(dst, err, n);
+				dst[n] = '\0';
+			}
+			jail_prespawn_discard(&pre);
+			return JAIL_WORKER_WARM_FAILED;
+		}
+		if (lc->warm_page)
+			lc->warm_page->problem[warm->lang][0] = '\0';
+		warm_publish(slot, true);
+		conn = warm_accept(lfd, &pre);
+		warm_publish(slot, false);
+		if (conn < 0)
+		{
+			jail_warn("worker: the warm interpreter exited while it waited");
+			jail_prespawn_discard(&pre);
+			return JAIL_WORKER_WARM_FAILED;
+		}
+	}
+	else
+	{
+		/*
+		 * What the slot counted so far (our own set-up, the sandbox's
+		 * fixed root) is not the run's: start its peak memory and CPU
+		 * from zero.  The slot was made with the default limits (and one
+		 * pid for us), which a request asking for the same then keeps
+		 * without a write.
+		 */
+		if (slot)
+		{
+			jail_cgroup_reset_counters(slot);
+			jail_cgroup_open_stats(slot);
+		}
+
+		do
+			conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		while (conn < 0 && (errno == EINTR || errno == ECONNABORTED));
+		if (conn < 0)
+			return 1;
+	}
 	JAIL_TRACE("accepted");
 	close(lfd);
 	handle_request(conn, slot, netns_ready, have_pre ? &pre : NULL);

@@ -71,6 +71,10 @@ static const ConfVar conf_vars[] = {
 	{"max_memory", "sandbox.max_memory", CONF_INT, UNIT_MB, 16, 1024 * 1024, OFF(max_memory_mb)},
 	{"default_pids", "sandbox.default_pids", CONF_INT, UNIT_NONE, 4, 4096, OFF(default_pids)},
 	{"protect", "sandbox.work_dir_on_data_fs", CONF_LIST, UNIT_NONE, 0, 0, OFF(protect)},
+	{"warm_python", "sandbox.warm_python", CONF_INT, UNIT_NONE, 0, JAIL_WARM_MAX, OFF(warm_python)},
+	{"warm_node", "sandbox.warm_node", CONF_INT, UNIT_NONE, 0, JAIL_WARM_MAX, OFF(warm_node)},
+	{"warm_modules", "sandbox.warm_modules", CONF_STRING, UNIT_NONE, 0, 0, OFF(warm_modules)},
+	{"warm_memory", "sandbox.warm_memory", CONF_INT, UNIT_MB, 16, 1024 * 1024, OFF(warm_memory_mb)},
 };
 
 const char *
@@ -123,6 +127,10 @@ runner_config_defaults(RunnerConfig *c)
 	c->default_memory_mb = 512;
 	c->max_memory_mb = 2048;
 	c->default_pids = 64;
+	c->warm_python = 2;
+	c->warm_node = 1;
+	c->warm_modules = pg_strdup("numpy,pandas,requests");
+	c->warm_memory_mb = 1024;
 }
 
 void
@@ -134,6 +142,7 @@ runner_config_free(RunnerConfig *c)
 	free(c->run_dir);
 	free(c->jail_path);
 	strlist_free(&c->protect);
+	free(c->warm_modules);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -217,6 +226,16 @@ set_var(RunnerConfig *c, const ConfVar *var, const char *v, char **err, int line
 	switch (var->kind)
 	{
 		case CONF_STRING:
+			if (strcmp(var->name, "warm_modules") == 0)
+			{
+				char		why[256];
+
+				if (!jail_wire_check_modules(v, why, sizeof(why)))
+				{
+					*err = psprintf("line %d: \"%s\": %s", line, var->name, why);
+					return false;
+				}
+			}
 			free(*(char **) field);
 			*(char **) field = pg_strdup(v);
 			return true;

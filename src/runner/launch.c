@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -43,6 +44,8 @@ static pid_t launcher_pid = 0;
 static char launcher_sock[MAXPGPATH];
 static char launcher_path[MAXPGPATH];	/* the jail_path it was started from */
 static char launcher_root[MAXPGPATH];	/* the work root when it was started */
+static char launcher_warm[JAIL_WARM_MODULES_LEN + 64];	/* its warm settings */
+static JailWarmPage *warm_page = NULL;	/* its warm page (wire_protocol.h), or NULL */
 
 /*
  * A run's options, the same for both ways of starting it: (name, value)
@@ -152,6 +155,9 @@ spawn_jail_process(pid_t *pid, char **argv, const int fds[3], bool vfork)
 void
 launcher_stop(void)
 {
+	if (warm_page)
+		munmap(warm_page, sizeof(JailWarmPage));
+	warm_page = NULL;
 	if (launcher_pid > 0)
 	{
 		(void) kill(launcher_pid, SIGTERM);
@@ -177,14 +183,30 @@ launcher_alive(void)
 }
 
 static int
-launcher_connect(void)
+launcher_connect(const char *language)
 {
 	struct sockaddr_un addr;
 	int			sock;
+	int			lang = -1;
 
 	memset(&addr, 0, sizeof(addr));
 	addr.sun_family = AF_UNIX;
 	strlcpy(addr.sun_path, launcher_sock, sizeof(addr.sun_path));
+
+	/*
+	 * A run of a language the launcher keeps warm interpreters for goes to
+	 * one if one waits (taken from the page: its socket is then sure to
+	 * answer); otherwise, as every other run, to a cold sandbox.
+	 */
+	if (language && strcmp(language, "python") == 0)
+		lang = JAIL_WARM_PYTHON;
+	else if (language && strcmp(language, "node") == 0)
+		lang = JAIL_WARM_NODE;
+	if (lang >= 0 && !warm_page && (runner_conf.warm_python > 0 || runner_conf.warm_node > 0))
+		warm_page = jail_wire_warm_map(launcher_sock, true);
+	if (lang >= 0 && jail_wire_warm_claim(warm_page, lang))
+		snprintf(addr.sun_path, sizeof(addr.sun_path), "%s%s", launcher_sock,
+				 JAIL_WARM_SOCK_SUFFIX[lang]);
 	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (sock < 0)
 		return -1;
@@ -202,7 +224,7 @@ launcher_wait_ready(void)
 {
 	for (int i = 0; i < LAUNCHER_START_TRIES; i++)
 	{
-		int			sock = launcher_connect();
+		int			sock = launcher_connect(NULL);
 
 		if (sock >= 0)
 		{
@@ -243,9 +265,21 @@ launcher_ensure(void)
 {
 	char		dir[MAXPGPATH];
 	char		pool[16];
+	char		warm_py[16];
+	char		warm_js[16];
+	char		warm_mem[32];
+	char		warm[sizeof(launcher_warm)];
 	char	   *argv[] = {runner_conf.jail_path, "--serve", launcher_sock, "--pool", pool,
-	"--quiet", NULL};
+		"--warm-python", warm_py, "--warm-node", warm_js,
+		"--warm-modules", runner_conf.warm_modules ? runner_conf.warm_modules : "",
+		"--warm-memory", warm_mem, "--quiet", NULL};
 	int			rc;
+
+	snprintf(warm_py, sizeof(warm_py), "%d", runner_conf.warm_python);
+	snprintf(warm_js, sizeof(warm_js), "%d", runner_conf.warm_node);
+	snprintf(warm_mem, sizeof(warm_mem), "%dM", runner_conf.warm_memory_mb);
+	snprintf(warm, sizeof(warm), "%s %s %s %s", warm_py, warm_js, warm_mem,
+			 runner_conf.warm_modules ? runner_conf.warm_modules : "");
 
 	if (!runner_conf.jail_launcher)
 	{
@@ -261,14 +295,18 @@ launcher_ensure(void)
 			return false;
 		launcher_stop();
 	}
+	/* the warm settings changed on reload: a new pool once its runs end */
+	if (launcher_pid > 0 && strcmp(launcher_warm, warm) != 0 && served_runs() == 0)
+		launcher_stop();
 	if (launcher_alive())
 		return true;
 	strlcpy(launcher_path, runner_conf.jail_path, sizeof(launcher_path));
 	strlcpy(launcher_root, work_root(), sizeof(launcher_root));
+	strlcpy(launcher_warm, warm, sizeof(launcher_warm));
 
 	strlcpy(dir, runner_conf.run_dir, sizeof(dir));
-	(void) mkdir(dir, S_IRWXU);
 	snprintf(launcher_sock, sizeof(launcher_sock), "%s/jail.sock", dir);
+	(void) mkdir(dir, S_IRWXU);
 	(void) unlink(launcher_sock);	/* a stale socket of a dead launcher */
 	snprintf(pool, sizeof(pool), "%d", Max(runner_conf.slots, 1));
 
@@ -289,6 +327,8 @@ launcher_ensure(void)
 	}
 	runner_log(RLOG_LOG, "resident jail launcher started (pid %d, socket \"%s\")",
 		 (int) launcher_pid, launcher_sock);
+	if (runner_conf.warm_python > 0 || runner_conf.warm_node > 0)
+		warm_page = jail_wire_warm_map(launcher_sock, true);
 	return true;
 }
 
@@ -310,6 +350,16 @@ request_message(const JailRequest *req, StringInfo msg)
 	}
 }
 
+/* The request's --language, or NULL */
+static const char *
+request_language(const JailRequest *req)
+{
+	for (int i = 0; i < req->n; i++)
+		if (strcmp(req->name[i], "--language") == 0)
+			return req->value[i];
+	return NULL;
+}
+
 /*
  * Send one run to the launcher.  On success the run's stdout/stderr read
  * ends and the connection (as verdict_fd) are set up and true is returned;
@@ -325,7 +375,7 @@ launch_served(Run *run, const JailRequest *req, const char *code_path)
 	int			sock = -1;
 	bool		sent = false;
 
-	if (!launcher_ensure() || (sock = launcher_connect()) < 0)
+	if (!launcher_ensure() || (sock = launcher_connect(request_language(req))) < 0)
 		return false;
 	codefd = open(code_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (codefd >= 0 && pipe2(outp[0], O_CLOEXEC) == 0 && pipe2(outp[1], O_CLOEXEC) == 0)

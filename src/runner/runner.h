@@ -120,6 +120,10 @@ typedef struct RunnerConfig
 	int			max_memory_mb;
 	int			default_pids;
 	StrList		protect;		/* the work dir must not share their filesystem */
+	int			warm_python;	/* the launcher's warm interpreters (jail.md) */
+	int			warm_node;
+	char	   *warm_modules;
+	int			warm_memory_mb;
 } RunnerConfig;
 
 extern RunnerConfig runner_conf;

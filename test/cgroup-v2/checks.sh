@@ -212,6 +212,7 @@ sleep $MARK" --wall-time 2
 }
 
 # ---- served runs -----------------------------------------------------------------
+WARMOPT=()
 start_launcher() {
 	local u=$1
 	SDIR=$WORK/launcher-$u
@@ -220,7 +221,7 @@ start_launcher() {
 	chown "$u": "$SDIR"
 	SOCK=$SDIR/jail.sock
 	runner "$u"
-	"${RUNNER[@]}" "$BIN" --serve "$SOCK" --pool 2 2>> "$WORK/launcher.log" &
+	"${RUNNER[@]}" "$BIN" --serve "$SOCK" --pool 2 "${WARMOPT[@]}" 2>> "$WORK/launcher.log" &
 	LPARENT=$!
 	wait_until "[ -S '$SOCK' ] || ! kill -0 $LPARENT 2>/dev/null"
 	LPID=$(pgrep -o -f "^$BIN --serve $SOCK")
@@ -288,6 +289,51 @@ served() {
 	kill -TERM "$LPID"
 	wait_until "! kill -0 $LPID 2>/dev/null"
 	t "$u: launcher TERM: all its slots removed" '! kill -0 "$LPID" 2>/dev/null && [ -z "$(slots)" ]'
+
+	# warm interpreters on v2 (jail.md, "Warm interpreters"; nothing
+	# preloaded: an emulated guest would take long over pandas): the slot's
+	# memory.peak is reset at the request, its CPU counter taken as a base
+	WARMOPT=(--warm-python 1 --warm-modules "")
+	start_launcher "$u"
+	WARMOPT=()
+	JAIL=("$BIN" --client "$SOCK")
+	# the page: "N problem" (wire_protocol.h: ready[] at 16, problem[] at 296)
+	warm_state() {
+		$PY -c '
+import struct, sys
+try:
+    d = open(sys.argv[1], "rb").read()
+    print(struct.unpack_from("i", d, 16)[0], d[296:496].split(b"\0")[0].decode())
+except OSError:
+    print(0)' "$SOCK.warm"
+	}
+	warm_ready() { wait_until '[ "$(warm_state | cut -d" " -f1)" -gt 0 ] || [ -n "$(warm_state | cut -s -d" " -f2-)" ]' 1200; }
+	warm_ready
+	local why
+	why=$(warm_state | cut -s -d" " -f2-)
+	if [ -n "$why" ]; then
+		# a kernel that cannot clone out of a detached copy of the host tree
+		# (Debian's 6.1) has no warm interpreters: said, and served cold
+		jr "$u" python 'print("cold")'
+		t "$u: warm python on this kernel: unavailable, the reason on the page, runs served cold ($why)" \
+			'[[ $why == *"root entered ahead"* ]] && [ $RC = 0 ] && [ "$(v warm)" = false ] && out_has cold'
+	else
+		jr "$u" python 'import sys; print(sys.argv, __file__)'
+		t "$u: warm python on v2: warm, the cold run's argv and __file__, a v2 cgroup" \
+			'[ $RC = 0 ] && [ "$(v warm)" = true ] && [ "$(v cgroup)" = v2 ] && out_has "/sandbox/main.py" && [ "$(v peak_memory_bytes)" -ge "$(v warm_memory_bytes)" ]'
+		warm_ready
+		jr "$u" python 'x = bytearray(1 << 30); x[::4096] = b"x" * len(x[::4096]); print("survived")' --memory 64M
+		t "$u: warm python on v2: the memory limit holds (oom_killed)" \
+			'[ $RC = 0 ] && [ "$(v warm)" = true ] && [ "$(v oom_killed)" = true ] && ! out_has survived'
+		warm_ready
+		jr "$u" python 'while True: pass' --cpu-time 2 --wall-time 300
+		t "$u: warm python on v2: the CPU limit holds, counted from the request (timed_out, cpu_ms >= 2000)" \
+			'[ $RC = 0 ] && [ "$(v warm)" = true ] && [ "$(v timed_out)" = true ] && [ "$(v cpu_ms)" -ge 2000 ]'
+	fi
+	kill -TERM "$LPID"
+	wait_until "! kill -0 $LPID 2>/dev/null"
+	t "$u: warm launcher TERM: its slots, warm sockets and page removed" \
+		'! kill -0 "$LPID" 2>/dev/null && [ -z "$(slots)" ] && [ ! -e "$SOCK.warm" ] && [ ! -e "$SOCK.python" ]'
 
 	start_launcher "$u"
 	JAIL=("$BIN" --client "$SOCK")

@@ -54,6 +54,7 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard sql/src/*.sql))
 # The jail lives in src/jail with its own Makefile (it never sees postgres.h).
 jail:
 	@if [ -f src/jail/Makefile ]; then $(MAKE) -C src/jail; fi
+	$(MAKE) -C src/egress
 
 all: jail
 
@@ -62,10 +63,12 @@ jail-install: jail
 	install -d '$(DESTDIR)$(bindir)'
 	@if [ -f src/jail/sandbox-jail ]; then \
 		install -m 0755 src/jail/sandbox-jail '$(DESTDIR)$(bindir)/sandbox-jail'; fi
+	install -m 0755 src/egress/sandbox-egress '$(DESTDIR)$(bindir)/sandbox-egress'
 
 clean: jail-clean
 jail-clean:
 	@if [ -f src/jail/Makefile ]; then $(MAKE) -C src/jail clean; fi
+	$(MAKE) -C src/egress clean
 
 deps:
 	scripts/deps.sh

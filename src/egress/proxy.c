@@ -699,6 +699,14 @@ serve_connect(Conn *c, const char *target, size_t tlen)
 				 c->host, c->port);
 		return;
 	}
+	if (r == EGRESS_SNI_NONE && egress_is_numeric_host(c->host))
+	{
+		/* an IP literal (admitted by a CIDR rule) has no server name */
+		c->allowed = true;
+		if (send_counted(c, c->ufd, c->head, c->headlen, true) == 0)
+			relay(c, UINT64_MAX);
+		return;
+	}
 	if (r == EGRESS_SNI_NONE)
 	{
 		snprintf(c->reason, sizeof(c->reason), "the TLS ClientHello names no server (SNI)");
@@ -901,7 +909,6 @@ serve(Conn *c)
 		refuse(c, 403, "not an HTTP/1 proxy request");
 		return;
 	}
-	*eol = '\0';
 	if (sp1 - line == 7 && strncmp(line, "CONNECT", 7) == 0)
 		serve_connect(c, sp1 + 1, sp2 - sp1 - 1);
 	else
@@ -912,7 +919,6 @@ serve(Conn *c)
 		version[8] = '\0';
 		serve_http(c, line, sp1 - line, sp1 + 1, sp2 - sp1 - 1, version);
 	}
-	*eol = '\r';
 }
 
 static void *

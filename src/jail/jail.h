@@ -104,6 +104,12 @@ typedef struct JailOptions
 	const char *cgroup_parent;
 	bool		require_cgroup;
 	bool		quiet;
+	/* egress (egress.c, docs/egress.md): all NULL = no network at all */
+	const char *egress_policy;	/* the run's policy file, for the proxy */
+	const char *egress_log;		/* where the proxy's connection log goes */
+	const char *egress_resolver;	/* ADDR[:PORT]; NULL: the host's */
+	const char *egress_ca;		/* a PEM the payload's clients trust too */
+	const char *egress_proxy;	/* sandbox-egress; NULL: beside the jail */
 } JailOptions;
 
 typedef enum JailStatus
@@ -142,6 +148,14 @@ typedef struct JailResult
 	uint64_t	stderr_bytes;
 	CgroupMode	cgroup;
 	char		setup_error[JAIL_ERRLEN];	/* empty: none */
+	/* egress: the proxy's summary (egress.c); reported only with egress */
+	bool		egress;
+	uint64_t	egress_attempts;
+	uint64_t	egress_allowed;
+	uint64_t	egress_denied;
+	uint64_t	egress_bytes_up;
+	uint64_t	egress_bytes_down;
+	bool		egress_limit_hit;
 } JailResult;
 
 /*
@@ -292,6 +306,28 @@ typedef struct JailRunEnv
 } JailRunEnv;
 
 /*
+ * A run's egress proxy, host side (egress.c): the socket pair on which
+ * the sandbox's init sends the listening socket it made in its network
+ * namespace, and the proxy process serving it from ours.
+ */
+typedef struct JailEgress
+{
+	bool		on;
+	int			sock[2];		/* [0] ours, [1] the sandbox's */
+	int			logfd;			/* the connection log, for the proxy */
+	int			summary;		/* read end: the proxy's summary line */
+	pid_t		pid;			/* the proxy, or -1 */
+	char	   *ca;				/* --egress-ca's text, or NULL */
+	size_t		ca_len;
+} JailEgress;
+
+/* The address the sandbox's clients reach the proxy at (its own netns). */
+#define JAIL_EGRESS_PORT	3128
+#define JAIL_EGRESS_URL		"http://127.0.0.1:3128"
+#define JAIL_EGRESS_NODE_SHIM	"/sandbox/.egress-node.js"
+#define JAIL_EGRESS_CA_PATH		"/sandbox/.egress-ca.pem"
+
+/*
  * The phases of one run (lifecycle.c), in order.  Each step of jail_run
  * moves the run to the next one or fails with a setup error; the clean-up
  * and the status decision read how far it got.
@@ -355,6 +391,9 @@ typedef struct JailRun
 								 * after the verdict (jail_run_reap) */
 	char		child_err[JAIL_ERRLEN]; /* the sandbox's setup error text */
 	size_t		child_err_len;
+
+	/* egress (egress.c) */
+	JailEgress	egress;
 } JailRun;
 
 /* What the child needs to build the sandbox; shared by fork. */
@@ -385,6 +424,11 @@ typedef struct JailChildArgs
 	bool		cgroup_none;	/* no cgroup: fall back to RLIMIT_NPROC */
 	bool		netns_ready;	/* network namespace inherited, lo already up */
 	bool		served;			/* run by a launcher's worker (worker.c) */
+	bool		egress;			/* the run has egress (the payload's env) */
+	int			egress_fd;		/* egress: where init sends the proxy's
+								 * listening socket (egress.c), or -1 */
+	const char *egress_ca_pem;	/* egress: the --egress-ca text, or NULL */
+	size_t		egress_ca_len;
 } JailChildArgs;
 
 /*
@@ -478,6 +522,15 @@ extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,
 					 const JailRunEnv *env, JailResult *res);
 extern void jail_run_kill(JailRun *run);
 extern void jail_run_reap(void);
+
+/* egress.c */
+extern void jail_egress_init(JailEgress *e);
+extern int	jail_egress_prepare(JailEgress *e, const JailOptions *opts, char *err);
+extern int	jail_egress_start(JailEgress *e, const JailOptions *opts, char *err);
+extern void jail_egress_stop(JailEgress *e, JailResult *res);
+extern int	jail_egress_listen(int sock, char *err);
+extern int	jail_egress_write_files(const JailChildArgs *args, const char *root, char *err);
+extern char *const *jail_egress_env(bool with_ca);
 
 /* monitor.c */
 extern void jail_monitor(JailRun *run);

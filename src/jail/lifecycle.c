@@ -120,6 +120,7 @@ run_init(JailRun *run, const JailOptions *opts, const char *code,
 	run->sigfd = -1;
 	run->pid = -1;
 	run->pidfd = -1;
+	jail_egress_init(&run->egress);
 	run->start = jail_now_ms();
 }
 
@@ -222,6 +223,16 @@ run_prepare(JailRun *run)
 		run->early_go = jail_send_go(run->pre->pipes.go[1], JAIL_GO_REQUEST);
 	if (run_open_workspace(run) < 0)
 		return -1;
+
+	/*
+	 * Egress needs init to make the proxy's socket in the sandbox's own
+	 * network namespace: a sandbox cloned ahead is not told, so such a
+	 * run gets a fresh clone (egress.c).
+	 */
+	if (run->opts->egress_policy && run->pre)
+		run_drop_prespawn(run);
+	if (jail_egress_prepare(&run->egress, run->opts, run->err) < 0)
+		return -1;
 	if (env->filter)
 		run->filter = *env->filter; /* borrowed: not freed */
 	else if (jail_filter_get(&run->filter, FILTER_PAYLOAD, run->err) < 0)
@@ -270,6 +281,10 @@ run_clone(JailRun *run)
 	args.cgroup_none = run->cg.mode == CGROUP_NONE;
 	args.netns_ready = run->env->netns_ready;
 	args.served = run->served;
+	args.egress = run->egress.on;
+	args.egress_fd = run->egress.sock[1];
+	args.egress_ca_pem = run->egress.ca;
+	args.egress_ca_len = run->egress.ca_len;
 
 	run->start = jail_now_ms();
 	run->pid = jail_spawn(&args, &run->pidfd,
@@ -375,6 +390,11 @@ run_go(JailRun *run)
 		return -1;
 	}
 	JAIL_TRACE("workspace measured");
+	if (jail_egress_start(&run->egress, run->opts, run->err) < 0)
+	{
+		run_abort(run, true);
+		return -1;
+	}
 	if (!jail_send_go(run->pre ? run->pre->paygo[1] : run->pipes.go[1], JAIL_GO_RUN))
 	{
 		jail_seterr(run->err, "signal the sandbox: %s", strerror(errno));
@@ -447,6 +467,7 @@ run_collect(JailRun *run)
 	res->peak_memory_bytes = (uint64_t) ru->ru_maxrss * 1024;
 	jail_cgroup_collect(&run->cg, res);
 	JAIL_TRACE("cgroup collected");
+	jail_egress_stop(&run->egress, res);
 	run_rescan_workspace(run);
 	JAIL_TRACE("workspace rescanned");
 	if (run->child_err_len > 0)
@@ -487,6 +508,7 @@ run_finish(JailRun *run)
 
 	if (run->pre && run->phase == JAIL_RUN_PREPARING)
 		run_drop_prespawn(run);
+	jail_egress_stop(&run->egress, res);	/* if a step failed before collect */
 	if (run->init_pending)
 		pending_init = run->pid;
 	else if (run->pid > 0 && !run->reaped)

@@ -19,9 +19,9 @@
  *							host, forwarded once with Connection: close
  * A refusal is answered at once with a status line that says why
  * ("403 egress denied: example.org:443 is not in the allowlist").  Every
- * attempt is one JSON line on the log fd; on SIGTERM (the run is over)
- * the proxy closes every connection and writes one summary line on the
- * summary fd.  The run's caps (connections, bytes each way) are counted
+ * attempt is one JSON line on the log fd.  On the summary fd it writes
+ * "ready" once it serves, and on SIGTERM (the run is over) it closes
+ * every connection and writes one summary line there.  The run's caps (connections, bytes each way) are counted
  * here; reaching one closes the connection and flags the summary.
  *
  *-------------------------------------------------------------------------
@@ -1121,6 +1121,10 @@ main(int argc, char **argv)
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	if (sfd < 0)
 		die("signalfd: %s", strerror(errno));
+
+	/* up: the jail waits for this line before the payload may start */
+	if (summary_fd >= 0 && write_all(summary_fd, "ready\n", 6) < 0)
+		die("summary fd: %s", strerror(errno));
 
 	for (;;)
 	{

@@ -299,6 +299,35 @@ proxy_path(const JailOptions *opts, char *path, size_t len)
 }
 
 /*
+ * The proxy says "ready\n" once it has read its policy and serves; a
+ * proxy that cannot start (a bad policy, no resolver) is a setup error,
+ * never a run without its proxy.
+ */
+static int
+wait_ready(JailEgress *e, char *err)
+{
+	char		buf[8];
+	size_t		len = 0;
+	uint64_t	deadline = jail_now_ms() + EGRESS_WAIT_MS;
+
+	while (len < 6)
+	{
+		struct pollfd p = {.fd = e->summary,.events = POLLIN};
+		uint64_t	now = jail_now_ms();
+		ssize_t		n;
+
+		if (now >= deadline || poll(&p, 1, (int) (deadline - now)) != 1 ||
+			(n = read(e->summary, buf + len, 6 - len)) <= 0)
+			break;
+		len += n;
+	}
+	if (len == 6 && memcmp(buf, "ready\n", 6) == 0)
+		return 0;
+	jail_seterr(err, "egress proxy did not start (see its message on stderr)");
+	return -1;
+}
+
+/*
  * Once the sandbox exists (after its first go): take the listening socket
  * its init made, and exec the proxy on it, here in the host's network
  * namespace.  The socket is the sandbox's end of every connection; the
@@ -389,7 +418,7 @@ jail_egress_start(JailEgress *e, const JailOptions *opts, char *err)
 	e->summary = sp[0];
 	e->pid = pid;
 	jail_close(&e->logfd);		/* the proxy has it */
-	return 0;
+	return wait_ready(e, err);
 }
 
 static uint64_t

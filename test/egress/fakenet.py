@@ -2,7 +2,7 @@
 # The egress suite's fake internet (test/suites/egress.sh): run inside the
 # "internet" network namespace, it serves
 #   * a DNS resolver on RESOLVER:53 (UDP) answering from NAMES below;
-#     rebind.test answers a public address first, then 127.0.0.1;
+#     NAME.rebind.test answers a public address first, then 127.0.0.1;
 #   * HTTP on :80 and :8080, HTTPS on :443 and :8443 (a certificate of
 #     the suite's test CA for every name below), on every address of the
 #     namespace.  GET /... answers "hello <Host> <path> from <local address>";
@@ -32,11 +32,12 @@ def dns_answer(q):
     name = ".".join(labels)
     question = q[12:off + 5]
     queries[name] = queries.get(name, 0) + 1
-    if name == "rebind.test":
-        addrs = [PUB] if queries[name] == 1 else ["127.0.0.1"]
+    if name.endswith(".rebind.test"):
+        # each such name: a public answer first, the host's loopback after
+        addrs = ([PUB] if queries[name] == 1 else ["127.0.0.1"]) if qtype == 1 else []
     else:
         addrs = NAMES.get(name, []) if qtype == 1 else AAAA.get(name, []) if qtype == 28 else []
-    known = name in NAMES or name in AAAA or name == "rebind.test"
+    known = name in NAMES or name in AAAA or name.endswith(".rebind.test")
     rcode = 0 if known else 3
     ans = b""
     for a in addrs:

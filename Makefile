@@ -12,7 +12,7 @@ OBJS = src/sandbox_ext.o src/shmem.o src/xact.o \
 	src/supervisor.o src/run.o src/launch.o src/jail_wire.o src/output.o src/workdir.o src/steps.o \
 	src/api.o src/files.o \
 	src/export_worker.o src/export_stream.o src/export_state.o src/pgoutput.o src/chclient.o \
-	src/anchor.o src/guards.o src/digest.o src/audit.o
+	src/anchor.o src/guards.o src/digest.o src/audit.o src/egress.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*--*.sql))

@@ -57,7 +57,7 @@ static char launcher_root[MAXPGPATH];	/* the work root when it was started */
  * pairs, value NULL for a flag.  The code travels as a descriptor to the
  * launcher and as --code-file on a command line.
  */
-#define MAX_JAIL_OPTIONS	(16 + SANDBOX_MAX_SKILLS)
+#define MAX_JAIL_OPTIONS	(24 + SANDBOX_MAX_SKILLS)
 
 typedef struct JailRequest
 {
@@ -100,6 +100,16 @@ request_build(JailRequest *req, SandboxRun *run, int wall_s, int memory_mb, int 
 		request_add(req, "--ro-bind", run->disk.binds[i]);
 	if (sandbox_require_cgroup)
 		request_add(req, "--require-cgroup", NULL);
+	if (run->disk.egress)
+	{
+		/* the policy the prepare step placed (sandbox_egress_place_policy) */
+		request_add(req, "--egress-policy", psprintf("%s/egress-policy", run->disk.dir));
+		request_add(req, "--egress-log", psprintf("%s/egress.log", run->disk.dir));
+		if (sandbox_egress_resolver && sandbox_egress_resolver[0])
+			request_add(req, "--egress-resolver", sandbox_egress_resolver);
+		if (sandbox_egress_ca_file && sandbox_egress_ca_file[0])
+			request_add(req, "--egress-ca", sandbox_egress_ca_file);
+	}
 }
 
 static void
@@ -435,7 +445,12 @@ sandbox_launch(SandboxRun *run, const char *code_path, int wall_s, int memory_mb
 	JailRequest req;
 
 	request_build(&req, run, wall_s, memory_mb, pids);
-	if (!(sandbox_jail_launcher && launch_served(run, &req, code_path)) &&
+	/*
+	 * A run with egress is one-shot: the proxy's socket is made by the
+	 * sandbox's own init (src/jail/egress.c), which a sandbox the launcher
+	 * built ahead cannot do.
+	 */
+	if (!(sandbox_jail_launcher && !run->disk.egress && launch_served(run, &req, code_path)) &&
 		!launch_oneshot(run, &req, code_path))
 		return false;
 	for (int st = 0; st < NSTREAMS; st++)

@@ -237,6 +237,7 @@ sandbox_run_finish(SandboxRun *run)
 		run->phase = run->start_error ? RUN_UNSTARTED : RUN_EXITED;
 	error = sandbox_jail_failure(run, &jail_status);
 	sandbox_collect_run(run, error != NULL);
+	sandbox_egress_collect(run);
 	sandbox_release_disk(run);
 	/* Output that could not be stored is missing from the record. */
 	if (run->out.pending[0].len > 0 || run->out.pending[1].len > 0)

@@ -13,7 +13,8 @@
  *					agent._skill_files(skill)
  *	mark started	agent._mark_running(id, pid)
  *	output			agent._append_output(id, stream, data)
- *	result			agent._store_produced_file(...), agent._finish_invocation(...)
+ *	result			agent._store_produced_file(...), agent._record_egress(...),
+ *					agent._finish_invocation(...)
  *	pending			agent._finish_pending(n)
  *	recovery		agent._supervisor_recover()
  *	cancellations	agent._cancel_requested(ids)
@@ -200,6 +201,13 @@ place_prepared(SandboxRun *run)
 		char	   *kind = SPI_getvalue(tup, tt->tupdesc, 1);
 		char	   *name = SPI_getvalue(tup, tt->tupdesc, 2);
 
+		if (strcmp(kind, "egress") == 0)
+		{
+			bytea	   *content = DatumGetByteaPP(SPI_getbinval(tup, tt->tupdesc, 3, &isnull));
+
+			sandbox_egress_place_policy(run, VARDATA_ANY(content), VARSIZE_ANY_EXHDR(content));
+			continue;
+		}
 		if (strcmp(kind, "file") == 0)
 		{
 			bytea	   *content = DatumGetByteaPP(SPI_getbinval(tup, tt->tupdesc, 3, &isnull));
@@ -453,6 +461,34 @@ finish_args(SandboxRun *run, const char *error, int jail_status, Datum *values, 
 }
 
 /*
+ * The run's connection log and the verdict's egress summary
+ * (agent._record_egress), in the finish's transaction, before it: the
+ * tool call written by the finish (now or when applied) carries the
+ * summary and the run's egress audit event (47_egress.sql).
+ */
+static void
+record_egress(SandboxRun *run)
+{
+	Oid			types[3] = {UUIDOID, TEXTOID, TEXTOID};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	int			rc;
+
+	if (!run->disk.egress)
+		return;
+	values[0] = UUIDPGetDatum(&run->id);
+	values[1] = CStringGetTextDatum(run->disk.egress_log ? run->disk.egress_log : "");
+	if (run->jail.verdict.len > 0)
+		values[2] = CStringGetTextDatum(run->jail.verdict.data);
+	else
+		nulls[2] = 'n';
+	rc = SPI_execute_with_args("SELECT agent._record_egress($1, $2, $3::jsonb)",
+							   3, types, values, nulls, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "agent._record_egress failed: %s", SPI_result_code_string(rc));
+}
+
+/*
  * Record the run's result in one transaction: the files it produced (with
  * files) and agent._finish_invocation().  True when it committed; *applied
  * then says whether the result was also applied (false: it is staged).  On
@@ -476,6 +512,7 @@ sandbox_step_record_result(SandboxRun *run, const char *error, int jail_status,
 		sandbox_xact_begin("finishing an invocation");
 		if (with_files)
 			store_produced(run);
+		record_egress(run);
 		finish_args(run, error, jail_status, values, nulls);
 		rc = SPI_execute_with_args("SELECT agent._finish_invocation($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 								   9, types, values, nulls, false, 0);

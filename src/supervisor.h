@@ -119,6 +119,10 @@ typedef struct RunDisk
 	int64		ws_bytes;
 	int			ws_entries;
 	char	   *ws_reset;		/* why it must be rebuilt, or NULL */
+	/* egress (docs/egress.md): the prepare step gave a policy file */
+	bool		egress;
+	char	   *egress_log;		/* the proxy's connection log, read after
+								 * the run (before the directory goes) */
 } RunDisk;
 
 typedef struct SandboxRun
@@ -197,6 +201,8 @@ extern void sandbox_skill_add(const char *tmp, const char *path, const char *dat
 extern void sandbox_skill_install(const char *tmp, const char *final);
 extern void sandbox_collect_run(SandboxRun *run, bool failed);
 extern void sandbox_release_disk(SandboxRun *run);
+extern void sandbox_egress_place_policy(SandboxRun *run, const char *data, size_t len);
+extern void sandbox_egress_collect(SandboxRun *run);
 extern void sandbox_sweep(List *live_sessions, List *skills_in_use);
 
 /* steps.c */

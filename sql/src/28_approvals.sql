@@ -93,6 +93,7 @@ AS $$
 #variable_conflict use_variable
 DECLARE
 	v_card	record;
+	v_egress text;
 BEGIN
 	IF approver IS NULL OR btrim(approver) = '' THEN
 		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
@@ -116,17 +117,22 @@ BEGIN
 	END IF;
 
 	-- The card and its invocation in one statement.
+	-- The approval is bound to the egress policy the card showed too
+	-- (47_egress.sql): the invocation's frozen copy, by its hash.
+	v_egress := (SELECT i.egress_sha256 FROM agent.invocations i WHERE i.id = v_card.invocation_id);
 	WITH decided AS (
 		UPDATE agent.approval_requests a
 		   SET status = 'approved', decided_by = approver, decided_at = now(),
-			   approved_code_sha256 = v_card.code_sha256
+			   approved_code_sha256 = v_card.code_sha256,
+			   approved_egress_sha256 = v_egress
 		 WHERE a.id = v_card.id)
 	UPDATE agent.invocations i
 	   SET state = 'approved', approved_at = now()
 	 WHERE i.id = v_card.invocation_id;
 	PERFORM agent._audit(v_card.org_id, v_card.workspace_id, 'approval.approved', v_card.invocation_id,
-						 approver, jsonb_build_object('approval_id', v_card.id,
-													  'code_sha256', v_card.code_sha256));
+						 approver, jsonb_strip_nulls(jsonb_build_object('approval_id', v_card.id,
+													  'code_sha256', v_card.code_sha256,
+													  'egress_sha256', v_egress)));
 	-- The supervisor claims approved work when this transaction commits.
 	PERFORM agent._wake_supervisor();
 	RETURN v_card.invocation_id;
@@ -232,7 +238,11 @@ CREATE TYPE agent.approval_card AS (
 	expires_at		timestamptz,
 	decided_by		text,
 	decided_at		timestamptz,
-	decision_reason text
+	decision_reason text,
+	-- what the run may reach (47_egress.sql): "api.github.com:443, ..." or
+	-- "nothing (no network)", and the hash the approval binds
+	egress_may_reach text,
+	egress_sha256	text
 );
 
 CREATE FUNCTION agent.approval_card(approval uuid) RETURNS agent.approval_card
@@ -250,7 +260,7 @@ BEGIN
 		   a.code, a.code_sha256,
 		   array_length(regexp_split_to_array(rtrim(a.code, E'\n'), E'\n'), 1),
 		   a.requested_by, a.created_at, a.expires_at, a.decided_by, a.decided_at,
-		   a.decision_reason
+		   a.decision_reason, agent.egress_may_reach(i.egress_policy), i.egress_sha256
 	  INTO v
 	  FROM agent.approval_requests a
 	  JOIN agent.invocations i ON i.id = a.invocation_id

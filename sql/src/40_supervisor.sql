@@ -489,7 +489,10 @@ BEGIN
 		conversation_id := r.conversation_id;
 		session_id := v_session;
 		fresh_session := v_fresh;
-		has_skills := EXISTS (SELECT 1 FROM agent.agent_skills s WHERE s.agent_id = r.agent_id);
+		-- true also for an egress policy: it comes with the prepare step
+		-- (47_egress.sql), which the supervisor runs only when this is set
+		has_skills := EXISTS (SELECT 1 FROM agent.agent_skills s WHERE s.agent_id = r.agent_id)
+			OR r.egress_policy IS NOT NULL;
 		lease_token := v_token;
 		RETURN NEXT;
 	END LOOP;
@@ -600,6 +603,15 @@ BEGIN
 		skill_id := f.id;
 		RETURN NEXT;
 	END LOOP;
+	-- The run's egress policy file, for the jail's proxy (47_egress.sql);
+	-- no row: no network.
+	IF r.egress_policy IS NOT NULL THEN
+		kind := 'egress';
+		name := 'policy';
+		content := convert_to(agent._egress_policy_file(invocation), 'UTF8');
+		skill_id := NULL;
+		RETURN NEXT;
+	END IF;
 END
 $$;
 

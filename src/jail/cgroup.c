@@ -546,6 +546,11 @@ jail_cgroup_attach(JailCgroup *cg, pid_t pid, char *err)
 #define STAT_OOM		1		/* memory.events / memory.oom_control */
 #define STAT_CPU		2		/* cpu.stat / cpuacct.usage */
 #define STAT_FAILCNT	3		/* v1 memory.failcnt */
+#define STAT_PIDS		4		/* pids.events (both versions) */
+#define NSTATS			5
+
+static bool read_keyed(const JailCgroup *cg, int stat, const char *dir, const char *file,
+					   const char *key, uint64_t *out);
 
 /*
  * Read a counter file: through the descriptor opened ahead when there is
@@ -580,12 +585,13 @@ read_stat(const JailCgroup *cg, int stat, const char *dir, const char *file,
 void
 jail_cgroup_open_stats(JailCgroup *cg)
 {
-	static const char *const v2[] = {"memory.peak", "memory.events", "cpu.stat", NULL};
-	static const char *const v1[] = {"memory.max_usage_in_bytes", "memory.oom_control",
-	"cpuacct.usage", "memory.failcnt"};
+	static const char *const v2[NSTATS] = {"memory.peak", "memory.events", "cpu.stat", NULL,
+	"pids.events"};
+	static const char *const v1[NSTATS] = {"memory.max_usage_in_bytes", "memory.oom_control",
+	"cpuacct.usage", "memory.failcnt", "pids.events"};
 	char		path[640];
 
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < NSTATS; i++)
 	{
 		const char *dir = NULL;
 		const char *file = NULL;
@@ -597,7 +603,7 @@ jail_cgroup_open_stats(JailCgroup *cg)
 		}
 		else if (cg->mode == CGROUP_V1)
 		{
-			dir = i == STAT_CPU ? cg->cpu_dir : cg->mem_dir;
+			dir = i == STAT_CPU ? cg->cpu_dir : i == STAT_PIDS ? cg->pids_dir : cg->mem_dir;
 			file = v1[i];
 		}
 		cg->statfd[i] = -1;
@@ -619,6 +625,13 @@ jail_cgroup_open_stats(JailCgroup *cg)
 		}
 	}
 	cg->stats_open = true;
+
+	/*
+	 * pids.events cannot be reset: what the slot's own set-up counted
+	 * (nothing, normally) is the base the run's count starts from.
+	 */
+	cg->pids_max_base = 0;
+	(void) read_keyed(cg, STAT_PIDS, "", "pids.events", "max", &cg->pids_max_base);
 }
 
 static bool
@@ -699,6 +712,11 @@ jail_cgroup_collect(const JailCgroup *cg, JailResult *res)
 			res->oom_killed = true;
 		}
 	}
+	/* a fork or clone refused at pids.max since the run began */
+	if ((cg->mode == CGROUP_V2 || (cg->mode == CGROUP_V1 && cg->pids_dir[0])) &&
+		read_keyed(cg, STAT_PIDS, cg->mode == CGROUP_V2 ? cg->v2_dir : cg->pids_dir,
+				   "pids.events", "max", &v) && v > cg->pids_max_base)
+		res->pids_limit_hit = true;
 	v = jail_cgroup_cpu_ms(cg);
 	if (v > res->cpu_ms)
 		res->cpu_ms = v;

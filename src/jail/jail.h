@@ -143,6 +143,7 @@ typedef struct JailResult
 	bool		oom_killed;
 	bool		output_truncated;
 	bool		file_too_large;
+	bool		pids_limit_hit; /* a fork or clone was refused at pids.max */
 	bool		killed;
 	uint64_t	stdout_bytes;
 	uint64_t	stderr_bytes;
@@ -184,7 +185,8 @@ typedef struct JailCgroup
 	uint64_t	memory_set;		/* limits last written (0: none yet), so */
 	uint64_t	pids_set;		/* a launcher slot skips unchanged ones */
 	bool		stats_open;		/* statfd holds the counter files, opened */
-	int			statfd[4];		/* ahead (jail_cgroup_open_stats); -1: none */
+	int			statfd[5];		/* ahead (jail_cgroup_open_stats); -1: none */
+	uint64_t	pids_max_base;	/* pids.events "max" when they were opened */
 } JailCgroup;
 
 /*

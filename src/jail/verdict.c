@@ -176,7 +176,7 @@ jail_format_verdict(char *line, size_t len, const JailResult *r)
 				 "\"signal\":%s,\"wall_ms\":%llu,\"cpu_ms\":%llu,"
 				 "\"peak_memory_bytes\":%llu,\"timed_out\":%s,"
 				 "\"oom_killed\":%s,\"output_truncated\":%s,"
-				 "\"file_too_large\":%s,\"killed\":%s,"
+				 "\"file_too_large\":%s,\"pids_limit_hit\":%s,\"killed\":%s,"
 				 "\"stdout_bytes\":%llu,\"stderr_bytes\":%llu,"
 				 "\"cgroup\":\"%s\",\"setup_error\":%s}\n",
 				 status_name(r->status), code, sig,
@@ -184,7 +184,7 @@ jail_format_verdict(char *line, size_t len, const JailResult *r)
 				 (unsigned long long) r->cpu_ms,
 				 (unsigned long long) r->peak_memory_bytes,
 				 B(r->timed_out), B(r->oom_killed), B(r->output_truncated),
-				 B(r->file_too_large), B(r->killed),
+				 B(r->file_too_large), B(r->pids_limit_hit), B(r->killed),
 				 (unsigned long long) r->stdout_bytes,
 				 (unsigned long long) r->stderr_bytes,
 				 cgroup_name(r->cgroup), err);

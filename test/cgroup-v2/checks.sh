@@ -178,10 +178,10 @@ oneshot() {
 		'[ $RC = 0 ] && [ "$(v oom_killed)" = true ] && [ "$(v signal)" = 9 ] && ! out_has survived && [ "$(v peak_memory_bytes)" -le 67108864 ] && [ "$(v peak_memory_bytes)" -ge 50331648 ]'
 	jr "$u" python 'x = bytearray(48 << 20); x[::4096] = b"x" * len(x[::4096]); print("kept")' --memory 256M
 	t "$u: memory.peak: a run that touches 48 MiB under 256 MiB reports 48..256 MiB, no oom" \
-		'[ $RC = 0 ] && out_has kept && [ "$(v oom_killed)" = false ] && [ "$(v peak_memory_bytes)" -ge 50331648 ] && [ "$(v peak_memory_bytes)" -lt 268435456 ]'
+		'[ $RC = 0 ] && out_has kept && [ "$(v oom_killed)" = false ] && [ "$(v pids_limit_hit)" = false ] && [ "$(v peak_memory_bytes)" -ge 50331648 ] && [ "$(v peak_memory_bytes)" -lt 268435456 ]'
 	jr "$u" shell 'bomb() { bomb | bomb & }; bomb; sleep 1; echo bomb-done' --pids 24 --wall-time 20
 	t "$u: pids limit contains a fork bomb" \
-		'[ $RC = 0 ] && err_has "Resource temporarily unavailable" && [ "$(v status)" != setup_error ] && [ "$(v cgroup)" = v2 ]'
+		'[ $RC = 0 ] && err_has "Resource temporarily unavailable" && [ "$(v status)" != setup_error ] && [ "$(v cgroup)" = v2 ] && [ "$(v pids_limit_hit)" = true ]'
 	jr "$u" shell 'for i in 1 2 3; do ( while :; do :; done ) & done; wait' --cpu-time 2 --wall-time 300
 	t "$u: cpu time summed over processes (cpu.stat) ends the run as timed_out" \
 		'[ $RC = 0 ] && [ "$(v status)" = timed_out ] && [ "$(v cpu_ms)" -ge 2000 ]'
@@ -268,8 +268,8 @@ served() {
 	t "$u: served memory.peak is the run's own: the next run (a fresh slot) reports < 64 MiB" \
 		'[ $RC = 0 ] && out_has small && [ "$(v peak_memory_bytes)" -gt 0 ] && [ "$(v peak_memory_bytes)" -lt 67108864 ] && [ "$(v oom_killed)" = false ]'
 	jr "$u" shell 'bomb() { bomb | bomb & }; bomb; sleep 1; echo bomb-done' --pids 24 --wall-time 20
-	t "$u: served pids limit contains a fork bomb" \
-		'[ $RC = 0 ] && err_has "Resource temporarily unavailable" && [ "$(v status)" != setup_error ]'
+	t "$u: served pids limit contains a fork bomb, pids_limit_hit from the slot's pids.events" \
+		'[ $RC = 0 ] && err_has "Resource temporarily unavailable" && [ "$(v status)" != setup_error ] && [ "$(v pids_limit_hit)" = true ]'
 	jr "$u" shell 'for i in 1 2 3; do ( while :; do :; done ) & done; wait' --cpu-time 2 --wall-time 300
 	t "$u: served cpu time summed over processes ends the run as timed_out" \
 		'[ $RC = 0 ] && [ "$(v status)" = timed_out ] && [ "$(v cpu_ms)" -ge 2000 ]'

@@ -417,6 +417,21 @@ CREATE TABLE agent.egress_connections (
 CREATE INDEX egress_connections_tenant_idx ON agent.egress_connections (org_id, workspace_id);
 COMMENT ON TABLE agent.egress_connections IS 'every connection attempt of a run through its egress proxy (docs/egress.md)';
 
+-- The hash of a run's connection log: sha256 over its rows in order, each
+-- as the JSON object below and a newline.  The run's audit event carries
+-- it; anyone who can read the rows recomputes it (docs/egress.md, "Audit").
+CREATE FUNCTION agent.egress_log_sha256(invocation uuid) RETURNS text
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT encode(sha256(convert_to(coalesce(string_agg(jsonb_build_object(
+				'seq', c.seq, 'kind', c.kind, 'host', c.host, 'port', c.port,
+				'address', host(c.address), 'allowed', c.allowed, 'rule_id', c.rule_id,
+				'reason', c.reason, 'bytes_up', c.bytes_up, 'bytes_down', c.bytes_down,
+				'duration_ms', c.duration_ms)::text || E'\n', '' ORDER BY c.seq), ''), 'UTF8')), 'hex')
+	  FROM agent.egress_connections c WHERE c.invocation_id = invocation
+$$;
+
 -- The run's connection log as the supervisor read it from the jail, with
 -- the verdict's summary.  Fenced: once per invocation, only while it is
 -- provisioning or running, only for an invocation with egress.  The
@@ -430,7 +445,6 @@ DECLARE
 	l		text;
 	j		jsonb;
 	n		integer := 0;
-	v_text	text := '';
 BEGIN
 	SELECT * INTO r FROM agent.invocations i
 	 WHERE i.id = invocation AND i.state IN ('provisioning', 'running') AND i.egress_policy IS NOT NULL;
@@ -456,7 +470,6 @@ BEGIN
 				CASE WHEN (j->>'rule') ~ '^[0-9a-f-]{36}$' THEN (j->>'rule')::uuid END,
 				left(j->>'reason', 1000), coalesce((j->>'bytes_up')::bigint, 0),
 				coalesce((j->>'bytes_down')::bigint, 0), coalesce((j->>'ms')::bigint, 0));
-		v_text := v_text || j::text || E'\n';
 	END LOOP;
 	INSERT INTO agent.egress_runs
 		(invocation_id, org_id, workspace_id, attempts, allowed, denied, bytes_up, bytes_down,
@@ -468,8 +481,7 @@ BEGIN
 			coalesce((verdict->>'egress_bytes_up')::bigint, 0),
 			coalesce((verdict->>'egress_bytes_down')::bigint, 0),
 			coalesce((verdict->>'egress_limit_hit')::boolean, false),
-			least(n, 1000),
-			encode(sha256(convert_to(v_text, 'UTF8')), 'hex'));
+			least(n, 1000), agent.egress_log_sha256(invocation));
 	RETURN true;
 END
 $$;
@@ -542,5 +554,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
 	agent.narrow_egress(uuid, uuid, uuid[], text),
 	agent.effective_egress(uuid, uuid),
-	agent.egress_may_reach(jsonb)
+	agent.egress_may_reach(jsonb),
+	agent.egress_log_sha256(uuid)
 	TO agent_backend, agent_admin;
+GRANT EXECUTE ON FUNCTION agent.egress_log_sha256(uuid) TO agent_auditor;

@@ -14,6 +14,11 @@ EGR_DIR=${EGR_DIR:-/tmp/${EGR_PREFIX}}
 EGR_FAKENET_PID=
 EGR_HOSTSVC_PID=
 
+# Run a command in the host namespace.  nsenter --net switches only the
+# network namespace; ip netns exec would also remount /sys, hiding the
+# cgroup tree the jail needs.
+egr_in_host() { nsenter --net="/run/netns/$EGR_H" -- "$@"; }
+
 egr_certs() {		# a test CA and one certificate for every test name
 	mkdir -p "$EGR_DIR"
 	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=sandbox_ext egress test CA" \

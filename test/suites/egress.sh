@@ -66,7 +66,7 @@ jrun() {
 		egress=(--egress-policy "$pol" --egress-log "$log" --egress-resolver "$EGR_RESOLVER"
 			--egress-ca "$EGR_DIR/ca.pem" --egress-proxy "$PROXY")
 	fi
-	out=$(ip netns exec "$EGR_H" env ASAN_OPTIONS=log_path=$ASAN_LOG.$nrun "$JAIL" \
+	out=$(egr_in_host env ASAN_OPTIONS=log_path=$ASAN_LOG.$nrun "$JAIL" \
 		--language "$lang" --workspace "$EGR_DIR/ws" --code-file "$EGR_DIR/code.$nrun" \
 		--wall-time 60 --quiet --verdict-file "$EGR_DIR/verdict.$nrun" "${egress[@]}" "$@" 2>&1)
 	verdict=$(cat "$EGR_DIR/verdict.$nrun" 2>/dev/null)
@@ -338,7 +338,7 @@ for i in range(300):
     s.close()
 time.sleep(2)
 print("A refused", refused)' >"$EGR_DIR/flood.py"
-	ip netns exec "$EGR_H" "$JAIL" --language python --workspace "$EGR_DIR/ws" --code-file "$EGR_DIR/flood.py" \
+	egr_in_host "$JAIL" --language python --workspace "$EGR_DIR/ws" --code-file "$EGR_DIR/flood.py" \
 		--wall-time 60 --quiet --verdict-file "$EGR_DIR/flood.verdict" --egress-policy "$POLICY" \
 		--egress-log "$EGR_DIR/flood.log" --egress-resolver "$EGR_RESOLVER" --egress-proxy "$PROXY" \
 		>"$EGR_DIR/flood.out" 2>&1 &
@@ -408,8 +408,222 @@ t_sanitizers() {
 		"$(cat "$ASAN_LOG".* 2>/dev/null | grep -m3 -E 'ERROR: AddressSanitizer|runtime error|LeakSanitizer')"
 }
 
+# ---- the database: policy as data, end to end ------------------------------------
+# A cluster of its own, started inside the fake internet's host namespace:
+# its supervisor's jails and their proxies run there (the suite's shared
+# cluster runs in the machine's namespace, which has no fake internet).
+EPG_DIR=$EGR_DIR/pg
+EPG_PORT=$((SANDBOX_PGPORT + 7))
+db_up() {
+	chmod 0755 "$EGR_DIR" && chmod 0644 "$EGR_DIR/ca.pem"
+	PGBIN=$PGBIN SANDBOX_CLUSTER_DIR=$EPG_DIR SANDBOX_PGPORT=$EPG_PORT SANDBOX_EXTRA_CONF="sandbox.egress_resolver = '$EGR_RESOLVER'
+sandbox.egress_ca_file = '$EGR_DIR/ca.pem'" egr_in_host "$top/scripts/cluster.sh" start >"$EGR_DIR/db_up.log" 2>&1 || {
+		nok "egress cluster up" "$(tail -n 5 "$EGR_DIR/db_up.log")"
+		return 1
+	}
+	CLUSTER_DIR=$EPG_DIR
+	PORT=$EPG_PORT
+}
+db_down() {
+	[ -n "${EPG_UP:-}" ] && PGBIN=$PGBIN SANDBOX_CLUSTER_DIR=$EPG_DIR SANDBOX_PGPORT=$EPG_PORT "$top/scripts/cluster.sh" stop >/dev/null 2>&1
+	EPG_UP=
+}
+trap 'db_down; egr_down' EXIT
+
+aq() {				# org sql [psql options]: as agent_admin of the org
+	local org=$1 sql=$2
+	shift 2
+	printf "BEGIN;\nSET LOCAL ROLE agent_admin;\nSELECT agent.set_tenant('%s', NULL);\n%s\nCOMMIT;\n" \
+		"$org" "$sql" | q "$@" -f - | sed '/^$/d'
+}
+aq_error() {
+	local err
+	err=$(aq "$1" "\\set VERBOSITY verbose
+$2" 2>&1 >/dev/null | sed -n 's/^.*ERROR:  \([0-9A-Z]\{5\}\): \(.*\)$/\1 \2/p' | head -n 1)
+	echo "${err:-no error}"
+}
+await_ok() {		# TENANT INV: "the run succeeded", with its reason when not
+	local st
+	st=$(await "$1" "$2")
+	check "the run succeeded" succeeded "$st"
+	[ "$st" = succeeded ] || echo "#   reason: $(field "$2" state_reason)"
+}
+q_error() {			# SQL as the owner → "SQLSTATE message" of its error
+	printf '\\set VERBOSITY verbose\n%s\n' "$1" | q -f - 2>&1 >/dev/null |
+		sed -n 's/^.*ERROR:  \([0-9A-Z]\{5\}\): \(.*\)$/\1 \2/p' | head -n 1
+}
+card() { tq "$1" "$2" "SELECT egress_may_reach FROM agent.approval_card('$3');" | tail -n 1; }
+TWO_GETS='
+import requests
+for u in ["https://allowed.test/one", "https://denied.test/two"]:
+    try:
+        print(u, "GOT", requests.get(u, timeout=20).text.strip())
+    except Exception as e:
+        print(u, "ERR", str(e))'
+
+t_db_default_deny() {
+	local T org ws agent conv inv appr
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	read -r inv appr < <(req "$T" python 'import socket
+try:
+    socket.create_connection(("127.0.0.1", 3128), timeout=3); print("OPEN")
+except OSError as e:
+    print("closed", e.errno)')
+	check "an org without rules: the card says no network" "nothing (no network)" "$(card "$org" "$ws" "$appr")"
+	check "no policy on the invocation" "" "$(field "$inv" egress_policy)"
+	approve "$T" "$appr"
+	await_ok "$T" "$inv"
+	check "nothing listens inside: today's no-network sandbox" "closed 111" "$(output "$inv")"
+	check "no egress rows" 0 "$(q -c "SELECT count(*) FROM agent.egress_connections WHERE invocation_id = '$inv'")"
+}
+
+t_db_allowed_run() {
+	local T org ws agent conv inv appr
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');
+SELECT agent.add_egress_rule('*.Allowed.Test.', '{443,8443}', 'admin');" >/dev/null
+	read -r inv appr < <(req "$T" python "$TWO_GETS")
+	check "the card says what the run may reach" "*.allowed.test:443,8443, allowed.test:443" "$(card "$org" "$ws" "$appr")"
+	approve "$T" "$appr"
+	await_ok "$T" "$inv"
+	out=$(output "$inv")
+	has "the allowed host answered through the supervisor's jail" "https://allowed.test/one GOT hello allowed.test /one from 93.184.216.34"
+	has "the other one was refused, saying why" "egress denied: denied.test:443 is not in the allowlist"
+	check "two rows for the tenant, one allowed (under RLS, as the backend)" "2|1" \
+		"$(tq "$org" "$ws" "SELECT count(*) || '|' || count(*) FILTER (WHERE allowed) FROM agent.egress_connections WHERE invocation_id = '$inv';" | tail -n 1)"
+	check "the allowed row names its host, address and rule" "allowed.test|93.184.216.34|true" \
+		"$(q -c "SELECT c.host || '|' || host(c.address) || '|' || (c.rule_id = r.id) FROM agent.egress_connections c JOIN agent.egress_rules r ON r.host = 'allowed.test' AND r.org_id = c.org_id WHERE c.invocation_id = '$inv' AND c.allowed")"
+	check "the tool call's summary" "2|1|1|false" \
+		"$(q -c "SELECT (egress->>'attempts') || '|' || (egress->>'allowed') || '|' || (egress->>'denied') || '|' || (egress->>'limit_hit') FROM agent.agent_tool_calls WHERE invocation_id = '$inv'")"
+	check "one egress audit event for the run" 1 \
+		"$(q -c "SELECT count(*) FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'egress.connections'")"
+	check "its hash is the connection log's" t \
+		"$(q -c "SELECT details->>'log_sha256' = agent.egress_log_sha256('$inv') AND (details->>'log_rows')::int = 2 FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'egress.connections'")"
+	check "the approval event binds the policy's hash" t \
+		"$(q -c "SELECT a.details->>'egress_sha256' = i.egress_sha256 FROM agent.audit_events a JOIN agent.invocations i ON i.id = a.invocation_id WHERE a.invocation_id = '$inv' AND a.event_type = 'approval.approved'")"
+	q -c "ALTER TABLE agent.egress_connections DISABLE ROW LEVEL SECURITY" >/dev/null
+	q -c "UPDATE agent.egress_connections SET allowed = true WHERE invocation_id = '$inv'" >/dev/null
+	check "a rewritten log no longer matches its audited hash" f \
+		"$(q -c "SELECT details->>'log_sha256' = agent.egress_log_sha256('$inv') FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'egress.connections'")"
+	q -c "ALTER TABLE agent.egress_connections ENABLE ROW LEVEL SECURITY" >/dev/null
+	check "the audit chain verifies" t "$(q -c "SELECT ok FROM agent.verify_audit_chain('$org')")"
+}
+
+t_db_policy_changed_after_request() {
+	local T org ws agent conv inv appr
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" >/dev/null
+	read -r inv appr < <(req "$T" python "$TWO_GETS")
+	# between request and run: the admin widens the policy
+	aq "$org" "SELECT agent.add_egress_rule('denied.test', '{443}', 'admin');" >/dev/null
+	check "the policy now includes denied.test" "allowed.test:443, denied.test:443" \
+		"$(tq "$org" "$ws" "SELECT may_reach FROM agent.effective_egress('$agent');" | tail -n 1)"
+	check "the card still shows what was requested" "allowed.test:443" "$(card "$org" "$ws" "$appr")"
+	approve "$T" "$appr"
+	await_ok "$T" "$inv"
+	out=$(output "$inv")
+	has "the approved host works" "https://allowed.test/one GOT hello"
+	has "the host added after the request stays refused" "egress denied: denied.test:443 is not in the allowlist"
+	check "the copy on the invocation cannot be changed (even by the owner)" \
+		"55000 cannot change the egress policy of invocation $inv" \
+		"$(q_error "UPDATE agent.invocations SET egress_policy = NULL WHERE id = '$inv';")"
+	# a superuser widening the copy behind the freeze: the run would be refused
+	q >/dev/null <<SQL
+ALTER TABLE agent.invocations DISABLE TRIGGER invocations_freeze_egress;
+UPDATE agent.invocations SET egress_policy = jsonb_set(egress_policy, '{rules}', egress_policy->'rules' || '[{"id":"00000000-0000-4000-8000-000000000000","host":"denied.test","ports":[443]}]'),
+	egress_sha256 = NULL WHERE id = '$inv';
+UPDATE agent.invocations SET egress_sha256 = agent._egress_sha256(egress_policy) WHERE id = '$inv';
+ALTER TABLE agent.invocations ENABLE TRIGGER invocations_freeze_egress;
+SQL
+	check "a policy copy rewritten after approval is refused for the run" \
+		"55000 the egress policy of invocation $inv is not the one its approval covers" \
+		"$(q_error "SELECT agent._egress_policy_file('$inv');")"
+}
+
+t_db_narrowing() {
+	local T org ws agent conv ra rb T2 org2 rc inv appr
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	ra=$(aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" | tail -n 1)
+	rb=$(aq "$org" "SELECT agent.add_egress_rule('other.test', '{443}', 'admin');" | tail -n 1)
+	T2=$(new_tenant 0)
+	read -r org2 _ <<<"$T2"
+	rc=$(aq "$org2" "SELECT agent.add_egress_rule('denied.test', '{443}', 'admin');" | tail -n 1)
+	tq "$org" "$ws" "SELECT agent.narrow_egress('$agent', NULL, ARRAY['$ra']::uuid[], 'owner');" >/dev/null
+	check "an agent narrowed to one rule" "allowed.test:443" \
+		"$(tq "$org" "$ws" "SELECT may_reach FROM agent.effective_egress('$agent');" | tail -n 1)"
+	check "a conversation cannot take a rule its agent does not have" \
+		"42501 egress rule $rb is not available to narrow to" \
+		"$(tq_error "$org" "$ws" "SELECT agent.narrow_egress('$agent', '$conv', ARRAY['$rb']::uuid[], 'owner');")"
+	check "nor a rule of another org" "42501 egress rule $rc is not available to narrow to" \
+		"$(tq_error "$org" "$ws" "SELECT agent.narrow_egress('$agent', NULL, ARRAY['$rc']::uuid[], 'owner');")"
+	tq "$org" "$ws" "SELECT agent.narrow_egress('$agent', '$conv', '{}'::uuid[], 'owner');" >/dev/null
+	read -r inv appr < <(req "$T" python 'print(1)')
+	check "a conversation narrowed to nothing has no network" "nothing (no network)" "$(card "$org" "$ws" "$appr")"
+	tq "$org" "$ws" "SELECT agent.deny('$appr', 'approver');" >/dev/null
+}
+
+t_db_roles_and_rls() {
+	local T org ws agent conv T2 org2 ws2
+	T=$(new_tenant 0)
+	read -r org ws agent conv <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" >/dev/null
+	T2=$(new_tenant 0)
+	read -r org2 ws2 _ <<<"$T2"
+	check "another tenant sees none of the org's rules" 0 \
+		"$(tq "$org2" "$ws2" "SELECT count(*) FROM agent.egress_rules;" | tail -n 1)"
+	check "nor any connection row of another tenant" 0 \
+		"$(tq "$org2" "$ws2" "SELECT count(*) FROM agent.egress_connections WHERE org_id <> '$org2';" | tail -n 1)"
+	check "the backend cannot add rules (an admin's)" "42501 permission denied for function add_egress_rule" \
+		"$(tq_error "$org" "$ws" "SELECT agent.add_egress_rule('evil.test', '{443}', 'me');")"
+	check "nor write connection rows" "42501 permission denied for table egress_connections" \
+		"$(tq_error "$org" "$ws" "INSERT INTO agent.egress_connections (invocation_id, seq, org_id, workspace_id, kind, host, port, allowed, bytes_up, bytes_down, duration_ms) VALUES (gen_random_uuid(), 1, '$org', '$ws', 'connect', 'x', 1, true, 0, 0, 0);")"
+	check "nor record a run's egress" "42501 permission denied for function _record_egress" \
+		"$(tq_error "$org" "$ws" "SELECT agent._record_egress(gen_random_uuid(), '', NULL);")"
+	check "an IP address is not a host pattern" "22023 host pattern \"2130706433\" is an address, not a name" \
+		"$(aq_error "$org" "SELECT agent.add_egress_rule('2130706433', '{443}', 'admin');")"
+	check "nor a dotted one" "22023 host pattern \"1.2.3.4\" is an address, not a name" \
+		"$(aq_error "$org" "SELECT agent.add_egress_rule('1.2.3.4', '{443}', 'admin');")"
+	check "a wildcard only at the front" "22023 invalid host pattern \"a.*.test\"" \
+		"$(aq_error "$org" "SELECT agent.add_egress_rule('a.*.test', '{443}', 'admin');")"
+	check "ports are checked" "22023 invalid ports for an egress rule" \
+		"$(aq_error "$org" "SELECT agent.add_egress_rule('ok.test', '{0}', 'admin');")"
+	check "host or cidr, not both" "22023 an egress rule needs exactly one of host and cidr" \
+		"$(aq_error "$org" "SELECT agent.add_egress_rule('ok.test', '{443}', 'admin', '1.2.3.0/24');")"
+}
+
+t_db_limits() {
+	local T org ws agent conv inv
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');
+SELECT agent.set_egress_limits(1, 1000000, 1000000, 'admin');" >/dev/null
+	inv=$(run "$T" python 'import requests
+for u in ["https://allowed.test/a", "https://allowed.test/b"]:
+    try:
+        print(u, requests.get(u, timeout=20).text.strip())
+    except Exception as e:
+        print(u, "ERR", str(e))')
+	out=$(output "$inv")
+	has "the first connection passes" "https://allowed.test/a hello allowed.test /a"
+	has "the second hits the org's limit" "egress denied: the run's connection limit (1) is used up"
+	check "the tool call flags the limit" true \
+		"$(q -c "SELECT egress->>'limit_hit' FROM agent.agent_tool_calls WHERE invocation_id = '$inv'")"
+}
+
+if [ -z "${T:-}" ] || [[ t_db_ =~ $T ]] || [[ $T == *t_db* ]]; then
+	db_up && EPG_UP=1
+fi
+
 run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_wildcard_apex \
 	t_wrong_port t_ip_literal t_forbidden_names t_rebinding t_sni_and_host t_ipv6 \
 	t_no_route_no_dns t_proxy_own_ports t_flood_and_slow t_caps t_runtime_installs \
 	t_no_policy_no_proxy t_sanitizers
+if [ -n "${EPG_UP:-}" ]; then
+	run_tests t_db_default_deny t_db_allowed_run t_db_policy_changed_after_request \
+		t_db_narrowing t_db_roles_and_rls t_db_limits
+fi
 finish_suite

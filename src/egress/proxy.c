@@ -587,16 +587,60 @@ send_counted(Conn *c, int fd, const uint8_t *buf, size_t n, bool up)
 }
 
 /*
+ * Move what src has (at most max bytes) to dst through the pipe p, in the
+ * kernel (splice: no copy through this process), counted against the
+ * run's cap in that direction.  Returns the bytes taken from src, 0 at
+ * EOF, -1 on an error or when the cap cut it (then c->reason says so).
+ */
+static ssize_t
+move_bytes(Conn *c, int src, int dst, int p[2], size_t max, bool up)
+{
+	ssize_t		n = splice(src, NULL, p[1], NULL, max, SPLICE_F_MOVE);
+	size_t		ok,
+				left;
+
+	if (n <= 0)
+		return n;
+	ok = take_bytes(up, n);
+	for (left = ok; left > 0;)
+	{
+		ssize_t		m = splice(p[0], NULL, dst, NULL, left, SPLICE_F_MOVE);
+
+		if (m < 0 && errno == EINTR)
+			continue;
+		if (m <= 0)
+			return -1;
+		left -= m;
+	}
+	if (up)
+		c->up += ok;
+	else
+		c->down += ok;
+	if (ok < (size_t) n)
+	{
+		/* the rest stays in the pipe, which is closed with the connection */
+		snprintf(c->reason, sizeof(c->reason), "the run's byte limit (%s) was reached",
+				 up ? "up" : "down");
+		return -1;
+	}
+	return n;
+}
+
+/*
  * Relay both ways until both sides are done.  up_left: how many more
  * bytes the sandbox may send (HTTP: the declared body), or UINT64_MAX.
  */
 static void
 relay(Conn *c, uint64_t up_left)
 {
-	static __thread uint8_t buf[EGRESS_BUF];
+	int			pu[2] = {-1, -1},
+				pd[2] = {-1, -1};
 	bool		cdone = up_left == 0,
 				udone = false;
 
+	if (pipe2(pu, O_CLOEXEC) < 0 || pipe2(pd, O_CLOEXEC) < 0)
+		goto out;
+	(void) fcntl(pd[1], F_SETPIPE_SZ, EGRESS_BUF * 4);
 	if (cdone)
 		shutdown(c->ufd, SHUT_WR);
 	while (!udone && !atomic_load(&stopping))
@@ -611,9 +655,11 @@ relay(Conn *c, uint64_t up_left)
 			continue;
 		if (p[0].revents)
 		{
-			size_t		want = up_left < sizeof(buf) ? up_left : sizeof(buf);
-			ssize_t		n = read(c->cfd, buf, want);
+			size_t		want = up_left < EGRESS_BUF ? up_left : EGRESS_BUF;
+			ssize_t		n = move_bytes(c, c->cfd, c->ufd, pu, want, true);
 
+			if (n < 0 && c->reason[0])
+				break;
 			if (n <= 0)
 			{
 				cdone = true;
@@ -621,8 +667,6 @@ relay(Conn *c, uint64_t up_left)
 			}
 			else
 			{
-				if (send_counted(c, c->ufd, buf, n, true) < 0)
-					break;
 				if (up_left != UINT64_MAX)
 					up_left -= n;
 				if (up_left == 0)
@@ -635,13 +679,21 @@ relay(Conn *c, uint64_t up_left)
 		}
 		if (p[1].revents)
 		{
-			ssize_t		n = read(c->ufd, buf, sizeof(buf));
+			ssize_t		n = move_bytes(c, c->ufd, c->cfd, pd, EGRESS_BUF * 4, false);
 
-			if (n <= 0)
-				udone = true;
-			else if (send_counted(c, c->cfd, buf, n, false) < 0)
+			if (n < 0)
 				break;
+			if (n == 0)
+				udone = true;
 		}
+	}
+out:
+	for (int i = 0; i < 2; i++)
+	{
+		if (pu[i] >= 0)
+			close(pu[i]);
+		if (pd[i] >= 0)
+			close(pd[i]);
 	}
 }
 

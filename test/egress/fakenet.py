@@ -37,6 +37,21 @@ def dns_answer(q):
         addrs = ([PUB] if queries[name] == 1 else ["127.0.0.1"]) if qtype == 1 else []
     else:
         addrs = NAMES.get(name, []) if qtype == 1 else AAAA.get(name, []) if qtype == 28 else []
+    # a hostile resolver: malformed answers the proxy must refuse, not trust
+    if name == "ptrloop.test":      # an answer whose name points at itself
+        off = len(q[:off + 5])
+        return struct.pack(">HHHHHH", qid, 0x8180, 1, 1, 0, 0) + question + \
+            struct.pack(">H", 0xc000 | off) + struct.pack(">HHIH", 1, 1, 0, 4) + b"\x5d\xb8\xd8\x22"
+    if name == "overlong.test":     # rdlength beyond the message
+        return struct.pack(">HHHHHH", qid, 0x8180, 1, 1, 0, 0) + question + \
+            b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 0, 200) + b"\x5d\xb8"
+    if name == "wrongid.test":      # an answer to another query: ignored
+        return struct.pack(">HHHHHH", qid ^ 0x5555, 0x8180, 1, 1, 0, 0) + question + \
+            b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 0, 4) + b"\x5d\xb8\xd8\x22"
+    if name == "othername.test":    # an answer for a name that was not asked
+        other = b"\x05other\x04test\x00"
+        return struct.pack(">HHHHHH", qid, 0x8180, 1, 1, 0, 0) + question + \
+            other + struct.pack(">HHIH", 1, 1, 0, 4) + b"\x5d\xb8\xd8\x22"
     known = name in NAMES or name in AAAA or name.endswith(".rebind.test")
     rcode = 0 if known else 3
     ans = b""

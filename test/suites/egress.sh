@@ -49,6 +49,10 @@ rule v6 host v6ula.test 443
 rule reg host pypi.org 443
 rule reg2 host files.pythonhosted.org 443
 rule reg3 host registry.npmjs.org 443
+rule h1 host ptrloop.test 443
+rule h2 host overlong.test 443
+rule h3 host wrongid.test 443
+rule h4 host othername.test 443
 P
 
 # jrun LANG CODE [POLICY|none] [extra jail options...]: one run in the
@@ -390,6 +394,72 @@ cd /tmp && npm install left-pad 2>&1 | grep -m1 -o "ENOTCACHED\|EACCES\|ENETUNRE
 	check "neither even tried the proxy" 0 "$(vfield egress_attempts)"
 }
 
+t_hostile_inputs() {
+	# malformed requests and TLS hellos from the payload, malformed answers
+	# from a hostile resolver: each refused with a reason, the proxy (ASan)
+	# serving on; t_sanitizers then finds no report
+	jrun python '
+import socket, struct
+def ask(data, close=False):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(data)
+    if close: s.shutdown(socket.SHUT_WR)
+    s.settimeout(15)
+    try:
+        return s.recv(400).split(b"\r\n")[0].decode(errors="replace")
+    except Exception as e:
+        return "ERR " + str(e)
+for i, req in enumerate([b"\x00\x01\x02\r\n\r\n", b"GET\r\n\r\n", b"CONNECT\r\n\r\n",
+        b"CONNECT allowed.test HTTP/1.1\r\n\r\n", b"CONNECT allowed.test:99999 HTTP/1.1\r\n\r\n",
+        b"CONNECT [::1 HTTP/1.1\r\n\r\n", b"CONNECT :443 HTTP/1.1\r\n\r\n",
+        b"CONNECT allowed.test:443 HTTP/2.0\r\n\r\n", b"GET http://user@allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+        b"POST http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+        b"POST http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"GET http://" + b"a" * 300 + b".test/ HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"X" * 20000]):
+    print("R%d" % i, ask(req))
+# TLS hellos that lie about their lengths
+def tunnel_then(payload):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+    assert s.recv(100).startswith(b"HTTP/1.1 200")
+    s.sendall(payload); s.shutdown(socket.SHUT_WR); s.settimeout(15)
+    try:
+        return s.recv(100)
+    except Exception as e:
+        return str(e)
+hs = b"\x01" + struct.pack(">I", 2000)[1:] + b"\x03\x03" + b"\x00" * 32 + b"\xff"
+for j, p in enumerate([b"\x16\x03\x01\x00\x05\x01\x00\x00\xff\xff", b"\x16\x03\x01\x40\x01" + b"\x01" * 10,
+                       b"\x16\x03\x01" + struct.pack(">H", len(hs)) + hs, b"\x16\x03\x01\x00\x30" + b"\x01\x00\x00\x2c" + b"\x03\x03" + b"\x00" * 32 + b"\x00\x00\x02\x13\x01\x01\x00\xff\xff"]):
+    print("T%d" % j, tunnel_then(p))
+import requests
+for h in ["ptrloop.test", "overlong.test", "wrongid.test", "othername.test"]:
+    try:
+        requests.get("https://%s/" % h, timeout=30); print(h, "GOT")
+    except Exception as e:
+        print(h, "ERR", str(e)[-160:])
+print("still", requests.get("https://allowed.test/after").text.strip())'
+	has "garbage before the head" "R0 HTTP/1.1 403 egress denied: the request head is malformed"
+	has "a bare method" "R1 HTTP/1.1 403 egress denied: not an HTTP/1 proxy request"
+	has "CONNECT without a port" "R3 HTTP/1.1 403 egress denied: CONNECT needs host:port"
+	has "a port out of range" "R4 HTTP/1.1 403 egress denied: CONNECT needs host:port"
+	has "an unterminated IPv6 literal" "R5 HTTP/1.1 403 egress denied: CONNECT needs host:port"
+	has "an empty host" "R6 HTTP/1.1 403 egress denied: CONNECT needs host:port"
+	has "another HTTP version" "R7 HTTP/1.1 403 egress denied: not an HTTP/1 proxy request"
+	has "credentials in the authority" "R8 HTTP/1.1 403 egress denied: invalid request target"
+	has "two Content-Lengths" "R9 HTTP/1.1 403 egress denied: request bodies need one Content-Length"
+	has "a chunked upload" "R10 HTTP/1.1 403 egress denied: request bodies need one Content-Length"
+	has "an over-long name" "R11 HTTP/1.1 403 egress denied: invalid request target"
+	has "a head larger than 16 KiB" "R12 HTTP/1.1 403 egress denied: the request head is malformed or larger than 16384 bytes"
+	check "lying TLS hellos: every tunnel closed, nothing relayed" 4 "$(grep -c "^T[0-3] b''$" <<<"$out")"
+	has "a resolver answer that loops" "ptrloop.test ERR"
+	has "a record longer than the answer" "overlong.test ERR"
+	has "an answer with another id is not taken" "502 egress failed: could not resolve wrongid.test: the resolver did not answer"
+	has "an answer for another name is not taken" "could not resolve othername.test: no address"
+	check "malformed answers are refused as such" 2 "$(logrows 'malformed answer from the resolver')"
+	has "the proxy still serves afterwards" "still hello allowed.test /after from 93.184.216.34"
+}
+
 t_no_policy_no_proxy() {
 	jrun python '
 import os, socket
@@ -621,7 +691,7 @@ fi
 run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_wildcard_apex \
 	t_wrong_port t_ip_literal t_forbidden_names t_rebinding t_sni_and_host t_ipv6 \
 	t_no_route_no_dns t_proxy_own_ports t_flood_and_slow t_caps t_runtime_installs \
-	t_no_policy_no_proxy t_sanitizers
+	t_hostile_inputs t_no_policy_no_proxy t_sanitizers
 if [ -n "${EPG_UP:-}" ]; then
 	run_tests t_db_default_deny t_db_allowed_run t_db_policy_changed_after_request \
 		t_db_narrowing t_db_roles_and_rls t_db_limits

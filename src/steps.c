@@ -511,8 +511,11 @@ sandbox_step_record_result(SandboxRun *run, const char *error, int jail_status,
 
 		sandbox_xact_begin("finishing an invocation");
 		if (with_files)
+		{
 			store_produced(run);
-		record_egress(run);
+			/* not on the fallback: a failing record must not keep the slot */
+			record_egress(run);
+		}
 		finish_args(run, error, jail_status, values, nulls);
 		rc = SPI_execute_with_args("SELECT agent._finish_invocation($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 								   9, types, values, nulls, false, 0);

@@ -456,20 +456,24 @@ BEGIN
 		EXIT WHEN n > 1000;		-- the proxy logs at most 1000 per run
 		BEGIN
 			j := l::jsonb;
-		EXCEPTION WHEN invalid_text_representation THEN
-			j := jsonb_build_object('kind', 'connect', 'host', '(unreadable log line)', 'port', 0,
-									'decision', 'denied', 'reason', 'the proxy wrote an unreadable line');
+			INSERT INTO agent.egress_connections
+				(invocation_id, seq, org_id, workspace_id, kind, host, port, address, allowed,
+				 rule_id, reason, bytes_up, bytes_down, duration_ms)
+			VALUES (invocation, n, r.org_id, r.workspace_id,
+					CASE WHEN j->>'kind' = 'http' THEN 'http' ELSE 'connect' END,
+					left(coalesce(j->>'host', '?'), 300), coalesce((j->>'port')::integer, 0),
+					(j->>'address')::inet, j->>'decision' = 'allowed',
+					CASE WHEN (j->>'rule') ~ '^[0-9a-f-]{36}$' THEN (j->>'rule')::uuid END,
+					left(j->>'reason', 1000), coalesce((j->>'bytes_up')::bigint, 0),
+					coalesce((j->>'bytes_down')::bigint, 0), coalesce((j->>'ms')::bigint, 0));
+		EXCEPTION WHEN data_exception THEN
+			-- a line of ours we cannot read must not lose the run's record
+			INSERT INTO agent.egress_connections
+				(invocation_id, seq, org_id, workspace_id, kind, host, port, allowed, reason,
+				 bytes_up, bytes_down, duration_ms)
+			VALUES (invocation, n, r.org_id, r.workspace_id, 'connect', '(unreadable log line)', 0,
+					false, 'the proxy wrote a line that could not be read', 0, 0, 0);
 		END;
-		INSERT INTO agent.egress_connections
-			(invocation_id, seq, org_id, workspace_id, kind, host, port, address, allowed,
-			 rule_id, reason, bytes_up, bytes_down, duration_ms)
-		VALUES (invocation, n, r.org_id, r.workspace_id,
-				CASE WHEN j->>'kind' = 'http' THEN 'http' ELSE 'connect' END,
-				left(coalesce(j->>'host', '?'), 300), coalesce((j->>'port')::integer, 0),
-				(j->>'address')::inet, j->>'decision' = 'allowed',
-				CASE WHEN (j->>'rule') ~ '^[0-9a-f-]{36}$' THEN (j->>'rule')::uuid END,
-				left(j->>'reason', 1000), coalesce((j->>'bytes_up')::bigint, 0),
-				coalesce((j->>'bytes_down')::bigint, 0), coalesce((j->>'ms')::bigint, 0));
 	END LOOP;
 	INSERT INTO agent.egress_runs
 		(invocation_id, org_id, workspace_id, attempts, allowed, denied, bytes_up, bytes_down,
@@ -558,3 +562,19 @@ GRANT EXECUTE ON FUNCTION
 	agent.egress_log_sha256(uuid)
 	TO agent_backend, agent_admin;
 GRANT EXECUTE ON FUNCTION agent.egress_log_sha256(uuid) TO agent_auditor;
+
+-- A runner host's way to record a run's egress (docs/runners.md): the same
+-- step, fenced on the runner's identity and its lease of the invocation.
+CREATE FUNCTION agent.runner_record_egress(runner uuid, token uuid, invocation uuid,
+										   log text, verdict jsonb) RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	PERFORM agent._runner_self(runner);
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+	RETURN agent._record_egress(invocation, log, verdict);
+END
+$$;
+GRANT EXECUTE ON FUNCTION agent.runner_record_egress(uuid, uuid, uuid, text, jsonb) TO agent_runner;

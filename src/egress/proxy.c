@@ -94,6 +94,7 @@ static atomic_bool stopping;
 
 /* counters of the run, under lock */
 static uint64_t n_attempts,
+			n_admitted,			/* passed the rules and the caps (the cap) */
 			n_allowed,
 			n_denied,
 			n_log_rows,
@@ -447,7 +448,8 @@ vet(Conn *c, const char *rawhost, EgressAddr *dst)
 	bool		known;
 	EgressAddr	addrs[EGRESS_DNS_MAX_ADDRS];
 	int			n;
-	bool		over;
+	bool		over_conns,
+				over_bytes;
 
 	if (egress_normalize_host(rawhost, strlen(rawhost), host, err) < 0)
 	{
@@ -498,20 +500,27 @@ vet(Conn *c, const char *rawhost, EgressAddr *dst)
 		c->rule = rule->id;
 	}
 
+	/*
+	 * The connection cap counts admissions, here, under the lock: counting
+	 * connections as they end would let many in flight at once pass it.
+	 */
 	pthread_mutex_lock(&lock);
-	over = n_allowed >= policy.max_connections;
-	if (over)
+	over_conns = n_admitted >= policy.max_connections;
+	over_bytes = bytes_up >= policy.max_bytes_up || bytes_down >= policy.max_bytes_down;
+	if (over_conns)
 		limit_hit = true;
-	if (!over && (bytes_up >= policy.max_bytes_up || bytes_down >= policy.max_bytes_down))
-		over = true;
+	else if (!over_bytes)
+		n_admitted++;
 	pthread_mutex_unlock(&lock);
-	if (over)
+	if (over_conns)
 	{
-		if (n_allowed >= policy.max_connections)
-			refuse(c, 403, "the run's connection limit (%llu) is used up",
-				   (unsigned long long) policy.max_connections);
-		else
-			refuse(c, 403, "the run's byte limit is used up");
+		refuse(c, 403, "the run's connection limit (%llu) is used up",
+			   (unsigned long long) policy.max_connections);
+		return false;
+	}
+	if (over_bytes)
+	{
+		refuse(c, 403, "the run's byte limit is used up");
 		return false;
 	}
 

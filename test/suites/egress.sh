@@ -383,6 +383,19 @@ for u in ["https://allowed.test/bytes/1000", "https://allowed.test/bytes/1000000
 	check "the verdict flags the limit" true "$(vfield egress_limit_hit)"
 	check "bytes down at most the cap" 1 "$([ "$(vfield egress_bytes_down)" -le 200000 ] && echo 1)"
 	check "logged with the reason" 1 "$(logrows "the run's byte limit (down) was reached")"
+	# many at once: the cap counts admissions, not finished connections
+	jrun python '
+import socket, threading
+res = []
+def one():
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+    res.append(s.recv(200).split(b"\r\n")[0].decode()); held.append(s)
+held = []
+ts = [threading.Thread(target=one) for _ in range(8)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print("admitted", sum(r.startswith("HTTP/1.1 200") for r in res), "refused", sum("connection limit (2)" in r for r in res))' "$EGR_DIR/pol.caps"
+	has "eight at once against a cap of two: two admitted" "admitted 2 refused 6"
 }
 
 t_runtime_installs() {

@@ -68,7 +68,7 @@ typedef struct EgressAddr
 } EgressAddr;
 
 /* policy.c */
-extern int	egress_policy_load(const char *path, EgressPolicy *p, char *err);
+extern int	egress_policy_load(const char *path, int fd, EgressPolicy *p, char *err);
 extern int	egress_policy_parse(const char *text, EgressPolicy *p, char *err);
 extern const EgressRule *egress_match_host(const EgressPolicy *p, const char *host,
 										   uint16_t port, bool *host_known);

@@ -197,18 +197,21 @@ egress_policy_parse(const char *text, EgressPolicy *p, char *err)
 	return rc;
 }
 
+/* The policy from path, or (path NULL) from the descriptor fd. */
 int
-egress_policy_load(const char *path, EgressPolicy *p, char *err)
+egress_policy_load(const char *path, int fd, EgressPolicy *p, char *err)
 {
 	char	   *buf;
 	ssize_t		n;
 	size_t		len = 0;
-	int			fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	int			rc;
 
+	if (path)
+		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 	{
-		snprintf(err, EGRESS_ERRLEN, "could not open policy %s: %s", path, strerror(errno));
+		snprintf(err, EGRESS_ERRLEN, "could not open policy %s: %s", path ? path : "(fd)",
+				 strerror(errno));
 		return -1;
 	}
 	buf = malloc(POLICY_MAX_BYTES + 1);

@@ -6,7 +6,7 @@
  *	  namespace (127.0.0.1:3128 there), so the sandbox's only way out is
  *	  this process, which runs where the host's network is.
  *
- *	  sandbox-egress --policy FILE (--listen-fd N | --listen ADDR:PORT)
+ *	  sandbox-egress (--policy FILE | --policy-fd N) (--listen-fd N | --listen ADDR:PORT)
  *	                 [--resolver ADDR[:PORT]] [--log-fd N] [--summary-fd N]
  *
  * Each accepted connection gets a thread (at most EGRESS_CONCURRENT at
@@ -1111,7 +1111,7 @@ static void
 usage(void)
 {
 	fprintf(stderr,
-			"usage: sandbox-egress --policy FILE (--listen-fd N | --listen ADDR:PORT)\n"
+			"usage: sandbox-egress (--policy FILE | --policy-fd N) (--listen-fd N | --listen ADDR:PORT)\n"
 			"                      [--resolver ADDR[:PORT]] [--log-fd N] [--summary-fd N]\n");
 	exit(2);
 }
@@ -1121,6 +1121,7 @@ main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"policy", required_argument, NULL, 'p'},
+		{"policy-fd", required_argument, NULL, 'P'},
 		{"listen-fd", required_argument, NULL, 'l'},
 		{"listen", required_argument, NULL, 'L'},
 		{"resolver", required_argument, NULL, 'r'},
@@ -1128,6 +1129,7 @@ main(int argc, char **argv)
 		{"summary-fd", required_argument, NULL, 's'},
 		{NULL, 0, NULL, 0}
 	};
+	int			policy_fd = -1;
 	const char *policy_path = NULL,
 			   *resolver_spec = NULL,
 			   *listen_spec = NULL;
@@ -1143,6 +1145,9 @@ main(int argc, char **argv)
 		{
 			case 'p':
 				policy_path = optarg;
+				break;
+			case 'P':
+				policy_fd = atoi(optarg);
 				break;
 			case 'l':
 				lfd = atoi(optarg);
@@ -1163,10 +1168,12 @@ main(int argc, char **argv)
 				usage();
 		}
 	}
-	if (optind != argc || !policy_path || (lfd < 0) == (listen_spec == NULL))
+	if (optind != argc || (!policy_path) == (policy_fd < 0) || (lfd < 0) == (listen_spec == NULL))
 		usage();
-	if (egress_policy_load(policy_path, &policy, err) < 0)
+	if (egress_policy_load(policy_path, policy_fd, &policy, err) < 0)
 		die("%s", err);
+	if (policy_fd >= 0)
+		close(policy_fd);
 	if (resolver_spec ? egress_resolver_parse(resolver_spec, &resolver, err) < 0
 		: egress_resolver_default(&resolver, err) < 0)
 		die("%s", err);

@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <unistd.h>
 
 #include "jail.h"
@@ -184,6 +185,7 @@ jail_egress_init(JailEgress *e)
 	memset(e, 0, sizeof(*e));
 	e->sock[0] = e->sock[1] = -1;
 	e->logfd = -1;
+	e->policyfd = -1;
 	e->summary = -1;
 	e->pid = -1;
 }
@@ -211,7 +213,7 @@ jail_egress_prepare(JailEgress *e, const JailOptions *opts, char *err)
 			close(fd);
 		return -1;
 	}
-	close(fd);
+	e->policyfd = fd;			/* the proxy reads it: it may not be able to open it */
 	if (opts->egress_log)
 	{
 		e->logfd = open(opts->egress_log, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
@@ -332,7 +334,7 @@ wait_ready(JailEgress *e, char *err)
  * its init made, and exec the proxy on it, here in the host's network
  * namespace.  The socket is the sandbox's end of every connection; the
  * proxy dies with us (PDEATHSIG) and holds nothing else of ours: fds 3
- * (listen), 4 (log), 5 (summary), the policy by path.
+ * (listen), 4 (log), 5 (summary), 6 (policy); as nobody when we are root.
  */
 int
 jail_egress_start(JailEgress *e, const JailOptions *opts, char *err)
@@ -384,17 +386,31 @@ jail_egress_start(JailEgress *e, const JailOptions *opts, char *err)
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		int			hi_l = fcntl(lfd, F_DUPFD, 10),
 					hi_g = e->logfd >= 0 ? fcntl(e->logfd, F_DUPFD, 10) : -1,
-					hi_s = fcntl(sp[1], F_DUPFD, 10);
+					hi_s = fcntl(sp[1], F_DUPFD, 10),
+					hi_p = fcntl(e->policyfd, F_DUPFD, 10);
 
 		/* out of the way first, so no target overwrites a source */
-		if (hi_l < 0 || hi_s < 0 || (e->logfd >= 0 && hi_g < 0) ||
-			dup2(hi_l, 3) < 0 || dup2(hi_s, 5) < 0 ||
+		if (hi_l < 0 || hi_s < 0 || hi_p < 0 || (e->logfd >= 0 && hi_g < 0) ||
+			dup2(hi_l, 3) < 0 || dup2(hi_s, 5) < 0 || dup2(hi_p, 6) < 0 ||
 			(hi_g >= 0 ? dup2(hi_g, 4) < 0 : close(4) < 0 && errno != EBADF))
 			_exit(127);
-		syscall(SYS_close_range, 6, ~0U, 0);
+		syscall(SYS_close_range, 7, ~0U, 0);
+
+		/*
+		 * The proxy parses what the payload sends: it never runs as root.
+		 * Started by root, it becomes nobody (it needs no file: every
+		 * descriptor is open already, and outbound sockets need no
+		 * privilege); always no_new_privs.
+		 */
+		if (geteuid() == 0 &&
+			(setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+			 setresuid(65534, 65534, 65534) < 0))
+			_exit(127);
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+			_exit(127);
 		argv[a++] = "sandbox-egress";
-		argv[a++] = "--policy";
-		argv[a++] = (char *) opts->egress_policy;
+		argv[a++] = "--policy-fd";
+		argv[a++] = "6";
 		argv[a++] = "--listen-fd";
 		argv[a++] = "3";
 		argv[a++] = "--summary-fd";
@@ -418,6 +434,7 @@ jail_egress_start(JailEgress *e, const JailOptions *opts, char *err)
 	e->summary = sp[0];
 	e->pid = pid;
 	jail_close(&e->logfd);		/* the proxy has it */
+	jail_close(&e->policyfd);
 	return wait_ready(e, err);
 }
 
@@ -479,6 +496,7 @@ jail_egress_stop(JailEgress *e, JailResult *res)
 	jail_close(&e->sock[0]);
 	jail_close(&e->sock[1]);
 	jail_close(&e->logfd);
+	jail_close(&e->policyfd);
 	free(e->ca);
 	e->ca = NULL;
 }

@@ -317,6 +317,7 @@ typedef struct JailEgress
 	bool		on;
 	int			sock[2];		/* [0] ours, [1] the sandbox's */
 	int			logfd;			/* the connection log, for the proxy */
+	int			policyfd;		/* the policy, opened by us, read by the proxy */
 	int			summary;		/* read end: the proxy's summary line */
 	pid_t		pid;			/* the proxy, or -1 */
 	char	   *ca;				/* --egress-ca's text, or NULL */

@@ -29,8 +29,9 @@ if ! egr_up; then
 fi
 rm -rf "$EGR_DIR/ws" "$EGR_DIR"/log.* "$EGR_DIR"/verdict.* "$EGR_DIR"/code.* "$EGR_DIR"/flood.*
 mkdir -p "$EGR_DIR/ws" && chmod 0777 "$EGR_DIR/ws"
-ASAN_LOG=$EGR_DIR/asan.log
-: >"$ASAN_LOG"
+# the proxy runs as nobody when the jail is root: a directory it can write
+mkdir -p -m 1777 "$EGR_DIR/asan" && chmod 1777 "$EGR_DIR/asan" && rm -f "$EGR_DIR"/asan/*
+ASAN_LOG=$EGR_DIR/asan/log
 
 # The policy every test starts from (a test writes its own where it needs).
 POLICY=$EGR_DIR/policy
@@ -348,6 +349,11 @@ print("A refused", refused)' >"$EGR_DIR/flood.py"
 		>"$EGR_DIR/flood.out" 2>&1 &
 	local apid=$!
 	wait_for 30 '[ -f "$EGR_DIR/ws/flooding" ]' || nok "the flood started"
+	local jpid ppid_ user
+	jpid=$(pgrep -f "^$JAIL --language python .*flood.py" | head -n 1)
+	ppid_=$(pgrep -P "${jpid:-0}" -f sandbox-egress | head -n 1)
+	user=$(ps -o user= -p "${ppid_:-0}" 2>/dev/null)
+	check "the proxy of a run started by root runs as nobody" nobody "$user"
 	jrun python 'import requests; print("B", requests.get("https://allowed.test/b").text.strip())'
 	has "another run is served during the flood" "B hello allowed.test /b from 93.184.216.34"
 	wait $apid

@@ -445,12 +445,7 @@ sandbox_launch(SandboxRun *run, const char *code_path, int wall_s, int memory_mb
 	JailRequest req;
 
 	request_build(&req, run, wall_s, memory_mb, pids);
-	/*
-	 * A run with egress is one-shot: the proxy's socket is made by the
-	 * sandbox's own init (src/jail/egress.c), which a sandbox the launcher
-	 * built ahead cannot do.
-	 */
-	if (!(sandbox_jail_launcher && !run->disk.egress && launch_served(run, &req, code_path)) &&
+	if (!(sandbox_jail_launcher && launch_served(run, &req, code_path)) &&
 		!launch_oneshot(run, &req, code_path))
 		return false;
 	for (int st = 0; st < NSTREAMS; st++)

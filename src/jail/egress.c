@@ -330,6 +330,172 @@ wait_ready(JailEgress *e, char *err)
 }
 
 /*
+ * The proxy's process, from here to its execve: fds 3 (listen), 4 (log,
+ * or closed), 5 (summary), 6 (policy), nothing else; nobody when root;
+ * no_new_privs.  Never returns.
+ */
+static void exec_proxy(const char *path, const char *resolver, int lfd, int logfd,
+					   int sumfd, int policyfd) __attribute__((noreturn));
+static void
+exec_proxy(const char *path, const char *resolver, int lfd, int logfd, int sumfd, int policyfd)
+{
+	char	   *argv[16];
+	int			a = 0;
+	char	   *const envp[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8", NULL};
+	sigset_t	none;
+	int			hi_l = fcntl(lfd, F_DUPFD, 10),
+				hi_g = logfd >= 0 ? fcntl(logfd, F_DUPFD, 10) : -1,
+				hi_s = fcntl(sumfd, F_DUPFD, 10),
+				hi_p = fcntl(policyfd, F_DUPFD, 10);
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* out of the way first, so no target overwrites a source */
+	if (hi_l < 0 || hi_s < 0 || hi_p < 0 || (logfd >= 0 && hi_g < 0) ||
+		dup2(hi_l, 3) < 0 || dup2(hi_s, 5) < 0 || dup2(hi_p, 6) < 0 ||
+		(hi_g >= 0 ? dup2(hi_g, 4) < 0 : close(4) < 0 && errno != EBADF))
+		_exit(127);
+	syscall(SYS_close_range, 7, ~0U, 0);
+
+	/*
+	 * The proxy parses what the payload sends: it never runs as root.
+	 * Started by root, it becomes nobody (it needs no file: every
+	 * descriptor is open already, and outbound sockets need no
+	 * privilege); always no_new_privs.
+	 */
+	if (geteuid() == 0 &&
+		(setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+		 setresuid(65534, 65534, 65534) < 0))
+		_exit(127);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		_exit(127);
+	argv[a++] = "sandbox-egress";
+	argv[a++] = "--policy-fd";
+	argv[a++] = "6";
+	argv[a++] = "--listen-fd";
+	argv[a++] = "3";
+	argv[a++] = "--summary-fd";
+	argv[a++] = "5";
+	if (hi_g >= 0)
+	{
+		argv[a++] = "--log-fd";
+		argv[a++] = "4";
+	}
+	if (resolver && resolver[0])
+	{
+		argv[a++] = "--resolver";
+		argv[a++] = (char *) resolver;
+	}
+	argv[a] = NULL;
+	execve(path, argv, envp);
+	_exit(127);
+}
+
+/* The stub's message: "path\0resolver\0" and [listen, summary, policy, log]. */
+#define STUB_FDS 4
+
+static int
+send_to_stub(JailEgress *e, const char *path, const char *resolver, int lfd, int sumfd)
+{
+	char		msg[PATH_MAX + 256];
+	int			fds[STUB_FDS] = {lfd, sumfd, e->policyfd, e->logfd >= 0 ? e->logfd : lfd};
+	union
+	{
+		char		buf[CMSG_SPACE(sizeof(fds))];
+		struct cmsghdr align;
+	}			ctl;
+	struct iovec iov;
+	struct msghdr m;
+	struct cmsghdr *c;
+	int			n = snprintf(msg, sizeof(msg), "%s%c%s%c%c", path, 0, resolver ? resolver : "", 0,
+							 e->logfd >= 0 ? 'l' : '-');
+
+	if (n < 0 || (size_t) n >= sizeof(msg))
+	{
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	iov.iov_base = msg;
+	iov.iov_len = n;
+	memset(&m, 0, sizeof(m));
+	memset(&ctl, 0, sizeof(ctl));
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = ctl.buf;
+	m.msg_controllen = sizeof(ctl.buf);
+	c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(fds));
+	memcpy(CMSG_DATA(c), fds, sizeof(fds));
+	if (sendmsg(e->stub, &m, MSG_NOSIGNAL) != n)
+		return -1;
+	return 0;
+}
+
+/*
+ * A worker's stub (worker.c): forked before the worker leaves the host's
+ * network namespace.  It waits for one message from its worker: the
+ * proxy to exec with its descriptors, or EOF (the request had no egress,
+ * or the worker is gone).  Returns the stub's pid (-1: none, the run will
+ * fork the proxy itself, which a served run cannot use: its start fails
+ * as a setup error) and our end of the pair in *sock.
+ */
+pid_t
+jail_egress_stub_fork(int *sock)
+{
+	int			sv[2];
+	pid_t		pid;
+
+	*sock = -1;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+	{
+		close(sv[0]);
+		close(sv[1]);
+		return -1;
+	}
+	if (pid == 0)
+	{
+		char		msg[PATH_MAX + 256];
+		int			fds[STUB_FDS];
+		union
+		{
+			char		buf[CMSG_SPACE(sizeof(fds))];
+			struct cmsghdr align;
+		}			ctl;
+		struct iovec iov = {.iov_base = msg,.iov_len = sizeof(msg) - 1};
+		struct msghdr m = {.msg_iov = &iov,.msg_iovlen = 1,
+		.msg_control = ctl.buf,.msg_controllen = sizeof(ctl.buf)};
+		struct cmsghdr *c;
+		ssize_t		n;
+		size_t		plen;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+		/* nothing of the worker's (the launcher's socket...): fd 3 only */
+		if (dup2(sv[1], 3) < 0)
+			_exit(127);
+		syscall(SYS_close_range, 4, ~0U, 0);
+		n = recvmsg(3, &m, MSG_CMSG_CLOEXEC);
+		c = CMSG_FIRSTHDR(&m);
+		if (n <= 0 || !c || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(fds)))
+			_exit(0);
+		msg[n] = '\0';
+		memcpy(fds, CMSG_DATA(c), sizeof(fds));
+		plen = strnlen(msg, n);
+		if (plen + 2 >= (size_t) n)
+			_exit(127);
+		exec_proxy(msg, msg + plen + 1, fds[0], msg[n - 1] == 'l' ? fds[3] : -1, fds[1], fds[2]);
+	}
+	close(sv[1]);
+	*sock = sv[0];
+	return pid;
+}
+
+/*
  * Once the sandbox exists (after its first go): take the listening socket
  * its init made, and exec the proxy on it, here in the host's network
  * namespace.  The socket is the sandbox's end of every connection; the
@@ -365,7 +531,22 @@ jail_egress_start(JailEgress *e, const JailOptions *opts, char *err)
 		close(lfd);
 		return -1;
 	}
-	pid = fork();
+	if (e->stub >= 0)
+	{
+		/* served: the worker's stub, in the host's namespace, becomes it */
+		if (send_to_stub(e, path, opts->egress_resolver, lfd, sp[1]) < 0)
+		{
+			jail_seterr(err, "egress: could not hand the proxy to its process: %s", strerror(errno));
+			close(lfd);
+			close(sp[0]);
+			close(sp[1]);
+			return -1;
+		}
+		pid = e->stub_pid;
+		e->stub = -1;
+	}
+	else if ((pid = fork()) == 0)
+		exec_proxy(path, opts->egress_resolver, lfd, e->logfd, sp[1], e->policyfd);
 	if (pid < 0)
 	{
 		jail_seterr(err, "fork: %s", strerror(errno));
@@ -373,61 +554,6 @@ jail_egress_start(JailEgress *e, const JailOptions *opts, char *err)
 		close(sp[0]);
 		close(sp[1]);
 		return -1;
-	}
-	if (pid == 0)
-	{
-		char	   *argv[16];
-		int			a = 0;
-		char	   *const envp[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8", NULL};
-		sigset_t	none;
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		int			hi_l = fcntl(lfd, F_DUPFD, 10),
-					hi_g = e->logfd >= 0 ? fcntl(e->logfd, F_DUPFD, 10) : -1,
-					hi_s = fcntl(sp[1], F_DUPFD, 10),
-					hi_p = fcntl(e->policyfd, F_DUPFD, 10);
-
-		/* out of the way first, so no target overwrites a source */
-		if (hi_l < 0 || hi_s < 0 || hi_p < 0 || (e->logfd >= 0 && hi_g < 0) ||
-			dup2(hi_l, 3) < 0 || dup2(hi_s, 5) < 0 || dup2(hi_p, 6) < 0 ||
-			(hi_g >= 0 ? dup2(hi_g, 4) < 0 : close(4) < 0 && errno != EBADF))
-			_exit(127);
-		syscall(SYS_close_range, 7, ~0U, 0);
-
-		/*
-		 * The proxy parses what the payload sends: it never runs as root.
-		 * Started by root, it becomes nobody (it needs no file: every
-		 * descriptor is open already, and outbound sockets need no
-		 * privilege); always no_new_privs.
-		 */
-		if (geteuid() == 0 &&
-			(setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
-			 setresuid(65534, 65534, 65534) < 0))
-			_exit(127);
-		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-			_exit(127);
-		argv[a++] = "sandbox-egress";
-		argv[a++] = "--policy-fd";
-		argv[a++] = "6";
-		argv[a++] = "--listen-fd";
-		argv[a++] = "3";
-		argv[a++] = "--summary-fd";
-		argv[a++] = "5";
-		if (e->logfd >= 0)
-		{
-			argv[a++] = "--log-fd";
-			argv[a++] = "4";
-		}
-		if (opts->egress_resolver)
-		{
-			argv[a++] = "--resolver";
-			argv[a++] = (char *) opts->egress_resolver;
-		}
-		argv[a] = NULL;
-		execve(path, argv, envp);
-		_exit(127);
 	}
 	close(lfd);
 	close(sp[1]);

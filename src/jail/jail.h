@@ -38,6 +38,8 @@
  *					what it calls): child_fail() for a setup error, _exit
  *					when the parent is gone or when init is done
  *	  serve.c		a worker: _exit(jail_worker_main(...)) where it is forked
+ *	  egress.c		the proxy's process before its execve: _exit(127) on a
+ *					failure; a worker's egress stub: _exit when unused
  * The launcher itself returns from jail_serve_main like any command.
  *
  *-------------------------------------------------------------------------
@@ -296,6 +298,9 @@ typedef struct JailRunEnv
 	JailCgroup *slot;			/* this process already sits in it, or NULL */
 	const char *slot_parent;	/* the launcher's --cgroup-parent, or NULL */
 	bool		netns_ready;	/* we sit in a fresh netns, lo up: join it */
+	int			egress_stub;	/* a process in the host's netns that execs
+								 * the run's proxy (worker.c), or -1: fork */
+	pid_t		egress_stub_pid;
 	const JailFilter *filter;	/* compiled once by the launcher, or NULL */
 	const JailFilter *init_filter;	/* FILTER_INIT, for jail_prespawn */
 	JailPrespawn *pre;			/* a sandbox already cloned, or NULL */
@@ -320,6 +325,8 @@ typedef struct JailEgress
 	int			policyfd;		/* the policy, opened by us, read by the proxy */
 	int			summary;		/* read end: the proxy's summary line */
 	pid_t		pid;			/* the proxy, or -1 */
+	int			stub;			/* JailRunEnv.egress_stub, or -1 */
+	pid_t		stub_pid;
 	char	   *ca;				/* --egress-ca's text, or NULL */
 	size_t		ca_len;
 } JailEgress;
@@ -532,6 +539,7 @@ extern int	jail_egress_prepare(JailEgress *e, const JailOptions *opts, char *err
 extern int	jail_egress_start(JailEgress *e, const JailOptions *opts, char *err);
 extern void jail_egress_stop(JailEgress *e, JailResult *res);
 extern int	jail_egress_listen(int sock, char *err);
+extern pid_t jail_egress_stub_fork(int *sock);
 extern int	jail_egress_write_files(const JailChildArgs *args, const char *root, char *err);
 extern char *const *jail_egress_env(bool with_ca);
 

@@ -479,6 +479,38 @@ print("still", requests.get("https://allowed.test/after").text.strip())'
 	has "the proxy still serves afterwards" "still hello allowed.test /after from 93.184.216.34"
 }
 
+t_served() {
+	# the resident launcher: the sandbox joins its worker's network
+	# namespace, the proxy is exec'd by the worker's stub left in the
+	# host's namespace (and the launcher's cgroup, not the run's slot)
+	local sock=$EGR_DIR/jail.sock lpid i
+	rm -f "$sock"
+	nsenter --net="/run/netns/$EGR_H" -- "$JAIL" --serve "$sock" --pool 2 --quiet >"$EGR_DIR/serve.out" 2>&1 &
+	lpid=$!
+	wait_for 30 '[ -S "$sock" ]' || { nok "the launcher came up" "$(cat "$EGR_DIR/serve.out")"; return; }
+	for i in 1 2 3; do
+		nrun=$((nrun + 1))
+		log=$EGR_DIR/log.$nrun
+		printf '%s\n' "URLS = ['https://allowed.test/served$i', 'https://denied.test/']$PYGET" >"$EGR_DIR/code.$nrun"
+		out=$(env ASAN_OPTIONS=log_path=$ASAN_LOG.$nrun "$JAIL" --client "$sock" --language python \
+			--workspace "$EGR_DIR/ws" --code-file "$EGR_DIR/code.$nrun" --wall-time 60 \
+			--verdict-file "$EGR_DIR/verdict.$nrun" --egress-policy "$POLICY" --egress-log "$log" \
+			--egress-resolver "$EGR_RESOLVER" --egress-ca "$EGR_DIR/ca.pem" --egress-proxy "$PROXY" 2>&1)
+		verdict=$(cat "$EGR_DIR/verdict.$nrun" 2>/dev/null)
+		has "served run $i: the allowed host" "https://allowed.test/served$i GOT 200 hello allowed.test /served$i from 93.184.216.34"
+		has "served run $i: the other refused" "egress denied: denied.test:443 is not in the allowlist"
+		check "served run $i: logged and counted" "2|1|1" "$(grep -c decision "$log")|$(vfield egress_allowed)|$(vfield egress_denied)"
+	done
+	jrun python 'import socket
+try:
+    socket.create_connection(("127.0.0.1", 3128), timeout=3); print("OPEN")
+except OSError as e:
+    print("closed", e.errno)' none
+	has "a served run without a policy after them: nothing listens" "closed 111"
+	kill "$lpid" 2>/dev/null
+	wait "$lpid" 2>/dev/null
+}
+
 t_no_policy_no_proxy() {
 	jrun python '
 import os, socket
@@ -578,6 +610,7 @@ SELECT agent.add_egress_rule('*.Allowed.Test.', '{443,8443}', 'admin');" >/dev/n
 	approve "$T" "$appr"
 	await_ok "$T" "$inv"
 	out=$(output "$inv")
+	check "it ran through the resident launcher (served: no jail pid of its own)" "0" "$(field "$inv" "coalesce(jail_pid, 0)")"
 	has "the allowed host answered through the supervisor's jail" "https://allowed.test/one GOT hello allowed.test /one from 93.184.216.34"
 	has "the other one was refused, saying why" "egress denied: denied.test:443 is not in the allowlist"
 	check "two rows for the tenant, one allowed (under RLS, as the backend)" "2|1" \
@@ -710,7 +743,7 @@ fi
 run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_wildcard_apex \
 	t_wrong_port t_ip_literal t_forbidden_names t_rebinding t_sni_and_host t_ipv6 \
 	t_no_route_no_dns t_proxy_own_ports t_flood_and_slow t_caps t_runtime_installs \
-	t_hostile_inputs t_no_policy_no_proxy t_sanitizers
+	t_hostile_inputs t_served t_no_policy_no_proxy t_sanitizers
 if [ -n "${EPG_UP:-}" ]; then
 	run_tests t_db_default_deny t_db_allowed_run t_db_policy_changed_after_request \
 		t_db_narrowing t_db_roles_and_rls t_db_limits

@@ -25,6 +25,8 @@
  *	  serve.c		the resident launcher (--serve): pool, slots, socket
  *	  worker.c		a launcher's worker and its one request
  *	  client.c		the launcher's command-line client (--client)
+ *	  egress.c		egress: the proxy's socket made in the sandbox's netns, the
+ *					proxy process (sandbox-egress), a worker's stub for it
  *	  wire.c		the launcher's messages (wire_protocol.h)
  *	  util.c		diagnostics, small file I/O, the clock, the code's read
  *

@@ -525,6 +525,14 @@ CREATE TRIGGER agent_tool_calls_egress
 	BEFORE INSERT ON agent.agent_tool_calls
 	FOR EACH ROW EXECUTE FUNCTION agent._tool_call_egress();
 
+-- Product data: in a pg_dump of the database (docs/operations.md, when on
+-- main: "Backup and restore").
+SELECT pg_catalog.pg_extension_config_dump('agent.egress_rules', '');
+SELECT pg_catalog.pg_extension_config_dump('agent.egress_limits', '');
+SELECT pg_catalog.pg_extension_config_dump('agent.egress_narrowing', '');
+SELECT pg_catalog.pg_extension_config_dump('agent.egress_runs', '');
+SELECT pg_catalog.pg_extension_config_dump('agent.egress_connections', '');
+
 -- ---- privileges and row-level security -----------------------------------------
 ALTER TABLE agent.egress_rules ENABLE ROW LEVEL SECURITY;
 ALTER TABLE agent.egress_limits ENABLE ROW LEVEL SECURITY;

@@ -4,7 +4,10 @@
 #   scripts/cluster.sh start   initdb (if needed) and start; create the test
 #                              database with pgtap, pg_cron and sandbox_ext
 #   scripts/cluster.sh stop    stop it and remove its directory
-#   scripts/cluster.sh env     print the environment to reach it (eval-able)
+#   scripts/cluster.sh env     print the environment to reach it (eval-able),
+#                              and the ids the demo made there; without
+#                              SANDBOX_CLUSTER_DIR, the running cluster of the
+#                              tests' or the demo's default directory
 #   scripts/cluster.sh work-dir print the supervisor's work directory
 #
 # The server runs as the postgres user (PostgreSQL refuses root), listens
@@ -76,7 +79,30 @@ CONF
 	psql_db -d "$DB" -c "CREATE EXTENSION pg_cron" \
 		-c "CREATE EXTENSION pgtap" \
 		-c "CREATE EXTENSION sandbox_ext"
+	echo "export PGHOST=$CLUSTER_DIR PGPORT=$PORT PGDATABASE=$DB PGUSER=postgres" |
+		as_pg tee "$CLUSTER_DIR/cluster.env" >/dev/null
 	echo "cluster: running on socket $CLUSTER_DIR port $PORT, database $DB"
+}
+
+# The environment of a running cluster: where it listens and, when the
+# demo made them, its tenant's ids.
+print_env() {
+	local dir
+	if [ -n "${SANDBOX_CLUSTER_DIR:-}" ]; then
+		set -- "$CLUSTER_DIR"
+	else
+		set -- /tmp/sandbox_ext_cluster /tmp/sandbox_ext_demo
+	fi
+	for dir in "$@"; do
+		if as_pg test -f "$dir/data/postmaster.pid" && as_pg test -f "$dir/cluster.env"; then
+			as_pg cat "$dir/cluster.env"
+			if as_pg test -f "$dir/demo.env"; then as_pg cat "$dir/demo.env"; fi
+			return 0
+		fi
+	done
+	echo "cluster.sh: no running cluster in $*" >&2
+	echo "(KEEP_CLUSTER=1 make demo leaves the demo's running; SANDBOX_CLUSTER_DIR names another)" >&2
+	return 1
 }
 
 # The supervisor's default work directory for this cluster (the server's
@@ -103,9 +129,7 @@ stop() {
 case "${1:-}" in
 start) start ;;
 stop) stop ;;
-env)
-	echo "export PGHOST=$CLUSTER_DIR PGPORT=$PORT PGDATABASE=$DB PGUSER=postgres"
-	;;
+env) print_env ;;
 work-dir) work_dir ;;
 *)
 	echo "usage: $0 start|stop|env|work-dir" >&2

@@ -27,9 +27,10 @@ psql_q() {
 		-U postgres -d "$SANDBOX_DB" "$@"
 }
 val() { psql_q -At -c "$1"; }
-# As the backend would: in the tenant's context (session-level SET here; a
-# pooled backend would use agent.set_tenant() per transaction).
-tq() { psql_q -c "SET sandbox.org_id = '$ORG'" -c "SET sandbox.workspace_id = '$WS'" "$@"; }
+# As the backend would: as agent_backend, in the tenant's context
+# (session-level SET here; a pooled backend uses agent.set_tenant() per
+# transaction).
+tq() { psql_q -c "SET ROLE agent_backend" -c "SET sandbox.org_id = '$ORG'" -c "SET sandbox.workspace_id = '$WS'" "$@"; }
 
 bold=$(tput bold 2>/dev/null || true)
 dim=$(tput dim 2>/dev/null || true)
@@ -59,25 +60,25 @@ done
 echo "supervisor: $(val "SELECT CASE WHEN running THEN 'running, pid ' || pid ELSE 'not running' END FROM agent.worker_status()")"
 
 step "An org on the Pro plan with 10 credits, a workspace, a model, an agent, a thread"
-# The org, its workspace and the model are the platform operator's (the
-# owner's); the agent and the thread are made by the backend through the
-# API, in the tenant (agent.create_agent / agent.create_conversation).
-read -r ORG WS MODEL < <(psql_q -At -F ' ' <<'SQL'
-WITH o AS (INSERT INTO agent.orgs (name, plan) VALUES ('Acme Analytics', 'pro') RETURNING id),
-	 w AS (INSERT INTO agent.workspaces (org_id, name) SELECT id, 'Sales' FROM o RETURNING id, org_id),
-	 m AS (INSERT INTO agent.models (name, provider, supports_code_execution)
-		   VALUES ('demo-model-1', 'demo', true) RETURNING id)
-SELECT w.org_id, w.id, m.id FROM w, m;
-SQL
-)
+# Through the setup API: the org, its credits and the model are the
+# platform operator's (the owner's), the workspace the org admin's
+# (agent_admin), the agent and the thread the backend's (agent_backend),
+# each in the tenant it acts for.
+ORG=$(val "SELECT agent.create_org('Acme Analytics', 'pro')")
+val "SELECT agent.grant_credits('$ORG', 10, 'demo top-up')" >/dev/null
+MODEL=$(val "SELECT agent.create_model('demo-model-' || left(gen_random_uuid()::text, 8), 'demo', supports_code_execution => true)")
+WS=$(psql_q -At -c "SET ROLE agent_admin" \
+	-c "SELECT agent.create_workspace('Sales', 'root@acme.test') FROM agent.tenant('$ORG')")
 AGENT=$(tq -At -c "SELECT agent.create_agent('Data analyst', 'specialist', '$MODEL', 'alice@acme.test',
 								 code_execution_enabled => true, file_upload_enabled => true)")
 CONV=$(tq -At -c "SELECT agent.create_conversation('$AGENT', 'alice@acme.test', 'Q3 sales by region',
 										code_execution_enabled => true)")
-val "SELECT agent.grant_credits('$ORG', 10, 'demo top-up')" >/dev/null
 echo "org $ORG"
 echo "workspace $WS, agent $AGENT, thread $CONV"
 echo "balance: $(val "SELECT balance FROM agent.credit_balances WHERE org_id = '$ORG'") credits"
+# What scripts/cluster.sh env prints next to the connection (KEEP_CLUSTER=1).
+printf 'export SANDBOX_ORG=%s SANDBOX_WORKSPACE=%s SANDBOX_AGENT=%s SANDBOX_CONVERSATION=%s SANDBOX_MODEL=%s\n' \
+	"$ORG" "$WS" "$AGENT" "$CONV" "$MODEL" | as_pg tee "$SANDBOX_CLUSTER_DIR/demo.env" >/dev/null
 
 step "The agent asks to run Python (pandas on a small CSV)"
 code=$(cat <<'PY'
@@ -168,4 +169,5 @@ if [ -x "$top/scripts/export-demo.sh" ]; then
 	"$top/scripts/export-demo.sh" "$INV" || true
 fi
 echo
-echo "Demo done. KEEP_CLUSTER=1 make demo keeps the cluster; scripts/cluster.sh env shows how to connect."
+echo "Demo done. KEEP_CLUSTER=1 make demo keeps the cluster; then scripts/cluster.sh env prints how to reach"
+echo "its database and the ids it made (eval \"\$(scripts/cluster.sh env)\"; psql)."

@@ -28,6 +28,8 @@ PACKAGES=(
 	python3-numpy
 	python3-pandas
 	python3-requests
+	# examples/python (suite examples): psycopg 3
+	python3-psycopg
 	bash
 	procps
 	util-linux
@@ -52,9 +54,13 @@ for p in "${PACKAGES[@]}"; do
 		missing+=("$p")
 	fi
 done
-# Node.js: any /usr/bin/node will do (Debian's nodejs or a vendor build).
+# Node.js: any /usr/bin/node will do (Debian's nodejs or a vendor build);
+# npm installs node-postgres for examples/node.
 if [ ! -x /usr/bin/node ]; then
 	missing+=(nodejs)
+fi
+if ! command -v npm >/dev/null; then
+	missing+=(npm)
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then
@@ -71,6 +77,12 @@ if command -v pg_lsclusters >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q
 fi
 
 here=$(cd "$(dirname "$0")" && pwd)
+
+# node-postgres for examples/node (suite examples), at the versions its
+# package-lock.json names.
+if [ ! -d "$here/../examples/node/node_modules/pg" ]; then
+	(cd "$here/../examples/node" && npm ci --no-audit --no-fund --loglevel=error)
+fi
 
 # The cgroup-v2 guest's kernel: Debian's, unpacked into a cache (not
 # installed on this host).

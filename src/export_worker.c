@@ -208,7 +208,8 @@ sandbox_export_define_gucs(void)
 							 "Fault injection for tests: pause the exporter between its ClickHouse insert and the slot advance.",
 							 "Never set this in production.",
 							 &sandbox_export_fault, EXPORT_FAULT_NONE, export_fault_options,
-							 PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+							 PGC_SIGHUP,
+							 GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
 							 NULL, NULL, NULL);
 }
 

@@ -33,6 +33,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -56,7 +57,7 @@ static const char *const invocation_states[] = {
 };
 
 static const char *const approval_statuses[] = {
-	"pending", "approved", "denied", "expired", NULL
+	"pending", "approved", "denied", "expired", "cancelled", NULL
 };
 
 /*
@@ -172,6 +173,19 @@ sandbox_set_tenant(PG_FUNCTION_ARGS)
 								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 	}
 	PG_RETURN_VOID();
+}
+
+/*
+ * agent._xid_is_current(xid): whether a row version's xmin is the calling
+ * transaction or one of its subtransactions (agent._invocation_state()
+ * refuses to wait for an invocation this transaction changed and has not
+ * committed: nothing else can move it until then).
+ */
+PG_FUNCTION_INFO_V1(sandbox_xid_is_current);
+Datum
+sandbox_xid_is_current(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(TransactionIdIsCurrentTransactionId(PG_GETARG_TRANSACTIONID(0)));
 }
 
 /*

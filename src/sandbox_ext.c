@@ -92,7 +92,8 @@ sandbox_check_uuid(char **newval, void **extra, GucSource source)
 		return true;
 bad:
 	GUC_check_errcode(ERRCODE_INVALID_TEXT_REPRESENTATION);
-	GUC_check_errmsg("invalid tenant id \"%s\"", s);
+	/* at most 64 bytes of it: an error never echoes a huge input */
+	GUC_check_errmsg("invalid tenant id \"%.64s%s\"", s, strlen(s) > 64 ? "..." : "");
 	GUC_check_errhint("Tenant ids are uuids, for example \"6f1c2a0e-3c4b-4d5e-8f90-123456789abc\".");
 	return false;
 }

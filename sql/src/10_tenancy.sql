@@ -37,13 +37,88 @@ CREATE FUNCTION agent.current_workspace() RETURNS uuid
 	LANGUAGE sql STABLE PARALLEL SAFE
 	RETURN nullif(pg_catalog.current_setting('sandbox.workspace_id', true), '')::uuid;
 
--- Name the tenant for the rest of the current transaction (SET LOCAL
--- semantics: outside a transaction block it lasts one statement only).
-CREATE FUNCTION agent.set_tenant(org uuid, workspace uuid) RETURNS void
+-- The two GUCs themselves (SET LOCAL sandbox.org_id / sandbox.workspace_id,
+-- NULL clears), in C (src/guards.c).  Internal: agent.set_tenant() below
+-- checks the pair first.
+CREATE FUNCTION agent._set_tenant_gucs(org uuid, workspace uuid) RETURNS void
 	AS 'MODULE_PATHNAME', 'sandbox_set_tenant'
 	LANGUAGE C VOLATILE;
+
+-- Whether a tenant exists as named: NULL when it does, otherwise what is
+-- wrong.  Security definer, so that the check does not depend on what the
+-- caller may read; it tells nothing a caller that may name any tenant
+-- (agent_backend, agent_admin) could not learn by naming it.
+CREATE FUNCTION agent._tenant_problem(org uuid, workspace uuid) RETURNS text
+	LANGUAGE plpgsql STABLE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	IF org IS NULL THEN
+		RETURN CASE WHEN workspace IS NOT NULL THEN 'null_org' END;
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM agent.orgs o WHERE o.id = org) THEN
+		RETURN 'unknown_org';
+	END IF;
+	IF workspace IS NOT NULL AND NOT EXISTS (SELECT 1 FROM agent.workspaces w
+											  WHERE w.id = workspace AND w.org_id = org) THEN
+		RETURN 'unknown_workspace';
+	END IF;
+	RETURN NULL;
+END
+$$;
+
+-- Name the tenant for the rest of the current transaction (SET LOCAL
+-- semantics: outside a transaction block it lasts one statement only; see
+-- agent.tenant() for one statement).  The org must exist and the workspace
+-- (NULL: org-wide, as for agent_admin) must belong to it; (NULL, NULL)
+-- clears.  A refused pair leaves the previous tenant in place.
+CREATE FUNCTION agent.set_tenant(org uuid, workspace uuid) RETURNS void
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_problem text := agent._tenant_problem(org, workspace);
+BEGIN
+	IF v_problem = 'null_org' THEN
+		RAISE EXCEPTION 'org must not be null when a workspace is given'
+			USING ERRCODE = 'null_value_not_allowed';
+	ELSIF v_problem = 'unknown_org' THEN
+		RAISE EXCEPTION 'org % does not exist', org
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Create it with agent.create_org() (the operator).';
+	ELSIF v_problem = 'unknown_workspace' THEN
+		RAISE EXCEPTION 'workspace % does not exist in org %', workspace, org
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Name a workspace of that org, or NULL for the org itself.';
+	END IF;
+	PERFORM agent._set_tenant_gucs(org, workspace);
+END
+$$;
 COMMENT ON FUNCTION agent.set_tenant(uuid, uuid) IS
-	'set sandbox.org_id and sandbox.workspace_id for the current transaction';
+	'set sandbox.org_id and sandbox.workspace_id for the current transaction (the pair must exist)';
+
+-- The same for one statement: a row source that names the tenant when the
+-- statement starts reading it and returns the pair, so that a call in the
+-- statement's select list, or a LATERAL call that uses its columns, runs
+-- in that tenant without a transaction block:
+--   SELECT agent.create_conversation(...) FROM agent.tenant($1, $2);
+--   SELECT r.* FROM agent.tenant($1, $2) t,
+--          LATERAL agent.request_execution(t.workspace_id, ...) r;
+-- Like set_tenant, it lasts to the end of the transaction it runs in.
+CREATE FUNCTION agent.tenant(org uuid, workspace uuid DEFAULT NULL,
+							 OUT org_id uuid, OUT workspace_id uuid)
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	PERFORM agent.set_tenant(org, workspace);
+	org_id := org;
+	workspace_id := workspace;
+END
+$$;
+COMMENT ON FUNCTION agent.tenant(uuid, uuid) IS
+	'name the tenant (as set_tenant) and return it, for one-statement calls: SELECT f(...) FROM agent.tenant(org, ws)';
 
 -- The API's guard: the org (and workspace) the caller acts for.  Raises
 -- instead of returning NULL so that a forgotten set_tenant() is a clear
@@ -58,6 +133,64 @@ BEGIN
 		RAISE EXCEPTION 'no tenant is set for this transaction'
 			USING ERRCODE = 'insufficient_privilege',
 				  HINT = 'Call agent.set_tenant(org, workspace) at the start of the transaction.';
+	END IF;
+	RETURN true;
+END
+$$;
+
+-- How long each kind of free-text argument may be, in bytes: the one
+-- definition (docs/reference.md, "Limits", lists the same table; pgTAP
+-- 70_errors checks it).  File names are agent.valid_relative_path()'s
+-- (50_sessions.sql); code is max_code_bytes (agent.settings).
+CREATE FUNCTION agent.text_limits() RETURNS TABLE (kind text, max_bytes integer)
+	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	VALUES ('person', 256), ('name', 200), ('title', 1000), ('description', 8192),
+		   ('reason', 2000), ('idempotency_key', 200), ('content_type', 255),
+		   ('language', 32), ('provider', 200)
+$$;
+COMMENT ON FUNCTION agent.text_limits() IS
+	'the longest value, in bytes, of each kind of free-text argument of the API';
+
+-- A value as an error message may show it: at most 64 characters, so that
+-- no error echoes a huge input.
+CREATE FUNCTION agent._shown(value text) RETURNS text
+	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	RETURN CASE WHEN pg_catalog.length(value) > 64
+				THEN pg_catalog.left(value, 61) || '...' ELSE value END;
+
+-- The check of one free-text argument: NULL passes (nullness is the
+-- caller's rule), longer than its kind's limit is 22001, and a header-like
+-- value (header => true: a content type, an idempotency key) with a
+-- control character (CR, LF, ...) is 22023.  The message names the
+-- argument and the sizes, never the value.
+CREATE FUNCTION agent._check_text(value text, argument text, kind text,
+								  header boolean DEFAULT false)
+	RETURNS boolean
+	LANGUAGE plpgsql IMMUTABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_max	integer;
+BEGIN
+	IF value IS NULL THEN
+		RETURN true;
+	END IF;
+	SELECT l.max_bytes INTO v_max FROM agent.text_limits() l WHERE l.kind = _check_text.kind;
+	IF v_max IS NULL THEN
+		RAISE EXCEPTION 'unknown kind of text argument "%"', kind;	-- a bug of ours
+	END IF;
+	IF pg_catalog.octet_length(value) > v_max THEN
+		RAISE EXCEPTION '% is too long', argument
+			USING ERRCODE = 'string_data_right_truncation',
+				  DETAIL = pg_catalog.format('It is %s bytes; the limit is %s.',
+											 pg_catalog.octet_length(value), v_max);
+	END IF;
+	IF header AND value ~ '[[:cntrl:]]' THEN
+		RAISE EXCEPTION '% must not contain control characters', argument
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'Line breaks and other control characters are refused where the value could end up in a header.';
 	END IF;
 	RETURN true;
 END
@@ -81,18 +214,20 @@ CREATE FUNCTION agent._require_person(name text, argument text) RETURNS boolean
 	LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-	v_key text := agent._person_key(name);
+	v_key text;
 BEGIN
 	IF name IS NULL THEN
 		RAISE EXCEPTION '% must not be null', argument USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	PERFORM agent._check_text(name, argument, 'person');
+	v_key := agent._person_key(name);
 	IF v_key = '' THEN
 		RAISE EXCEPTION '% must not be empty', argument USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	IF v_key IN ('system', 'supervisor', 'runner', 'exporter', 'sandbox_ext',
 				 'agent_backend', 'agent_admin', 'agent_auditor', 'agent_runner')
 	   OR v_key = pg_catalog.lower(current_user::text) THEN
-		RAISE EXCEPTION '% "%" is a reserved name', argument, v_key
+		RAISE EXCEPTION '% "%" is a reserved name', argument, agent._shown(v_key)
 			USING ERRCODE = 'reserved_name',
 				  DETAIL = 'sandbox_ext records this name as the actor of its own actions; it cannot name a person.',
 				  HINT = pg_catalog.format('Pass the name of the person (%s) as your application identifies them.', argument);
@@ -110,6 +245,78 @@ CREATE TABLE agent.settings (
 );
 COMMENT ON TABLE agent.settings IS 'tunables of the control plane (key/value)';
 
+-- What each setting may hold: the one list of known keys, their types and
+-- ranges (docs/control-plane.md, "Settings").  A file that adds a setting
+-- adds its rule here; the trigger below refuses a key without one.
+CREATE FUNCTION agent.setting_rules()
+	RETURNS TABLE (key text, type text, min_value text, max_value text)
+	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	VALUES
+		('approval_timeout', 'interval', '0 seconds', '7 days'),
+		('max_code_bytes', 'integer', '1', '16777216'),
+		('max_runs_per_org', 'integer', '0', '1024'),
+		('max_stored_bytes_per_org', 'integer', '0', '1125899906842624'),
+		('max_session_disk_per_org', 'integer', '0', '1125899906842624'),
+		('runner_lease_seconds', 'integer', '3', '3600'),
+		('session_idle_timeout', 'interval', '0 seconds', '30 days'),
+		('max_upload_bytes', 'integer', '1', '1073741823'),
+		('max_conversation_bytes', 'integer', '1', '1125899906842624'),
+		('max_produced_files', 'integer', '0', '100000'),
+		('max_produced_bytes', 'integer', '0', '1125899906842624'),
+		('max_produced_file_bytes', 'integer', '0', '1073741823'),
+		('max_skill_bytes', 'integer', '1', '1073741823'),
+		('max_skill_files', 'integer', '1', '100000')
+$$;
+COMMENT ON FUNCTION agent.setting_rules() IS
+	'the known keys of agent.settings with their type and range';
+
+-- Refuse a setting that is not known, a value that is not of its type or
+-- out of its range, a changed key and a deleted row (every reader expects
+-- every key): so a typo cannot make every request fail later.
+CREATE FUNCTION agent._settings_check() RETURNS trigger
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	r		record;
+	v_ok	boolean;
+BEGIN
+	IF TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND NEW.key IS DISTINCT FROM OLD.key) THEN
+		RAISE EXCEPTION 'cannot remove setting "%"', agent._shown(OLD.key)
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Every setting is read by the control plane; set it to another value instead.';
+	END IF;
+	SELECT * INTO r FROM agent.setting_rules() x WHERE x.key = NEW.key;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'unknown setting "%"', agent._shown(NEW.key)
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'The known settings are listed by agent.setting_rules().';
+	END IF;
+	BEGIN
+		IF r.type = 'integer' THEN
+			v_ok := NEW.value ~ '^[0-9]{1,18}$'
+					AND NEW.value::bigint BETWEEN r.min_value::bigint AND r.max_value::bigint;
+		ELSE
+			v_ok := NEW.value::interval BETWEEN r.min_value::interval AND r.max_value::interval;
+		END IF;
+	EXCEPTION WHEN data_exception THEN
+		v_ok := false;
+	END;
+	IF NOT coalesce(v_ok, false) THEN
+		RAISE EXCEPTION 'invalid value for setting "%": "%"', NEW.key, agent._shown(NEW.value)
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = pg_catalog.format('It must be an %s from %s to %s.', r.type,
+											 r.min_value, r.max_value);
+	END IF;
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER settings_check
+	BEFORE INSERT OR UPDATE OR DELETE ON agent.settings
+	FOR EACH ROW EXECUTE FUNCTION agent._settings_check();
+
 INSERT INTO agent.settings (key, value, description) VALUES
 	('approval_timeout', '15 minutes',
 	 'how long an approval request may stay undecided before agent.expire_pending_approvals() expires it (an interval)'),
@@ -126,7 +333,7 @@ BEGIN
 	SELECT s.value INTO v FROM agent.settings s WHERE s.key = setting.key;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'setting "%" does not exist', key
-			USING ERRCODE = 'undefined_object';
+			USING ERRCODE = 'no_data_found';
 	END IF;
 	RETURN v;
 END

@@ -88,3 +88,47 @@ INSERT INTO agent.runtimes (language, interpreter, version) VALUES
 	('python', 'python3', '3.11'),
 	('node', 'node', '18'),
 	('shell', 'bash', '5.2');
+
+-- The versions the card shows are the interpreters' own: the jail runs
+-- /usr/bin/python3, /usr/bin/node and /bin/bash of the host (bind-mounted
+-- read-only, src/jail/sandbox.c), so agent.refresh_runtimes() asks those
+-- binaries on the database host (COPY FROM PROGRAM: the owner only, as a
+-- superuser).  The install runs it once; run it again after upgrading an
+-- interpreter.  A runner host with other versions is not reflected here
+-- (docs/control-plane.md, "Runtimes").
+CREATE TABLE agent._runtime_probe (
+	language	text NOT NULL,
+	version		text
+);
+COMMENT ON TABLE agent._runtime_probe IS 'scratch rows of agent.refresh_runtimes()';
+
+CREATE FUNCTION agent.refresh_runtimes()
+	RETURNS TABLE (language text, interpreter text, version text, probed boolean)
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+	DELETE FROM agent._runtime_probe;
+	-- One fixed program (no input reaches it); an interpreter that is
+	-- missing or fails prints an empty version and keeps the old one.
+	COPY agent._runtime_probe (language, version) FROM PROGRAM $prog$/bin/sh -c '
+printf "python\t%s\n" "$(/usr/bin/python3 -I -c "import platform; print(platform.python_version())" 2>/dev/null)"
+printf "node\t%s\n" "$(/usr/bin/node -e "process.stdout.write(process.versions.node)" 2>/dev/null)"
+printf "shell\t%s\n" "$(/bin/bash --norc --noprofile -c "echo \${BASH_VERSINFO[0]}.\${BASH_VERSINFO[1]}.\${BASH_VERSINFO[2]}" 2>/dev/null)"
+'$prog$;
+	UPDATE agent.runtimes r SET version = p.version
+	  FROM agent._runtime_probe p
+	 WHERE p.language = r.language AND p.version ~ '^[0-9]+(\.[0-9]+)*$';
+	RETURN QUERY
+		SELECT r.language, r.interpreter, r.version,
+			   EXISTS (SELECT 1 FROM agent._runtime_probe p
+						WHERE p.language = r.language AND p.version = r.version)
+		  FROM agent.runtimes r ORDER BY r.language;
+	DELETE FROM agent._runtime_probe;
+END
+$$;
+COMMENT ON FUNCTION agent.refresh_runtimes() IS
+	'read the versions of the interpreters the jail runs into agent.runtimes (what approval cards show)';
+
+SELECT count(*) FROM agent.refresh_runtimes();

@@ -109,7 +109,7 @@ BEGIN
 		   max_stored_bytes = set_org_limits.max_stored_bytes
 	 WHERE o.id = org;
 	IF NOT FOUND THEN
-		RAISE EXCEPTION 'org % does not exist', org USING ERRCODE = 'undefined_object';
+		RAISE EXCEPTION 'org % does not exist', org USING ERRCODE = 'no_data_found';
 	END IF;
 	PERFORM agent._audit(org, NULL, 'org.limits_changed', NULL, current_user::text,
 						 jsonb_build_object('max_concurrent_runs', max_concurrent_runs,

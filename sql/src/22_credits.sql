@@ -120,7 +120,7 @@ BEGIN
 	END IF;
 	PERFORM 1 FROM agent.orgs o WHERE o.id = org;
 	IF NOT FOUND THEN
-		RAISE EXCEPTION 'org % does not exist', org USING ERRCODE = 'undefined_object';
+		RAISE EXCEPTION 'org % does not exist', org USING ERRCODE = 'no_data_found';
 	END IF;
 	INSERT INTO agent.credit_ledger (org_id, kind, amount, reason)
 		VALUES (org, 'grant', amount, reason);
@@ -153,7 +153,7 @@ BEGIN
 	SELECT * INTO v_inv FROM agent.invocations i WHERE i.id = invocation FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'invocation % does not exist', invocation
-			USING ERRCODE = 'undefined_object';
+			USING ERRCODE = 'no_data_found';
 	END IF;
 	PERFORM 1 FROM agent.credit_ledger l
 	 WHERE l.invocation_id = invocation AND l.kind = 'charge';
@@ -204,7 +204,7 @@ BEGIN
 	SELECT * INTO v_inv FROM agent.invocations i WHERE i.id = invocation FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'invocation % does not exist', invocation
-			USING ERRCODE = 'undefined_object';
+			USING ERRCODE = 'no_data_found';
 	END IF;
 	SELECT -l.amount INTO v_charged FROM agent.credit_ledger l
 	 WHERE l.invocation_id = invocation AND l.kind = 'charge';

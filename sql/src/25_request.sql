@@ -64,10 +64,10 @@ BEGIN
 	IF v_null IS NOT NULL THEN
 		RAISE EXCEPTION '% must not be null', v_null USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	IF btrim(requested_by) = '' THEN
-		RAISE EXCEPTION 'requested_by must not be empty' USING ERRCODE = 'invalid_parameter_value';
-	END IF;
 	PERFORM agent._require_person(requested_by, 'requested_by');
+	PERFORM agent._check_text(language, 'language', 'language');
+	PERFORM agent._check_text(description, 'description', 'description');
+	PERFORM agent._check_text(idempotency_key, 'idempotency_key', 'idempotency_key', true);
 	IF v_org IS NULL OR agent.current_workspace() IS NULL THEN
 		PERFORM agent._require_tenant(true);	-- raises
 	END IF;
@@ -100,6 +100,8 @@ BEGIN
 		   a.id AS agent_id, a.kind, a.code_execution_enabled AS agent_ok,
 		   coalesce(m.supports_code_execution, false) AS model_ok,
 		   rt.interpreter || ' ' || rt.version AS runtime,
+		   p.credits_per_invocation AS price,
+		   coalesce((SELECT b.balance FROM agent.credit_balances b WHERE b.org_id = w.org_id), 0) AS balance,
 		   (SELECT s.value::integer FROM agent.settings s WHERE s.key = 'max_code_bytes') AS max_code_bytes,
 		   (SELECT s.value::interval FROM agent.settings s WHERE s.key = 'approval_timeout') AS approval_timeout
 	  INTO v_ctx
@@ -112,11 +114,11 @@ BEGIN
 	  LEFT JOIN agent.runtimes rt ON rt.language = request_execution.language
 	 WHERE w.id = request_execution.workspace AND w.org_id = v_org;
 	IF NOT FOUND THEN
-		RAISE EXCEPTION 'workspace % does not exist', workspace USING ERRCODE = 'undefined_object';
+		RAISE EXCEPTION 'workspace % does not exist', workspace USING ERRCODE = 'no_data_found';
 	END IF;
 	IF v_ctx.agent_id IS NULL THEN
 		RAISE EXCEPTION 'agent % does not exist in workspace %', agent, workspace
-			USING ERRCODE = 'undefined_object';
+			USING ERRCODE = 'no_data_found';
 	END IF;
 	IF conversation IS NOT NULL THEN
 		SELECT c.code_execution_enabled INTO v_conv_ok
@@ -126,7 +128,7 @@ BEGIN
 		   AND c.agent_id = request_execution.agent;
 		IF NOT FOUND THEN
 			RAISE EXCEPTION 'conversation % does not exist for agent %', conversation, agent
-				USING ERRCODE = 'undefined_object';
+				USING ERRCODE = 'no_data_found';
 		END IF;
 	END IF;
 
@@ -142,7 +144,7 @@ BEGIN
 				v_prior.language, v_prior.code_sha256)
 			   IS DISTINCT FROM
 			   (workspace, agent, conversation, language, agent.code_sha256(code)) THEN
-				RAISE EXCEPTION 'idempotency key "%" was already used for a different request', idempotency_key
+				RAISE EXCEPTION 'idempotency key "%" was already used for a different request', agent._shown(idempotency_key)
 					USING ERRCODE = 'unique_violation',
 						  DETAIL = format('It belongs to invocation %s.', v_prior.id);
 			END IF;
@@ -173,13 +175,18 @@ BEGIN
 		v_runtime := v_ctx.runtime;
 		IF v_runtime IS NULL THEN
 			v_reason := 'language_not_supported'; v_sqlstate := '22023';
-			v_message := format('Language "%s" is not supported; use python, node or shell.', language);
+			v_message := format('Language "%s" is not supported; use python, node or shell.', agent._shown(language));
 		ELSIF code !~ '\S' THEN
 			v_reason := 'code_empty'; v_sqlstate := '22023';
 			v_message := 'The code is empty.';
 		ELSIF v_bytes > v_ctx.max_code_bytes THEN
 			v_reason := 'code_too_large'; v_sqlstate := '54000';
 			v_message := format('The code is %s bytes; the limit is %s.', v_bytes, v_ctx.max_code_bytes);
+		ELSIF v_ctx.balance < v_ctx.price THEN
+			-- Checked again, under the balance's lock, when the run is
+			-- provisioned (a balance may fall between now and then).
+			v_reason := 'insufficient_credits'; v_sqlstate := '53000';
+			v_message := format('The organization has %s credits; a run costs %s.', v_ctx.balance, v_ctx.price);
 		END IF;
 	END IF;
 
@@ -190,7 +197,10 @@ BEGIN
 							   'agent_id', agent, 'conversation_id', conversation,
 							   'language', language, 'code_sha256', v_sha,
 							   'code_bytes', v_bytes, 'plan', v_ctx.plan,
-							   'idempotency_key', idempotency_key));
+							   'idempotency_key', idempotency_key)
+			|| CASE WHEN v_reason = 'insufficient_credits'
+					THEN jsonb_build_object('balance', v_ctx.balance, 'price', v_ctx.price)
+					ELSE '{}'::jsonb END);
 		r := ROW(NULL::uuid, NULL::uuid, 'denied', v_reason, v_sqlstate, false);
 		RETURN r;
 	END IF;
@@ -221,6 +231,8 @@ BEGIN
 						   'language', language, 'code_sha256', v_sha,
 						   'code_bytes', v_bytes, 'plan', v_ctx.plan,
 						   'approval_id', v_appr));
+	-- The approvers of the workspace learn of the card at commit.
+	PERFORM agent._notify_new_card(workspace, v_appr);
 	IF NOT agent.supervisor_available() THEN
 		RAISE NOTICE 'no supervisor is running in this cluster'
 			USING HINT = 'Nothing will run until sandbox_ext is in shared_preload_libraries.';

@@ -52,7 +52,7 @@ BEGIN
 	   FOR NO KEY UPDATE OF a, i;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'approval request % does not exist in the current workspace', approval
-			USING ERRCODE = 'undefined_object';
+			USING ERRCODE = 'no_data_found';
 	END IF;
 	IF v_status = 'expired' OR (v_status = 'pending' AND v_expires <= now()) THEN
 		RAISE EXCEPTION 'approval request % has expired', approval
@@ -154,6 +154,7 @@ BEGIN
 		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	PERFORM agent._require_person(approver, 'approver');
+	PERFORM agent._check_text(reason, 'reason', 'reason');
 	-- The requester may deny (withdraw) their own request: a denial runs
 	-- nothing, and cancel() could end it anyway.
 	v_card := agent._lock_pending_approval(approval);
@@ -217,8 +218,9 @@ BEGIN
 END
 $$;
 
--- The card as the UI renders it.  Security invoker: row-level security
--- decides which cards the caller may see.
+-- The card as the UI renders it, with what the run will cost and what the
+-- org has (credits_cost, org_balance: read when the card is read; the
+-- charge itself happens when the run is provisioned).
 CREATE TYPE agent.approval_card AS (
 	approval_id		uuid,
 	invocation_id	uuid,
@@ -239,14 +241,39 @@ CREATE TYPE agent.approval_card AS (
 	decided_by		text,
 	decided_at		timestamptz,
 	decision_reason text,
+	credits_cost	integer,
+	org_balance		bigint,
 	-- what the run may reach (47_egress.sql): "api.github.com:443, ..." or
 	-- "nothing (no network)", and the hash the approval binds
 	egress_may_reach text,
 	egress_sha256	text
 );
 
+-- Every card the caller may see (row-level security decides: a backend
+-- its workspace's, an auditor every tenant's), as approval_card renders it.
+CREATE VIEW agent.approval_cards WITH (security_invoker = true) AS
+SELECT a.id AS approval_id, a.invocation_id, a.status,
+	   format('%s wants to run %s code', coalesce(g.name, 'An agent'), a.language) AS title,
+	   g.name AS agent_name, i.conversation_id, a.language, a.runtime, a.risk_level,
+	   a.description, a.code, a.code_sha256,
+	   array_length(regexp_split_to_array(rtrim(a.code, E'\n'), E'\n'), 1) AS code_lines,
+	   a.requested_by, a.created_at, a.expires_at, a.decided_by, a.decided_at,
+	   a.decision_reason, p.credits_per_invocation AS credits_cost,
+	   coalesce(b.balance, 0) AS org_balance,
+	   a.org_id, a.workspace_id,
+	   agent.egress_may_reach(i.egress_policy) AS egress_may_reach, i.egress_sha256
+  FROM agent.approval_requests a
+  JOIN agent.invocations i ON i.id = a.invocation_id
+  LEFT JOIN agent.agents g ON g.id = i.agent_id
+  LEFT JOIN agent.orgs o ON o.id = a.org_id
+  LEFT JOIN agent.plans p ON p.plan = o.plan
+  LEFT JOIN agent.credit_balances b ON b.org_id = a.org_id;
+COMMENT ON VIEW agent.approval_cards IS
+	'approval cards as the UI renders them, with the run''s cost and the org''s balance';
+
 CREATE FUNCTION agent.approval_card(approval uuid) RETURNS agent.approval_card
 	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	v agent.approval_card;
@@ -254,24 +281,110 @@ BEGIN
 	IF approval IS NULL THEN
 		RAISE EXCEPTION 'approval request id must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	SELECT a.id, a.invocation_id, a.status,
-		   format('%s wants to run %s code', coalesce(g.name, 'An agent'), a.language),
-		   g.name, i.conversation_id, a.language, a.runtime, a.risk_level, a.description,
-		   a.code, a.code_sha256,
-		   array_length(regexp_split_to_array(rtrim(a.code, E'\n'), E'\n'), 1),
-		   a.requested_by, a.created_at, a.expires_at, a.decided_by, a.decided_at,
-		   a.decision_reason, agent.egress_may_reach(i.egress_policy), i.egress_sha256
+	SELECT c.approval_id, c.invocation_id, c.status, c.title, c.agent_name, c.conversation_id,
+		   c.language, c.runtime, c.risk_level, c.description, c.code, c.code_sha256,
+		   c.code_lines, c.requested_by, c.created_at, c.expires_at, c.decided_by,
+		   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance,
+		   c.egress_may_reach, c.egress_sha256
 	  INTO v
-	  FROM agent.approval_requests a
-	  JOIN agent.invocations i ON i.id = a.invocation_id
-	  LEFT JOIN agent.agents g ON g.id = i.agent_id
-	 WHERE a.id = approval;
+	  FROM agent.approval_cards c
+	 WHERE c.approval_id = approval;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'approval request % does not exist', approval
-			USING ERRCODE = 'undefined_object';
+			USING ERRCODE = 'no_data_found';
 	END IF;
 	RETURN v;
 END
+$$;
+
+-- The cards of the current workspace still waiting for a decision, oldest
+-- first: what an approver's inbox shows.  The workspace's approvals
+-- channel (agent.approvals_channel()) says when to look again.
+CREATE FUNCTION agent.pending_approvals() RETURNS SETOF agent.approval_card
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	PERFORM agent._require_tenant(true);
+	RETURN QUERY
+		SELECT c.approval_id, c.invocation_id, c.status, c.title, c.agent_name, c.conversation_id,
+			   c.language, c.runtime, c.risk_level, c.description, c.code, c.code_sha256,
+			   c.code_lines, c.requested_by, c.created_at, c.expires_at, c.decided_by,
+			   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance
+		  FROM agent.approval_cards c
+		 WHERE c.status = 'pending' AND c.expires_at > now()
+		   AND c.org_id = agent.current_org() AND c.workspace_id = agent.current_workspace()
+		 ORDER BY c.created_at, c.approval_id;
+END
+$$;
+COMMENT ON FUNCTION agent.pending_approvals() IS
+	'the current workspace''s cards waiting for a decision, oldest first';
+
+-- ---- the approvals channel -------------------------------------------------
+
+-- Each workspace has a NOTIFY channel on which request_execution()
+-- announces every new card at commit (payload: the card's id, a hint to
+-- look, never the card).  Like an invocation's output channel it is named
+-- after a random token that only the workspace's tenant can learn
+-- (agent.approvals_channel()); other workspaces of the same org cannot (the
+-- tokens are in a table no tenant role reads).
+CREATE TABLE agent.workspace_channels (
+	workspace_id	uuid PRIMARY KEY REFERENCES agent.workspaces (id),
+	token			uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid()
+);
+COMMENT ON TABLE agent.workspace_channels IS
+	'the random token each workspace''s approvals channel is named after';
+ALTER TABLE agent.workspace_channels ENABLE ROW LEVEL SECURITY;
+CREATE POLICY auditor_read ON agent.workspace_channels FOR SELECT TO agent_auditor USING (true);
+
+CREATE FUNCTION agent._workspaces_make_channel() RETURNS trigger
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	INSERT INTO agent.workspace_channels (workspace_id) VALUES (NEW.id)
+		ON CONFLICT (workspace_id) DO NOTHING;
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER workspaces_make_channel
+	AFTER INSERT ON agent.workspaces
+	FOR EACH ROW EXECUTE FUNCTION agent._workspaces_make_channel();
+
+-- The channel of the current workspace.
+CREATE FUNCTION agent.approvals_channel() RETURNS text
+	LANGUAGE plpgsql STABLE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_token uuid;
+BEGIN
+	PERFORM agent._require_tenant(true);
+	SELECT c.token INTO v_token
+	  FROM agent.workspace_channels c
+	  JOIN agent.workspaces w ON w.id = c.workspace_id
+	 WHERE c.workspace_id = agent.current_workspace() AND w.org_id = agent.current_org();
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'workspace % does not exist', agent.current_workspace()
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the tenant set with agent.set_tenant().';
+	END IF;
+	RETURN 'sandbox_approvals_' || pg_catalog.replace(v_token::text, '-', '');
+END
+$$;
+COMMENT ON FUNCTION agent.approvals_channel() IS
+	'the LISTEN channel on which new approval cards of the current workspace are announced (its tenant only)';
+
+-- Announce a new card (called by request_execution; delivered at commit).
+CREATE FUNCTION agent._notify_new_card(workspace uuid, approval uuid) RETURNS void
+	LANGUAGE sql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT pg_catalog.pg_notify('sandbox_approvals_' || pg_catalog.replace(c.token::text, '-', ''),
+								approval::text)
+	  FROM agent.workspace_channels c
+	 WHERE c.workspace_id = workspace
 $$;
 
 -- For the supervisor, just before it runs an invocation: true only when

@@ -104,6 +104,19 @@ GRANT EXECUTE ON FUNCTION
 	agent.supervisor_available()
 	TO agent_backend;
 GRANT EXECUTE ON FUNCTION agent.set_tenant(uuid, uuid) TO agent_admin;
+-- set_tenant() runs as its caller: its check and the GUCs it sets (which
+-- a caller could set with SET LOCAL anyway), and the one-statement form.
+GRANT EXECUTE ON FUNCTION agent._tenant_problem(uuid, uuid), agent._set_tenant_gucs(uuid, uuid),
+	agent.tenant(uuid, uuid) TO agent_backend, agent_admin;
+-- The guard of the security-invoker API functions (pending_approvals,
+-- wait_result): it only raises when no tenant is set.
+GRANT EXECUTE ON FUNCTION agent._require_tenant(boolean) TO agent_backend, agent_admin;
+-- The approver's side (28_approvals.sql).
+GRANT SELECT ON agent.approval_cards TO agent_backend;
+GRANT EXECUTE ON FUNCTION agent.pending_approvals(), agent.approvals_channel() TO agent_backend;
+-- The rules of the API's arguments and settings are no secret.
+GRANT EXECUTE ON FUNCTION agent.text_limits(), agent.setting_rules()
+	TO agent_backend, agent_admin, agent_auditor;
 GRANT EXECUTE ON FUNCTION
 	agent.verify_audit_chain(uuid),
 	agent._audit_hash(text, bigint, uuid, uuid, text, uuid, text, jsonb, timestamptz),

@@ -836,6 +836,9 @@ BEGIN
 	END;
 	SELECT * INTO o FROM agent._run_outcome(v, res.error, r.cancel_requested_at IS NOT NULL,
 											r.cancel_requested_by);
+	IF o.state = 'cancelled' AND r.cancel_reason IS NOT NULL THEN
+		o.reason := o.reason || ': ' || r.cancel_reason;
+	END IF;
 
 	-- The jail ran but the row was never marked running (that step was
 	-- skipped, or the run ended first): it did start.
@@ -1058,15 +1061,40 @@ $$;
 -- API
 -- ----------------------------------------------------------------------
 
--- The state of an invocation the caller's tenant may see (NULL otherwise).
+-- Whether a row version was written by the calling transaction (or one of
+-- its subtransactions), in C (src/guards.c).
+CREATE FUNCTION agent._xid_is_current(x xid) RETURNS boolean
+	AS 'MODULE_PATHNAME', 'sandbox_xid_is_current'
+	LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+-- The state of an invocation the caller's tenant may see (NULL otherwise),
+-- for agent.wait().  An invocation this transaction changed (requested,
+-- approved, cancelled) and that is not final cannot move before this
+-- transaction commits, so waiting for it is refused (55000) rather than
+-- left to time out.
 CREATE FUNCTION agent._invocation_state(invocation uuid) RETURNS text
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER
 	SET search_path = pg_catalog, agent, pg_temp
-	RETURN (SELECT i.state FROM agent.invocations i
-			 WHERE i.id = invocation
-			   AND i.org_id = agent.current_org()
-			   AND i.workspace_id = agent.current_workspace());
+AS $$
+DECLARE
+	v_state	text;
+	v_ours	boolean;
+BEGIN
+	SELECT i.state, agent._xid_is_current(i.xmin) INTO v_state, v_ours
+	  FROM agent.invocations i
+	 WHERE i.id = invocation
+	   AND i.org_id = agent.current_org()
+	   AND i.workspace_id = agent.current_workspace();
+	IF v_ours AND NOT agent._state_is_terminal(v_state) THEN
+		RAISE EXCEPTION 'cannot wait for invocation % in the transaction that changed it', invocation
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = pg_catalog.format('It is %s, and nothing can move it before this transaction commits.', v_state),
+				  HINT = 'Commit first (the supervisor claims an approval when its transaction commits), then wait.';
+	END IF;
+	RETURN v_state;
+END
+$$;
 
 -- Output of an invocation after a sequence number, in order.
 CREATE FUNCTION agent.read_output(invocation uuid, after_seq integer DEFAULT 0)
@@ -1116,6 +1144,7 @@ BEGIN
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	PERFORM agent._require_person(actor, 'actor');
+	PERFORM agent._check_text(reason, 'reason', 'reason');
 	-- FOR NO KEY UPDATE: held by a caller's open transaction, it must not
 	-- block the FOR KEY SHARE of the supervisor's output inserts.
 	SELECT * INTO r FROM agent.invocations i
@@ -1136,8 +1165,10 @@ BEGIN
 			   cancel_requested_at = now(), cancel_requested_by = actor,
 			   finished_at = now()
 		 WHERE i.id = r.id;
+		-- The card says who withdrew it, and why.
 		UPDATE agent.approval_requests a
-		   SET status = 'expired', decided_at = now(), decision_reason = 'invocation cancelled'
+		   SET status = 'cancelled', decided_by = actor, decided_at = now(),
+			   decision_reason = coalesce(reason, 'invocation cancelled')
 		 WHERE a.id = r.approval_id AND a.status = 'pending';
 		PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.cancelled', r.id, actor,
 							 jsonb_build_object('reason', reason, 'previous_state', r.state,
@@ -1147,7 +1178,8 @@ BEGIN
 	ELSIF r.state IN ('provisioning', 'running') THEN
 		IF r.cancel_requested_at IS NULL THEN
 			UPDATE agent.invocations i
-			   SET cancel_requested_at = now(), cancel_requested_by = actor
+			   SET cancel_requested_at = now(), cancel_requested_by = actor,
+				   cancel_reason = reason
 			 WHERE i.id = r.id;
 			PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.cancel_requested', r.id, actor,
 								 jsonb_build_object('reason', reason, 'previous_state', r.state));
@@ -1171,6 +1203,53 @@ CREATE FUNCTION agent.wait(invocation uuid, timeout interval DEFAULT '30 seconds
 COMMENT ON FUNCTION agent.wait(uuid, interval) IS
 	'block until the invocation reaches a final state or the timeout passes; returns its state';
 
+-- The common path's last round trip: wait (as agent.wait()) and return
+-- what the run produced with its tool call, in one statement.  timed_out
+-- is true when the timeout passed before the run reached a final state
+-- (the rest then describes it as it is so far).  Output is at most
+-- sandbox.output_limit per stream (the supervisor keeps no more).
+CREATE TYPE agent.run_result AS (
+	invocation_id	uuid,
+	state			text,
+	timed_out		boolean,
+	state_reason	text,
+	exit_code		integer,
+	stdout			text,
+	stderr			text,
+	output_truncated boolean,
+	credits_charged integer,
+	tool_call_id	uuid,
+	output_preview	text,
+	files			jsonb
+);
+
+CREATE FUNCTION agent.wait_result(invocation uuid, timeout interval DEFAULT '30 seconds')
+	RETURNS agent.run_result
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	r	agent.run_result;
+BEGIN
+	PERFORM agent._require_tenant(true);
+	PERFORM agent.wait(invocation, timeout);
+	SELECT i.id, i.state, NOT agent._state_is_terminal(i.state), i.state_reason, i.exit_code,
+		   (SELECT string_agg(o.data, '' ORDER BY o.seq) FROM agent.invocation_output o
+			 WHERE o.invocation_id = i.id AND o.stream = 'stdout'),
+		   (SELECT string_agg(o.data, '' ORDER BY o.seq) FROM agent.invocation_output o
+			 WHERE o.invocation_id = i.id AND o.stream = 'stderr'),
+		   i.output_truncated, i.credits_charged, t.id, t.output_preview, t.files
+	  INTO r
+	  FROM agent.invocations i
+	  LEFT JOIN agent.agent_tool_calls t ON t.invocation_id = i.id
+	 WHERE i.id = invocation
+	   AND i.org_id = agent.current_org() AND i.workspace_id = agent.current_workspace();
+	RETURN r;
+END
+$$;
+COMMENT ON FUNCTION agent.wait_result(uuid, interval) IS
+	'wait for an invocation like agent.wait() and return its state, whether the wait timed out, its output and its tool call';
+
 CREATE FUNCTION agent.worker_status(
 		OUT preloaded boolean, OUT running boolean, OUT pid integer,
 		OUT started_at timestamptz, OUT slots_in_use integer,
@@ -1193,5 +1272,5 @@ REVOKE ALL ON FUNCTION agent._claim_invocations(integer, uuid), agent._mark_runn
 	agent.worker_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agent.read_output(uuid, integer), agent.cancel(uuid, text, text),
 	agent.wait(uuid, interval), agent.output_channel(uuid), agent._invocation_state(uuid),
-	agent._state_is_terminal(text) TO agent_backend;
+	agent._state_is_terminal(text), agent.wait_result(uuid, interval) TO agent_backend;
 GRANT EXECUTE ON FUNCTION agent.worker_status() TO agent_auditor;

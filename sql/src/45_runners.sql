@@ -850,7 +850,7 @@ BEGIN
 	SELECT * INTO rn FROM agent.runners x WHERE x.name = drain_runner.name FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'runner "%" does not exist', coalesce(drain_runner.name, 'NULL')
-			USING ERRCODE = 'undefined_object';
+			USING ERRCODE = 'no_data_found';
 	END IF;
 	UPDATE agent.runners x
 	   SET state = CASE WHEN coalesce(resume, false) THEN 'active' ELSE 'draining' END,
@@ -889,7 +889,7 @@ BEGIN
 	SELECT * INTO rn FROM agent.runners r WHERE r.name = remove_runner.name FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'runner "%" does not exist', coalesce(remove_runner.name, 'NULL')
-			USING ERRCODE = 'undefined_object';
+			USING ERRCODE = 'no_data_found';
 	END IF;
 	UPDATE agent.runners r SET state = 'removed', removed_at = now() WHERE r.id = rn.id;
 	FOR x IN SELECT i.id, i.state FROM agent.invocations i

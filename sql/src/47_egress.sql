@@ -60,12 +60,9 @@ CREATE TABLE agent.egress_narrowing (
 	UNIQUE NULLS NOT DISTINCT (agent_id, conversation_id)
 );
 
--- On the invocation and its card: the effective policy when requested.
-ALTER TABLE agent.invocations
-	ADD COLUMN egress_policy jsonb,
-	ADD COLUMN egress_sha256 text;
-ALTER TABLE agent.approval_requests
-	ADD COLUMN approved_egress_sha256 text;
+-- On the invocation and its card (columns in 15_invocations.sql):
+-- invocations.egress_policy, egress_sha256; approval_requests.approved_egress_sha256;
+-- agent_tool_calls.egress.
 
 -- The effective policy of a request: {"rules": [...], "limits": {...}}, or
 -- NULL (no network).  Rules in a fixed order (host, cidr), so the same
@@ -98,18 +95,8 @@ AS $$
 	  FROM r
 $$;
 
--- What the card shows: "api.github.com:443, *.example.com:80,443", or
--- 'nothing (no network)'.
-CREATE FUNCTION agent.egress_may_reach(policy jsonb) RETURNS text
-	LANGUAGE sql IMMUTABLE
-	SET search_path = pg_catalog, agent, pg_temp
-AS $$
-	SELECT coalesce(string_agg(coalesce(e->>'host', e->>'cidr') || ':' ||
-							   (SELECT string_agg(p, ',' ORDER BY p::integer)
-								  FROM jsonb_array_elements_text(e->'ports') p), ', '
-							   ORDER BY o), 'nothing (no network)')
-	  FROM jsonb_array_elements(coalesce(policy->'rules', '[]')) WITH ORDINALITY AS x(e, o)
-$$;
+-- agent.egress_may_reach(policy), what the card shows, is in
+-- 15_invocations.sql: the card's view (28_approvals.sql) needs it.
 
 CREATE FUNCTION agent._egress_sha256(policy jsonb) RETURNS text
 	LANGUAGE sql IMMUTABLE
@@ -493,8 +480,6 @@ $$;
 -- The tool call carries the run's egress summary, and the finish (the
 -- transaction that writes the tool call) appends the run's one egress
 -- audit event: the counts and the hash of its connection log.
-ALTER TABLE agent.agent_tool_calls ADD COLUMN egress jsonb;
-
 CREATE FUNCTION agent._tool_call_egress() RETURNS trigger
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, agent, pg_temp

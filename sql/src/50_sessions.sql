@@ -100,12 +100,18 @@ DECLARE
 	n_files		integer := 0;
 BEGIN
 	PERFORM agent._require_tenant(false);
-	IF name IS NULL OR files IS NULL OR jsonb_typeof(files) <> 'object' THEN
+	IF name IS NULL OR files IS NULL THEN
 		RAISE EXCEPTION 'name and files (a json object of path: base64 content) are required'
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	IF jsonb_typeof(files) <> 'object' THEN
+		RAISE EXCEPTION 'files must be a json object of path: base64 content'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = pg_catalog.format('It is a json %s.', jsonb_typeof(files));
+	END IF;
+	PERFORM agent._check_text(description, 'description', 'description');
 	IF name !~ '^[a-z0-9][a-z0-9_.-]{0,63}$' THEN
-		RAISE EXCEPTION 'invalid skill name "%"', name
+		RAISE EXCEPTION 'invalid skill name "%"', agent._shown(name)
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Use 1 to 64 characters: lower-case letters, digits, "_", "." and "-", starting with a letter or digit.';
 	END IF;
@@ -124,14 +130,14 @@ BEGIN
 									  agent.setting('max_skill_files'));
 		END IF;
 		IF NOT agent.valid_relative_path(f.key) THEN
-			RAISE EXCEPTION 'invalid skill file path "%"', left(f.key, 256)
+			RAISE EXCEPTION 'invalid skill file path "%"', agent._shown(f.key)
 				USING ERRCODE = 'invalid_parameter_value',
 					  HINT = 'Use a relative path without "..", empty components or control characters.';
 		END IF;
 		BEGIN
 			v_content := decode(f.value, 'base64');
 		EXCEPTION WHEN invalid_parameter_value THEN
-			RAISE EXCEPTION 'the content of skill file "%" is not valid base64', f.key
+			RAISE EXCEPTION 'the content of skill file "%" is not valid base64', agent._shown(f.key)
 				USING ERRCODE = 'invalid_parameter_value';
 		END;
 		v_bytes := v_bytes + octet_length(v_content);
@@ -160,6 +166,10 @@ CREATE FUNCTION agent.set_agent_skill(agent uuid, skill uuid, attached boolean D
 AS $$
 BEGIN
 	PERFORM agent._require_tenant();
+	IF set_agent_skill.agent IS NULL OR skill IS NULL OR attached IS NULL THEN
+		RAISE EXCEPTION 'agent, skill and attached must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
 	IF NOT EXISTS (SELECT 1 FROM agent.agents a WHERE a.id = set_agent_skill.agent
 					  AND a.org_id = agent.current_org() AND a.workspace_id = agent.current_workspace()) THEN
 		RAISE EXCEPTION 'agent % does not exist', set_agent_skill.agent USING ERRCODE = 'no_data_found';
@@ -289,6 +299,7 @@ BEGIN
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	PERFORM agent._require_person(uploaded_by, 'uploaded_by');
+	PERFORM agent._check_text(content_type, 'content_type', 'content_type', true);
 	-- Serialises uploads of a conversation with each other and with the
 	-- claim of its runs; FOR NO KEY UPDATE, so that a caller holding it does
 	-- not block the FOR KEY SHARE of the supervisor's inserts (files,
@@ -309,12 +320,13 @@ BEGIN
 				  HINT = 'Enable file uploads for the agent with agent.set_agent_file_upload().';
 	END IF;
 	IF NOT agent.valid_relative_path(name) THEN
-		RAISE EXCEPTION 'invalid file name "%"', name
+		RAISE EXCEPTION 'invalid file name "%"', agent._shown(name)
 			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A name is at most 1024 bytes, each component at most 255.',
 				  HINT = 'Use a relative path without "..", empty components or control characters.';
 	END IF;
 	IF octet_length(content) > agent.setting('max_upload_bytes')::bigint THEN
-		RAISE EXCEPTION 'file "%" is too large (% bytes)', name, octet_length(content)
+		RAISE EXCEPTION 'file "%" is too large (% bytes)', agent._shown(name), octet_length(content)
 			USING ERRCODE = 'program_limit_exceeded',
 				  HINT = format('The limit is %s bytes (agent.settings max_upload_bytes).',
 								agent.setting('max_upload_bytes'));

@@ -23,7 +23,8 @@ start_launcher() {
 	# shellcheck disable=SC2086
 	runuser -u "$u" -- env ${LAUNCHER_ENV:-} "${LBIN:-$REALBIN}" --serve "$SOCK" --pool 3 "${CGOPT[@]}" 2>>"${LLOG:-$WORK/launcher.log}" &
 	LPARENT=$!
-	while [ ! -S "$SOCK" ] && [ $n -lt 100 ]; do sleep 0.05; n=$((n + 1)); done
+	# a loaded machine can take seconds to start the pool: up to 60 s
+	while [ ! -S "$SOCK" ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n + 1)); done
 	LPID=$(pgrep -P "$LPARENT" -f -- "--serve $SOCK")
 	LAUNCHERS+=("$LPID")
 	printf '#!/bin/sh\nexec "%s" --client "%s" "$@"\n' "${LBIN:-$REALBIN}" "$SOCK" > "$WORK/client-$u"
@@ -393,8 +394,10 @@ lifetime_checks() {
 		grep -q started "$WORK/l.out" && started=yes
 		launcher_gone && gone=yes
 		no_survivors && clean=yes
-		[ $started$gone$clean = yesyesyes ] ||
+		if [ $started$gone$clean != yesyesyes ]; then
 			echo "# launcher $how as $u: started=$started launcher-gone=$gone no-survivors=$clean client-rc=$rc"
+			tail -n 5 "${LLOG:-$WORK/launcher.log}" | sed 's/^/#   launcher: /'
+		fi
 		t "$u: launcher $how: its running sandbox dies, the client reports a setup error" '[ $started$gone$clean = yesyesyes ] && [ $rc = 1 ] && [ "$(v status)" = setup_error ]'
 		if [ $how = TERM ]; then
 			cgdir=${TESTCG_DIRS[0]:-/nonexistent}

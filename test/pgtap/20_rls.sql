@@ -104,21 +104,21 @@ SELECT is((SELECT count(*) FROM agent.invocations), 2::bigint, 'A sees exactly i
 
 -- B's cards cannot be read, approved or denied.
 SELECT throws_ok(format('SELECT agent.approval_card(%L)', pg_temp.id('B', 'pending_approval')),
-	'42704', NULL, 'A cannot read B''s approval card');
+	'P0002', NULL, 'A cannot read B''s approval card');
 SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.id('B', 'pending_approval'), 'mallory'),
-	'42704', NULL, 'A cannot approve B''s request');
+	'P0002', NULL, 'A cannot approve B''s request');
 SELECT throws_ok(format('SELECT agent.deny(%L, %L, %L)', pg_temp.id('B', 'pending_approval'), 'mallory', 'no'),
-	'42704', NULL, 'A cannot deny B''s request');
+	'P0002', NULL, 'A cannot deny B''s request');
 SELECT throws_ok(format('SELECT agent.request_execution(%L, %L, NULL, %L, %L, %L)',
 	'bf000000-0000-4000-8000-00000000000b', 'cf000000-0000-4000-8000-00000000000b', 'python', 'print(1)', 'mallory'),
 	'42501', NULL, 'A cannot request in B''s workspace');
 SELECT throws_ok(format('SELECT agent.request_execution(%L, %L, %L, %L, %L, %L)',
 	'bf000000-0000-4000-8000-00000000000a', 'cf000000-0000-4000-8000-00000000000a',
 	'df000000-0000-4000-8000-00000000000b', 'python', 'print(1)', 'mallory'),
-	'42704', NULL, 'A cannot request in B''s conversation');
+	'P0002', NULL, 'A cannot request in B''s conversation');
 SELECT throws_ok(format('SELECT agent.request_execution(%L, %L, NULL, %L, %L, %L)',
 	'bf000000-0000-4000-8000-00000000000a', 'cf000000-0000-4000-8000-00000000000b', 'python', 'print(1)', 'mallory'),
-	'42704', NULL, 'A cannot request with B''s agent');
+	'P0002', NULL, 'A cannot request with B''s agent');
 SELECT throws_ok(format('SELECT agent.approve(%L, %L, %L)', pg_temp.id('A', 'pending_approval'), 'alice',
 	encode(sha256('print("something else")'::bytea), 'hex')),
 	'22023', NULL, 'an approval with a hash other than the card''s is refused');
@@ -189,7 +189,7 @@ SELECT agent.set_tenant('af000000-0000-4000-8000-00000000000b', 'bf000000-0000-4
 SELECT is((SELECT count(*) FROM pg_temp.visible('af000000-0000-4000-8000-00000000000a') WHERE n > 0),
 	0::bigint, 'B sees no row of A');
 SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.id('A', 'pending_approval'), 'mallory'),
-	'42704', NULL, 'B cannot approve A''s request');
+	'P0002', NULL, 'B cannot approve A''s request');
 RESET ROLE;
 
 ---- The auditor ----

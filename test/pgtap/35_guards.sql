@@ -98,14 +98,16 @@ SELECT ok(NOT agent.is_invocation_state('Approved') AND NOT agent.is_invocation_
 		  'is_invocation_state() refuses near misses');
 SELECT ok(agent.is_approval_status('pending') AND agent.is_approval_status('approved')
 		  AND agent.is_approval_status('denied') AND agent.is_approval_status('expired')
-		  AND NOT agent.is_approval_status('cancelled'),
-		  'is_approval_status() accepts exactly the four statuses');
+		  AND agent.is_approval_status('cancelled') AND NOT agent.is_approval_status('withdrawn'),
+		  'is_approval_status() accepts exactly the five statuses');
 
 -- ---- the triggers, on real rows ----
 INSERT INTO agent.models (id, name, supports_code_execution)
 	VALUES ('13000000-0000-4000-8000-000000000001', 'tap-guards', true);
 INSERT INTO agent.workspaces (id, org_id, name)
 	VALUES ('b3000000-0000-4000-8000-000000000009', 'a3000000-0000-4000-8000-000000000009', 'ws');
+-- Credits, or requests are refused (insufficient_credits).
+SELECT count(agent.grant_credits(id, 100, 'tap')) AS funded FROM agent.orgs WHERE id IN ('a3000000-0000-4000-8000-000000000009');
 INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_execution_enabled)
 	VALUES ('c3000000-0000-4000-8000-000000000009', 'a3000000-0000-4000-8000-000000000009',
 			'b3000000-0000-4000-8000-000000000009', 'agent', 'specialist',

@@ -18,6 +18,8 @@ INSERT INTO agent.orgs (id, name, plan) VALUES
 INSERT INTO agent.workspaces (id, org_id, name) VALUES
 	('7b000000-0000-4000-8000-00000000000a', '7a000000-0000-4000-8000-00000000000a', 'A'),
 	('7b000000-0000-4000-8000-00000000000b', '7a000000-0000-4000-8000-00000000000b', 'B');
+-- Credits, or requests are refused (insufficient_credits).
+SELECT count(agent.grant_credits(id, 100, 'tap')) AS funded FROM agent.orgs WHERE id IN ('7a000000-0000-4000-8000-00000000000a', '7a000000-0000-4000-8000-00000000000b');
 INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, owner, model_id, code_execution_enabled) VALUES
 	('7c000000-0000-4000-8000-00000000000a', '7a000000-0000-4000-8000-00000000000a',
 	 '7b000000-0000-4000-8000-00000000000a', 'A personal', 'personal', 'alice',

@@ -10,6 +10,8 @@ INSERT INTO agent.models (id, name, supports_code_execution)
 INSERT INTO agent.orgs (id, name, plan) VALUES ('5a000000-0000-4000-8000-000000000001', 'Four eyes', 'pro');
 INSERT INTO agent.workspaces (id, org_id, name)
 	VALUES ('5b000000-0000-4000-8000-000000000001', '5a000000-0000-4000-8000-000000000001', 'ws');
+-- Credits, or requests are refused (insufficient_credits).
+SELECT count(agent.grant_credits(id, 100, 'tap')) AS funded FROM agent.orgs WHERE id IN ('5a000000-0000-4000-8000-000000000001');
 INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_execution_enabled, file_upload_enabled)
 	VALUES ('5c000000-0000-4000-8000-000000000001', '5a000000-0000-4000-8000-000000000001',
 			'5b000000-0000-4000-8000-000000000001', 'agent', 'specialist',

@@ -14,6 +14,8 @@ INSERT INTO agent.orgs (id, name, plan) VALUES
 INSERT INTO agent.workspaces (id, org_id, name) VALUES
 	('8b000000-0000-4000-8000-00000000000a', '8a000000-0000-4000-8000-00000000000a', 'A'),
 	('8b000000-0000-4000-8000-00000000000b', '8a000000-0000-4000-8000-00000000000b', 'B');
+-- Credits, or requests are refused (insufficient_credits).
+SELECT count(agent.grant_credits(id, 100, 'tap')) AS funded FROM agent.orgs WHERE id::text LIKE '8a000000-%';
 INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_execution_enabled) VALUES
 	('8c000000-0000-4000-8000-00000000000a', '8a000000-0000-4000-8000-00000000000a',
 	 '8b000000-0000-4000-8000-00000000000a', 'A', 'specialist', '8e000000-0000-4000-8000-000000000001', true),

@@ -5,6 +5,11 @@
 -- and recovery after a restart (ours failed: refunded).  The supervisor is
 -- paused while this runs (test/run.sh), so only these calls claim.
 BEGIN;
+-- The claim takes every approved row of the database: approved rows other
+-- suites left behind (the regress suite commits its own) are set aside for
+-- the length of this transaction, so the claims below see only this file's.
+UPDATE agent.invocations SET state = 'cancelled', state_reason = 'set aside by 50_run_lifecycle'
+ WHERE state = 'approved';
 SELECT plan(39);
 
 -- ---- the billing rule ----------------------------------------------------
@@ -73,7 +78,9 @@ INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_e
 	 '5b000000-0000-4000-8000-0000000000a2', 'a2', 'specialist', '5e000000-0000-4000-8000-000000000001', true);
 SELECT agent.grant_credits(('5a000000-0000-4000-8000-00000000000' || x)::uuid, 100, 'tap')
   FROM unnest(ARRAY['a', 'b', 'd']) x;
-SELECT agent.grant_credits('5a000000-0000-4000-8000-00000000000c', 1, 'tap');	-- less than a run
+-- Org c can pay for a run when it asks (a request the balance cannot cover is
+-- refused at once), and can no longer when its runs are claimed (below).
+SELECT agent.grant_credits('5a000000-0000-4000-8000-00000000000c', 2, 'tap');
 
 -- request and approve `n` shell runs for org x (workspace ws), tagged tag1..tagn
 CREATE FUNCTION pg_temp.queue(x text, n integer, tag text, ws text DEFAULT NULL) RETURNS void
@@ -105,6 +112,8 @@ CREATE FUNCTION pg_temp.finish(k text, verdict text, error text DEFAULT NULL) RE
 SELECT pg_temp.queue('a', 6, 'a');
 SELECT pg_temp.queue('c', 30, 'c');
 SELECT pg_temp.queue('b', 1, 'b');
+INSERT INTO agent.credit_ledger (org_id, kind, amount, reason)
+	VALUES ('5a000000-0000-4000-8000-00000000000c', 'adjust', -1, 'tap: less than a run');
 
 -- ---- the claim ------------------------------------------------------------
 CREATE TEMP TABLE claimed AS SELECT pg_temp.tag(id) AS tag FROM agent._claim_invocations(3);

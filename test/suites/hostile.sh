@@ -179,10 +179,15 @@ t_many_entries() {
 
 t_unfunded_flood() {
 	local Z zorg zws zagent inv
-	Z=$(new_tenant 0)
+	Z=$(new_tenant 2)
 	read -r zorg zws zagent _ <<<"$Z"
-	# 200 approved runs of an org with no credits, in one transaction.
-	tq "$zorg" "$zws" "SELECT count(agent.approve((agent.request_execution('$zws', '$zagent', NULL, 'shell', 'echo ' || n, 'requester')).approval_id, 'approver')) FROM generate_series(1, 200) n;" >/dev/null
+	# 200 approved runs of an org that could pay when it asked (a request
+	# the balance cannot cover is refused at once) and has no credits left
+	# when they are claimed: in one transaction, the balance taken away
+	# (as the owner) before it commits.
+	tq "$zorg" "$zws" "SELECT count(agent.approve((agent.request_execution('$zws', '$zagent', NULL, 'shell', 'echo ' || n, 'requester')).approval_id, 'approver')) FROM generate_series(1, 200) n;
+RESET ROLE;
+INSERT INTO agent.credit_ledger (org_id, kind, amount, reason) VALUES ('$zorg', 'adjust', -2, 'test');" >/dev/null
 	inv=$(start "$B" python 'print(1)' none)
 	check "an unfunded org's 200 approved runs do not delay another org's run" succeeded \
 		"$(await "$B" "$inv" 30)"

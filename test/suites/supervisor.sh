@@ -126,13 +126,22 @@ t_unusable_work_dir() {
 	check "... and worker_status() has no problem" "" "$(q -c "SELECT problem FROM agent.worker_status()")"
 }
 
-# Insufficient credits: nothing charged, nothing run.
+# Insufficient credits: nothing charged, nothing run.  A request the balance
+# cannot cover is refused at once (a returned status, audited); a balance
+# that falls after the request ends the approved run at the claim.
 t_insufficient_credits() {
-	local poor org inv
+	local poor org ws agent inv appr
 	poor=$(new_tenant 1)
-	org=${poor%% *}
-	inv=$(run "$poor" shell 'echo should-not-run' none)
-	check "insufficient credits" "insufficient_credits|0|1" \
+	read -r org ws agent _ <<<"$poor"
+	check "a request the balance cannot cover is refused at once" "denied|insufficient_credits|53000|" \
+		"$(tq "$org" "$ws" "SELECT status || '|' || reason || '|' || sqlstate || '|' || coalesce(invocation_id::text, '') FROM agent.request_execution('$ws', '$agent', NULL, 'shell', 'echo should-not-run', 'requester');" | tail -n 1)"
+	q -c "SELECT agent.grant_credits('$org', 1, 'test')" >/dev/null		# 2: enough to ask
+	read -r inv appr < <(req "$poor" shell 'echo should-not-run' none)
+	# The balance falls below the price before the approval.
+	q -c "INSERT INTO agent.credit_ledger (org_id, kind, amount, reason) VALUES ('$org', 'adjust', -1, 'test')" >/dev/null
+	approve "$poor" "$appr"
+	await "$poor" "$inv" >/dev/null
+	check "insufficient credits at the claim" "insufficient_credits|0|1" \
 		"$(field "$inv" state)|$(q -c "SELECT count(*) FROM agent.credit_ledger WHERE invocation_id = '$inv'")|$(balance "$org")"
 	check "insufficient credits ran nothing" 0 "$(q -c "SELECT count(*) FROM agent.invocation_output WHERE invocation_id = '$inv'")"
 }

@@ -21,6 +21,8 @@ INSERT INTO agent.orgs (id, name, plan) VALUES
 INSERT INTO agent.workspaces (id, org_id, name) VALUES
 	('b1000000-0000-4000-8000-000000000001', 'a1000000-0000-4000-8000-000000000001', 'acme-main'),
 	('b1000000-0000-4000-8000-000000000002', 'a1000000-0000-4000-8000-000000000002', 'free-main');
+-- Credits, so that requests are not refused for want of them (insufficient_credits).
+SELECT count(agent.grant_credits(id, 100, 'regress')) AS funded FROM agent.orgs WHERE id IN ('a1000000-0000-4000-8000-000000000001', 'a1000000-0000-4000-8000-000000000002');
 INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_execution_enabled) VALUES
 	('c1000000-0000-4000-8000-000000000001', 'a1000000-0000-4000-8000-000000000001',
 	 'b1000000-0000-4000-8000-000000000001', 'Analyst', 'specialist',
@@ -59,7 +61,7 @@ COMMIT;
 SELECT state, language, code_sha256 = encode(sha256(convert_to(code, 'UTF8')), 'hex') AS hash_ok,
 	   requested_by, description, credits_charged, approval_id IS NOT NULL AS has_approval
   FROM agent.invocations WHERE org_id = 'a1000000-0000-4000-8000-000000000001';
-SELECT a.status, a.language, a.runtime, a.risk_level, a.description, a.requested_by,
+SELECT a.status, a.language, a.runtime = (SELECT r.interpreter || ' ' || r.version FROM agent.runtimes r WHERE r.language = a.language) AS runtime_probed, a.runtime ~ '^python3 3\.' AS python3, a.risk_level, a.description, a.requested_by,
 	   a.code_sha256 = i.code_sha256 AS same_hash, a.code = i.code AS same_code,
 	   a.expires_at - a.created_at AS timeout, i.approval_id = a.id AS linked
   FROM agent.approval_requests a JOIN agent.invocations i ON i.id = a.invocation_id

@@ -18,6 +18,8 @@ INSERT INTO agent.orgs (id, name, plan) VALUES
 INSERT INTO agent.workspaces (id, org_id, name) VALUES
 	('b2000000-0000-4000-8000-000000000001', 'a2000000-0000-4000-8000-000000000001', 'ws'),
 	('b2000000-0000-4000-8000-000000000002', 'a2000000-0000-4000-8000-000000000002', 'ws');
+-- Credits, so that requests are not refused for want of them (insufficient_credits).
+SELECT count(agent.grant_credits(id, 100, 'regress')) AS funded FROM agent.orgs WHERE id IN ('a2000000-0000-4000-8000-000000000001', 'a2000000-0000-4000-8000-000000000002');
 INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_execution_enabled) VALUES
 	('c2000000-0000-4000-8000-000000000001', 'a2000000-0000-4000-8000-000000000001',
 	 'b2000000-0000-4000-8000-000000000001', 'Analyst', 'specialist',
@@ -43,7 +45,7 @@ COMMIT;
 
 -- The card, as the UI renders it.
 SELECT approval_id = (SELECT approval_id FROM req WHERE k = 1) AS right_card, status, title,
-	   agent_name, language, runtime, risk_level, description, code, code_lines,
+	   agent_name, language, runtime ~ '^python3 3\.[0-9]' AS runtime_python3, risk_level, description, code, code_lines,
 	   code_sha256 = encode(sha256('print(1)'::bytea), 'hex') AS hash_ok, requested_by,
 	   decided_by
   FROM agent.approval_card((SELECT approval_id FROM req WHERE k = 1));

@@ -22,6 +22,10 @@ INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_e
 	 'b3000000-0000-4000-8000-000000000001', 'Analyst', 'specialist',
 	 '10000000-0000-4000-8000-000000000031', true);
 
+-- Grants return the new balance.  (Before the requests: a request the
+-- balance cannot cover is refused, insufficient_credits.)
+SELECT agent.grant_credits('a3000000-0000-4000-8000-000000000001', 3, 'welcome');
+
 -- Three approved invocations.  Everything runs in one transaction: a
 -- running supervisor claims (and charges) approved invocations as soon as
 -- they commit; here the test plays the supervisor.
@@ -33,8 +37,6 @@ SELECT k, agent.approve((agent.request_execution('b3000000-0000-4000-8000-000000
 		'carol') AS id
   FROM generate_series(1, 3) k;
 
--- Grants return the new balance.
-SELECT agent.grant_credits('a3000000-0000-4000-8000-000000000001', 3, 'welcome');
 SELECT pg_temp.sqlstate_of($$SELECT agent.grant_credits('a3000000-0000-4000-8000-000000000001', 0, 'nothing')$$);
 SELECT pg_temp.sqlstate_of($$SELECT agent.grant_credits('a3000000-0000-4000-8000-000000000001', -5, 'theft')$$);
 SELECT pg_temp.sqlstate_of($$SELECT agent.grant_credits(NULL, 5, 'x')$$);

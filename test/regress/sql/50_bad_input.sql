@@ -21,6 +21,8 @@ INSERT INTO agent.workspaces (id, org_id, name) VALUES
 	('b5000000-0000-4000-8000-000000000001', 'a5000000-0000-4000-8000-000000000001', 'one'),
 	('b5000000-0000-4000-8000-000000000003', 'a5000000-0000-4000-8000-000000000001', 'two'),
 	('b5000000-0000-4000-8000-000000000002', 'a5000000-0000-4000-8000-000000000002', 'theirs');
+-- Credits, so that requests are not refused for want of them (insufficient_credits).
+SELECT count(agent.grant_credits(id, 100, 'regress')) AS funded FROM agent.orgs WHERE id IN ('a5000000-0000-4000-8000-000000000001', 'a5000000-0000-4000-8000-000000000002');
 INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_execution_enabled) VALUES
 	('c5000000-0000-4000-8000-000000000001', 'a5000000-0000-4000-8000-000000000001',
 	 'b5000000-0000-4000-8000-000000000001', 'Mine', 'specialist',
@@ -74,7 +76,7 @@ COMMIT;
 -- one card, one audit event.
 SELECT (SELECT count(*) FROM agent.invocations WHERE org_id IN ('a5000000-0000-4000-8000-000000000001', 'a5000000-0000-4000-8000-000000000002')) AS invocations,
 	   (SELECT count(*) FROM agent.approval_requests WHERE org_id IN ('a5000000-0000-4000-8000-000000000001', 'a5000000-0000-4000-8000-000000000002')) AS cards,
-	   (SELECT count(*) FROM agent.audit_events WHERE org_id IN ('a5000000-0000-4000-8000-000000000001', 'a5000000-0000-4000-8000-000000000002')) AS events;
+	   (SELECT count(*) FROM agent.audit_events WHERE org_id IN ('a5000000-0000-4000-8000-000000000001', 'a5000000-0000-4000-8000-000000000002') AND event_type <> 'credits.granted') AS events;
 SELECT wall_time_s, memory_mb FROM agent.invocations WHERE org_id = 'a5000000-0000-4000-8000-000000000001';
 -- A malformed tenant id never reaches the API.
 SELECT pg_temp.sqlstate_of($$SELECT agent.set_tenant('not-a-uuid', NULL)$$);

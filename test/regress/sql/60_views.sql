@@ -5,6 +5,8 @@ INSERT INTO agent.models (id, name, supports_code_execution) VALUES
 INSERT INTO agent.orgs (id, name, plan) VALUES ('a6000000-0000-4000-8000-000000000001', 'Viewed', 'pro');
 INSERT INTO agent.workspaces (id, org_id, name) VALUES
 	('b6000000-0000-4000-8000-000000000001', 'a6000000-0000-4000-8000-000000000001', 'ws');
+-- Credits, so that requests are not refused for want of them (insufficient_credits).
+SELECT count(agent.grant_credits(id, 100, 'regress')) AS funded FROM agent.orgs WHERE id IN ('a6000000-0000-4000-8000-000000000001');
 INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_execution_enabled) VALUES
 	('c6000000-0000-4000-8000-000000000001', 'a6000000-0000-4000-8000-000000000001',
 	 'b6000000-0000-4000-8000-000000000001', 'Analyst', 'specialist',

@@ -1,0 +1,149 @@
+-- What operators and DBAs look at beside agent.worker_status(): what each
+-- run slot runs, why an approved run has not started, and what each org
+-- spends per day.  Read-only; the backend sees its own tenant through
+-- each (row-level security, or the tenant filter of queue_status), the
+-- auditor every tenant.
+
+-- Every run in flight, one row per occupied slot (the supervisor's or a
+-- runner host's): the org, the language, since when and the jail's pid.
+-- runner_id is NULL for the in-database supervisor's runs; the runner's
+-- name is in agent.runner_status (auditor).  (agent.worker_status() stays
+-- the supervisor's own summary, in C.)
+CREATE VIEW agent.run_slots WITH (security_invoker = true) AS
+SELECT i.id AS invocation_id, i.org_id, i.workspace_id, i.conversation_id, i.language,
+	   i.state, i.provisioned_at, i.started_at,
+	   coalesce(i.started_at, i.provisioned_at) AS since,
+	   i.jail_pid AS pid, i.runner_id,
+	   i.cancel_requested_at IS NOT NULL AS cancelling
+  FROM agent.invocations i
+ WHERE i.state IN ('provisioning', 'running');
+COMMENT ON VIEW agent.run_slots IS
+	'runs in flight (one per occupied slot): org, language, since, jail pid, runner';
+
+-- Why an approved run waits, for each approved invocation the caller may
+-- see: the first reason that holds, in the claim's own order.
+--   supervisor_paused     sandbox.max_concurrent_runs is 0 and no runner host is active
+--   insufficient_credits  the org cannot pay: the next claim refuses it
+--   conversation_busy     a run of its conversation is in flight or queued before it
+--   session_elsewhere     its conversation's session is on another live runner host
+--   org_at_limit          the org has its limit of runs in flight
+--   workspace_at_limit    the workspace has its limit of runs in flight
+--   no_free_slot          every slot (supervisor and runner hosts) is taken
+--   next                  nothing holds it: the next claim takes it
+-- Security definer, because the limits count runs the caller cannot see
+-- (other workspaces of its org, other orgs' use of the slots): it shows
+-- only the current workspace's rows to a tenant, and every tenant's to the
+-- auditor and the owner (no tenant set).
+CREATE FUNCTION agent.queue_status()
+	RETURNS TABLE (invocation_id uuid, org_id uuid, workspace_id uuid, conversation_id uuid,
+				   approved_at timestamptz, waiting_for text, detail text)
+	LANGUAGE plpgsql STABLE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_all		boolean := agent.current_workspace() IS NULL;
+	v_caller	name := agent._runner_role();	-- the role outside this function
+	v_slots		integer := pg_catalog.current_setting('sandbox.max_concurrent_runs', true)::integer;
+	v_local		integer;
+	v_runner_free integer;
+	v_runners	integer;
+	x			record;
+	v_org_load	integer;
+	v_ws_load	integer;
+	v_limit		integer;
+BEGIN
+	IF v_all AND NOT (pg_catalog.pg_has_role(v_caller, 'agent_auditor', 'USAGE')
+					  OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = v_caller)) THEN
+		PERFORM agent._require_tenant(true);	-- raises
+	END IF;
+	SELECT count(*)::integer INTO v_local FROM agent.invocations i
+	 WHERE i.state IN ('provisioning', 'running') AND i.runner_id IS NULL;
+	SELECT count(*)::integer, coalesce(sum(greatest(agent._runner_free_slots(rn), 0)), 0)::integer
+	  INTO v_runners, v_runner_free
+	  FROM agent.runners rn
+	 WHERE rn.state = 'active' AND rn.last_heartbeat >= now() - agent._runner_lease();
+
+	FOR x IN
+		SELECT i.*, p.credits_per_invocation AS price,
+			   coalesce(b.balance, 0) AS balance, w.max_concurrent_runs AS ws_limit
+		  FROM agent.invocations i
+		  JOIN agent.orgs o ON o.id = i.org_id
+		  JOIN agent.plans p ON p.plan = o.plan
+		  JOIN agent.workspaces w ON w.id = i.workspace_id
+		  LEFT JOIN agent.credit_balances b ON b.org_id = i.org_id
+		 WHERE i.state = 'approved'
+		   AND (v_all OR (i.org_id = agent.current_org() AND i.workspace_id = agent.current_workspace()))
+		 ORDER BY i.approved_at, i.request_seq
+	LOOP
+		invocation_id := x.id;
+		org_id := x.org_id;
+		workspace_id := x.workspace_id;
+		conversation_id := x.conversation_id;
+		approved_at := x.approved_at;
+		detail := NULL;
+		SELECT count(*)::integer INTO v_org_load FROM agent.invocations j
+		 WHERE j.org_id = x.org_id AND j.state IN ('provisioning', 'running');
+		SELECT count(*)::integer INTO v_ws_load FROM agent.invocations j
+		 WHERE j.org_id = x.org_id AND j.workspace_id = x.workspace_id
+		   AND j.state IN ('provisioning', 'running');
+		v_limit := agent._org_run_limit(x.org_id);
+		IF coalesce(v_slots, 0) = 0 AND v_runners = 0 THEN
+			waiting_for := 'supervisor_paused';
+			detail := 'sandbox.max_concurrent_runs is 0 and no runner host is active';
+		ELSIF x.balance < x.price THEN
+			waiting_for := 'insufficient_credits';
+			detail := pg_catalog.format('the org has %s credits; a run costs %s', x.balance, x.price);
+		ELSIF x.conversation_id IS NOT NULL AND EXISTS (
+				SELECT 1 FROM agent.invocations j
+				 WHERE j.conversation_id = x.conversation_id
+				   AND (j.state IN ('provisioning', 'running')
+						OR (j.state = 'approved' AND (j.approved_at, j.request_seq) < (x.approved_at, x.request_seq)))) THEN
+			waiting_for := 'conversation_busy';
+			detail := 'runs of a conversation are serial';
+		ELSIF x.conversation_id IS NOT NULL AND agent._session_elsewhere(x.conversation_id, NULL)
+			  AND v_runner_free = 0 THEN
+			waiting_for := 'session_elsewhere';
+			detail := 'its session''s runner host has no free slot';
+		ELSIF v_org_load >= v_limit THEN
+			waiting_for := 'org_at_limit';
+			detail := pg_catalog.format('%s of %s runs in flight', v_org_load, v_limit);
+		ELSIF x.ws_limit IS NOT NULL AND v_ws_load >= x.ws_limit THEN
+			waiting_for := 'workspace_at_limit';
+			detail := pg_catalog.format('%s of %s runs in flight', v_ws_load, x.ws_limit);
+		ELSIF v_local >= coalesce(v_slots, 0) AND v_runner_free = 0 THEN
+			waiting_for := 'no_free_slot';
+			-- How busy the platform is counts other orgs' runs: only the
+			-- auditor and the owner see the numbers.
+			detail := CASE WHEN v_all
+						   THEN pg_catalog.format('%s of %s supervisor slots in use; no runner host has a free slot',
+												  v_local, coalesce(v_slots, 0))
+						   ELSE 'every run slot is in use' END;
+		ELSE
+			waiting_for := 'next';
+		END IF;
+		RETURN NEXT;
+	END LOOP;
+END
+$$;
+COMMENT ON FUNCTION agent.queue_status() IS
+	'why each approved invocation has not started yet (the current workspace''s, or every tenant''s for an auditor)';
+
+-- What each org spent per day (UTC): runs charged, credits charged,
+-- refunded and the net.
+CREATE VIEW agent.spend_per_org_day WITH (security_invoker = true) AS
+SELECT l.org_id, (l.created_at AT TIME ZONE 'UTC')::date AS day,
+	   count(*) FILTER (WHERE l.kind = 'charge') AS runs_charged,
+	   coalesce(-sum(l.amount) FILTER (WHERE l.kind = 'charge'), 0) AS charged,
+	   coalesce(sum(l.amount) FILTER (WHERE l.kind = 'refund'), 0) AS refunded,
+	   coalesce(-sum(l.amount) FILTER (WHERE l.kind IN ('charge', 'refund')), 0) AS net_spent,
+	   coalesce(sum(l.amount) FILTER (WHERE l.kind = 'grant'), 0) AS granted
+  FROM agent.credit_ledger l
+ GROUP BY l.org_id, (l.created_at AT TIME ZONE 'UTC')::date;
+COMMENT ON VIEW agent.spend_per_org_day IS
+	'credits charged, refunded and granted per org per day (UTC)';
+
+GRANT SELECT ON agent.run_slots, agent.spend_per_org_day TO agent_backend, agent_auditor;
+GRANT EXECUTE ON FUNCTION agent.queue_status() TO agent_backend, agent_auditor;
+-- The export's state for DBAs (reads no tenant data).
+GRANT EXECUTE ON FUNCTION agent.export_status(), agent._export_worker_state() TO agent_auditor;

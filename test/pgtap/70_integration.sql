@@ -1,0 +1,279 @@
+-- Issue 18 from the attacker's (and the careless integrator's) side: the
+-- setup API's roles, set_tenant's checks, the text limits and the errors
+-- that never echo a huge input, one "not found" code, the settings'
+-- validation, the approver's side (channel, inbox, cost, refusal for want
+-- of credits), wait() in the approving transaction, cancel's reason, and
+-- the operator views' tenant scoping.
+BEGIN;
+
+INSERT INTO agent.models (id, name, supports_code_execution)
+	VALUES ('70e00000-0000-4000-8000-000000000001', 'tap-integration', true);
+INSERT INTO agent.orgs (id, name, plan) VALUES
+	('70a00000-0000-4000-8000-00000000000a', 'Integrator A', 'pro'),
+	('70a00000-0000-4000-8000-00000000000b', 'Neighbour B', 'pro'),
+	('70a00000-0000-4000-8000-00000000000c', 'Broke C', 'pro');
+INSERT INTO agent.workspaces (id, org_id, name) VALUES
+	('70b00000-0000-4000-8000-00000000000a', '70a00000-0000-4000-8000-00000000000a', 'A'),
+	('70b00000-0000-4000-8000-0000000000a2', '70a00000-0000-4000-8000-00000000000a', 'A2'),
+	('70b00000-0000-4000-8000-00000000000b', '70a00000-0000-4000-8000-00000000000b', 'B'),
+	('70b00000-0000-4000-8000-00000000000c', '70a00000-0000-4000-8000-00000000000c', 'C');
+INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_execution_enabled, file_upload_enabled)
+	SELECT ('70c00000-0000-4000-8000-0000000000' || x)::uuid, ('70a00000-0000-4000-8000-00000000000' || left(x, 1))::uuid,
+		   ('70b00000-0000-4000-8000-0000000000' || CASE WHEN x = 'a2' THEN 'a2' ELSE '0' || left(x, 1) END)::uuid,
+		   x, 'specialist', '70e00000-0000-4000-8000-000000000001', true, true
+	  FROM unnest(ARRAY['a2']) x;
+INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_execution_enabled, file_upload_enabled) VALUES
+	('70c00000-0000-4000-8000-00000000000a', '70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a',
+	 'A agent', 'specialist', '70e00000-0000-4000-8000-000000000001', true, true),
+	('70c00000-0000-4000-8000-00000000000b', '70a00000-0000-4000-8000-00000000000b', '70b00000-0000-4000-8000-00000000000b',
+	 'B agent', 'specialist', '70e00000-0000-4000-8000-000000000001', true, true),
+	('70c00000-0000-4000-8000-00000000000c', '70a00000-0000-4000-8000-00000000000c', '70b00000-0000-4000-8000-00000000000c',
+	 'C agent', 'specialist', '70e00000-0000-4000-8000-000000000001', true, true);
+INSERT INTO agent.conversations (id, org_id, workspace_id, agent_id, code_execution_enabled) VALUES
+	('70d00000-0000-4000-8000-00000000000a', '70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a',
+	 '70c00000-0000-4000-8000-00000000000a', true);
+SELECT count(agent.grant_credits(id, 100, 'tap')) AS funded FROM agent.orgs
+ WHERE id IN ('70a00000-0000-4000-8000-00000000000a', '70a00000-0000-4000-8000-00000000000b');
+SELECT agent.grant_credits('70a00000-0000-4000-8000-00000000000c', 1, 'tap');	-- less than a run
+
+-- The SQLSTATE and message of a statement, ids taken out.
+CREATE FUNCTION pg_temp.error_of(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE stmt;
+	RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, '[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}', '<id>', 'g');
+END
+$$;
+-- The SQLSTATE and the length of everything the error says (message,
+-- detail, hint): an error must not echo a huge input.
+CREATE FUNCTION pg_temp.error_size(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	m text; d text; h text;
+BEGIN
+	EXECUTE stmt;
+	RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS m = MESSAGE_TEXT, d = PG_EXCEPTION_DETAIL, h = PG_EXCEPTION_HINT;
+	RETURN SQLSTATE || CASE WHEN length(m) + length(coalesce(d, '')) + length(coalesce(h, '')) < 400
+							THEN ' short' ELSE ' LONG' END;
+END
+$$;
+CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
+
+SELECT plan(68);
+GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
+
+-- ---- set_tenant and the one-statement form --------------------------------
+SET ROLE agent_backend;
+SELECT is(pg_temp.error_of($$SELECT agent.set_tenant('70a00000-0000-4000-8000-0000000000ff', NULL)$$),
+	'P0002: org <id> does not exist', 'set_tenant refuses an org that does not exist');
+SELECT is(pg_temp.error_of($$SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000b')$$),
+	'P0002: workspace <id> does not exist in org <id>', '... and a workspace of another org');
+SELECT is(pg_temp.error_of($$SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-0000000000ff')$$),
+	'P0002: workspace <id> does not exist in org <id>', '... and a workspace that does not exist (the same error)');
+SELECT is(pg_temp.error_of($$SELECT agent.set_tenant(NULL, '70b00000-0000-4000-8000-00000000000a')$$),
+	'22004: org must not be null when a workspace is given', '... and a workspace without an org');
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT pg_temp.error_of($$SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000b')$$);
+SELECT is(agent.current_workspace(), '70b00000-0000-4000-8000-00000000000a'::uuid,
+	'a refused pair leaves the previous tenant in place');
+SELECT agent.set_tenant(NULL, NULL);
+SELECT is((SELECT agent.create_conversation('70c00000-0000-4000-8000-00000000000a', 'alice', 'one statement')
+			 FROM agent.tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a')) IS NOT NULL,
+	true, 'agent.tenant() names the tenant for a call in the same statement');
+SELECT is((SELECT r.status FROM agent.tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a') t,
+				  LATERAL agent.request_execution(t.workspace_id, '70c00000-0000-4000-8000-00000000000a', NULL,
+												  'shell', 'echo lateral', 'alice') r),
+	'pending_approval', '... and for a LATERAL call that uses its columns');
+SELECT is(pg_temp.error_of($$SELECT 1 FROM agent.tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000b')$$),
+	'P0002: workspace <id> does not exist in org <id>', 'agent.tenant() checks like set_tenant');
+
+-- ---- the setup API's roles --------------------------------------------------
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is(pg_temp.error_of($$SELECT agent.create_org('Mine now', 'pro')$$),
+	'42501: permission denied for function create_org', 'the backend cannot create an org');
+SELECT is(pg_temp.error_of($$SELECT agent.set_org_plan('70a00000-0000-4000-8000-00000000000a', 'pro')$$),
+	'42501: permission denied for function set_org_plan', '... nor change a plan');
+SELECT is(pg_temp.error_of($$SELECT agent.create_model('mine', NULL, true)$$),
+	'42501: permission denied for function create_model', '... nor add a model');
+SELECT is(pg_temp.error_of($$SELECT agent.set_model_code_execution('70e00000-0000-4000-8000-000000000001', false)$$),
+	'42501: permission denied for function set_model_code_execution', '... nor change one');
+SELECT is(pg_temp.error_of($$SELECT agent.create_workspace('mine', 'alice')$$),
+	'42501: permission denied for function create_workspace', '... nor create a workspace (the admin''s)');
+SELECT is(agent.set_agent_name('70c00000-0000-4000-8000-00000000000a', 'Renamed', 'alice'), true,
+	'the backend renames its agent');
+SELECT is(pg_temp.error_of($$SELECT agent.set_agent_name('70c00000-0000-4000-8000-00000000000b', 'Stolen', 'alice')$$),
+	pg_temp.error_of($$SELECT agent.set_agent_name('70c00000-0000-4000-8000-0000000000ff', 'Stolen', 'alice')$$),
+	'... another tenant''s agent looks exactly like an unknown one');
+SELECT is(pg_temp.error_of($$SELECT agent.set_agent_model('70c00000-0000-4000-8000-00000000000a', '70e00000-0000-4000-8000-0000000000ff', 'alice')$$),
+	'P0002: model <id> does not exist', 'an unknown model is P0002');
+RESET ROLE;
+SET ROLE agent_admin;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', NULL);
+SELECT isnt(agent.create_workspace('Created by the admin', 'root-admin@a.test'), NULL,
+	'the admin creates a workspace in its org');
+SELECT is(pg_temp.error_of($$SELECT agent.set_workspace_name('70b00000-0000-4000-8000-00000000000b', 'Mine', 'root-admin@a.test')$$),
+	'P0002: workspace <id> does not exist', '... and cannot rename another org''s');
+SELECT is(pg_temp.error_of($$SELECT agent.create_agent('x', 'shared', NULL, 'admin')$$),
+	'42501: permission denied for function create_agent', 'the admin does not make agents (the backend''s)');
+RESET ROLE;
+SELECT is((SELECT count(*) FROM agent.audit_events WHERE org_id = '70a00000-0000-4000-8000-00000000000a'
+			 AND event_type IN ('workspace.created', 'agent.changed', 'conversation.created')), 3::bigint,
+	'each creation and change is audited in the org''s chain');
+
+-- ---- text limits, header fields, no huge echo -----------------------------
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is(pg_temp.error_size($$SELECT agent.request_execution('70b00000-0000-4000-8000-00000000000a', '70c00000-0000-4000-8000-00000000000a',
+		NULL, 'shell', 'echo', repeat('r', 1048576))$$), '22001 short', 'a 1 MB requested_by is 22001, and the error is short');
+SELECT is(pg_temp.error_size($$SELECT agent.request_execution('70b00000-0000-4000-8000-00000000000a', '70c00000-0000-4000-8000-00000000000a',
+		NULL, 'shell', 'echo', 'alice', repeat('d', 2097152))$$), '22001 short', 'a 2 MB description is 22001');
+SELECT is(pg_temp.error_size($$SELECT agent.request_execution('70b00000-0000-4000-8000-00000000000a', '70c00000-0000-4000-8000-00000000000a',
+		NULL, 'shell', 'echo', 'alice', NULL, repeat('k', 1048576))$$), '22001 short', 'a 1 MB idempotency key is 22001, not a btree error');
+SELECT is(pg_temp.error_size($$SELECT agent.request_execution('70b00000-0000-4000-8000-00000000000a', '70c00000-0000-4000-8000-00000000000a',
+		NULL, repeat('p', 100000), 'echo', 'alice')$$), '22001 short', 'a 100 KB language is 22001');
+SELECT is(pg_temp.error_of($$SELECT agent.request_execution('70b00000-0000-4000-8000-00000000000a', '70c00000-0000-4000-8000-00000000000a',
+		NULL, 'shell', 'echo', 'alice', NULL, E'key\r\nX-Injected: 1')$$),
+	'22023: idempotency_key must not contain control characters', 'an idempotency key with CR/LF is refused');
+SELECT is(pg_temp.error_of($$SELECT agent.upload_file('70d00000-0000-4000-8000-00000000000a', 'a.txt', 'x'::bytea, 'alice', E'text/plain\r\nX-Evil: 1')$$),
+	'22023: content_type must not contain control characters', 'a content type with CR/LF is refused');
+SELECT is(pg_temp.error_size($$SELECT agent.upload_file('70d00000-0000-4000-8000-00000000000a', repeat('n', 100000), 'x'::bytea, 'alice')$$),
+	'22023 short', 'a 100 KB file name is refused without being echoed');
+SELECT is(pg_temp.error_size($$SELECT agent.deny((SELECT approval FROM pg_temp.inv LIMIT 1), 'bob', repeat('why', 1000000))$$),
+	'22001 short', 'a 3 MB denial reason is 22001');
+SELECT is(pg_temp.error_size($$SELECT agent.cancel('70d00000-0000-4000-8000-00000000000a', 'bob', repeat('why', 1000000))$$),
+	'22001 short', 'a 3 MB cancel reason is 22001');
+SELECT is(pg_temp.error_size($$SELECT agent.create_agent(repeat('n', 100000), 'shared', NULL, 'alice')$$),
+	'22001 short', 'a 100 KB agent name is 22001');
+SELECT is(pg_temp.error_size($$SELECT agent.create_agent('x', repeat('k', 100000), NULL, 'alice')$$),
+	'22023 short', 'a 100 KB agent kind is refused without being echoed');
+SELECT is(pg_temp.error_size($$SELECT agent.create_skill(repeat('s', 100000), '{}'::jsonb)$$),
+	'22023 short', 'a 100 KB skill name is refused without being echoed');
+SELECT is(pg_temp.error_size($$SELECT set_config('sandbox.org_id', repeat('x', 100000), true)$$),
+	'22P02 short', 'a 100 KB tenant id is refused without being echoed');
+
+-- ---- one "not found" code ---------------------------------------------------
+SELECT is(ARRAY[left(pg_temp.error_of($$SELECT agent.approve('70f00000-0000-4000-8000-000000000000', 'bob')$$), 5),
+				left(pg_temp.error_of($$SELECT agent.deny('70f00000-0000-4000-8000-000000000000', 'bob')$$), 5),
+				left(pg_temp.error_of($$SELECT agent.approval_card('70f00000-0000-4000-8000-000000000000')$$), 5),
+				left(pg_temp.error_of($$SELECT agent.cancel('70f00000-0000-4000-8000-000000000000', 'bob')$$), 5),
+				left(pg_temp.error_of($$SELECT * FROM agent.read_output('70f00000-0000-4000-8000-000000000000')$$), 5),
+				left(pg_temp.error_of($$SELECT agent.output_channel('70f00000-0000-4000-8000-000000000000')$$), 5),
+				left(pg_temp.error_of($$SELECT agent.wait('70f00000-0000-4000-8000-000000000000', '0 s')$$), 5),
+				left(pg_temp.error_of($$SELECT agent.request_execution('70b00000-0000-4000-8000-00000000000a', '70f00000-0000-4000-8000-000000000000', NULL, 'shell', 'echo', 'alice')$$), 5),
+				left(pg_temp.error_of($$SELECT * FROM agent.download_file('70f00000-0000-4000-8000-000000000000')$$), 5),
+				left(pg_temp.error_of($$SELECT agent.set_agent_skill('70c00000-0000-4000-8000-00000000000a', '70f00000-0000-4000-8000-000000000000')$$), 5)],
+	ARRAY['P0002', 'P0002', 'P0002', 'P0002', 'P0002', 'P0002', 'P0002', 'P0002', 'P0002', 'P0002'],
+	'approve, deny, approval_card, cancel, read_output, output_channel, wait, request_execution, download_file, set_agent_skill: P0002 each');
+SELECT is(pg_temp.error_of($$SELECT agent.set_agent_skill('70c00000-0000-4000-8000-00000000000a', NULL)$$),
+	'22004: agent, skill and attached must not be null', 'a null skill is 22004, not "does not exist"');
+RESET ROLE;
+
+-- ---- settings -----------------------------------------------------------
+SELECT is(pg_temp.error_of($$UPDATE agent.settings SET value = 'banana' WHERE key = 'approval_timeout'$$),
+	'22023: invalid value for setting "approval_timeout": "banana"', 'approval_timeout = banana is refused');
+SELECT is(pg_temp.error_of($$UPDATE agent.settings SET value = '-5' WHERE key = 'max_code_bytes'$$),
+	'22023: invalid value for setting "max_code_bytes": "-5"', 'a negative size is refused');
+SELECT is(pg_temp.error_of($$UPDATE agent.settings SET value = '99999999999999999999' WHERE key = 'max_runs_per_org'$$),
+	'22023: invalid value for setting "max_runs_per_org": "99999999999999999999"', 'an out-of-range count is refused');
+SELECT is(pg_temp.error_of($$INSERT INTO agent.settings VALUES ('approval_timeuot', '1 hour', 'typo')$$),
+	'22023: unknown setting "approval_timeuot"', 'an unknown key is refused');
+SELECT is(pg_temp.error_of($$DELETE FROM agent.settings WHERE key = 'max_code_bytes'$$),
+	'55000: cannot remove setting "max_code_bytes"', 'a setting cannot be removed');
+SELECT is(pg_temp.error_of($$UPDATE agent.settings SET value = '2 hours' WHERE key = 'approval_timeout'$$),
+	'no error', 'a valid value is accepted');
+SELECT is((SELECT count(*) FROM pg_settings WHERE name = 'sandbox.export_fault'), 0::bigint,
+	'the exporter''s test knob is not a setting users see');
+
+-- ---- the approver's side ----------------------------------------------------
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+INSERT INTO pg_temp.inv
+	SELECT 'a' || n, r.invocation_id, r.approval_id
+	  FROM generate_series(1, 2) n,
+		   LATERAL agent.request_execution('70b00000-0000-4000-8000-00000000000a', '70c00000-0000-4000-8000-00000000000a',
+										   NULL, 'shell', 'echo ' || n, 'alice') r;
+CREATE TEMP TABLE chan AS SELECT agent.approvals_channel() AS a;
+SELECT ok((SELECT a ~ '^sandbox_approvals_[0-9a-f]{32}$' FROM chan), 'the tenant learns its approvals channel');
+SELECT is((SELECT count(*) FROM agent.pending_approvals() p JOIN pg_temp.inv i ON i.approval = p.approval_id), 2::bigint,
+	'pending_approvals lists the workspace''s new cards');
+SELECT is((SELECT array_agg(DISTINCT credits_cost::text || '/' || org_balance::text) FROM agent.pending_approvals()),
+	ARRAY['2/100'], 'each card shows the cost of the run and the org''s balance');
+SELECT is((SELECT runtime FROM agent.pending_approvals() LIMIT 1),
+	(SELECT interpreter || ' ' || version FROM agent.runtimes WHERE language = 'shell'),
+	'the card''s runtime is the one read from the interpreter');
+SELECT is(pg_temp.error_of('SELECT * FROM agent.workspace_channels'), '42501: permission denied for table workspace_channels',
+	'the backend cannot read the channel tokens');
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-0000000000a2');
+SELECT isnt(agent.approvals_channel(), (SELECT a FROM chan), 'another workspace of the same org has another channel');
+SELECT is((SELECT count(*) FROM agent.pending_approvals() p JOIN pg_temp.inv i ON i.approval = p.approval_id), 0::bigint,
+	'... and does not see the cards');
+SELECT agent.set_tenant(NULL, NULL);
+SELECT is(pg_temp.error_of('SELECT * FROM agent.pending_approvals()'), '42501: no tenant is set for this transaction',
+	'pending_approvals without a tenant is an error, not an empty inbox');
+
+-- A balance that cannot cover the run: refused at request time, audited.
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000c', '70b00000-0000-4000-8000-00000000000c');
+SELECT is((SELECT row(status, reason, sqlstate, invocation_id IS NULL)::text
+			 FROM agent.request_execution('70b00000-0000-4000-8000-00000000000c', '70c00000-0000-4000-8000-00000000000c',
+										  NULL, 'shell', 'echo', 'carol')),
+	'(denied,insufficient_credits,53000,t)', 'a request the balance cannot cover is a returned refusal (53000)');
+RESET ROLE;
+SELECT is((SELECT details ->> 'balance' || '/' || (details ->> 'price') FROM agent.audit_events
+			WHERE org_id = '70a00000-0000-4000-8000-00000000000c' AND event_type = 'capability.invoke_denied'),
+	'1/2', '... audited with the balance and the price');
+SELECT is((SELECT count(*) FROM agent.invocations WHERE org_id = '70a00000-0000-4000-8000-00000000000c'), 0::bigint,
+	'... and nothing is created');
+
+-- ---- wait in the approving transaction, cancel's reason ---------------------
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT agent.approve((SELECT approval FROM pg_temp.inv WHERE k = 'a1'), 'bob');
+SELECT is(pg_temp.error_of($$SELECT agent.wait((SELECT id FROM pg_temp.inv WHERE k = 'a1'), '1 hour')$$),
+	'55000: cannot wait for invocation <id> in the transaction that changed it',
+	'wait() in the transaction that approved is refused at once, not after the timeout');
+SELECT is(pg_temp.error_of($$SELECT agent.wait_result((SELECT id FROM pg_temp.inv WHERE k = 'a1'), '1 hour')$$),
+	'55000: cannot wait for invocation <id> in the transaction that changed it', '... and so is wait_result()');
+SELECT is(agent.cancel((SELECT id FROM pg_temp.inv WHERE k = 'a2'), 'dora', 'wrong data set'), 'cancelled',
+	'a pending invocation is cancelled');
+SELECT is((SELECT row(status, decided_by, decision_reason)::text FROM agent.approval_card((SELECT approval FROM pg_temp.inv WHERE k = 'a2'))),
+	'(cancelled,dora,"wrong data set")', '... its card says cancelled, by whom and why');
+SELECT is((SELECT state_reason FROM agent.invocations WHERE id = (SELECT id FROM pg_temp.inv WHERE k = 'a2')),
+	'cancelled by dora: wrong data set', '... and the reason reaches state_reason');
+RESET ROLE;
+-- The approved one, claimed (the test plays the supervisor), then cancelled
+-- while running: the reason reaches state_reason when the run ends.
+SELECT ok((SELECT id FROM pg_temp.inv WHERE k = 'a1') IN (SELECT id FROM agent._claim_invocations(1000)),
+	'the approved run is claimed');
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is(agent.cancel((SELECT id FROM pg_temp.inv WHERE k = 'a1'), 'erin', 'took too long'), 'cancelling',
+	'a cancel of a run in flight is asked for');
+SELECT is((SELECT count(*) FROM agent.run_slots WHERE invocation_id = (SELECT id FROM pg_temp.inv WHERE k = 'a1') AND cancelling),
+	1::bigint, 'run_slots shows the run, cancelling');
+RESET ROLE;
+SELECT is(agent._finish_invocation((SELECT id FROM pg_temp.inv WHERE k = 'a1'),
+		'{"status":"signaled","signal":9,"killed":true}', 0, NULL, true), 'cancelled', 'the run ends cancelled');
+SELECT is((SELECT state_reason FROM agent.invocations WHERE id = (SELECT id FROM pg_temp.inv WHERE k = 'a1')),
+	'cancelled by erin: took too long', '... with the cancel''s reason in state_reason');
+
+-- ---- operator views are scoped to the tenant -------------------------------
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000b', '70b00000-0000-4000-8000-00000000000b');
+SELECT is((SELECT count(*) FROM agent.spend_per_org_day WHERE org_id <> '70a00000-0000-4000-8000-00000000000b'), 0::bigint,
+	'spend_per_org_day shows the backend only its org');
+SELECT is((SELECT count(*) FROM agent.run_slots WHERE org_id <> '70a00000-0000-4000-8000-00000000000b'), 0::bigint,
+	'run_slots shows the backend only its workspace');
+SELECT is((SELECT count(*) FROM agent.queue_status() WHERE workspace_id <> '70b00000-0000-4000-8000-00000000000b'), 0::bigint,
+	'queue_status shows the backend only its workspace');
+SELECT agent.set_tenant(NULL, NULL);
+SELECT is(pg_temp.error_of('SELECT * FROM agent.queue_status()'), '42501: no tenant is set for this transaction',
+	'queue_status without a tenant is refused to the backend');
+RESET ROLE;
+SET ROLE agent_auditor;
+SELECT is(pg_temp.error_of('SELECT * FROM agent.export_status()'), 'no error', 'the auditor reads export_status()');
+RESET ROLE;
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -310,7 +310,8 @@ BEGIN
 		SELECT c.approval_id, c.invocation_id, c.status, c.title, c.agent_name, c.conversation_id,
 			   c.language, c.runtime, c.risk_level, c.description, c.code, c.code_sha256,
 			   c.code_lines, c.requested_by, c.created_at, c.expires_at, c.decided_by,
-			   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance
+			   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance,
+			   c.egress_may_reach, c.egress_sha256
 		  FROM agent.approval_cards c
 		 WHERE c.status = 'pending' AND c.expires_at > now()
 		   AND c.org_id = agent.current_org() AND c.workspace_id = agent.current_workspace()

@@ -9,10 +9,9 @@ EXTENSION = sandbox_ext
 EXTVERSION = 0.1.0
 MODULE_big = sandbox_ext
 OBJS = src/sandbox_ext.o src/shmem.o src/xact.o \
-	src/supervisor.o src/run.o src/launch.o src/jail_wire.o src/output.o src/workdir.o src/steps.o \
-	src/api.o src/files.o \
+	src/supervisor.o src/api.o \
 	src/export_worker.o src/export_stream.o src/export_state.o src/pgoutput.o src/chclient.o \
-	src/anchor.o src/guards.o src/digest.o src/audit.o src/egress.o
+	src/anchor.o src/guards.o src/digest.o src/audit.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*--*.sql))
@@ -45,30 +44,40 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 # PGXS tracks no header dependencies: the shared-memory struct lives in a
 # header, and an object built against an older layout corrupts it.
-$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h) src/jail/wire_protocol.h src/jail/wire.c
+$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h) src/runner/local_link.h
 
 sql/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard sql/src/*.sql))
 	cat $^ > $@
 
-.PHONY: jail jail-install deps demo test build-all
+.PHONY: jail jail-install runner runner-install deps demo test build-all
 # The jail lives in src/jail with its own Makefile (it never sees postgres.h).
 jail:
 	@if [ -f src/jail/Makefile ]; then $(MAKE) -C src/jail; fi
 	$(MAKE) -C src/egress
 
-all: jail
+# sandbox-runner (src/runner, frontend C: libpq, libpgcommon) runs every
+# sandbox; the supervisor starts it next to the server as the local runner.
+runner:
+	$(MAKE) -C src/runner PG_CONFIG=$(PG_CONFIG)
 
-install: jail-install
+all: jail runner
+
+install: jail-install runner-install
 jail-install: jail
 	install -d '$(DESTDIR)$(bindir)'
 	@if [ -f src/jail/sandbox-jail ]; then \
 		install -m 0755 src/jail/sandbox-jail '$(DESTDIR)$(bindir)/sandbox-jail'; fi
 	install -m 0755 src/egress/sandbox-egress '$(DESTDIR)$(bindir)/sandbox-egress'
+runner-install: runner
+	install -d '$(DESTDIR)$(bindir)'
+	install -m 0755 src/runner/sandbox-runner '$(DESTDIR)$(bindir)/sandbox-runner'
 
-clean: jail-clean
+clean: jail-clean runner-clean
 jail-clean:
 	@if [ -f src/jail/Makefile ]; then $(MAKE) -C src/jail clean; fi
 	$(MAKE) -C src/egress clean
+runner-clean:
+	$(MAKE) -C src/runner clean
 
 deps:
 	scripts/deps.sh

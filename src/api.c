@@ -130,8 +130,9 @@ sandbox_wait(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(sandbox_worker_status);
 
 /*
- * agent.worker_status(): one row describing the supervisor, with the
- * invocations its slots run.
+ * agent._supervisor_status(): one row describing the supervisor, with the
+ * invocations the local runner's slots run (agent.worker_status() adds the
+ * runners).
  */
 Datum
 sandbox_worker_status(PG_FUNCTION_ARGS)

@@ -6,8 +6,9 @@
  * This file owns the `sandbox.*` configuration parameters and decides, at
  * load time, which background workers the postmaster starts.  It runs no
  * untrusted code and holds no state of its own: the supervisor (which
- * launches the standalone `sandbox-jail` executable) and the exporter live
- * in their own files.
+ * starts the local sandbox-runner, a separate program that runs the
+ * sandboxes; the run settings below are passed to it) and the exporter
+ * live in their own files.
  *
  * Tenant context.  The backend names the tenant it acts for with
  * `SET LOCAL sandbox.org_id = '<uuid>'` and `sandbox.workspace_id` at the
@@ -48,6 +49,8 @@ int			sandbox_workspace_entries = 10000;
 bool		sandbox_jail_launcher = true;
 bool		sandbox_work_dir_on_data_fs = false;
 bool		sandbox_require_cgroup = true;
+bool		sandbox_local_runner = true;
+char	   *sandbox_local_runner_conninfo = NULL;
 char	   *sandbox_egress_resolver = NULL;
 char	   *sandbox_egress_ca_file = NULL;
 static char *sandbox_org_id = NULL;
@@ -187,6 +190,22 @@ sandbox_define_gucs(void)
 							 &sandbox_jail_launcher, true,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("sandbox.local_runner",
+							 "Run sandboxes on this host, in a sandbox-runner the supervisor starts.",
+							 "Off: the supervisor starts no runner; only runners on other hosts "
+							 "(docs/runners.md) run sandboxes.",
+							 &sandbox_local_runner, true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+	DefineCustomStringVariable("sandbox.local_runner_conninfo",
+							   "How the local sandbox-runner connects to this server.",
+							   "Empty: the first unix_socket_directories entry, the server's port and "
+							   "sandbox.database, as the server's OS user (peer or trust "
+							   "authentication). Set it when connecting so needs a password.",
+							   &sandbox_local_runner_conninfo, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
 
 	DefineCustomIntVariable("sandbox.max_concurrent_runs",
 							"Maximum number of jails running at once.",

@@ -258,7 +258,8 @@ COMMENT ON FUNCTION agent._run_outcome(jsonb, text, boolean, text) IS
 CREATE FUNCTION agent._claim_invocations(max_rows integer, runner uuid DEFAULT NULL)
 	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
-				   fresh_session boolean, has_skills boolean, lease_token uuid)
+				   fresh_session boolean, has_skills boolean, lease_token uuid,
+				   has_egress boolean)
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
@@ -489,11 +490,10 @@ BEGIN
 		conversation_id := r.conversation_id;
 		session_id := v_session;
 		fresh_session := v_fresh;
-		-- true also for an egress policy: it comes with the prepare step
-		-- (47_egress.sql), which the supervisor runs only when this is set
-		has_skills := EXISTS (SELECT 1 FROM agent.agent_skills s WHERE s.agent_id = r.agent_id)
-			OR r.egress_policy IS NOT NULL;
+		has_skills := EXISTS (SELECT 1 FROM agent.agent_skills s WHERE s.agent_id = r.agent_id);
 		lease_token := v_token;
+		-- its policy file comes with the prepare step (47_egress.sql)
+		has_egress := r.egress_policy IS NOT NULL;
 		RETURN NEXT;
 	END LOOP;
 
@@ -1250,15 +1250,18 @@ $$;
 COMMENT ON FUNCTION agent.wait_result(uuid, interval) IS
 	'wait for an invocation like agent.wait() and return its state, whether the wait timed out, its output and its tool call';
 
-CREATE FUNCTION agent.worker_status(
+-- What the supervisor publishes in shared memory (src/supervisor.c): its
+-- life, and what the local runner's slots run.  agent.worker_status()
+-- (45_runners.sql) adds every runner of agent.runners.
+CREATE FUNCTION agent._supervisor_status(
 		OUT preloaded boolean, OUT running boolean, OUT pid integer,
 		OUT started_at timestamptz, OUT slots_in_use integer,
 		OUT max_concurrent_runs integer, OUT invocations uuid[],
 		OUT work_dir text, OUT problem text)
 	AS 'MODULE_PATHNAME', 'sandbox_worker_status'
 	LANGUAGE C VOLATILE STRICT;
-COMMENT ON FUNCTION agent.worker_status() IS
-	'the supervisor: whether it runs, its pid, slots in use, the invocations they run, its work directory, and why it claims nothing (problem)';
+COMMENT ON FUNCTION agent._supervisor_status() IS
+	'the supervisor: whether it runs, its pid, the local runner''s slots in use and their invocations, its work directory, and why it claims nothing (problem)';
 
 REVOKE ALL ON FUNCTION agent._claim_invocations(integer, uuid), agent._mark_running(uuid, integer),
 	agent._append_output(uuid, text, text),
@@ -1269,8 +1272,7 @@ REVOKE ALL ON FUNCTION agent._claim_invocations(integer, uuid), agent._mark_runn
 	agent._cancel_requested(uuid[]), agent._refuse_unfunded(agent.invocations),
 	agent._supervisor_recover(), agent._record_tool_call(agent.invocations),
 	agent._refund_and_audit(agent.invocations, text),
-	agent.worker_status() FROM PUBLIC;
+	agent._supervisor_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agent.read_output(uuid, integer), agent.cancel(uuid, text, text),
 	agent.wait(uuid, interval), agent.output_channel(uuid), agent._invocation_state(uuid),
 	agent._state_is_terminal(text), agent.wait_result(uuid, interval) TO agent_backend;
-GRANT EXECUTE ON FUNCTION agent.worker_status() TO agent_auditor;

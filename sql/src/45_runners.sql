@@ -10,14 +10,15 @@
 --       OUT runner_id uuid, OUT incarnation uuid, OUT lease_seconds integer,
 --       OUT heartbeat_seconds integer, OUT state text, OUT ended integer)
 --   agent.runner_heartbeat(runner uuid, incarnation uuid, in_use integer,
---       held uuid[] DEFAULT NULL,
---       OUT state text, OUT renewed integer, OUT lost uuid[])
+--       held uuid[] DEFAULT NULL, slots integer DEFAULT NULL,
+--       OUT state text, OUT renewed integer, OUT lost uuid[],
+--       OUT lease_seconds integer, OUT heartbeat_seconds integer)
 --   agent.runner_claim(runner uuid, incarnation uuid, max_rows integer)
 --       RETURNS TABLE (id uuid, lease_token uuid, language text, code text,
 --           wall_time_s integer, memory_mb integer, conversation_id uuid,
 --           session_id uuid, fresh_session boolean, has_skills boolean,
 --           max_files integer, max_bytes bigint, max_file_bytes bigint,
---           output_limit_bytes bigint)
+--           output_limit_bytes bigint, has_egress boolean)
 --   agent.runner_prepare(runner uuid, token uuid, invocation uuid,
 --       workspace_is_new boolean)
 --       RETURNS TABLE (kind text, name text, content bytea, skill_id uuid)
@@ -29,6 +30,8 @@
 --       stream text, data text) RETURNS integer
 --   agent.runner_store_produced_file(runner uuid, token uuid, invocation uuid,
 --       name text, status text, reason text, content bytea) RETURNS integer
+--   agent.runner_store_skipped_files(runner uuid, token uuid, invocation uuid,
+--       names text[], statuses text[], reasons text[]) RETURNS integer
 --   agent.runner_finish(runner uuid, token uuid, invocation uuid,
 --       verdict text, jail_status integer, error text, spawned boolean,
 --       truncated boolean DEFAULT false, workspace_bytes bigint DEFAULT NULL,
@@ -452,10 +455,16 @@ COMMENT ON FUNCTION agent.runner_register(text, text, text, integer) IS
 -- connection), is ended too, as a failure of ours.  Returns the runner's
 -- state (draining: claim nothing new; removed: stop), how many leases it
 -- holds now, and, of held, those it no longer holds: their sandboxes must
--- be killed and their results dropped.
+-- be killed and their results dropped.  slots, when given, is how many runs
+-- the runner takes at once from now on (its configuration was reloaded):
+-- fewer than it runs now only makes it claim nothing until enough end.
+-- lease_seconds and heartbeat_seconds are the setting as it is now (an
+-- operator may change runner_lease_seconds while runners run): the runner
+-- heartbeats and fences itself by them from this answer on.
 CREATE FUNCTION agent.runner_heartbeat(runner uuid, incarnation uuid, in_use integer,
-									   held uuid[] DEFAULT NULL,
-									   OUT state text, OUT renewed integer, OUT lost uuid[])
+									   held uuid[] DEFAULT NULL, slots integer DEFAULT NULL,
+									   OUT state text, OUT renewed integer, OUT lost uuid[],
+									   OUT lease_seconds integer, OUT heartbeat_seconds integer)
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
 	SET search_path = pg_catalog, agent, pg_temp
@@ -467,6 +476,9 @@ DECLARE
 BEGIN
 	IF runner_heartbeat.in_use IS NULL OR runner_heartbeat.in_use < 0 THEN
 		RAISE EXCEPTION 'in_use must be a non-negative number' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF runner_heartbeat.slots NOT BETWEEN 0 AND 1024 THEN
+		RAISE EXCEPTION 'slots must be between 0 and 1024' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	PERFORM agent._reap_leases(rn.id, pg_catalog.clock_timestamp());
 	IF held IS NOT NULL THEN
@@ -483,7 +495,7 @@ BEGIN
 	END IF;
 	UPDATE agent.runners x
 	   SET last_heartbeat = pg_catalog.clock_timestamp(), in_use = runner_heartbeat.in_use,
-		   gone_at = NULL
+		   slots = coalesce(runner_heartbeat.slots, x.slots), gone_at = NULL
 	 WHERE x.id = rn.id
 	RETURNING * INTO rn;
 
@@ -501,9 +513,11 @@ BEGIN
 										AND NOT EXISTS (SELECT 1 FROM agent.run_results x
 														 WHERE x.invocation_id = i.id))
 				   ORDER BY h);
+	lease_seconds := pg_catalog.date_part('epoch', v_lease)::integer;
+	heartbeat_seconds := greatest(lease_seconds / 3, 1);
 END
 $$;
-COMMENT ON FUNCTION agent.runner_heartbeat(uuid, uuid, integer, uuid[]) IS
+COMMENT ON FUNCTION agent.runner_heartbeat(uuid, uuid, integer, uuid[], integer) IS
 	'renew the calling runner''s leases; returns its state, the leases it holds and which of held it lost';
 
 -- Claim up to max_rows approved invocations for this runner (at most its
@@ -516,7 +530,8 @@ CREATE FUNCTION agent.runner_claim(runner uuid, incarnation uuid, max_rows integ
 	RETURNS TABLE (id uuid, lease_token uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
 				   fresh_session boolean, has_skills boolean, max_files integer,
-				   max_bytes bigint, max_file_bytes bigint, output_limit_bytes bigint)
+				   max_bytes bigint, max_file_bytes bigint, output_limit_bytes bigint,
+				   has_egress boolean)
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
 	SET search_path = pg_catalog, agent, pg_temp
@@ -557,6 +572,7 @@ BEGIN
 		max_bytes := caps.max_bytes;
 		max_file_bytes := caps.max_file_bytes;
 		output_limit_bytes := lim.output_limit_bytes;
+		has_egress := c.has_egress;
 		RETURN NEXT;
 	END LOOP;
 END
@@ -680,12 +696,24 @@ BEGIN
 		RAISE EXCEPTION 'status must be saved (with content), skipped or failed (without)'
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
+	IF status <> 'saved' AND reason IS NULL THEN
+		RAISE EXCEPTION 'a file that is not saved needs a reason' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
 	PERFORM agent._runner_arg_fits(runner_store_produced_file.name, 'name', 4096);
 	PERFORM agent._runner_arg_fits(reason, 'reason', 4096);
 	SELECT * INTO caps FROM agent._produced_caps();
 	SELECT * INTO lim FROM agent._run_limits();
-	SELECT count(*)::integer, coalesce(sum(octet_length(x.content)), 0)::bigint INTO n, v_bytes
-	  FROM agent.run_result_files x WHERE x.invocation_id = invocation;
+	-- Each check costs O(log n), or O(n) only for the at most max_files + 1
+	-- saved ones: a run may report some ten thousand skipped entries in one
+	-- transaction, and counting them all at each would be quadratic.  The
+	-- staged rows of a run are numbered densely from 1 (_store_produced_file),
+	-- so the last number is how many there are.
+	SELECT coalesce(max(x.seq), 0) INTO n FROM agent.run_result_files x WHERE x.invocation_id = invocation;
+	v_bytes := 0;
+	IF content IS NOT NULL THEN
+		SELECT coalesce(sum(octet_length(x.content)), 0)::bigint INTO v_bytes
+		  FROM agent.run_result_files x WHERE x.invocation_id = invocation AND x.status = 'saved';
+	END IF;
 	IF octet_length(content) > caps.max_file_bytes
 	   OR v_bytes + coalesce(octet_length(content), 0) > caps.max_bytes
 	   OR n >= caps.max_files + lim.workspace_entries + 2 THEN
@@ -697,6 +725,59 @@ BEGIN
 				  HINT = 'Report the files beyond the caps as skipped, without content.';
 	END IF;
 	v := agent._store_produced_file(invocation, runner_store_produced_file.name, status, reason, content);
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+	RETURN v;
+END
+$$;
+
+-- Stage at once every entry of a run's workspace that it does not return
+-- (skipped or failed, with a reason, without content): one call for what
+-- may be ten thousand entries, within the same caps as one by one.
+-- Returns how many were staged.
+CREATE FUNCTION agent.runner_store_skipped_files(runner uuid, token uuid, invocation uuid,
+												 names text[], statuses text[], reasons text[])
+	RETURNS integer
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v		integer;
+	k		integer := coalesce(pg_catalog.cardinality(names), 0);
+	caps	record;
+	lim		record;
+	n		integer;
+	v_long	text;
+BEGIN
+	PERFORM agent._runner_self(runner);
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+	IF names IS NULL OR pg_catalog.array_ndims(names) > 1
+	   OR pg_catalog.cardinality(statuses) IS DISTINCT FROM k
+	   OR pg_catalog.cardinality(reasons) IS DISTINCT FROM k THEN
+		RAISE EXCEPTION 'names, statuses and reasons must be lists of as many elements'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF EXISTS (SELECT 1 FROM unnest(statuses) s WHERE s IS NULL OR s NOT IN ('skipped', 'failed')) THEN
+		RAISE EXCEPTION 'status must be skipped or failed' USING ERRCODE = 'invalid_parameter_value',
+			HINT = 'Store a saved file with agent.runner_store_produced_file.';
+	END IF;
+	IF array_position(reasons, NULL) IS NOT NULL THEN
+		RAISE EXCEPTION 'a file that is not saved needs a reason' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	SELECT x INTO v_long FROM unnest(names || reasons) x WHERE octet_length(x) > 4096 LIMIT 1;
+	IF FOUND THEN
+		PERFORM agent._runner_arg_fits(v_long, 'a name or reason', 4096);
+	END IF;
+	SELECT * INTO caps FROM agent._produced_caps();
+	SELECT * INTO lim FROM agent._run_limits();
+	SELECT coalesce(max(x.seq), 0) INTO n FROM agent.run_result_files x WHERE x.invocation_id = invocation;
+	IF n + k > caps.max_files + lim.workspace_entries + 2 THEN
+		RAISE EXCEPTION 'the files of invocation % exceed the caps of a run', invocation
+			USING ERRCODE = 'program_limit_exceeded',
+				  DETAIL = pg_catalog.format('A run may return %s files and report %s more as skipped.',
+											 caps.max_files, lim.workspace_entries + 2);
+	END IF;
+	v := agent._store_skipped_files(invocation, names, statuses, reasons);
 	PERFORM agent._runner_lease_of(runner, token, invocation);
 	RETURN v;
 END
@@ -924,6 +1005,39 @@ SELECT rn.name, rn.host, rn.version, rn.state, rn.slots, rn.in_use,
 COMMENT ON VIEW agent.runner_status IS
 	'runner hosts: host, version, state, slots, in use, live, leases held, last heartbeat';
 
+-- The supervisor and every runner, for an operator (owner, agent_auditor):
+-- the row of agent._supervisor_status() (the supervisor's life, the local
+-- runner's slots and why it claims nothing) and `runners`, one object per
+-- row of agent.runner_status, the local runner first:
+--   {name, local, host, version, state, slots, in_use, live, leases,
+--    next_lease_deadline, last_heartbeat, registered_at, gone_at, removed_at}
+-- SECURITY DEFINER: the caller needs neither the C function nor the view.
+CREATE FUNCTION agent.worker_status(
+		OUT preloaded boolean, OUT running boolean, OUT pid integer,
+		OUT started_at timestamptz, OUT slots_in_use integer,
+		OUT max_concurrent_runs integer, OUT invocations uuid[],
+		OUT work_dir text, OUT problem text, OUT runners jsonb)
+	LANGUAGE sql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+SELECT s.preloaded, s.running, s.pid, s.started_at, s.slots_in_use, s.max_concurrent_runs,
+	   s.invocations, s.work_dir, s.problem,
+	   (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+				'name', r.name, 'local', r.login_role = 'sandbox_runner_local', 'host', r.host,
+				'version', r.version, 'state', r.state, 'slots', r.slots, 'in_use', r.in_use,
+				'live', r.live, 'leases', r.leases, 'next_lease_deadline', r.next_lease_deadline,
+				'last_heartbeat', r.last_heartbeat, 'registered_at', r.registered_at,
+				'gone_at', r.gone_at, 'removed_at', r.removed_at)
+			  ORDER BY r.login_role <> 'sandbox_runner_local', r.name), '[]'::jsonb)
+		  FROM agent.runner_status r)
+  FROM agent._supervisor_status() s
+$$;
+COMMENT ON FUNCTION agent.worker_status() IS
+	'the supervisor (whether it runs, its pid, the local runner''s slots and invocations, its work directory, why it claims nothing) and every runner, local and remote (runners)';
+REVOKE ALL ON FUNCTION agent.worker_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION agent.worker_status() TO agent_auditor;
+
 -- ----------------------------------------------------------------------
 -- Privileges
 -- ----------------------------------------------------------------------
@@ -934,13 +1048,14 @@ COMMENT ON VIEW agent.runner_status IS
 REVOKE ALL ON agent.runners, agent.runner_status FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
 	agent.runner_register(text, text, text, integer),
-	agent.runner_heartbeat(uuid, uuid, integer, uuid[]),
+	agent.runner_heartbeat(uuid, uuid, integer, uuid[], integer),
 	agent.runner_claim(uuid, uuid, integer),
 	agent.runner_prepare(uuid, uuid, uuid, boolean),
 	agent.runner_skill_files(uuid, uuid, uuid, uuid),
 	agent.runner_mark_running(uuid, uuid, uuid, integer),
 	agent.runner_append_output(uuid, uuid, uuid, text, text),
 	agent.runner_store_produced_file(uuid, uuid, uuid, text, text, text, bytea),
+	agent.runner_store_skipped_files(uuid, uuid, uuid, text[], text[], text[]),
 	agent.runner_finish(uuid, uuid, uuid, text, integer, text, boolean, boolean, bigint, integer, text),
 	agent.runner_cancel_requested(uuid, uuid[]),
 	agent.runner_live_sessions(uuid),

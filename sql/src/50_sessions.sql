@@ -616,6 +616,33 @@ BEGIN
 END
 $$;
 
+-- Stage, in one statement, the entries a run left that it does not return
+-- (status skipped or failed, a reason, no content), numbered after what is
+-- staged already: a run may report some ten thousand of them.
+CREATE FUNCTION agent._store_skipped_files(invocation uuid, names text[], statuses text[],
+										   reasons text[])
+	RETURNS integer
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_seq	integer;
+	n		integer;
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM agent.invocations i
+					WHERE i.id = invocation AND i.state IN ('provisioning', 'running')) THEN
+		RETURN NULL;
+	END IF;
+	SELECT coalesce(max(x.seq), 0) INTO v_seq FROM agent.run_result_files x
+	 WHERE x.invocation_id = invocation;
+	INSERT INTO agent.run_result_files (invocation_id, seq, name, status, reason, content)
+	SELECT invocation, v_seq + u.o::integer, coalesce(u.name, '?'), u.status, u.reason, NULL
+	  FROM unnest(names, statuses, reasons) WITH ORDINALITY AS u(name, status, reason, o);
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+
 -- Record one file a run returned, when its result is applied: a saved file
 -- counts against the org's storage quota (past it, the file is recorded as
 -- skipped, with the reason).
@@ -758,6 +785,7 @@ GRANT SELECT ON agent.skills, agent.skill_files, agent.agent_skills, agent.sessi
 
 REVOKE ALL ON FUNCTION agent._session_for(agent.invocations, uuid), agent._files_to_place(uuid),
 	agent._store_produced_file(uuid, text, text, text, bytea),
+	agent._store_skipped_files(uuid, text[], text[], text[]),
 	agent._save_produced_file(agent.invocations, text, text, text, bytea),
 	agent._session_after_run(agent.invocations, bigint, integer, text),
 	agent._trim_session_disk(uuid, uuid), agent._skill_ids_in_use(),

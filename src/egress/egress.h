@@ -30,6 +30,13 @@
 #define EGRESS_HOST_MAX		253
 #define EGRESS_RULE_ID_MAX	64
 #define EGRESS_ERRLEN		256
+/*
+ * The connection log: at most this many rows per run (the proxy stops
+ * logging there, agent._record_egress reads no more), each well under
+ * 4 kB; a reader takes at most EGRESS_LOG_MAX_BYTES of it.
+ */
+#define EGRESS_LOG_MAX_ROWS		1000
+#define EGRESS_LOG_MAX_BYTES	(4 * 1024 * 1024)
 
 typedef enum EgressRuleKind
 {

@@ -2,9 +2,9 @@
  *
  * wire_protocol.h
  *	  The resident launcher's protocol, written once for both of its ends:
- *	  the jail (worker.c answers, client.c asks) and the PostgreSQL
- *	  supervisor (src/launch.c asks).  Standalone: only the C library, so
- *	  that the extension can include it without the rest of the jail.
+ *	  the jail (worker.c answers, client.c asks) and sandbox-runner
+ *	  (src/runner/launch.c asks).  Standalone: only the C library, so
+ *	  that the runner can include it without the rest of the jail.
  *
  * One SOCK_SEQPACKET connection per run (docs/jail.md, "Resident
  * launcher"):

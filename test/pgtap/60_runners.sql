@@ -117,7 +117,7 @@ CREATE FUNCTION pg_temp.claim(name text, n integer) RETURNS text LANGUAGE sql AS
 	SELECT coalesce(string_agg(tag, ',' ORDER BY tag), '') FROM ins
 $$;
 
-SELECT plan(112);
+SELECT plan(128);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -160,7 +160,7 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
 				'agent.runner_cancel_requested(uuid,uuid[])',
 				'agent.runner_claim(uuid,uuid,integer)',
 				'agent.runner_finish(uuid,uuid,uuid,text,integer,text,boolean,boolean,bigint,integer,text)',
-				'agent.runner_heartbeat(uuid,uuid,integer,uuid[])',
+				'agent.runner_heartbeat(uuid,uuid,integer,uuid[],integer)',
 				'agent.runner_live_sessions(uuid)',
 				'agent.runner_mark_running(uuid,uuid,uuid,integer)',
 				'agent.runner_prepare(uuid,uuid,uuid,boolean)',
@@ -168,8 +168,9 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
 				'agent.runner_register(text,text,text,integer)',
 				'agent.runner_skill_files(uuid,uuid,uuid,uuid)',
 				'agent.runner_skills_in_use(uuid)',
-				'agent.runner_store_produced_file(uuid,uuid,uuid,text,text,text,bytea)'],
-		  'a runner executes the thirteen runner steps (egress''s included) and no other function of schema agent (beyond PUBLIC''s)');
+				'agent.runner_store_produced_file(uuid,uuid,uuid,text,text,text,bytea)',
+				'agent.runner_store_skipped_files(uuid,uuid,uuid,text[],text[],text[])'],
+		  'a runner executes the fourteen runner steps (egress''s included) and no other function of schema agent (beyond PUBLIC''s)');
 SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
 				 WHERE p.pronamespace = 'agent'::regnamespace AND p.proname LIKE 'runner\_%'
 				   AND NOT (p.prosecdef AND has_function_privilege('agent_runner', p.oid, 'EXECUTE'))
@@ -328,6 +329,7 @@ SELECT results_eq($$SELECT s, pg_temp.error_of(format(s, pg_temp.rid('tap-a'), p
 						('prepare', 'x1', 'SELECT agent.runner_prepare(%L, %L, %L, true)'),
 						('mark running', 'x1', 'SELECT agent.runner_mark_running(%L, %L, %L, 1)'),
 						('store file', 'x2', 'SELECT agent.runner_store_produced_file(%L, %L, %L, ''f'', ''saved'', NULL, ''\x00'')'),
+						('store skipped', 'x2', 'SELECT agent.runner_store_skipped_files(%L, %L, %L, ''{f}'', ''{skipped}'', ''{r}'')'),
 						('finish', 'x2', 'SELECT agent.runner_finish(%L, %L, %L, ''{"status":"exited","exit_code":0}'', 0, NULL, true)'),
 						('skill', 'x2', 'SELECT agent.runner_skill_files(%L, %L, %L, ''e7000000-0000-4000-8000-00000000000a'')')
 					  ) v(s_name, t, s)
@@ -338,6 +340,7 @@ SELECT results_eq($$SELECT s, pg_temp.error_of(format(s, pg_temp.rid('tap-a'), p
 					 ('SELECT agent.runner_prepare(%L, %L, %L, true)'),
 					 ('SELECT agent.runner_mark_running(%L, %L, %L, 1)'),
 					 ('SELECT agent.runner_store_produced_file(%L, %L, %L, ''f'', ''saved'', NULL, ''\x00'')'),
+					 ('SELECT agent.runner_store_skipped_files(%L, %L, %L, ''{f}'', ''{skipped}'', ''{r}'')'),
 					 ('SELECT agent.runner_finish(%L, %L, %L, ''{"status":"exited","exit_code":0}'', 0, NULL, true)'),
 					 ('SELECT agent.runner_skill_files(%L, %L, %L, ''e7000000-0000-4000-8000-00000000000a'')')) v(s)
 	   ORDER BY 1$$,
@@ -379,6 +382,29 @@ SELECT is(agent.runner_store_produced_file(pg_temp.rid('tap-a'), pg_temp.tok('x1
 SELECT is(pg_temp.error_of(format('SELECT agent.runner_store_produced_file(%L, %L, %L, ''big'', ''saved'', NULL, decode(repeat(''00'', 20971521), ''hex''))',
 			pg_temp.rid('tap-a'), pg_temp.tok('x1'), pg_temp.cid('x1'))),
 		  '54000: the files of invocation <id> exceed the caps of a run', '... within the caps of a run');
+SELECT is(agent.runner_store_skipped_files(pg_temp.rid('tap-a'), pg_temp.tok('x1'), pg_temp.cid('x1'),
+			ARRAY['a b', 'c"d'], ARRAY['skipped', 'failed'], ARRAY['more than 100 files were produced', 'unreadable']),
+		  2, '... stages the entries it does not return, in one call');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT string_agg(format('%s:%s:%s:%s', seq, name, status, CASE WHEN content IS NULL THEN 'none' ELSE 'content' END), ',' ORDER BY seq)
+			 FROM agent.run_result_files WHERE invocation_id = pg_temp.cid('x1')),
+		  '1:out.txt:saved:content,2:a b:skipped:none,3:c"d:failed:none', '... numbered after the saved one, without content');
+SET SESSION AUTHORIZATION tap_runner_a;
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_store_skipped_files(%L, %L, %L, ''{f}'', ''{saved}'', ''{r}'')',
+			pg_temp.rid('tap-a'), pg_temp.tok('x1'), pg_temp.cid('x1'))),
+		  '22023: status must be skipped or failed', '... never a saved one');
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_store_skipped_files(%L, %L, %L, ''{f,g}'', ''{skipped}'', ''{r}'')',
+			pg_temp.rid('tap-a'), pg_temp.tok('x1'), pg_temp.cid('x1'))),
+		  '22023: names, statuses and reasons must be lists of as many elements', '... lists of one length');
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_store_skipped_files(%L, %L, %L, ''{f}'', ''{skipped}'', ''{NULL}'')',
+			pg_temp.rid('tap-a'), pg_temp.tok('x1'), pg_temp.cid('x1'))),
+		  '22023: a file that is not saved needs a reason', '... each with a reason');
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_store_produced_file(%L, %L, %L, ''f'', ''skipped'', NULL, NULL)',
+			pg_temp.rid('tap-a'), pg_temp.tok('x1'), pg_temp.cid('x1'))),
+		  '22023: a file that is not saved needs a reason', '... one by one too');
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_store_skipped_files(%L, %L, %L, array_fill(''f''::text, ARRAY[20000]), array_fill(''skipped''::text, ARRAY[20000]), array_fill(''r''::text, ARRAY[20000]))',
+			pg_temp.rid('tap-a'), pg_temp.tok('x1'), pg_temp.cid('x1'))),
+		  '54000: the files of invocation <id> exceed the caps of a run', '... within the caps of a run');
 SELECT is(agent.runner_finish(pg_temp.rid('tap-a'), pg_temp.tok('x1'), pg_temp.cid('x1'),
 			'{"status":"exited","exit_code":0}', 0, NULL, true), 'succeeded', '... and finishes it: succeeded');
 SELECT is(pg_temp.error_of(format('SELECT agent.runner_finish(%L, %L, %L, ''{"status":"exited","exit_code":1}'', 0, NULL, true)',
@@ -386,9 +412,9 @@ SELECT is(pg_temp.error_of(format('SELECT agent.runner_finish(%L, %L, %L, ''{"st
 		  '55000: lease of invocation <id> is not held by this runner', 'a second finish of an ended run is refused');
 RESET SESSION AUTHORIZATION;
 SELECT is((SELECT format('%s/%s/%s/%s', i.state, i.credits_charged, i.jail_pid,
-						 (SELECT string_agg(name || ':' || status, ',') FROM agent.files f WHERE f.invocation_id = i.id))
+						 (SELECT string_agg(name || ':' || status, ',' ORDER BY name COLLATE "C") FROM agent.files f WHERE f.invocation_id = i.id))
 			 FROM pg_temp.inv('x1') i),
-		  'succeeded/2/4242/out.txt:saved', 'the holder''s run ended charged, with its pid and its file');
+		  'succeeded/2/4242/a b:skipped,c"d:failed,out.txt:saved', 'the holder''s run ended charged, with its pid and its files');
 
 -- ---- the reaper takes a lease over -----------------------------------------------------
 SET SESSION AUTHORIZATION tap_runner_b;
@@ -524,7 +550,25 @@ UPDATE reg SET incarnation = r.incarnation FROM agent.runner_register('tap-a', '
  WHERE name = 'tap-a';
 SELECT is(pg_temp.claim('tap-a', 10), 'y1', 'a runner with one slot claims one run, however many it asks for');
 SELECT is(pg_temp.claim('tap-a', 10), '', '... and none while that slot is taken');
+SELECT is(left(pg_temp.error_of(format('SELECT agent.runner_heartbeat(%L, %L, 1, NULL, 1025)',
+			pg_temp.rid('tap-a'), pg_temp.inc('tap-a'))), 5),
+		  '22023', 'a heartbeat cannot declare more than 1024 slots');
+SELECT is((SELECT renewed FROM agent.runner_heartbeat(pg_temp.rid('tap-a'), pg_temp.inc('tap-a'), 1, NULL, 3)),
+		  1, 'a heartbeat declares new slots (its configuration was reloaded)');
 RESET SESSION AUTHORIZATION;
+SELECT is((SELECT slots FROM agent.runners WHERE name = 'tap-a'), 3, '... which the runner now has');
+SET SESSION AUTHORIZATION tap_runner_a;
+SELECT is((SELECT format('%s/%s/%s', renewed, lease_seconds, heartbeat_seconds)
+			 FROM agent.runner_heartbeat(pg_temp.rid('tap-a'), pg_temp.inc('tap-a'), 1, NULL, 1)),
+		  '1/30/10', '... and back to one; the answer has the lease and the heartbeat interval');
+RESET SESSION AUTHORIZATION;
+UPDATE agent.settings SET value = '6' WHERE key = 'runner_lease_seconds';
+SET SESSION AUTHORIZATION tap_runner_a;
+SELECT is((SELECT format('%s/%s', lease_seconds, heartbeat_seconds)
+			 FROM agent.runner_heartbeat(pg_temp.rid('tap-a'), pg_temp.inc('tap-a'), 1)),
+		  '6/2', 'an operator''s new runner_lease_seconds reaches the runner with its next heartbeat');
+RESET SESSION AUTHORIZATION;
+UPDATE agent.settings SET value = '30' WHERE key = 'runner_lease_seconds';
 SELECT is(agent.drain_runner('tap-b'), 'draining', 'an operator drains runner b');
 SET SESSION AUTHORIZATION tap_runner_b;
 SELECT is((SELECT state FROM agent.runner_heartbeat(pg_temp.rid('tap-b'), pg_temp.inc('tap-b'), 0)), 'draining',
@@ -600,7 +644,21 @@ SET ROLE agent_auditor;
 SELECT is((SELECT string_agg(format('%s:%s:%s:%s:%s', name, host, state, live, leases), ',' ORDER BY name)
 			 FROM agent.runner_status WHERE name LIKE 'tap-%'),
 		  'tap-a:host-a:active:f:0,tap-b:host-b:active:t:1', 'agent.runner_status shows each runner and its leases');
+SELECT is((SELECT string_agg(format('%s:%s:%s:%s:%s:%s', r ->> 'name', r ->> 'local', r ->> 'host', r ->> 'slots',
+								   r ->> 'live', r ->> 'leases'), ',' ORDER BY r ->> 'name')
+			 FROM agent.worker_status() w, jsonb_array_elements(w.runners) r WHERE r ->> 'name' LIKE 'tap-%'),
+		  'tap-a:false:host-a:1:false:0,tap-b:false:host-b:2:true:1',
+		  'agent.worker_status() lists every runner with its slots, liveness and leases');
+SELECT is((SELECT count(*)::integer FROM agent.worker_status()), 1, '... in the one row of the supervisor');
 RESET SESSION AUTHORIZATION;
+SET ROLE agent_backend;
+SELECT is(pg_temp.error_of('SELECT agent.worker_status()'), '42501: permission denied for function worker_status',
+		  'the backend may not call agent.worker_status()');
+RESET ROLE;
+SET ROLE agent_runner;
+SELECT is(pg_temp.error_of('SELECT agent._supervisor_status()'), '42501: permission denied for function _supervisor_status',
+		  'nor may a runner read the supervisor''s status');
+RESET ROLE;
 
 -- ---- every balance and chain --------------------------------------------------------------------------------
 SELECT is((SELECT count(*)::integer FROM agent.credit_balances b WHERE b.org_id::text LIKE 'e1000000-%'

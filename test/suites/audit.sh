@@ -333,6 +333,7 @@ t_erase() {
 	local c anchored
 	c=$(new_org erase)
 	anchor_now "$c"
+	hold_anchors		# nothing re-anchored until verify (the forged head would be)
 	check "replica mode: deleting the events is refused" 42501 \
 		"$(sqlstate "SET session_replication_role = replica; DELETE FROM agent.audit_events WHERE org_id = '$c'")"
 	check "replica mode: deleting the head is refused" 42501 \
@@ -357,6 +358,7 @@ t_backdate() {
 	gap=$(sql "BEGIN; SELECT agent._audit('$d', NULL, 'test.event', NULL, 'tester', '{}'); ROLLBACK;" | tail -n 1)
 	sql "SELECT agent._audit('$d', NULL, 'test.event', NULL, 'tester', jsonb_build_object('n', n)) FROM generate_series(3, 5) n" >/dev/null
 	anchor_now "$d"
+	hold_anchors		# nothing re-anchored until verify (the forged head would be)
 	check "replica mode: inserting a head by hand is refused" 42501 \
 		"$(sqlstate "SET session_replication_role = replica; INSERT INTO agent.audit_heads (org_id, last_id, last_hash, events) VALUES (gen_random_uuid(), 0, '', 0)")"
 	anchored=$(head_of "$d")
@@ -381,6 +383,7 @@ t_approval() {
 	check "the approval event carries the approved code's hash" "$(sql "SELECT agent.code_sha256('print(1)')")" \
 		"$(sql "SELECT details->>'code_sha256' FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'approval.approved'")"
 	anchor_now "$e"
+	hold_anchors		# nothing re-anchored until verify (the forged head would be)
 	anchored=$(head_of "$e")
 	attack "UPDATE agent.invocations SET code = 'print(2)', code_sha256 = agent.code_sha256('print(2)') WHERE id = '$inv';
 	        UPDATE agent.approval_requests SET code = 'print(2)', code_sha256 = agent.code_sha256('print(2)'),

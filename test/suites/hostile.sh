@@ -63,7 +63,7 @@ t_launcher_killed() {
 	local inv launcher
 	inv=$(start "$A" shell 'echo started; sleep 30' none)
 	wait_state "$inv" running
-	launcher=$(pgrep -o -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_launcher/jail.sock")
+	launcher=$(pgrep -o -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_runner/jail.sock")
 	kill -9 "$launcher"
 	check "launcher killed mid-run: the run ends, a failure of ours, refunded" \
 		"provision_failed|charge:-2,refund:2" "$(await "$A" "$inv" 30)|$(ledger "$inv")"
@@ -373,8 +373,10 @@ min_wal_size = 32MB
 CONF
 	as_pg "$PGBIN/pg_ctl" -D "$SMALL/data" -l "$SMALL/server.log" -w -t 60 start >/dev/null
 	small_q -c "CREATE EXTENSION sandbox_ext" >/dev/null
-	for _ in $(seq 1 50); do
-		[ "$(small_q -c 'SELECT running FROM agent.worker_status()')" = t ] && break
+	# running, and its work directory known (the supervisor publishes it once
+	# the extension it waited for is there)
+	for _ in $(seq 1 150); do
+		[ "$(small_q -c 'SELECT running AND work_dir IS NOT NULL FROM agent.worker_status()')" = t ] && break
 		sleep 0.2
 	done
 	wd=$(small_q -c "SELECT work_dir FROM agent.worker_status()")

@@ -33,7 +33,7 @@ read -r ORG WS AGENT _ <<<"$A"
 
 balance() { q -c "SELECT balance FROM agent.credit_balances WHERE org_id = '${1:-$ORG}'"; }
 launcher_up() {
-	pgrep -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_launcher/jail.sock" >/dev/null &&
+	pgrep -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_runner/jail.sock" >/dev/null &&
 		echo t || echo f
 }
 
@@ -43,7 +43,18 @@ t_worker() {
 		"$([ "$(stat -c %d "$WORK")" != "$(stat -c %d "$CLUSTER_DIR/data")" ] && echo t || echo f)|$(q -c "SELECT problem FROM agent.worker_status()")"
 	check "supervisor in pg_stat_activity" 1 \
 		"$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'sandbox_ext supervisor'")"
+	# Every sandbox is run by sandbox-runner: the supervisor starts the
+	# local one, which connects back as a client.
+	wait_for 10 "[ \"\$(q -c \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sandbox-runner local' AND backend_type = 'client backend'\")\" = 1 ]"
+	check "the local runner is connected (pg_stat_activity, application_name sandbox-runner local)" 1 \
+		"$(q -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sandbox-runner local' AND backend_type = 'client backend'")"
+	check "... and is the supervisor's child, outside the server's processes" \
+		"$(q -c 'SELECT pid FROM agent.worker_status()')|sandbox-runner" \
+		"$(ps -o ppid= -p "$(local_runner_pid)" | tr -d ' ')|$(ps -o comm= -p "$(local_runner_pid)")"
 }
+
+# The local sandbox-runner (the supervisor's child).
+local_runner_pid() { pgrep -o -u postgres -f -- "sandbox-runner --local --config $CLUSTER_DIR/data/sandbox_runner/runner.conf"; }
 
 t_languages() {
 	local inv
@@ -68,6 +79,8 @@ t_launcher() {
 	local inv
 	run "$A" shell 'true' >/dev/null	# the launcher starts with the first run
 	check "runs go through the resident launcher (sandbox.jail_launcher = on)" t "$(launcher_up)"
+	check "... a child of the local runner, not of a PostgreSQL process" "$(local_runner_pid)" \
+		"$(ps -o ppid= -p "$(pgrep -o -u postgres -f -- "sandbox-jail --serve $CLUSTER_DIR/data/sandbox_runner/jail.sock")" | tr -d ' ')"
 	setconf sandbox.jail_launcher off
 	inv=$(run "$A" python 'print("one-shot")')
 	check "with the launcher off, one-shot jails run the code" "succeeded|one-shot" "$(field "$inv" state)|$(output "$inv")"
@@ -301,7 +314,7 @@ t_recovery_worker_killed() {
 	done
 	st=$(await "$A" "$inv" 20)
 	check "worker killed mid-run: a failure of ours, refunded (charged once, refunded once)" \
-		"provision_failed|the supervisor restarted while the run was in progress|0|charge:-2,refund:2" \
+		"provision_failed|the runner \"local\" restarted|0|charge:-2,refund:2" \
 		"$st|$(field "$inv" state_reason)|$(field "$inv" credits_charged)|$(ledger "$inv")"
 	# The payload dies with its jail (PR_SET_PDEATHSIG); give a loaded machine time.
 	for _ in $(seq 1 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
@@ -331,6 +344,102 @@ t_recovery_immediate_restart() {
 		"$([ -d "$WORK" ] && echo t)|$(find "$WORK" -mindepth 1 -maxdepth 1 ! -name sessions ! -name skills ! -name launcher | wc -l)"
 }
 
+# The local runner is a runner like any other: frozen (SIGSTOP) past its
+# lease, the bgworker's reaper ends its run by the billing rule (ours
+# failed: refunded); thawed, it kills that sandbox itself (self-fencing),
+# its late writes are refused, nothing is charged twice, and it goes on.
+t_lease_lost() {
+	local marker inv rpid st n t0
+	marker="sbx-lease-$$"
+	setting runner_lease_seconds 6
+	t0=$(q -c "SELECT clock_timestamp()")
+	# the lease reaches the runner with its next heartbeat (every 10 s at 30 s)
+	wait_for 15 "[ \"\$(q -c \"SELECT count(*) FROM agent.runners WHERE name = 'local' AND last_heartbeat > '$t0'\")\" = 1 ]"
+	inv=$(start "$A" shell "exec -a $marker sleep 120")
+	wait_state "$inv" running 100
+	check "(its payload runs)" 1 "$(pgrep -fc "$marker")"
+	rpid=$(local_runner_pid)
+	kill -STOP "$rpid"
+	for _ in $(seq 1 100); do
+		st=$(field "$inv" state)
+		[ "$st" = provision_failed ] && break
+		sleep 0.2
+	done
+	check "a frozen runner's run ends when its lease expires: ours failed, refunded" \
+		"provision_failed|the runner \"local\" stopped renewing its lease|0|charge:-2,refund:2" \
+		"$st|$(field "$inv" state_reason)|$(field "$inv" credits_charged)|$(ledger "$inv")"
+	check "... by the bgworker's reaper, audited" 1 \
+		"$(q -c "SELECT count(*) FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'invocation.provision_failed' AND details::text LIKE '%stopped renewing its lease%'")"
+	check "(the sandbox still runs while its runner is frozen)" 1 "$(pgrep -fc "$marker")"
+	n=$(q -c "SELECT count(*) FROM agent.invocation_output WHERE invocation_id = '$inv'")
+	kill -CONT "$rpid"
+	for _ in $(seq 1 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
+	check "thawed, the runner kills the orphaned sandbox itself" 0 "$(pgrep -fc "$marker" || true)"
+	check "... the same process (not restarted)" "$rpid" "$(local_runner_pid)"
+	check "... its late writes are refused: state, charge and output unchanged" \
+		"provision_failed|0|charge:-2,refund:2|$n" \
+		"$(field "$inv" state)|$(field "$inv" credits_charged)|$(ledger "$inv")|$(q -c "SELECT count(*) FROM agent.invocation_output WHERE invocation_id = '$inv'")"
+	check "... one outcome event" 1 \
+		"$(q -c "SELECT count(*) FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type IN ('invocation.finished', 'invocation.provision_failed')")"
+	setting runner_lease_seconds 30
+	inv=$(run "$A" shell 'echo after-the-lease')
+	check "... and it runs the next one" "succeeded|after-the-lease" "$(field "$inv" state)|$(output "$inv")"
+	check "the runner is live, holding no lease" "t|0" \
+		"$(q -c "SELECT live || '|' || leases FROM agent.runner_status WHERE name = 'local'" | sed 's/true/t/')"
+}
+
+# A drained runner claims nothing, finishes what it runs and says so;
+# resumed, it claims again.  The local runner is drained like any other.
+t_drain() {
+	local inv st
+	q -c "SELECT agent.drain_runner('local')" >/dev/null
+	# its next heartbeat (every 10 s) tells it; worker_status() says so then
+	wait_for 20 '[ "$(q -c "SELECT problem LIKE '"'"'%draining%'"'"' FROM agent.worker_status()")" = t ]'
+	check "drained: worker_status() says the local runner claims nothing" \
+		"the runner is draining: it claims nothing (agent.drain_runner)" "$(q -c "SELECT problem FROM agent.worker_status()")"
+	inv=$(start "$A" shell 'echo after-the-drain')
+	sleep 3
+	check "... an approved run waits, uncharged" "approved|0" "$(field "$inv" state)|$(field "$inv" credits_charged)"
+	check "... and the runner said it is drained" 1 \
+		"$(grep -c 'runner "local" is drained: it runs nothing and claims nothing' "$CLUSTER_DIR/server.log" | tr -d ' ' | sed 's/^[1-9][0-9]*$/1/')"
+	q -c "SELECT agent.drain_runner('local', resume => true)" >/dev/null
+	st=$(await "$A" "$inv" 30)
+	check "resumed, it runs the waiting one" "succeeded|after-the-drain|" \
+		"$st|$(output "$inv")|$(q -c "SELECT problem FROM agent.worker_status()")"
+}
+
+# sandbox-runner --check against this cluster: with a runner's role
+# everything is there; with a role that is not a runner it says so and
+# exits 1.
+t_check() {
+	local conf out rc role
+	role=sbx_check_runner_$$
+	q -c "CREATE ROLE $role LOGIN" -c "GRANT agent_runner TO $role" >/dev/null
+	conf="$tmp/check.conf"
+	cat >"$conf" <<CONF
+conninfo = 'host=$CLUSTER_DIR port=$PORT dbname=$DB user=$role'
+name = 'check-probe'
+slots = 1
+work_dir = '$tmp/check-work'
+run_dir = '$tmp/check-run'
+jail_path = '$PGBIN/sandbox-jail'
+CONF
+	chmod 0644 "$conf"
+	mkdir -p "$tmp/check-run" "$tmp/check-work"
+	chown postgres: "$tmp/check-run" "$tmp/check-work"
+	out=$(as_pg "$PGBIN/sandbox-runner" --config "$conf" --check 2>&1); rc=$?
+	check "--check with a runner's role: the connection, the role's steps and the name are there" "ok|ok|ok" \
+		"$(grep -c '^ok  *the connection' <<<"$out" | sed 's/^1$/ok/')|$(grep -c "^ok  *the runner's steps" <<<"$out" | sed 's/^1$/ok/')|$(grep -c '^ok  *the name' <<<"$out" | sed 's/^1$/ok/')"
+	q -c "REVOKE agent_runner FROM $role" >/dev/null
+	out=$(as_pg "$PGBIN/sandbox-runner" --config "$conf" --check 2>&1); rc=$?
+	check "--check with a role that is not a runner: FAIL, exit 1" "1|1" \
+		"$(grep -c "^FAIL  *the runner's steps: $role may not execute" <<<"$out")|$rc"
+	sed -i "s/^name = .*/name = 'Bad Name'/" "$conf"
+	out=$(as_pg "$PGBIN/sandbox-runner" --config "$conf" --check 2>&1)
+	check "--check with a name agent.runners refuses: FAIL" 1 "$(grep -c '^FAIL  *the name' <<<"$out")"
+	q -c "DROP ROLE $role" >/dev/null
+}
+
 t_not_preloaded() {
 	local notice
 	q -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_cron'" >/dev/null
@@ -349,7 +458,7 @@ t_not_preloaded() {
 
 run_tests t_worker t_languages t_launcher t_outcomes t_missing_jail t_unusable_work_dir \
 	t_insufficient_credits t_hash_mismatch t_cancel t_streaming t_forged_notify t_tenancy \
-	t_concurrency_cap t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
+	t_concurrency_cap t_lease_lost t_drain t_check t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
 
 # ---- invariants, over what this suite ran -------------------------------------
 check_invariants

@@ -11,17 +11,16 @@
  * options and [code, stdout, stderr] descriptors, and one answer, then EOF
  * (src/jail/wire_protocol.h).  It is a child of this process and dies with
  * it (PR_SET_PDEATHSIG), and so do its sandboxes.  If it cannot be reached
- * a run falls back to the one-shot jail, started with posix_spawn (the
- * large address space of a PostgreSQL process is never copied) with its
- * stdout, stderr and verdict on pipes and a pidfd for its exit.
+ * a run falls back to the one-shot jail, started with posix_spawn, with
+ * its stdout, stderr and verdict on pipes and a pidfd for its exit.
  *
  * Nothing here touches the database or the disk beyond the socket's
- * directory; run.c decides what a run is, this file only starts and stops
- * jails.
+ * directory (run_dir); run.c decides what a run is, this file only starts
+ * and stops jails.
  *
  *-------------------------------------------------------------------------
  */
-#include "postgres.h"
+#include "runner.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -32,13 +31,6 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include "miscadmin.h"
-#include "utils/memutils.h"
-
-#include "jail/wire_protocol.h"
-#include "sandbox_ext.h"
-#include "supervisor.h"
 
 /* Extra time past the wall limit before we SIGKILL a jail ourselves. */
 #define BACKSTOP_GRACE_MS	10000
@@ -57,7 +49,7 @@ static char launcher_root[MAXPGPATH];	/* the work root when it was started */
  * pairs, value NULL for a flag.  The code travels as a descriptor to the
  * launcher and as --code-file on a command line.
  */
-#define MAX_JAIL_OPTIONS	(24 + SANDBOX_MAX_SKILLS)
+#define MAX_JAIL_OPTIONS	(20 + RUNNER_MAX_SKILLS)
 
 typedef struct JailRequest
 {
@@ -70,14 +62,15 @@ typedef struct JailRequest
 static void
 request_add(JailRequest *req, const char *name, const char *value)
 {
-	Assert(req->n < MAX_JAIL_OPTIONS);
+	if (req->n >= MAX_JAIL_OPTIONS)
+		return;					/* cannot be: nbinds <= RUNNER_MAX_SKILLS */
 	req->name[req->n] = name;
 	req->value[req->n] = value;
 	req->n++;
 }
 
 static void
-request_build(JailRequest *req, SandboxRun *run, int wall_s, int memory_mb, int pids)
+request_build(JailRequest *req, Run *run, int wall_s, int memory_mb, int pids)
 {
 	int			b = 0;
 
@@ -90,25 +83,27 @@ request_build(JailRequest *req, SandboxRun *run, int wall_s, int memory_mb, int 
 	request_add(req, "--memory", req->buf[b++]);
 	snprintf(req->buf[b], sizeof(req->buf[b]), "%d", pids);
 	request_add(req, "--pids", req->buf[b++]);
-	snprintf(req->buf[b], sizeof(req->buf[b]), "%ld", (long) sandbox_output_limit_kb * 1024L);
+	snprintf(req->buf[b], sizeof(req->buf[b]), "%ld", (long) runner_conf.output_limit_kb * 1024L);
 	request_add(req, "--output-limit", req->buf[b++]);
-	snprintf(req->buf[b], sizeof(req->buf[b]), "%dM", sandbox_workspace_size_mb);
+	snprintf(req->buf[b], sizeof(req->buf[b]), "%dM", runner_conf.workspace_size_mb);
 	request_add(req, "--workspace-size", req->buf[b++]);
-	snprintf(req->buf[b], sizeof(req->buf[b]), "%d", sandbox_workspace_entries);
+	snprintf(req->buf[b], sizeof(req->buf[b]), "%d", runner_conf.workspace_entries);
 	request_add(req, "--workspace-entries", req->buf[b++]);
 	for (int i = 0; i < run->disk.nbinds; i++)
 		request_add(req, "--ro-bind", run->disk.binds[i]);
-	if (sandbox_require_cgroup)
+	if (runner_conf.require_cgroup)
 		request_add(req, "--require-cgroup", NULL);
 	if (run->disk.egress)
 	{
-		/* the policy the prepare step placed (sandbox_egress_place_policy) */
-		request_add(req, "--egress-policy", psprintf("%s/egress-policy", run->disk.dir));
-		request_add(req, "--egress-log", psprintf("%s/egress.log", run->disk.dir));
-		if (sandbox_egress_resolver && sandbox_egress_resolver[0])
-			request_add(req, "--egress-resolver", sandbox_egress_resolver);
-		if (sandbox_egress_ca_file && sandbox_egress_ca_file[0])
-			request_add(req, "--egress-ca", sandbox_egress_ca_file);
+		/* the policy the prepare step placed (egress_place_policy) */
+		request_add(req, "--egress-policy",
+					arena_printf(&run->arena, "%s/" EGRESS_POLICY_FILE, run->disk.dir));
+		request_add(req, "--egress-log",
+					arena_printf(&run->arena, "%s/" EGRESS_LOG_FILE, run->disk.dir));
+		if (runner_conf.egress_resolver[0])
+			request_add(req, "--egress-resolver", runner_conf.egress_resolver);
+		if (runner_conf.egress_ca_file[0])
+			request_add(req, "--egress-ca", runner_conf.egress_ca_file);
 	}
 }
 
@@ -123,10 +118,10 @@ close_fd(int *fd)
 /*
  * posix_spawn a jail process: stdin /dev/null, fds[i] (if >= 0) as fd
  * i + 1, nothing else inherited, default signal dispositions, nothing
- * blocked, and a process group of its own: pg_terminate_backend() and
- * pg_cancel_backend() signal a backend's whole group, and a cancel of the
- * supervisor must not reach its jails (they end with it through
- * PR_SET_PDEATHSIG, by our shutdown path).  Returns 0 or an errno.
+ * blocked, and a process group of its own: a signal meant for the runner
+ * (a terminal's ^C, a kill of its group) must not reach its jails, which
+ * end with it through PR_SET_PDEATHSIG, by our shutdown path.  Returns 0
+ * or an errno.
  */
 static int
 spawn_jail_process(pid_t *pid, char **argv, const int fds[3], bool vfork)
@@ -167,7 +162,7 @@ spawn_jail_process(pid_t *pid, char **argv, const int fds[3], bool vfork)
  */
 
 void
-sandbox_launcher_stop(void)
+launcher_stop(void)
 {
 	if (launcher_pid > 0)
 	{
@@ -185,7 +180,7 @@ launcher_alive(void)
 		return false;
 	if (waitpid(launcher_pid, NULL, WNOHANG) == launcher_pid)
 	{
-		elog(LOG, "the resident jail launcher (pid %d) exited; it will be restarted",
+		runner_log(RLOG_LOG, "the resident jail launcher (pid %d) exited; it will be restarted",
 			 (int) launcher_pid);
 		launcher_pid = 0;
 		return false;
@@ -228,7 +223,7 @@ launcher_wait_ready(void)
 		}
 		if (!launcher_alive())
 			return false;
-		pg_usleep(10000L);
+		usleep(10000);
 	}
 	return false;
 }
@@ -239,72 +234,72 @@ served_runs(void)
 {
 	int			n = 0;
 
-	for (int i = 0; i < sandbox_nruns; i++)
-		if (sandbox_runs[i].jail.served &&
-			(sandbox_runs[i].phase == RUN_STARTED || sandbox_runs[i].phase == RUN_EXITED))
+	for (int i = 0; i < nruns; i++)
+		if (runs[i].jail.served &&
+			(runs[i].phase == RUN_STARTED || runs[i].phase == RUN_EXITED))
 			n++;
 	return n;
 }
 
 /*
  * Start the launcher if it is wanted and not running; true when usable.
- * Its socket lives in the data directory (it takes no space), not in the
- * work directory: moving sandbox.work_dir must not stop the runs it has in
- * flight.  But its prepared sandboxes were cloned with the mounts of their
+ * Its socket lives in run_dir (the local runner's: in the data directory),
+ * not in the work directory: moving the work directory must not stop the
+ * runs it has in flight.  But its prepared sandboxes were cloned with the mounts of their
  * time, and a new work directory may be a new mount they cannot see: after
  * a move, runs use the one-shot jail until the launcher's runs are over,
  * and the launcher is then restarted.
  */
 bool
-sandbox_launcher_ensure(void)
+launcher_ensure(void)
 {
 	char		dir[MAXPGPATH];
 	char		pool[16];
-	char	   *argv[] = {sandbox_jail_path, "--serve", launcher_sock, "--pool", pool,
+	char	   *argv[] = {runner_conf.jail_path, "--serve", launcher_sock, "--pool", pool,
 	"--quiet", NULL};
 	int			rc;
 
-	if (!sandbox_jail_launcher)
+	if (!runner_conf.jail_launcher)
 	{
-		sandbox_launcher_stop();
+		launcher_stop();
 		return false;
 	}
-	/* sandbox.jail_path changed on reload: the launcher must follow. */
-	if (launcher_pid > 0 && strcmp(launcher_path, sandbox_jail_path) != 0)
-		sandbox_launcher_stop();
-	if (launcher_pid > 0 && strcmp(launcher_root, sandbox_work_root()) != 0)
+	/* jail_path changed on reload: the launcher must follow. */
+	if (launcher_pid > 0 && strcmp(launcher_path, runner_conf.jail_path) != 0)
+		launcher_stop();
+	if (launcher_pid > 0 && strcmp(launcher_root, work_root()) != 0)
 	{
 		if (served_runs() > 0)
 			return false;
-		sandbox_launcher_stop();
+		launcher_stop();
 	}
 	if (launcher_alive())
 		return true;
-	strlcpy(launcher_path, sandbox_jail_path, sizeof(launcher_path));
-	strlcpy(launcher_root, sandbox_work_root(), sizeof(launcher_root));
+	strlcpy(launcher_path, runner_conf.jail_path, sizeof(launcher_path));
+	strlcpy(launcher_root, work_root(), sizeof(launcher_root));
 
-	snprintf(dir, sizeof(dir), "%s/sandbox_launcher", DataDir);
+	strlcpy(dir, runner_conf.run_dir, sizeof(dir));
 	(void) mkdir(dir, S_IRWXU);
 	snprintf(launcher_sock, sizeof(launcher_sock), "%s/jail.sock", dir);
 	(void) unlink(launcher_sock);	/* a stale socket of a dead launcher */
-	snprintf(pool, sizeof(pool), "%d", Max(sandbox_max_concurrent_runs, 1));
+	snprintf(pool, sizeof(pool), "%d", Max(runner_conf.slots, 1));
 
 	rc = spawn_jail_process(&launcher_pid, argv, NULL, false);
 	if (rc != 0)
 	{
 		errno = rc;
-		elog(WARNING, "could not start the resident jail launcher \"%s\": %m; using one-shot jails",
-			 sandbox_jail_path);
+		runner_log(RLOG_WARNING, "could not start the resident jail launcher \"%s\": %m; using one-shot jails",
+			 runner_conf.jail_path);
 		launcher_pid = 0;
 		return false;
 	}
 	if (!launcher_wait_ready())
 	{
-		elog(WARNING, "the resident jail launcher did not come up; using one-shot jails");
-		sandbox_launcher_stop();
+		runner_log(RLOG_WARNING, "the resident jail launcher did not come up; using one-shot jails");
+		launcher_stop();
 		return false;
 	}
-	elog(LOG, "resident jail launcher started (pid %d, socket \"%s\")",
+	runner_log(RLOG_LOG, "resident jail launcher started (pid %d, socket \"%s\")",
 		 (int) launcher_pid, launcher_sock);
 	return true;
 }
@@ -333,7 +328,7 @@ request_message(const JailRequest *req, StringInfo msg)
  * false means "use the one-shot jail" (nothing was started).
  */
 static bool
-launch_served(SandboxRun *run, const JailRequest *req, const char *code_path)
+launch_served(Run *run, const JailRequest *req, const char *code_path)
 {
 	StringInfoData msg;
 	int			outp[NSTREAMS][2] = {{-1, -1}, {-1, -1}};
@@ -342,7 +337,7 @@ launch_served(SandboxRun *run, const JailRequest *req, const char *code_path)
 	int			sock = -1;
 	bool		sent = false;
 
-	if (!sandbox_launcher_ensure() || (sock = launcher_connect()) < 0)
+	if (!launcher_ensure() || (sock = launcher_connect()) < 0)
 		return false;
 	codefd = open(code_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (codefd >= 0 && pipe2(outp[0], O_CLOEXEC) == 0 && pipe2(outp[1], O_CLOEXEC) == 0)
@@ -353,7 +348,7 @@ launch_served(SandboxRun *run, const JailRequest *req, const char *code_path)
 		fds[JAIL_WIRE_FD_STDOUT] = outp[0][1];
 		fds[JAIL_WIRE_FD_STDERR] = outp[1][1];
 		sent = jail_wire_send(sock, msg.data, msg.len, fds, JAIL_WIRE_NFDS) == msg.len;
-		pfree(msg.data);
+		free(msg.data);
 	}
 	close_fd(&codefd);
 	close_fd(&outp[0][1]);
@@ -376,7 +371,7 @@ launch_served(SandboxRun *run, const JailRequest *req, const char *code_path)
 
 /* Start the one-shot jail; false with run->start_error set on failure. */
 static bool
-launch_oneshot(SandboxRun *run, const JailRequest *req, const char *code_path)
+launch_oneshot(Run *run, const JailRequest *req, const char *code_path)
 {
 	char	   *argv[2 * MAX_JAIL_OPTIONS + 8];
 	int			argc = 0;
@@ -388,19 +383,19 @@ launch_oneshot(SandboxRun *run, const JailRequest *req, const char *code_path)
 	if (pipe2(outp[0], O_CLOEXEC) != 0 || pipe2(outp[1], O_CLOEXEC) != 0 ||
 		pipe2(vp, O_CLOEXEC) != 0)
 	{
-		run->start_error = psprintf("could not create pipes for the jail: %m");
+		run->start_error = arena_printf(&run->arena, "could not create pipes for the jail: %m");
 		rc = -1;
 		goto out;
 	}
-	argv[argc++] = sandbox_jail_path;
+	argv[argc++] = runner_conf.jail_path;
 	for (int i = 0; i < req->n; i++)
 	{
-		argv[argc++] = unconstify(char *, req->name[i]);
+		argv[argc++] = (char *) req->name[i];
 		if (req->value[i])
-			argv[argc++] = unconstify(char *, req->value[i]);
+			argv[argc++] = (char *) req->value[i];
 	}
 	argv[argc++] = "--code-file";
-	argv[argc++] = unconstify(char *, code_path);
+	argv[argc++] = (char *) code_path;
 	argv[argc++] = "--verdict-fd";
 	argv[argc++] = "3";
 	argv[argc++] = "--quiet";
@@ -413,13 +408,13 @@ launch_oneshot(SandboxRun *run, const JailRequest *req, const char *code_path)
 	if (rc != 0)
 	{
 		errno = rc;
-		run->start_error = psprintf("could not execute sandbox.jail_path \"%s\": %m",
-									sandbox_jail_path);
+		run->start_error = arena_printf(&run->arena, "could not execute %s \"%s\": %m",
+										setting_name("jail_path"), runner_conf.jail_path);
 		goto out;
 	}
 	run->jail.pidfd = pidfd_open(run->jail.pid, 0);
 	if (run->jail.pidfd < 0)
-		elog(WARNING, "pidfd_open(%d) failed: %m; falling back to polling", (int) run->jail.pid);
+		runner_log(RLOG_WARNING, "pidfd_open(%d) failed: %m; falling back to polling", (int) run->jail.pid);
 	run->out.fd[STREAM_STDOUT] = outp[0][0];
 	run->out.fd[STREAM_STDERR] = outp[1][0];
 	run->jail.verdict_fd = vp[0];
@@ -440,19 +435,18 @@ out:
  * reachable); false with run->start_error set when it could not start.
  */
 bool
-sandbox_launch(SandboxRun *run, const char *code_path, int wall_s, int memory_mb, int pids)
+jail_launch(Run *run, const char *code_path, int wall_s, int memory_mb, int pids)
 {
 	JailRequest req;
 
 	request_build(&req, run, wall_s, memory_mb, pids);
-	if (!(sandbox_jail_launcher && launch_served(run, &req, code_path)) &&
+	if (!(runner_conf.jail_launcher && launch_served(run, &req, code_path)) &&
 		!launch_oneshot(run, &req, code_path))
 		return false;
 	for (int st = 0; st < NSTREAMS; st++)
 		(void) fcntl(run->out.fd[st], F_SETFL, O_NONBLOCK);
 	(void) fcntl(run->jail.verdict_fd, F_SETFL, O_NONBLOCK);
-	run->jail.backstop = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													 (int64) wall_s * 1000 + BACKSTOP_GRACE_MS);
+	run->jail.backstop = now_ms() + (msec) wall_s * 1000 + BACKSTOP_GRACE_MS;
 	return true;
 }
 
@@ -463,7 +457,7 @@ sandbox_launch(SandboxRun *run, const char *code_path, int wall_s, int memory_mb
 
 /* Take the launcher's answer (wire_protocol.h); a malformed one is none. */
 static void
-parse_served_answer(SandboxRun *run, const char *buf, int len)
+parse_served_answer(Run *run, const char *buf, int len)
 {
 	const char *field[JAIL_WIRE_ANSWER_NFIELDS];
 
@@ -472,12 +466,12 @@ parse_served_answer(SandboxRun *run, const char *buf, int len)
 	run->jail.served_rc = atoi(field[JAIL_WIRE_ANSWER_RC]);
 	resetStringInfo(&run->jail.verdict);
 	appendStringInfoString(&run->jail.verdict, field[JAIL_WIRE_ANSWER_VERDICT]);
-	run->jail.served_msg = MemoryContextStrdup(run->cxt, field[JAIL_WIRE_ANSWER_MESSAGE]);
+	run->jail.served_msg = arena_strdup(&run->arena, field[JAIL_WIRE_ANSWER_MESSAGE]);
 }
 
 /* Read what is there of the verdict; the launcher's EOF ends the run. */
 void
-sandbox_jail_read_verdict(SandboxRun *run)
+jail_read_verdict(Run *run)
 {
 	static char buf[JAIL_WIRE_MAX];
 	RunJail    *j = &run->jail;
@@ -502,7 +496,7 @@ sandbox_jail_read_verdict(SandboxRun *run)
 		/* EOF (or an error) */
 		close_fd(&j->verdict_fd);
 		if (j->served)
-			sandbox_run_exited(run);
+			run_exited(run);
 		break;
 	}
 	/* Trim the trailing newline so the text casts cleanly to jsonb. */
@@ -514,7 +508,7 @@ sandbox_jail_read_verdict(SandboxRun *run)
 
 /* Reap a one-shot jail that exited. */
 void
-sandbox_jail_reap(SandboxRun *run)
+jail_reap(Run *run)
 {
 	int			status;
 	pid_t		r;
@@ -526,7 +520,7 @@ sandbox_jail_reap(SandboxRun *run)
 	{
 		run->jail.wait_status = (r == run->jail.pid) ? status : 0;
 		close_fd(&run->jail.pidfd);
-		sandbox_run_exited(run);
+		run_exited(run);
 	}
 }
 
@@ -536,7 +530,7 @@ sandbox_jail_reap(SandboxRun *run)
  * connection, which kills it at once.
  */
 void
-sandbox_jail_signal(SandboxRun *run, int sig)
+jail_signal(Run *run, int sig)
 {
 	RunJail    *j = &run->jail;
 
@@ -547,26 +541,27 @@ sandbox_jail_signal(SandboxRun *run, int sig)
 		if (sig == SIGKILL)
 		{
 			close_fd(&j->verdict_fd);
-			sandbox_run_exited(run);
+			run_exited(run);
 		}
 		else if (j->verdict_fd >= 0)
 			(void) shutdown(j->verdict_fd, SHUT_WR);
 		return;
 	}
+	/* never kill(0) or kill(-1): a pid we do not hold is nobody's to signal */
 	if (j->pidfd >= 0)
 		(void) pidfd_send_signal(j->pidfd, sig, NULL, 0);
-	else
+	else if (j->pid > 0)
 		(void) kill(j->pid, sig);
 }
 
 /* Kill a one-shot jail and wait for it (shutdown). */
 void
-sandbox_jail_kill_wait(SandboxRun *run)
+jail_kill_wait(Run *run)
 {
 	bool		oneshot = run->phase == RUN_STARTED && !run->jail.served;
 
-	sandbox_jail_signal(run, SIGKILL);
-	if (oneshot)
+	jail_signal(run, SIGKILL);
+	if (oneshot && run->jail.pid > 0)
 		(void) waitpid(run->jail.pid, NULL, 0);
 }
 
@@ -575,7 +570,7 @@ sandbox_jail_kill_wait(SandboxRun *run)
  * *jail_status gets the jail's exit status (or the launcher's rc).
  */
 char *
-sandbox_jail_failure(SandboxRun *run, int *jail_status)
+jail_failure(Run *run, int *jail_status)
 {
 	RunJail    *j = &run->jail;
 
@@ -585,11 +580,11 @@ sandbox_jail_failure(SandboxRun *run, int *jail_status)
 	if (j->served)
 	{
 		if (j->killed_by_us)
-			return psprintf("the sandbox was killed by the supervisor after its deadline");
+			return arena_printf(&run->arena, "the sandbox was killed by the runner after its deadline");
 		if (j->served_rc < 0)
-			return psprintf("the resident jail launcher closed the connection without a verdict");
+			return arena_printf(&run->arena, "the resident jail launcher closed the connection without a verdict");
 		if (j->served_rc == JAIL_WIRE_RC_REFUSED)
-			return psprintf("the resident jail launcher refused the request: %s",
+			return arena_printf(&run->arena, "the resident jail launcher refused the request: %s",
 							j->served_msg ? j->served_msg : "");
 		*jail_status = j->served_rc;
 		return NULL;
@@ -600,14 +595,14 @@ sandbox_jail_failure(SandboxRun *run, int *jail_status)
 	{
 		*jail_status = 128 + WTERMSIG(j->wait_status);
 		if (j->killed_by_us)
-			return psprintf("sandbox-jail killed by the supervisor after its deadline");
-		return psprintf("sandbox-jail died of signal %d", WTERMSIG(j->wait_status));
+			return arena_printf(&run->arena, "sandbox-jail killed by the runner after its deadline");
+		return arena_printf(&run->arena, "sandbox-jail died of signal %d", WTERMSIG(j->wait_status));
 	}
 	return NULL;
 }
 
 void
-sandbox_jail_close(SandboxRun *run)
+jail_close(Run *run)
 {
 	close_fd(&run->out.fd[STREAM_STDOUT]);
 	close_fd(&run->out.fd[STREAM_STDERR]);

@@ -7,22 +7,23 @@
  *		one transaction per loop turn.
  *
  * The jail caps its output too; the cap here holds even if it did not, so
- * the table never grows past sandbox.output_limit per stream.  Invalid
- * UTF-8 and NUL bytes become U+FFFD; a sequence cut by a read waits for
- * the rest.  Output that does not end a line waits OUTPUT_COALESCE_MS for
- * the rest of it (an unbuffered interpreter writes "a" and "\n"
- * separately), unless the stream ended or the chunk is large.
+ * the table never grows past the output limit per stream (the smaller of
+ * the runner's output_limit and the server's sandbox.output_limit, which
+ * the server's step enforces too), counted as stored text.  Invalid UTF-8 and
+ * NUL bytes become U+FFFD; a sequence cut by a read waits for the rest.
+ * Output that does not end a line waits OUTPUT_COALESCE_MS for the rest of
+ * it (an unbuffered interpreter writes "a" and "\n" separately), unless
+ * the stream ended or the chunk is large.  While the database cannot be
+ * reached, output waits in memory (at most output_limit per stream) and is
+ * stored once it can be.
  *
  *-------------------------------------------------------------------------
  */
-#include "postgres.h"
+#include "runner.h"
 
 #include <unistd.h>
 
 #include "mb/pg_wchar.h"
-
-#include "sandbox_ext.h"
-#include "supervisor.h"
 
 #define OUTPUT_COALESCE_MS		20
 #define OUTPUT_COALESCE_BYTES	16384
@@ -40,7 +41,7 @@ static void
 append_utf8(RunOutput *out, int stream, const char *buf, int len, bool eof)
 {
 	StringInfo	dst = &out->pending[stream];
-	char		tmp[OUTPUT_READ_SIZE + 4];
+	static char tmp[OUTPUT_READ_SIZE + 4];
 	const unsigned char *s = (const unsigned char *) tmp;
 	int			n = 0;
 	int			i = 0;
@@ -88,18 +89,45 @@ append_utf8(RunOutput *out, int stream, const char *buf, int len, bool eof)
 	}
 }
 
+/*
+ * Keep what is stored of a stream within its limit, counted as the text
+ * that is stored (an invalid byte becomes three): cut what was just added
+ * (from `before`) at a character boundary, and drop the rest of the stream.
+ */
+static void
+fit_limit(RunOutput *out, int st, int before)
+{
+	StringInfo	p = &out->pending[st];
+	int64		added = p->len - before;
+	int			len;
+
+	if (out->kept[st] + added <= out->limit)
+	{
+		out->kept[st] += added;
+		return;
+	}
+	len = before + (int) Max(out->limit - out->kept[st], 0);
+	while (len > before && (p->data[len] & 0xC0) == 0x80)
+		len--;					/* not in the middle of a character */
+	p->len = len;
+	p->data[len] = '\0';
+	out->kept[st] += len - before;
+	out->partial_len[st] = 0;
+	out->full[st] = true;
+	out->truncated = true;
+}
+
 /* Read what a pipe has, up to one chunk's worth of pending text. */
 void
-sandbox_output_read(SandboxRun *run, int st)
+output_read(Run *run, int st)
 {
 	RunOutput  *out = &run->out;
-	char		buf[OUTPUT_READ_SIZE];
-	int64		limit = (int64) sandbox_output_limit_kb * 1024;
+	static char buf[OUTPUT_READ_SIZE];
 
 	for (;;)
 	{
 		ssize_t		r = read(out->fd[st], buf, sizeof(buf));
-		int			keep;
+		int			before = out->pending[st].len;
 
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -107,21 +135,25 @@ sandbox_output_read(SandboxRun *run, int st)
 			break;
 		if (r <= 0)				/* EOF or error */
 		{
-			append_utf8(out, st, "", 0, true);
+			if (!out->full[st])
+			{
+				append_utf8(out, st, "", 0, true);
+				fit_limit(out, st, before);
+			}
 			close(out->fd[st]);
 			out->fd[st] = -1;
 			break;
 		}
-		keep = (int) Min((int64) r, Max(limit - out->kept[st], 0));
 		out->bytes[st] += r;
-		if (keep < r)
+		if (out->full[st])
+		{
 			out->truncated = true;
-		if (keep == 0)
 			continue;
-		out->kept[st] += keep;
+		}
 		if (out->pending[st].len == 0)
-			out->pending_at[st] = GetCurrentTimestamp();
-		append_utf8(out, st, buf, keep, false);
+			out->pending_at[st] = now_ms();
+		append_utf8(out, st, buf, (int) r, false);
+		fit_limit(out, st, before);
 		if (out->pending[st].len >= OUTPUT_READ_SIZE)
 			break;				/* store it before reading more */
 	}
@@ -129,7 +161,7 @@ sandbox_output_read(SandboxRun *run, int st)
 
 /* Is a stream's pending output ready to be stored? */
 static bool
-stream_ready(SandboxRun *run, int st, TimestampTz now)
+stream_ready(Run *run, int st, msec now)
 {
 	StringInfo	p = &run->out.pending[st];
 
@@ -138,72 +170,68 @@ stream_ready(SandboxRun *run, int st, TimestampTz now)
 	return run->out.fd[st] < 0 || run->phase != RUN_STARTED ||
 		p->data[p->len - 1] == '\n' ||
 		p->len >= OUTPUT_COALESCE_BYTES ||
-		TimestampDifferenceExceeds(run->out.pending_at[st], now, OUTPUT_COALESCE_MS);
+		now - run->out.pending_at[st] >= OUTPUT_COALESCE_MS;
 }
 
 /* Milliseconds until some pending output of a run is due, or -1. */
 long
-sandbox_output_due_ms(SandboxRun *run, TimestampTz now)
+output_due_ms(Run *run, msec now)
 {
 	long		due = -1;
 
 	for (int st = 0; st < NSTREAMS; st++)
 	{
-		TimestampTz at;
+		msec		at;
 		long		ms;
 
 		if (run->out.pending[st].len == 0)
 			continue;
-		at = Max(TimestampTzPlusMilliseconds(run->out.pending_at[st], OUTPUT_COALESCE_MS),
-				 run->out.retry_at);
-		ms = Max(TimestampDifferenceMilliseconds(now, at), 0);
+		at = Max(run->out.pending_at[st] + OUTPUT_COALESCE_MS, run->out.retry_at);
+		ms = (long) Max(at - now, 0);
 		due = (due < 0) ? ms : Min(due, ms);
 	}
 	return due;
 }
 
 /*
- * Store the ready output of every run in one transaction (steps.c; each
- * run's in a subtransaction, so that one whose output cannot be stored now
- * keeps it and is tried again later, while the others' commits).  When the
- * commit itself fails, what could not be stored is dropped and the run is
- * flagged output_truncated.
+ * Store the ready output of every run (steps.c: in one transaction; when
+ * that fails, each run's in its own, so that one whose output cannot be
+ * stored now keeps it and is tried again later while the others' commits).
+ * When the database cannot be reached, nothing is stored and the output
+ * waits.
  */
 void
-sandbox_output_flush(void)
+output_flush(void)
 {
-	TimestampTz now = GetCurrentTimestamp();
-	bool		ready[SANDBOX_MAX_SLOTS][NSTREAMS];
-	bool		stored[SANDBOX_MAX_SLOTS];
+	msec		now = now_ms();
+	bool		ready[RUNNER_MAX_SLOTS][NSTREAMS];
+	bool		stored[RUNNER_MAX_SLOTS];
 	bool		any = false;
-	bool		committed;
 
-	for (int i = 0; i < sandbox_nruns; i++)
+	for (int i = 0; i < nruns; i++)
 		for (int st = 0; st < NSTREAMS; st++)
 		{
-			ready[i][st] = sandbox_runs[i].phase != RUN_FREE &&
-				stream_ready(&sandbox_runs[i], st, now);
+			ready[i][st] = runs[i].phase != RUN_FREE && stream_ready(&runs[i], st, now);
 			any |= ready[i][st];
 		}
-	if (!any)
+	if (!any || !db_connected())
 		return;
 
-	committed = sandbox_step_store_output(ready, stored);
-	for (int i = 0; i < sandbox_nruns; i++)
+	if (!step_store_output(ready, stored))
+		return;					/* the connection broke: it all waits */
+	for (int i = 0; i < nruns; i++)
 	{
-		SandboxRun *run = &sandbox_runs[i];
+		Run		   *run = &runs[i];
 
 		if (!ready[i][0] && !ready[i][1])
 			continue;
-		if (committed && !stored[i])
+		if (!stored[i])
 		{
-			run->out.retry_at = TimestampTzPlusMilliseconds(now, OUTPUT_RETRY_MS);
+			run->out.retry_at = now + OUTPUT_RETRY_MS;
 			continue;
 		}
 		for (int st = 0; st < NSTREAMS; st++)
 			if (ready[i][st])
 				resetStringInfo(&run->out.pending[st]);
-		if (!committed)
-			run->out.truncated = true;
 	}
 }

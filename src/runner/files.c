@@ -2,12 +2,12 @@
  *
  * files.c
  *		Host-side file work in directories a sandbox could write to:
- *		placing a conversation's files into a workspace before a run, and
- *		finding the files a run produced afterwards.
+ *		placing a conversation's files into a workspace before a run,
+ *		finding the files a run produced afterwards, and removing trees.
  *
  * A workspace was writable by untrusted code, which may have planted
- * symlinks (to /etc/shadow, to postgresql.conf), hard links, fifos or
- * devices.  Every path is therefore resolved with openat2() and
+ * symlinks (to /etc/shadow, to the runner's configuration), hard links,
+ * fifos or devices.  Every path is therefore resolved with openat2() and
  * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
  * RESOLVE_NO_XDEV from a descriptor of the workspace root: the kernel
  * refuses any resolution that leaves the workspace or crosses a link, so
@@ -15,9 +15,13 @@
  * running while we do this (its pid namespace is gone), which removes the
  * remaining races.
  *
+ * (This is the extension's src/files.c of before the runner, ported to
+ * frontend C: malloc instead of memory contexts, so a manifest and a list
+ * of produced files are freed explicitly.)
+ *
  *-------------------------------------------------------------------------
  */
-#include "postgres.h"
+#include "runner.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -27,9 +31,6 @@
 #include <unistd.h>
 
 #include "mb/pg_wchar.h"
-#include "storage/fd.h"
-
-#include "sandbox_files.h"
 
 #define RESOLVE_SAFE (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | \
 					  RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)
@@ -56,7 +57,7 @@ safe_openat(int rootfd, const char *path, int flags, mode_t mode)
  */
 
 int
-sandbox_remove_tree_at(int parentfd, const char *name, int depth)
+remove_tree_at(int parentfd, const char *name, int depth)
 {
 	int			fd;
 	DIR		   *d;
@@ -99,7 +100,7 @@ sandbox_remove_tree_at(int parentfd, const char *name, int depth)
 	{
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (sandbox_remove_tree_at(dirfd(d), de->d_name, depth + 1) != 0)
+		if (remove_tree_at(dirfd(d), de->d_name, depth + 1) != 0)
 			rc = -1;
 	}
 	closedir(d);
@@ -108,9 +109,9 @@ sandbox_remove_tree_at(int parentfd, const char *name, int depth)
 	return rc;
 }
 
-/* Remove a directory tree under sandbox.work_dir; logs and goes on. */
+/* Remove a directory tree under the work directory; logs and goes on. */
 void
-sandbox_remove_work_dir(const char *path)
+remove_work_dir(const char *path)
 {
 	char		parent[MAXPGPATH];
 	const char *slash = strrchr(path, '/');
@@ -126,10 +127,8 @@ sandbox_remove_work_dir(const char *path)
 	pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (pfd < 0)
 		return;
-	if (sandbox_remove_tree_at(pfd, slash + 1, 0) != 0)
-		ereport(WARNING,
-				(errcode_for_file_access(),
-				 errmsg("could not remove sandbox work directory \"%s\": %m", path)));
+	if (remove_tree_at(pfd, slash + 1, 0) != 0)
+		runner_log(RLOG_WARNING, "could not remove sandbox work directory \"%s\": %m", path);
 	close(pfd);
 }
 
@@ -146,11 +145,11 @@ manifest_add(Manifest *m, const char *path, const struct stat *st)
 	if (m->n == m->cap)
 	{
 		m->cap = m->cap ? m->cap * 2 : 64;
-		m->entries = m->entries ? repalloc(m->entries, sizeof(ManifestEntry) * m->cap)
-			: palloc(sizeof(ManifestEntry) * m->cap);
+		m->entries = m->entries ? pg_realloc(m->entries, sizeof(ManifestEntry) * m->cap)
+			: pg_malloc(sizeof(ManifestEntry) * m->cap);
 	}
 	e = &m->entries[m->n++];
-	e->path = pstrdup(path);
+	e->path = pg_strdup(path);
 	e->mode = st->st_mode;
 	e->ino = st->st_ino;
 	e->size = st->st_size;
@@ -221,9 +220,9 @@ entry_cmp(const void *a, const void *b)
 }
 
 Manifest *
-sandbox_manifest_scan(const char *root, int max_entries)
+manifest_scan(const char *root, int max_entries)
 {
-	Manifest   *m = palloc0(sizeof(Manifest));
+	Manifest   *m = pg_malloc0(sizeof(Manifest));
 	int			fd;
 
 	m->max_entries = max_entries;
@@ -237,6 +236,17 @@ sandbox_manifest_scan(const char *root, int max_entries)
 	if (m->n > 1)
 		qsort(m->entries, m->n, sizeof(ManifestEntry), entry_cmp);
 	return m;
+}
+
+void
+manifest_free(Manifest *m)
+{
+	if (m == NULL)
+		return;
+	for (int i = 0; i < m->n; i++)
+		free(m->entries[i].path);
+	free(m->entries);
+	free(m);
 }
 
 static const ManifestEntry *
@@ -256,17 +266,36 @@ manifest_find(const Manifest *m, const char *path)
  */
 
 static void
-produced_add(List **out, const char *name, const char *status, const char *reason,
+produced_add(ProducedList *out, const char *name, const char *status, const char *reason,
 			 char *data, int64 len)
 {
-	ProducedFile *p = palloc0(sizeof(ProducedFile));
+	ProducedFile *p;
 
-	p->name = pstrdup(name);
+	if (out->n == out->cap)
+	{
+		out->cap = out->cap ? out->cap * 2 : 16;
+		out->v = pg_realloc(out->v, sizeof(ProducedFile) * out->cap);
+	}
+	p = &out->v[out->n++];
+	memset(p, 0, sizeof(*p));
+	p->name = pg_strdup(name);
 	strlcpy(p->status, status, sizeof(p->status));
-	p->reason = reason ? pstrdup(reason) : NULL;
+	p->reason = reason ? pg_strdup(reason) : NULL;
 	p->data = data;
 	p->len = len;
-	*out = lappend(*out, p);
+}
+
+void
+produced_free(ProducedList *l)
+{
+	for (int i = 0; i < l->n; i++)
+	{
+		free(l->v[i].name);
+		free(l->v[i].reason);
+		free(l->v[i].data);
+	}
+	free(l->v);
+	memset(l, 0, sizeof(*l));
 }
 
 static const char *
@@ -330,7 +359,7 @@ read_entry(int rootfd, const ManifestEntry *e, char **data, char *reason, size_t
 		close(fd);
 		return "the file changed while it was being read";
 	}
-	*data = palloc(Max(e->size, 1));
+	*data = pg_malloc(Max(e->size, 1));
 	while (got < e->size)
 	{
 		ssize_t		r = read(fd, *data + got, e->size - got);
@@ -344,7 +373,7 @@ read_entry(int rootfd, const ManifestEntry *e, char **data, char *reason, size_t
 	close(fd);
 	if (got != e->size)
 	{
-		pfree(*data);
+		free(*data);
 		*data = NULL;
 		return "the file could not be read completely";
 	}
@@ -366,14 +395,14 @@ unchanged(const Manifest *before, const ManifestEntry *e)
  * return the files the run created or changed, read safely, with caps.
  * Entries that are not regular files, or that cannot be read, come back
  * with status "skipped" or "failed" and a reason; nothing is dropped
- * silently.  *after_out gets the scan of the workspace after the run.
+ * silently.  *after_out gets the scan of the workspace after the run (the
+ * caller frees it), or it is freed here when after_out is NULL.
  */
-List *
-sandbox_collect_produced(const char *root, const Manifest *before, const ProducedCaps *caps,
-						 Manifest **after_out)
+void
+collect_produced(const char *root, const Manifest *before, const ProducedCaps *caps,
+				 ProducedList *out, Manifest **after_out)
 {
-	List	   *out = NIL;
-	Manifest   *after = sandbox_manifest_scan(root, caps->max_scan_entries);
+	Manifest   *after = manifest_scan(root, caps->max_scan_entries);
 	int			rootfd;
 	int			nsaved = 0;
 	int64		total = 0;
@@ -383,8 +412,10 @@ sandbox_collect_produced(const char *root, const Manifest *before, const Produce
 	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (rootfd < 0)
 	{
-		produced_add(&out, "/workspace", "failed", "the workspace could not be opened", NULL, 0);
-		return out;
+		produced_add(out, "/workspace", "failed", "the workspace could not be opened", NULL, 0);
+		if (!after_out)
+			manifest_free(after);
+		return;
 	}
 	for (int i = 0; i < after->n; i++)
 	{
@@ -396,24 +427,25 @@ sandbox_collect_produced(const char *root, const Manifest *before, const Produce
 		if (S_ISDIR(e->mode) || unchanged(before, e))
 			continue;
 		if (pg_encoding_verifymbstr(PG_UTF8, e->path, strlen(e->path)) != (int) strlen(e->path))
-			produced_add(&out, "?", "skipped", "the file name is not valid UTF-8", NULL, 0);
+			produced_add(out, "?", "skipped", "the file name is not valid UTF-8", NULL, 0);
 		else if ((why = refusal(e, caps, nsaved, total, reason, sizeof(reason))) != NULL)
-			produced_add(&out, e->path, "skipped", why, NULL, 0);
+			produced_add(out, e->path, "skipped", why, NULL, 0);
 		else if ((why = read_entry(rootfd, e, &data, reason, sizeof(reason))) != NULL)
-			produced_add(&out, e->path, "failed", why, NULL, 0);
+			produced_add(out, e->path, "failed", why, NULL, 0);
 		else
 		{
-			produced_add(&out, e->path, "saved", NULL, data, e->size);
+			produced_add(out, e->path, "saved", NULL, data, e->size);
 			nsaved++;
 			total += e->size;
 		}
 	}
 	if (after->incomplete)
-		produced_add(&out, ".", "skipped",
+		produced_add(out, ".", "skipped",
 					 "the workspace holds too many entries or too deep a tree; not all of it was examined",
 					 NULL, 0);
 	close(rootfd);
-	return out;
+	if (!after_out)
+		manifest_free(after);
 }
 
 /* ----------------------------------------------------------------
@@ -428,18 +460,19 @@ remove_entry(int dfd, const char *name)
 	if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
 		return;
 	if (errno == EISDIR || errno == EPERM)
-		(void) sandbox_remove_tree_at(dfd, name, 0);
+		(void) remove_tree_at(dfd, name, 0);
 }
 
 /*
  * Write data at relpath under root, creating directories as needed, never
  * following a link and replacing whatever the sandbox left at that name.
+ * On failure *err (malloc'd, the caller frees it) says why.
  */
 bool
-sandbox_place_file(const char *root, const char *relpath, const char *data, size_t len,
+place_file(const char *root, const char *relpath, const char *data, size_t len,
 		   mode_t mode, char **err)
 {
-	char	   *path = pstrdup(relpath);
+	char	   *path = pg_strdup(relpath);
 	char	   *slash;
 	char	   *base;
 	int			dfd;
@@ -450,6 +483,7 @@ sandbox_place_file(const char *root, const char *relpath, const char *data, size
 	if (dfd < 0)
 	{
 		*err = psprintf("could not open workspace \"%s\": %m", root);
+		free(path);
 		return false;
 	}
 	/* Walk (and create) the parent directories one component at a time. */
@@ -466,6 +500,7 @@ sandbox_place_file(const char *root, const char *relpath, const char *data, size
 		{
 			*err = psprintf("could not create directory for \"%s\": %m", relpath);
 			close(dfd);
+			free(path);
 			return false;
 		}
 		next = safe_openat(dfd, base, O_RDONLY | O_DIRECTORY, 0);
@@ -473,6 +508,7 @@ sandbox_place_file(const char *root, const char *relpath, const char *data, size
 		if (next < 0)
 		{
 			*err = psprintf("could not open directory for \"%s\": %m", relpath);
+			free(path);
 			return false;
 		}
 		dfd = next;
@@ -481,6 +517,7 @@ sandbox_place_file(const char *root, const char *relpath, const char *data, size
 	remove_entry(dfd, base);
 	fd = openat(dfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
 	close(dfd);
+	free(path);
 	if (fd < 0)
 	{
 		*err = psprintf("could not create \"%s\": %m", relpath);

@@ -1,0 +1,409 @@
+/*-------------------------------------------------------------------------
+ *
+ * loop.c
+ *		The runner's loop: one poll() over every descriptor it waits for,
+ *		with the nearest deadline as its timeout.  Each turn:
+ *
+ *	1. fill free slots when there may be work (a wake-up, a free slot, the
+ *	   slow poll): claim approved invocations (charged, in one short
+ *	   transaction that commits before any jail starts) and start them;
+ *	2. wait on the signal pipe, the supervisor's link (--local: its EOF), the
+ *	   database socket (notifications, or connecting), every pipe and
+ *	   every pidfd of a run;
+ *	3. read what arrived; SIGKILL a jail past its backstop;
+ *	4. store the output of the turn, act on cancels;
+ *	5. finish every run whose jail is gone, and sweep what the database no
+ *	   longer needs on disk.
+ *
+ * Wake-ups are hints: LISTEN sandbox_ext_work / sandbox_ext_cancel
+ * (channels.h), with a slow poll as the backstop for a lost one.  While
+ * the database cannot be reached the loop goes on: jails run, their
+ * output waits, finished runs wait to be recorded, and the connection is
+ * made again with backoff.
+ *
+ * Leases (steps.c): the runner registers when it first connects, renews
+ * every lease it holds with one heartbeat every heartbeat_seconds, and
+ * fences itself, killing every sandbox, when it could not renew for a
+ * lease's length.  A connection made again does not register again (that
+ * would end our own runs): it heartbeats, and the database says which
+ * leases we lost meanwhile.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "runner.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "local_link.h"
+
+/* Slow poll: a backstop for a lost wake-up, not the way work is found. */
+#define IDLE_POLL_MS		10000
+/* Sweeps are at most this often, and wanted after anything that may have
+ * ended a session or detached a skill: a wake-up, a claim, a finish. */
+#define SWEEP_INTERVAL_MS	1000
+/* A one-shot jail without a pidfd is polled with waitpid() this often. */
+#define REAP_POLL_MS		100
+
+volatile sig_atomic_t shutdown_requested = 0;
+volatile sig_atomic_t reload_requested = 0;
+int			signal_pipe[2] = {-1, -1};
+
+static bool claim_wanted = true;
+static bool cancel_wanted = false;
+static bool sweep_wanted = true;
+static msec last_sweep = 0;
+static msec next_poll = 0;
+static msec cancel_retry_at = 0;	/* a failed look for cancels: not before */
+
+/* ---- configuration ---- */
+
+extern const char *runner_config_path;
+
+void
+runner_reload(void)
+{
+	RunnerConfig c;
+	char	   *err = NULL;
+
+	reload_requested = 0;
+	if (!runner_config_load(runner_config_path, &c, &err))
+	{
+		runner_log(RLOG_WARNING, "%s; the configuration is unchanged", err);
+		free(err);
+		return;
+	}
+	if (strcmp(c.conninfo, runner_conf.conninfo) != 0)
+		runner_log(RLOG_LOG, "the connection string changed: it applies from the next connection");
+	/* the database's count of our slots follows at once: the claim heeds it */
+	if (c.slots != runner_conf.slots)
+		me.next_heartbeat = 0;
+	runner_config_free(&runner_conf);
+	runner_conf = c;
+	if (!runner_conf.jail_launcher)
+		launcher_stop();
+	(void) work_dir_usable(true);
+	status_dirty = true;
+	claim_wanted = true;		/* more slots, or a usable work directory */
+}
+
+/* ---- one turn ---- */
+
+/*
+ * Claim and start runs for the free slots.  A full claim means more may be
+ * waiting.
+ */
+static void
+fill_slots(void)
+{
+	ClaimedRun	claimed[RUNNER_MAX_SLOTS];
+
+	claim_wanted = false;
+	for (;;)
+	{
+		int			want = free_slots();
+		int			got;
+		bool		started = false;
+
+		if (want <= 0 || !db_connected() || !work_dir_usable(false))
+			break;
+		got = step_claim(want, claimed);
+		for (int i = 0; i < got; i++)
+		{
+			Run		   *run = run_claim(&claimed[i]);
+
+			if (run)
+			{
+				run_start(run, &claimed[i]);
+				started |= (run->phase == RUN_STARTED);
+			}
+			free(claimed[i].code);
+		}
+		if (started)
+			step_mark_started();
+		if (got > 0)
+			sweep_wanted = true;
+		if (got < want)
+			break;
+	}
+}
+
+/* Milliseconds to wait: the nearest deadline of any run, or the poll. */
+static int
+wait_timeout(void)
+{
+	msec		now = now_ms();
+	msec		timeout = Max(next_poll - now, 0);
+
+	if (!db_connected())
+		timeout = Min(timeout, Max(db_next_attempt() - now, 0));
+	for (int i = 0; i < nruns; i++)
+	{
+		Run		   *run = &runs[i];
+		long		ms = output_due_ms(run, now);
+		msec		at;
+
+		if (run->phase == RUN_FREE)
+			continue;
+		if (ms >= 0)
+			timeout = Min(timeout, ms);
+		if (me.lease_ms > 0)
+			timeout = Min(timeout, Max(lease_deadline(run) - now, 0));
+		if (run->phase == RUN_STARTED && !run->jail.served && run->jail.pidfd < 0)
+			timeout = Min(timeout, REAP_POLL_MS);
+		switch (run->phase)
+		{
+			case RUN_STARTED:
+				at = run->jail.backstop;
+				break;
+			case RUN_EXITED:
+				at = run->jail.exited_at + DRAIN_GRACE_MS;
+				break;
+			case RUN_RECORD_RETRY:
+				at = run->retry_at;
+				break;
+			default:
+				at = now;
+				break;
+		}
+		timeout = Min(timeout, Max(at - now, 0));
+	}
+	if (sweep_wanted)
+		timeout = Min(timeout, Max(last_sweep + SWEEP_INTERVAL_MS - now, 0));
+	if (me.registered && db_connected())
+		timeout = Min(timeout, Max(me.next_heartbeat - now, 0));
+	if (db_connected() && claim_wanted && free_slots() > 0)
+		timeout = 0;
+	if (db_connected() && cancel_wanted)
+		timeout = Min(timeout, Max(cancel_retry_at - now, 0));
+	return (int) Min(timeout, IDLE_POLL_MS);
+}
+
+typedef enum FdKind
+{
+	FD_SIGNAL,
+	FD_LINK,
+	FD_DB,
+	FD_STDOUT,
+	FD_STDERR,
+	FD_VERDICT,
+	FD_PIDFD
+} FdKind;
+
+/*
+ * Wait for a signal, the link, the database, a run's pipes or pidfd, or
+ * the timeout, and read what arrived.  Returns whether anything woke us
+ * that may mean work (a wake-up, a connection); *nevents gets how many
+ * descriptors were ready.
+ */
+static bool
+wait_and_read(int *nevents)
+{
+	struct pollfd pfd[RUNNER_MAX_SLOTS * 4 + 3];
+	FdKind		kind[RUNNER_MAX_SLOTS * 4 + 3];
+	Run		   *owner[RUNNER_MAX_SLOTS * 4 + 3];
+	int			n = 0;
+	int			rc;
+	bool		woken = false;
+	bool		connected_now = false;
+	bool		db_seen = false;
+
+#define ADD(fd_, ev_, kind_, run_) \
+	do { pfd[n].fd = (fd_); pfd[n].events = (ev_); pfd[n].revents = 0; \
+		 kind[n] = (kind_); owner[n] = (run_); n++; } while (0)
+
+	ADD(signal_pipe[0], POLLIN, FD_SIGNAL, NULL);
+	if (link_fd >= 0)
+		ADD(link_fd, POLLIN, FD_LINK, NULL);
+	if (db_socket() >= 0)
+		ADD(db_socket(), db_poll_events(), FD_DB, NULL);
+	for (int i = 0; i < nruns; i++)
+	{
+		Run		   *run = &runs[i];
+
+		if (run->out.fd[STREAM_STDOUT] >= 0)
+			ADD(run->out.fd[STREAM_STDOUT], POLLIN, FD_STDOUT, run);
+		if (run->out.fd[STREAM_STDERR] >= 0)
+			ADD(run->out.fd[STREAM_STDERR], POLLIN, FD_STDERR, run);
+		if (run->jail.verdict_fd >= 0)
+			ADD(run->jail.verdict_fd, POLLIN, FD_VERDICT, run);
+		if (run->jail.pidfd >= 0)
+			ADD(run->jail.pidfd, POLLIN, FD_PIDFD, run);
+	}
+#undef ADD
+
+	rc = poll(pfd, n, wait_timeout());
+	*nevents = Max(rc, 0);
+	for (int e = 0; rc > 0 && e < n; e++)
+	{
+		Run		   *run = owner[e];
+		bool		eof = false;
+
+		if (pfd[e].revents == 0)
+			continue;
+		switch (kind[e])
+		{
+			case FD_SIGNAL:
+				{
+					char		buf[64];
+
+					while (read(signal_pipe[0], buf, sizeof(buf)) > 0)
+						;
+				}
+				break;
+			case FD_LINK:
+				link_read(&eof);
+				if (eof)
+				{
+					runner_log(RLOG_LOG, "the supervisor is gone; shutting down");
+					shutdown_requested = 1;
+				}
+				break;
+			case FD_DB:
+				db_progress(pfd[e].revents, &connected_now, &claim_wanted, &cancel_wanted);
+				db_seen = true;
+				break;
+			case FD_STDOUT:
+				if (run->out.fd[STREAM_STDOUT] == pfd[e].fd)
+					output_read(run, STREAM_STDOUT);
+				break;
+			case FD_STDERR:
+				if (run->out.fd[STREAM_STDERR] == pfd[e].fd)
+					output_read(run, STREAM_STDERR);
+				break;
+			case FD_VERDICT:
+				if (run->jail.verdict_fd == pfd[e].fd)
+					jail_read_verdict(run);
+				break;
+			case FD_PIDFD:
+				if (run->jail.pidfd == pfd[e].fd)
+					jail_reap(run);
+				break;
+		}
+	}
+	/* connect attempts and their timeouts are driven without an event too */
+	if (!db_seen && !db_connected())
+		db_progress(0, &connected_now, &claim_wanted, &cancel_wanted);
+	if (connected_now && !db_listen())
+		connected_now = false;	/* it broke again: the next attempt follows */
+	if (connected_now && me.registered && !step_heartbeat() && db_connected() && me.registered)
+		connected_now = false;	/* not renewed: it is tried again shortly */
+	if (connected_now && !me.registered && !step_register())
+	{
+		if (db_connected())
+			db_disconnect("the runner could not register");
+		connected_now = false;
+	}
+	if (connected_now)
+	{
+		runner_log(RLOG_LOG, "%s", db_status());
+		claim_wanted = cancel_wanted = sweep_wanted = true;
+		status_dirty = true;
+	}
+	return woken || connected_now || claim_wanted;
+}
+
+/* Backstops, jails without a pidfd, and draining what exited jails left. */
+static void
+check_runs(void)
+{
+	msec		now = now_ms();
+
+	for (int i = 0; i < nruns; i++)
+	{
+		Run		   *run = &runs[i];
+
+		if (run->phase == RUN_STARTED && !run->jail.served && run->jail.pidfd < 0)
+			jail_reap(run);
+		if (run->phase == RUN_STARTED && now >= run->jail.backstop && !run->jail.killed_by_us)
+		{
+			runner_log(RLOG_WARNING, "jail of invocation %s passed its deadline; killing it", run->id);
+			run->jail.killed_by_us = true;
+			jail_signal(run, SIGKILL);
+		}
+		if (run->phase == RUN_EXITED)
+		{
+			for (int st = 0; st < NSTREAMS; st++)
+				if (run->out.fd[st] >= 0)
+					output_read(run, st);
+			if (run->jail.verdict_fd >= 0)
+				jail_read_verdict(run);
+		}
+	}
+}
+
+/* Finish what is complete, sweep when wanted. */
+static void
+finish_and_sweep(bool woken)
+{
+	StrList		live = {0};
+	StrList		skills = {0};
+
+	for (int i = 0; i < nruns; i++)
+	{
+		/* a finish may take seconds (a flood of files): renew between them */
+		if (me.registered && db_connected() && now_ms() >= me.next_heartbeat)
+			(void) step_heartbeat();
+		if (run_complete(&runs[i]) && run_finish(&runs[i]))
+		{
+			sweep_wanted = true;
+			claim_wanted = true;	/* a slot is free */
+		}
+	}
+	if (woken)
+		sweep_wanted = true;
+	if (!sweep_wanted || now_ms() - last_sweep < SWEEP_INTERVAL_MS || !db_connected())
+		return;
+	last_sweep = now_ms();
+	sweep_wanted = false;
+	if (step_sweep_lists(&live, &skills))
+		sweep(&live, &skills);
+	strlist_free(&live);
+	strlist_free(&skills);
+}
+
+void
+runner_loop(void)
+{
+	db_start_connect();
+	next_poll = now_ms() + IDLE_POLL_MS;
+	while (!shutdown_requested)
+	{
+		bool		woken;
+		int			nevents;
+
+		if (reload_requested)
+			runner_reload();
+		/* renew our leases; kill our sandboxes if we could not for too long */
+		if (me.registered && db_connected() && now_ms() >= me.next_heartbeat)
+			(void) step_heartbeat();
+		step_self_fence();
+		if (!me.registered && db_connected() && !step_register())
+			db_disconnect("the runner could not register");
+		if (now_ms() >= next_poll)
+		{
+			next_poll = now_ms() + IDLE_POLL_MS;
+			claim_wanted = cancel_wanted = true;
+		}
+		if (claim_wanted)
+			fill_slots();
+		/* what failed to start is finished at once */
+		finish_and_sweep(false);
+		link_send_status();
+		woken = wait_and_read(&nevents);
+		if (shutdown_requested)
+			break;
+		check_runs();
+		output_flush();
+		if (cancel_wanted && db_connected() && now_ms() >= cancel_retry_at)
+		{
+			if (step_check_cancellations())
+				cancel_wanted = false;
+			else
+				cancel_retry_at = now_ms() + 1000;
+		}
+		finish_and_sweep(woken || nevents == 0);
+		link_send_status();
+	}
+}

@@ -736,6 +736,67 @@ for u in ["https://allowed.test/a", "https://allowed.test/b"]:
 		"$(q -c "SELECT egress->>'limit_hit' FROM agent.agent_tool_calls WHERE invocation_id = '$inv'")"
 }
 
+t_db_runner_without_conversation() {
+	# no conversation (no session) and no skills: only has_egress makes the
+	# runner take the prepare step that gives it the policy
+	local T org ws agent conv inv appr
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" >/dev/null
+	read -r inv appr < <(req "$T" python "$TWO_GETS" none)
+	check "the run has no conversation" "" "$(field "$inv" conversation_id)"
+	approve "$T" "$appr"
+	await_ok "$T" "$inv"
+	out=$(output "$inv")
+	has "the allowed host answered (the policy reached the runner's jail)" "https://allowed.test/one GOT hello allowed.test /one"
+	has "the other one was refused, saying why" "egress denied: denied.test:443 is not in the allowlist"
+	check "both attempts recorded" 2 "$(q -c "SELECT count(*) FROM agent.egress_connections WHERE invocation_id = '$inv'")"
+}
+
+t_db_runner_config() {
+	local out conf=$EPG_DIR/data/sandbox_runner/runner.conf
+	check "the local runner's configuration carries sandbox.egress_resolver" \
+		"egress_resolver = '$EGR_RESOLVER'" "$(grep '^egress_resolver' "$conf")"
+	check "and sandbox.egress_ca_file" "egress_ca_file = '$EGR_DIR/ca.pem'" "$(grep '^egress_ca_file' "$conf")"
+	local bad=$EGR_DIR/bad-runner.conf
+	printf "name = 'x'\nwork_dir = '/tmp/x'\nrun_dir = '/tmp/y'\negress_ca_file = 'ca.pem'\n" >"$bad"
+	out=$("$top/src/runner/sandbox-runner" --config "$bad" --check 2>&1)
+	has "a relative egress_ca_file is refused" "egress_ca_file must be an absolute path"
+}
+
+t_db_bad_log_keeps_no_slot() {
+	# Fault injection (a trigger of the test's): the database refuses the
+	# run's egress record.  The runner's fallback finish records no egress,
+	# so the run ends and its slot comes back; the next run is served.
+	local T org ws agent conv inv inv2
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" >/dev/null
+	q >/dev/null <<'SQL'
+CREATE FUNCTION public.t_refuse_egress() RETURNS trigger LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'test: egress record refused'; END$$;
+CREATE TRIGGER t_refuse_egress BEFORE INSERT ON agent.egress_runs
+	FOR EACH ROW EXECUTE FUNCTION public.t_refuse_egress();
+SQL
+	inv=$(run "$T" python 'print("ran")' none)
+	q >/dev/null <<'SQL'
+DROP TRIGGER t_refuse_egress ON agent.egress_runs;
+DROP FUNCTION public.t_refuse_egress();
+SQL
+	local st
+	st=$(field "$inv" state)
+	case "$st" in
+		succeeded|failed|provision_failed) ok "the run whose egress record was refused ended ($st)" ;;
+		*) nok "the run whose egress record was refused ended" "state $st" ;;
+	esac
+	check "its reason says the result could not be recorded" t \
+		"$(q -c "SELECT coalesce(state_reason, '') LIKE '%test: egress record refused%' FROM agent.invocations WHERE id = '$inv'")"
+	check "no egress record for it" 0 "$(q -c "SELECT count(*) FROM agent.egress_runs WHERE invocation_id = '$inv'")"
+	inv2=$(run "$T" python "$TWO_GETS" none)
+	check "the next run is served" succeeded "$(field "$inv2" state)"
+	check "and recorded" 1 "$(q -c "SELECT count(*) FROM agent.egress_runs WHERE invocation_id = '$inv2'")"
+}
+
 if [ -z "${T:-}" ] || [[ t_db_ =~ $T ]] || [[ $T == *t_db* ]]; then
 	db_up && EPG_UP=1
 fi
@@ -746,6 +807,7 @@ run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_wildca
 	t_hostile_inputs t_served t_no_policy_no_proxy t_sanitizers
 if [ -n "${EPG_UP:-}" ]; then
 	run_tests t_db_default_deny t_db_allowed_run t_db_policy_changed_after_request \
-		t_db_narrowing t_db_roles_and_rls t_db_limits
+		t_db_narrowing t_db_roles_and_rls t_db_limits t_db_runner_without_conversation \
+		t_db_runner_config t_db_bad_log_keeps_no_slot
 fi
 finish_suite

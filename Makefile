@@ -74,6 +74,7 @@ FORCE:
 # The jail lives in src/jail with its own Makefile (it never sees postgres.h).
 jail:
 	@if [ -f src/jail/Makefile ]; then $(MAKE) -C src/jail; fi
+	$(MAKE) -C src/egress
 
 # sandbox-runner (src/runner, frontend C: libpq, libpgcommon) runs every
 # sandbox; the supervisor starts it next to the server as the local runner.
@@ -87,6 +88,7 @@ jail-install: jail
 	install -d '$(DESTDIR)$(bindir)'
 	@if [ -f src/jail/sandbox-jail ]; then \
 		install -m 0755 src/jail/sandbox-jail '$(DESTDIR)$(bindir)/sandbox-jail'; fi
+	install -m 0755 src/egress/sandbox-egress '$(DESTDIR)$(bindir)/sandbox-egress'
 runner-install: runner
 	install -d '$(DESTDIR)$(bindir)'
 	install -m 0755 src/runner/sandbox-runner '$(DESTDIR)$(bindir)/sandbox-runner'
@@ -94,6 +96,7 @@ runner-install: runner
 clean: jail-clean runner-clean
 jail-clean:
 	@if [ -f src/jail/Makefile ]; then $(MAKE) -C src/jail clean; fi
+	$(MAKE) -C src/egress clean
 runner-clean:
 	$(MAKE) -C src/runner clean
 

@@ -44,6 +44,12 @@ PACKAGES=(
 	qemu-system-x86
 	busybox-static
 	strace
+	# the egress suite's fake internet (test/egress): network namespaces,
+	# its test CA, and the clients it runs inside sandboxes
+	iproute2
+	openssl
+	curl
+	wget
 )
 
 missing=()

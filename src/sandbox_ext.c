@@ -81,6 +81,8 @@ bool		sandbox_work_dir_on_data_fs = false;
 bool		sandbox_require_cgroup = true;
 bool		sandbox_local_runner = true;
 char	   *sandbox_local_runner_conninfo = NULL;
+char	   *sandbox_egress_resolver = NULL;
+char	   *sandbox_egress_ca_file = NULL;
 static char *sandbox_org_id = NULL;
 static char *sandbox_workspace_id = NULL;
 
@@ -175,6 +177,18 @@ sandbox_define_gucs(void)
 							   "Path of the sandbox-jail executable.",
 							   NULL,
 							   &sandbox_jail_path, SANDBOX_DEFAULT_JAIL_PATH,
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("sandbox.egress_resolver",
+							   "DNS resolver of the egress proxy (ADDRESS or ADDRESS:PORT).",
+							   "Empty: the first nameserver of the host's /etc/resolv.conf. Only the proxy resolves; sandboxes have no DNS (docs/egress.md).",
+							   &sandbox_egress_resolver, "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("sandbox.egress_ca_file",
+							   "A PEM file of CA certificates the sandbox's clients trust in addition to the system's, for runs with egress.",
+							   "For a test CA or a corporate one; empty: the system's only (docs/egress.md).",
+							   &sandbox_egress_ca_file, "",
 							   PGC_SIGHUP, 0,
 							   NULL, NULL, NULL);
 	DefineCustomStringVariable("sandbox.work_dir",

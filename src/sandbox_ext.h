@@ -49,6 +49,8 @@ extern bool sandbox_work_dir_on_data_fs;
 extern bool sandbox_require_cgroup;
 extern bool sandbox_local_runner;
 extern char *sandbox_local_runner_conninfo;
+extern char *sandbox_egress_resolver;
+extern char *sandbox_egress_ca_file;
 extern bool sandbox_preloaded;
 
 /*

@@ -310,6 +310,11 @@ write_runner_config(void)
 	appendStringInfo(&buf, "warm_python = %d\nwarm_node = %d\nwarm_memory = %dMB\nwarm_modules = ",
 					 sandbox_warm_python, sandbox_warm_node, sandbox_warm_memory_mb);
 	append_quoted(&buf, sandbox_warm_modules ? sandbox_warm_modules : "");
+	appendStringInfoString(&buf, "\n");
+	appendStringInfoString(&buf, "egress_resolver = ");
+	append_quoted(&buf, sandbox_egress_resolver ? sandbox_egress_resolver : "");
+	appendStringInfoString(&buf, "\negress_ca_file = ");
+	append_quoted(&buf, sandbox_egress_ca_file ? sandbox_egress_ca_file : "");
 	appendStringInfoChar(&buf, '\n');
 	/* no run may fill the disk the database writes to */
 	if (!sandbox_work_dir_on_data_fs)

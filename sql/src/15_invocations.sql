@@ -11,6 +11,19 @@ CREATE FUNCTION agent.code_sha256(code text) RETURNS text
 	AS 'MODULE_PATHNAME', 'sandbox_code_sha256'
 	LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
+-- Egress (47_egress.sql): what the card shows of a policy: "api.github.com:443, *.example.com:80,443", or
+-- 'nothing (no network)'.
+CREATE FUNCTION agent.egress_may_reach(policy jsonb) RETURNS text
+	LANGUAGE sql IMMUTABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT coalesce(string_agg(coalesce(e->>'host', e->>'cidr') || ':' ||
+							   (SELECT string_agg(p, ',' ORDER BY p::integer)
+								  FROM jsonb_array_elements_text(e->'ports') p), ', '
+							   ORDER BY o), 'nothing (no network)')
+	  FROM jsonb_array_elements(coalesce(policy->'rules', '[]')) WITH ORDINALITY AS x(e, o)
+$$;
+
 -- The states of an invocation.  A function rather than an IN list in the
 -- CHECK: the executor re-reads a table's CHECK expressions for every
 -- statement, and a thirteen-element list is the costliest part of that on
@@ -78,6 +91,10 @@ CREATE TABLE agent.invocations (
 	-- the reason of a cancel asked for while it is in flight (it reaches
 	-- state_reason when the run ends); last, as columns added later are
 	cancel_reason	text,
+	-- the effective egress policy when it was requested, and its hash
+	-- (47_egress.sql: copied by a trigger, frozen, bound to the approval)
+	egress_policy	jsonb,
+	egress_sha256	text,
 	FOREIGN KEY (org_id, workspace_id, agent_id)
 		REFERENCES agent.agents (org_id, workspace_id, id),
 	FOREIGN KEY (org_id, workspace_id, conversation_id)
@@ -177,6 +194,7 @@ CREATE TABLE agent.approval_requests (
 	approved_code_sha256 text,
 	expires_at		timestamptz NOT NULL,
 	created_at		timestamptz NOT NULL DEFAULT now(),
+	approved_egress_sha256 text,	-- the egress policy approved (47_egress.sql)
 	FOREIGN KEY (invocation_id) REFERENCES agent.invocations (id),
 	CHECK ((status = 'approved') = (approved_code_sha256 IS NOT NULL)),
 	CHECK (approved_code_sha256 IS NULL OR approved_code_sha256 = code_sha256),
@@ -217,7 +235,8 @@ CREATE TABLE agent.agent_tool_calls (
 	exit_code		integer,
 	output_preview	text,
 	files			jsonb NOT NULL DEFAULT '[]',	-- what the run returned (sessions.md)
-	created_at		timestamptz NOT NULL DEFAULT now()
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	egress			jsonb		-- the run's egress summary (47_egress.sql)
 );
 CREATE INDEX agent_tool_calls_tenant_idx ON agent.agent_tool_calls (org_id, workspace_id);
 

@@ -93,6 +93,7 @@ AS $$
 #variable_conflict use_variable
 DECLARE
 	v_card	record;
+	v_egress text;
 BEGIN
 	IF approver IS NULL OR btrim(approver) = '' THEN
 		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
@@ -116,17 +117,22 @@ BEGIN
 	END IF;
 
 	-- The card and its invocation in one statement.
+	-- The approval is bound to the egress policy the card showed too
+	-- (47_egress.sql): the invocation's frozen copy, by its hash.
+	v_egress := (SELECT i.egress_sha256 FROM agent.invocations i WHERE i.id = v_card.invocation_id);
 	WITH decided AS (
 		UPDATE agent.approval_requests a
 		   SET status = 'approved', decided_by = approver, decided_at = now(),
-			   approved_code_sha256 = v_card.code_sha256
+			   approved_code_sha256 = v_card.code_sha256,
+			   approved_egress_sha256 = v_egress
 		 WHERE a.id = v_card.id)
 	UPDATE agent.invocations i
 	   SET state = 'approved', approved_at = now()
 	 WHERE i.id = v_card.invocation_id;
 	PERFORM agent._audit(v_card.org_id, v_card.workspace_id, 'approval.approved', v_card.invocation_id,
-						 approver, jsonb_build_object('approval_id', v_card.id,
-													  'code_sha256', v_card.code_sha256));
+						 approver, jsonb_strip_nulls(jsonb_build_object('approval_id', v_card.id,
+													  'code_sha256', v_card.code_sha256,
+													  'egress_sha256', v_egress)));
 	-- The supervisor claims approved work when this transaction commits.
 	PERFORM agent._wake_supervisor();
 	RETURN v_card.invocation_id;
@@ -236,7 +242,11 @@ CREATE TYPE agent.approval_card AS (
 	decided_at		timestamptz,
 	decision_reason text,
 	credits_cost	integer,
-	org_balance		bigint
+	org_balance		bigint,
+	-- what the run may reach (47_egress.sql): "api.github.com:443, ..." or
+	-- "nothing (no network)", and the hash the approval binds
+	egress_may_reach text,
+	egress_sha256	text
 );
 
 -- Every card the caller may see (row-level security decides: a backend
@@ -250,7 +260,8 @@ SELECT a.id AS approval_id, a.invocation_id, a.status,
 	   a.requested_by, a.created_at, a.expires_at, a.decided_by, a.decided_at,
 	   a.decision_reason, p.credits_per_invocation AS credits_cost,
 	   coalesce(b.balance, 0) AS org_balance,
-	   a.org_id, a.workspace_id
+	   a.org_id, a.workspace_id,
+	   agent.egress_may_reach(i.egress_policy) AS egress_may_reach, i.egress_sha256
   FROM agent.approval_requests a
   JOIN agent.invocations i ON i.id = a.invocation_id
   LEFT JOIN agent.agents g ON g.id = i.agent_id
@@ -273,7 +284,8 @@ BEGIN
 	SELECT c.approval_id, c.invocation_id, c.status, c.title, c.agent_name, c.conversation_id,
 		   c.language, c.runtime, c.risk_level, c.description, c.code, c.code_sha256,
 		   c.code_lines, c.requested_by, c.created_at, c.expires_at, c.decided_by,
-		   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance
+		   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance,
+		   c.egress_may_reach, c.egress_sha256
 	  INTO v
 	  FROM agent.approval_cards c
 	 WHERE c.approval_id = approval;
@@ -298,7 +310,8 @@ BEGIN
 		SELECT c.approval_id, c.invocation_id, c.status, c.title, c.agent_name, c.conversation_id,
 			   c.language, c.runtime, c.risk_level, c.description, c.code, c.code_sha256,
 			   c.code_lines, c.requested_by, c.created_at, c.expires_at, c.decided_by,
-			   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance
+			   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance,
+			   c.egress_may_reach, c.egress_sha256
 		  FROM agent.approval_cards c
 		 WHERE c.status = 'pending' AND c.expires_at > now()
 		   AND c.org_id = agent.current_org() AND c.workspace_id = agent.current_workspace()

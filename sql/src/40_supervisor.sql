@@ -258,7 +258,8 @@ COMMENT ON FUNCTION agent._run_outcome(jsonb, text, boolean, text) IS
 CREATE FUNCTION agent._claim_invocations(max_rows integer, runner uuid DEFAULT NULL)
 	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
-				   fresh_session boolean, has_skills boolean, lease_token uuid)
+				   fresh_session boolean, has_skills boolean, lease_token uuid,
+				   has_egress boolean)
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
@@ -491,6 +492,8 @@ BEGIN
 		fresh_session := v_fresh;
 		has_skills := EXISTS (SELECT 1 FROM agent.agent_skills s WHERE s.agent_id = r.agent_id);
 		lease_token := v_token;
+		-- its policy file comes with the prepare step (47_egress.sql)
+		has_egress := r.egress_policy IS NOT NULL;
 		RETURN NEXT;
 	END LOOP;
 
@@ -600,6 +603,15 @@ BEGIN
 		skill_id := f.id;
 		RETURN NEXT;
 	END LOOP;
+	-- The run's egress policy file, for the jail's proxy (47_egress.sql);
+	-- no row: no network.
+	IF r.egress_policy IS NOT NULL THEN
+		kind := 'egress';
+		name := 'policy';
+		content := convert_to(agent._egress_policy_file(invocation), 'UTF8');
+		skill_id := NULL;
+		RETURN NEXT;
+	END IF;
 END
 $$;
 

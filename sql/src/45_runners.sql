@@ -18,7 +18,7 @@
 --           wall_time_s integer, memory_mb integer, conversation_id uuid,
 --           session_id uuid, fresh_session boolean, has_skills boolean,
 --           max_files integer, max_bytes bigint, max_file_bytes bigint,
---           output_limit_bytes bigint)
+--           output_limit_bytes bigint, has_egress boolean)
 --   agent.runner_prepare(runner uuid, token uuid, invocation uuid,
 --       workspace_is_new boolean)
 --       RETURNS TABLE (kind text, name text, content bytea, skill_id uuid)
@@ -530,7 +530,8 @@ CREATE FUNCTION agent.runner_claim(runner uuid, incarnation uuid, max_rows integ
 	RETURNS TABLE (id uuid, lease_token uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
 				   fresh_session boolean, has_skills boolean, max_files integer,
-				   max_bytes bigint, max_file_bytes bigint, output_limit_bytes bigint)
+				   max_bytes bigint, max_file_bytes bigint, output_limit_bytes bigint,
+				   has_egress boolean)
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
 	SET search_path = pg_catalog, agent, pg_temp
@@ -571,6 +572,7 @@ BEGIN
 		max_bytes := caps.max_bytes;
 		max_file_bytes := caps.max_file_bytes;
 		output_limit_bytes := lim.output_limit_bytes;
+		has_egress := c.has_egress;
 		RETURN NEXT;
 	END LOOP;
 END

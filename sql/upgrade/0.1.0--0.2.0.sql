@@ -49,6 +49,10 @@ ALTER TABLE agent.invocation_output
 CREATE INDEX invocation_output_retention_idx ON agent.invocation_output (org_id, created_at)
 	WHERE pruned_at IS NULL;
 
+-- (egress, issue 14: the run's egress summary is the table's last column
+-- in its CREATE TABLE, before the retention columns 70_retention.sql adds)
+ALTER TABLE agent.agent_tool_calls ADD COLUMN egress jsonb;
+
 ALTER TABLE agent.agent_tool_calls
 	ADD COLUMN preview_pruned_at timestamptz,
 	ADD COLUMN preview_bytes integer,
@@ -106,6 +110,96 @@ DROP FUNCTION agent._change_agent(uuid, text, boolean, boolean);
 -- The runner daemon (45_runners.sql): worker_status() gained the runners
 -- column (the C row is now agent._supervisor_status()), and a heartbeat
 -- carries the runner's slots and answers the intervals in force.
+-- ---- from the egress branch (issue 14) ----
+
+-- The effective policy copied onto the invocation, and the approval's
+-- binding (15_invocations.sql: the columns after cancel_reason).
+ALTER TABLE agent.invocations
+	ADD COLUMN egress_policy jsonb,
+	ADD COLUMN egress_sha256 text;
+ALTER TABLE agent.approval_requests ADD COLUMN approved_egress_sha256 text;
+
+-- What the card shows of the policy (28_approvals.sql).
+ALTER TYPE agent.approval_card
+	ADD ATTRIBUTE egress_may_reach text,
+	ADD ATTRIBUTE egress_sha256 text;
+
+-- The policy and the record of each run (47_egress.sql).
+CREATE TABLE agent.egress_rules (
+	id				uuid PRIMARY KEY DEFAULT pg_catalog.gen_random_uuid(),
+	org_id			uuid NOT NULL REFERENCES agent.orgs (id),
+	host			text,
+	cidr			cidr,
+	ports			integer[] NOT NULL,
+	created_by		text NOT NULL,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	CHECK ((host IS NULL) <> (cidr IS NULL)),
+	CHECK (host IS NULL OR host ~ '^(\*\.)?([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$'
+		   AND length(host) <= 253 AND host !~ '(^|\.)[0-9]+$' AND host !~ '(^|\.)0x'),
+	CHECK (cardinality(ports) BETWEEN 1 AND 16 AND 1 <= ALL (ports) AND 65535 >= ALL (ports)),
+	UNIQUE NULLS NOT DISTINCT (org_id, host, cidr)
+);
+
+CREATE TABLE agent.egress_limits (
+	org_id			uuid PRIMARY KEY REFERENCES agent.orgs (id),
+	max_connections integer NOT NULL DEFAULT 64 CHECK (max_connections BETWEEN 1 AND 10000),
+	max_bytes_up	bigint NOT NULL DEFAULT 10485760 CHECK (max_bytes_up > 0),
+	max_bytes_down	bigint NOT NULL DEFAULT 104857600 CHECK (max_bytes_down > 0)
+);
+
+CREATE TABLE agent.egress_narrowing (
+	org_id			uuid NOT NULL,
+	workspace_id	uuid NOT NULL,
+	agent_id		uuid NOT NULL,
+	conversation_id uuid,
+	rule_ids		uuid[] NOT NULL,
+	set_by			text NOT NULL,
+	set_at			timestamptz NOT NULL DEFAULT now(),
+	FOREIGN KEY (org_id, workspace_id, agent_id) REFERENCES agent.agents (org_id, workspace_id, id),
+	FOREIGN KEY (org_id, workspace_id, conversation_id)
+		REFERENCES agent.conversations (org_id, workspace_id, id),
+	UNIQUE NULLS NOT DISTINCT (agent_id, conversation_id)
+);
+
+CREATE TABLE agent.egress_runs (
+	invocation_id	uuid PRIMARY KEY REFERENCES agent.invocations (id),
+	org_id			uuid NOT NULL,
+	workspace_id	uuid NOT NULL,
+	attempts		bigint NOT NULL,
+	allowed			bigint NOT NULL,
+	denied			bigint NOT NULL,
+	bytes_up		bigint NOT NULL,
+	bytes_down		bigint NOT NULL,
+	limit_hit		boolean NOT NULL,
+	log_rows		integer NOT NULL,
+	log_sha256		text NOT NULL,
+	recorded_at		timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE agent.egress_connections (
+	invocation_id	uuid NOT NULL REFERENCES agent.invocations (id),
+	seq				integer NOT NULL,
+	org_id			uuid NOT NULL,
+	workspace_id	uuid NOT NULL,
+	kind			text NOT NULL,		-- connect | http
+	host			text NOT NULL,
+	port			integer NOT NULL,
+	address			inet,
+	allowed			boolean NOT NULL,
+	rule_id			uuid,
+	reason			text,
+	bytes_up		bigint NOT NULL,
+	bytes_down		bigint NOT NULL,
+	duration_ms		bigint NOT NULL,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (invocation_id, seq)
+);
+CREATE INDEX egress_connections_tenant_idx ON agent.egress_connections (org_id, workspace_id);
+
+-- The claims answer has_egress (40_supervisor.sql, 45_runners.sql).
+DROP FUNCTION agent.runner_claim(uuid, uuid, integer);
+DROP FUNCTION agent._claim_invocations(integer, uuid);
+
 DROP FUNCTION agent.worker_status();
 DROP FUNCTION agent.runner_heartbeat(uuid, uuid, integer, uuid[]);
 

@@ -93,6 +93,17 @@ build_request(const JailOptions *o, const char *workspace, char *buf, size_t *le
 		ok = put(buf, len, "--cgroup-parent") && put(buf, len, "%s", o->cgroup_parent);
 	if (ok && o->require_cgroup)
 		ok = put(buf, len, "--require-cgroup");
+	/* egress: paths as given (the launcher opens them; give them absolute) */
+	if (ok && o->egress_policy)
+		ok = put(buf, len, "--egress-policy") && put(buf, len, "%s", o->egress_policy);
+	if (ok && o->egress_log)
+		ok = put(buf, len, "--egress-log") && put(buf, len, "%s", o->egress_log);
+	if (ok && o->egress_resolver)
+		ok = put(buf, len, "--egress-resolver") && put(buf, len, "%s", o->egress_resolver);
+	if (ok && o->egress_ca)
+		ok = put(buf, len, "--egress-ca") && put(buf, len, "%s", o->egress_ca);
+	if (ok && o->egress_proxy)
+		ok = put(buf, len, "--egress-proxy") && put(buf, len, "%s", o->egress_proxy);
 	return ok;
 }
 

@@ -25,6 +25,8 @@
  *	  serve.c		the resident launcher (--serve): pool, slots, socket
  *	  worker.c		a launcher's worker and its one request
  *	  client.c		the launcher's command-line client (--client)
+ *	  egress.c		egress: the proxy's socket made in the sandbox's netns, the
+ *					proxy process (sandbox-egress), a worker's stub for it
  *	  wire.c		the launcher's messages (wire_protocol.h)
  *	  util.c		diagnostics, small file I/O, the clock, the code's read
  *
@@ -38,6 +40,8 @@
  *					what it calls): child_fail() for a setup error, _exit
  *					when the parent is gone or when init is done
  *	  serve.c		a worker: _exit(jail_worker_main(...)) where it is forked
+ *	  egress.c		the proxy's process before its execve: _exit(127) on a
+ *					failure; a worker's egress stub: _exit when unused
  * The launcher itself returns from jail_serve_main like any command.
  *
  *-------------------------------------------------------------------------
@@ -104,6 +108,12 @@ typedef struct JailOptions
 	const char *cgroup_parent;
 	bool		require_cgroup;
 	bool		quiet;
+	/* egress (egress.c, docs/egress.md): all NULL = no network at all */
+	const char *egress_policy;	/* the run's policy file, for the proxy */
+	const char *egress_log;		/* where the proxy's connection log goes */
+	const char *egress_resolver;	/* ADDR[:PORT]; NULL: the host's */
+	const char *egress_ca;		/* a PEM the payload's clients trust too */
+	const char *egress_proxy;	/* sandbox-egress; NULL: beside the jail */
 } JailOptions;
 
 typedef enum JailStatus
@@ -148,6 +158,14 @@ typedef struct JailResult
 	uint64_t	warm_memory_bytes;	/* ... and held this much memory at the
 									 * request (in peak_memory_bytes) */
 	char		setup_error[JAIL_ERRLEN];	/* empty: none */
+	/* egress: the proxy's summary (egress.c); reported only with egress */
+	bool		egress;
+	uint64_t	egress_attempts;
+	uint64_t	egress_allowed;
+	uint64_t	egress_denied;
+	uint64_t	egress_bytes_up;
+	uint64_t	egress_bytes_down;
+	bool		egress_limit_hit;
 } JailResult;
 
 /*
@@ -298,6 +316,9 @@ typedef struct JailRunEnv
 	JailCgroup *slot;			/* this process already sits in it, or NULL */
 	const char *slot_parent;	/* the launcher's --cgroup-parent, or NULL */
 	bool		netns_ready;	/* we sit in a fresh netns, lo up: join it */
+	int			egress_stub;	/* a process in the host's netns that execs
+								 * the run's proxy (worker.c), or -1: fork */
+	pid_t		egress_stub_pid;
 	const JailFilter *filter;	/* compiled once by the launcher, or NULL */
 	const JailFilter *init_filter;	/* FILTER_INIT, for jail_prespawn */
 	JailPrespawn *pre;			/* a sandbox already cloned, or NULL */
@@ -311,6 +332,31 @@ typedef struct JailRunEnv
 									 * ahead, or NULL */
 	uint64_t	warm_memory;	/* the slot's usage at the request (warm) */
 } JailRunEnv;
+
+/*
+ * A run's egress proxy, host side (egress.c): the socket pair on which
+ * the sandbox's init sends the listening socket it made in its network
+ * namespace, and the proxy process serving it from ours.
+ */
+typedef struct JailEgress
+{
+	bool		on;
+	int			sock[2];		/* [0] ours, [1] the sandbox's */
+	int			logfd;			/* the connection log, for the proxy */
+	int			policyfd;		/* the policy, opened by us, read by the proxy */
+	int			summary;		/* read end: the proxy's summary line */
+	pid_t		pid;			/* the proxy, or -1 */
+	int			stub;			/* JailRunEnv.egress_stub, or -1 */
+	pid_t		stub_pid;
+	char	   *ca;				/* --egress-ca's text, or NULL */
+	size_t		ca_len;
+} JailEgress;
+
+/* The address the sandbox's clients reach the proxy at (its own netns). */
+#define JAIL_EGRESS_PORT	3128
+#define JAIL_EGRESS_URL		"http://127.0.0.1:3128"
+#define JAIL_EGRESS_NODE_SHIM	"/sandbox/.egress-node.js"
+#define JAIL_EGRESS_CA_PATH		"/sandbox/.egress-ca.pem"
 
 /*
  * The phases of one run (lifecycle.c), in order.  Each step of jail_run
@@ -376,6 +422,9 @@ typedef struct JailRun
 								 * after the verdict (jail_run_reap) */
 	char		child_err[JAIL_ERRLEN]; /* the sandbox's setup error text */
 	size_t		child_err_len;
+
+	/* egress (egress.c) */
+	JailEgress	egress;
 } JailRun;
 
 /* What the child needs to build the sandbox; shared by fork. */
@@ -409,6 +458,11 @@ typedef struct JailChildArgs
 	const struct JailWarm *warm;	/* prespawned: start this interpreter
 									 * before the request (warm.c), or NULL */
 	int			ready_fd;		/* warm: write end of the ready pipe, or -1 */
+	bool		egress;			/* the run has egress (the payload's env) */
+	int			egress_fd;		/* egress: where init sends the proxy's
+								 * listening socket (egress.c), or -1 */
+	const char *egress_ca_pem;	/* egress: the --egress-ca text, or NULL */
+	size_t		egress_ca_len;
 } JailChildArgs;
 
 /*
@@ -507,6 +561,16 @@ extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,
 					 const JailRunEnv *env, JailResult *res);
 extern void jail_run_kill(JailRun *run);
 extern void jail_run_reap(void);
+
+/* egress.c */
+extern void jail_egress_init(JailEgress *e);
+extern int	jail_egress_prepare(JailEgress *e, const JailOptions *opts, char *err);
+extern int	jail_egress_start(JailEgress *e, const JailOptions *opts, char *err);
+extern void jail_egress_stop(JailEgress *e, JailResult *res);
+extern int	jail_egress_listen(int sock, char *err);
+extern pid_t jail_egress_stub_fork(int *sock);
+extern int	jail_egress_write_files(const JailChildArgs *args, const char *root, char *err);
+extern char *const *jail_egress_env(bool with_ca);
 
 /* monitor.c */
 extern void jail_monitor(JailRun *run);

@@ -39,6 +39,7 @@
 /* A one-shot run (jail_run without an env): our stdout and stderr. */
 static const JailRunEnv oneshot = {
 	.stdout_fd = STDOUT_FILENO,.stderr_fd = STDERR_FILENO,.cancel_fd = -1,
+	.egress_stub = -1,.egress_stub_pid = -1,
 };
 
 /* An init that reported itself alone, reaped by jail_run_reap(). */
@@ -120,6 +121,7 @@ run_init(JailRun *run, const JailOptions *opts, const char *code,
 	run->sigfd = -1;
 	run->pid = -1;
 	run->pidfd = -1;
+	jail_egress_init(&run->egress);
 	run->start = jail_now_ms();
 }
 
@@ -223,12 +225,25 @@ run_prepare(JailRun *run)
 			jail_warn("warm interpreter not used: a file system was mounted since it started");
 		run_drop_prespawn(run);
 	}
+	/*
+	 * Egress needs init to make the proxy's socket in the sandbox's own
+	 * network namespace: a sandbox cloned ahead (warm or not) is not told,
+	 * so such a run gets a fresh clone (egress.c), decided before a
+	 * prepared sandbox could be told to go.
+	 */
+	if (run->opts->egress_policy && run->pre)
+		run_drop_prespawn(run);
 	/* a warm interpreter runs only code of its own language */
 	if (run->pre && run->pre->warm && run->pre->warm_language != run->opts->language)
 		run_drop_prespawn(run);
 	if (run->pre && slot_serves(run->opts, env))
 		run->early_go = jail_send_go(run->pre->pipes.go[1], JAIL_GO_REQUEST);
 	if (run_open_workspace(run) < 0)
+		return -1;
+
+	run->egress.stub = env->egress_stub;
+	run->egress.stub_pid = env->egress_stub_pid;
+	if (jail_egress_prepare(&run->egress, run->opts, run->err) < 0)
 		return -1;
 	if (env->filter)
 		run->filter = *env->filter; /* borrowed: not freed */
@@ -280,6 +295,10 @@ run_clone(JailRun *run)
 	args.cgroup_none = run->cg.mode == CGROUP_NONE;
 	args.netns_ready = run->env->netns_ready;
 	args.served = run->served;
+	args.egress = run->egress.on;
+	args.egress_fd = run->egress.sock[1];
+	args.egress_ca_pem = run->egress.ca;
+	args.egress_ca_len = run->egress.ca_len;
 
 	run->start = jail_now_ms();
 	run->pid = jail_spawn(&args, &run->pidfd,
@@ -385,6 +404,11 @@ run_go(JailRun *run)
 		return -1;
 	}
 	JAIL_TRACE("workspace measured");
+	if (jail_egress_start(&run->egress, run->opts, run->err) < 0)
+	{
+		run_abort(run, true);
+		return -1;
+	}
 	if (!jail_send_go(run->pre ? run->pre->paygo[1] : run->pipes.go[1], JAIL_GO_RUN))
 	{
 		jail_seterr(run->err, "signal the sandbox: %s", strerror(errno));
@@ -470,6 +494,7 @@ run_collect(JailRun *run)
 	res->peak_memory_bytes = (uint64_t) ru->ru_maxrss * 1024;
 	jail_cgroup_collect(&run->cg, res);
 	JAIL_TRACE("cgroup collected");
+	jail_egress_stop(&run->egress, res);
 	run_rescan_workspace(run);
 	JAIL_TRACE("workspace rescanned");
 	if (run->child_err_len > 0)
@@ -510,6 +535,7 @@ run_finish(JailRun *run)
 
 	if (run->pre && run->phase == JAIL_RUN_PREPARING)
 		run_drop_prespawn(run);
+	jail_egress_stop(&run->egress, res);	/* if a step failed before collect */
 	if (run->init_pending)
 		pending_init = run->pid;
 	else if (run->pid > 0 && !run->reaped)

@@ -40,6 +40,11 @@ enum
 	OPT_VERDICT_FILE,
 	OPT_CGROUP_PARENT,
 	OPT_REQUIRE_CGROUP,
+	OPT_EGRESS_POLICY,
+	OPT_EGRESS_LOG,
+	OPT_EGRESS_RESOLVER,
+	OPT_EGRESS_CA,
+	OPT_EGRESS_PROXY,
 	OPT_QUIET,
 	OPT_HELP
 };
@@ -63,6 +68,11 @@ static const struct option long_opts[] = {
 	{"verdict-file", required_argument, NULL, OPT_VERDICT_FILE},
 	{"cgroup-parent", required_argument, NULL, OPT_CGROUP_PARENT},
 	{"require-cgroup", no_argument, NULL, OPT_REQUIRE_CGROUP},
+	{"egress-policy", required_argument, NULL, OPT_EGRESS_POLICY},
+	{"egress-log", required_argument, NULL, OPT_EGRESS_LOG},
+	{"egress-resolver", required_argument, NULL, OPT_EGRESS_RESOLVER},
+	{"egress-ca", required_argument, NULL, OPT_EGRESS_CA},
+	{"egress-proxy", required_argument, NULL, OPT_EGRESS_PROXY},
 	{"quiet", no_argument, NULL, OPT_QUIET},
 	{"help", no_argument, NULL, OPT_HELP},
 	{NULL, 0, NULL, 0}
@@ -81,6 +91,8 @@ jail_usage(FILE *out)
 			"         [--workspace-size BYTES] [--workspace-entries N] [--tmp-size BYTES]\n"
 			"         [--verdict-fd N | --verdict-file PATH]\n"
 			"         [--cgroup-parent DIR] [--require-cgroup] [--quiet]\n"
+			"         [--egress-policy FILE [--egress-log FILE] [--egress-resolver ADDR[:PORT]]\n"
+			"          [--egress-ca PEM] [--egress-proxy PATH]]  (docs/egress.md)\n"
 			"       sandbox-jail --serve SOCKET [--pool N] [--cgroup-parent DIR]\n"
 			"         [--require-cgroup] [--keep-running] [--quiet]\n"
 			"       sandbox-jail --client SOCKET <run options as above>\n"
@@ -359,6 +371,23 @@ parse_host(int c, char *arg, JailOptions *o)
 		case OPT_REQUIRE_CGROUP:
 			o->require_cgroup = true;
 			return 0;
+		case OPT_EGRESS_POLICY:
+			o->egress_policy = arg;
+			return 0;
+		case OPT_EGRESS_LOG:
+			o->egress_log = arg;
+			return 0;
+		case OPT_EGRESS_RESOLVER:
+			o->egress_resolver = arg;
+			return 0;
+		case OPT_EGRESS_CA:
+			o->egress_ca = arg;
+			return 0;
+		case OPT_EGRESS_PROXY:
+			if (arg[0] != '/')
+				BAD("--egress-proxy must be an absolute path");
+			o->egress_proxy = arg;
+			return 0;
 		case OPT_QUIET:
 			o->quiet = true;
 			return 0;
@@ -380,6 +409,9 @@ check_options(JailOptions *o, bool have_lang, bool have_cpu)
 		BAD("--verdict-fd and --verdict-file are exclusive");
 	if (o->verdict_fd >= 0 && o->verdict_fd <= 1)
 		BAD("--verdict-fd must not be stdin or stdout");
+	if (!o->egress_policy && (o->egress_log || o->egress_resolver || o->egress_ca ||
+							  o->egress_proxy))
+		BAD("--egress-log, --egress-resolver, --egress-ca and --egress-proxy need --egress-policy");
 	if (!have_cpu)
 		o->cpu_ms = o->wall_ms;
 	return 0;

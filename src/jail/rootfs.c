@@ -493,7 +493,9 @@ setup_code(const JailChildArgs *args, const char *root, char *err)
 	if (args->opts->language == LANG_EXEC)
 		return 0;				/* no code: /sandbox stays empty */
 	snprintf(path, sizeof(path), "%s/sandbox/%s", root, names[args->opts->language]);
-	return write_new_len(path, args->code, args->code_len, 0444, err);
+	if (write_new_len(path, args->code, args->code_len, 0444, err) < 0)
+		return -1;
+	return jail_egress_write_files(args, root, err);
 }
 
 /*

@@ -358,7 +358,7 @@ payload_execve(const JailChildArgs *a)
 	argv = a->opts->language == LANG_PYTHON ? argv_py :
 		a->opts->language == LANG_NODE ? argv_js :
 		a->opts->language == LANG_EXEC ? argv_exec : argv_sh;
-	execve(argv[0], argv, env);
+	execve(argv[0], argv, a->egress ? jail_egress_env(a->egress_ca_pem != NULL) : env);
 	jail_seterr(err, "execve %s: %s", argv[0], strerror(errno));
 	child_fail(a, err);
 }
@@ -472,7 +472,7 @@ close_inherited(const JailChildArgs *a)
 {
 	int			keep[] = {a->go_fd, a->err_fd, a->status_fd, a->out_fd,
 		a->errout_fd, a->lifeline_fd, a->req_fd, a->tree_sock, a->paygo_fd,
-	a->ready_fd, INT_MAX};
+	a->ready_fd, a->egress_fd, INT_MAX};
 	int			n = sizeof(keep) / sizeof(keep[0]);
 	int			from = 3;
 
@@ -840,6 +840,14 @@ jail_child_main(void *arg)
 	/* a launcher's worker already made our (fresh, unshared) netns */
 	if (!a->netns_ready && jail_loopback_up(err) < 0)
 		child_fail(a, err);
+	/* egress: the proxy's socket, made here, served from the host side */
+	if (a->egress_fd >= 0)
+	{
+		if (jail_egress_listen(a->egress_fd, err) < 0)
+			child_fail(a, err);
+		close(a->egress_fd);
+		a->egress_fd = -1;
+	}
 	if (a->prebuild)
 	{
 		/*

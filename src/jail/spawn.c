@@ -480,6 +480,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	args.linger = env->defer_reap;
 	args.netns_ready = env->netns_ready;
 	args.served = true;
+	args.egress_fd = -1;		/* egress runs get a fresh clone (lifecycle.c) */
 	args.prebuild = true;
 	args.warm = env->warm;
 	args.ready_fd = p->ready[1];

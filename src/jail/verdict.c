@@ -193,6 +193,24 @@ jail_format_verdict(char *line, size_t len, const JailResult *r)
 				 (unsigned long long) r->warm_memory_bytes, err);
 	if (n < 0 || (size_t) n >= len)
 		return -1;
+	if (r->egress)
+	{
+		/* only runs with egress carry these, after the fixed fields */
+		int			m = snprintf(line + n - 2, len - n + 2,
+								 ",\"egress_attempts\":%llu,\"egress_allowed\":%llu,"
+								 "\"egress_denied\":%llu,\"egress_bytes_up\":%llu,"
+								 "\"egress_bytes_down\":%llu,\"egress_limit_hit\":%s}\n",
+								 (unsigned long long) r->egress_attempts,
+								 (unsigned long long) r->egress_allowed,
+								 (unsigned long long) r->egress_denied,
+								 (unsigned long long) r->egress_bytes_up,
+								 (unsigned long long) r->egress_bytes_down,
+								 B(r->egress_limit_hit));
+
+		if (m < 0 || (size_t) m >= len - n + 2)
+			return -1;
+		n += m - 2;
+	}
 	return n;
 }
 

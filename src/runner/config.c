@@ -75,6 +75,8 @@ static const ConfVar conf_vars[] = {
 	{"warm_node", "sandbox.warm_node", CONF_INT, UNIT_NONE, 0, JAIL_WARM_MAX, OFF(warm_node)},
 	{"warm_modules", "sandbox.warm_modules", CONF_STRING, UNIT_NONE, 0, 0, OFF(warm_modules)},
 	{"warm_memory", "sandbox.warm_memory", CONF_INT, UNIT_MB, 16, 1024 * 1024, OFF(warm_memory_mb)},
+	{"egress_resolver", "sandbox.egress_resolver", CONF_STRING, UNIT_NONE, 0, 0, OFF(egress_resolver)},
+	{"egress_ca_file", "sandbox.egress_ca_file", CONF_STRING, UNIT_NONE, 0, 0, OFF(egress_ca_file)},
 };
 
 const char *
@@ -131,6 +133,8 @@ runner_config_defaults(RunnerConfig *c)
 	c->warm_node = 1;
 	c->warm_modules = pg_strdup("numpy,pandas,requests");
 	c->warm_memory_mb = 1024;
+	c->egress_resolver = pg_strdup("");
+	c->egress_ca_file = pg_strdup("");
 }
 
 void
@@ -141,6 +145,8 @@ runner_config_free(RunnerConfig *c)
 	free(c->work_dir);
 	free(c->run_dir);
 	free(c->jail_path);
+	free(c->egress_resolver);
+	free(c->egress_ca_file);
 	strlist_free(&c->protect);
 	free(c->warm_modules);
 	memset(c, 0, sizeof(*c));
@@ -379,6 +385,11 @@ runner_config_load(const char *path, RunnerConfig *out, char **err)
 	if (ok && (c.work_dir[0] != '/' || c.run_dir[0] != '/'))
 	{
 		*err = psprintf("work_dir and run_dir must be absolute paths");
+		ok = false;
+	}
+	if (ok && c.egress_ca_file[0] && c.egress_ca_file[0] != '/')
+	{
+		*err = psprintf("egress_ca_file must be an absolute path");
 		ok = false;
 	}
 	if (ok && c.name[0] == '\0')

@@ -52,7 +52,7 @@ static JailWarmPage *warm_page = NULL;	/* its warm page (wire_protocol.h), or NU
  * pairs, value NULL for a flag.  The code travels as a descriptor to the
  * launcher and as --code-file on a command line.
  */
-#define MAX_JAIL_OPTIONS	(16 + RUNNER_MAX_SKILLS)
+#define MAX_JAIL_OPTIONS	(20 + RUNNER_MAX_SKILLS)
 
 typedef struct JailRequest
 {
@@ -96,6 +96,18 @@ request_build(JailRequest *req, Run *run, int wall_s, int memory_mb, int pids)
 		request_add(req, "--ro-bind", run->disk.binds[i]);
 	if (runner_conf.require_cgroup)
 		request_add(req, "--require-cgroup", NULL);
+	if (run->disk.egress)
+	{
+		/* the policy the prepare step placed (egress_place_policy) */
+		request_add(req, "--egress-policy",
+					arena_printf(&run->arena, "%s/" EGRESS_POLICY_FILE, run->disk.dir));
+		request_add(req, "--egress-log",
+					arena_printf(&run->arena, "%s/" EGRESS_LOG_FILE, run->disk.dir));
+		if (runner_conf.egress_resolver[0])
+			request_add(req, "--egress-resolver", runner_conf.egress_resolver);
+		if (runner_conf.egress_ca_file[0])
+			request_add(req, "--egress-ca", runner_conf.egress_ca_file);
+	}
 }
 
 static void

@@ -88,6 +88,8 @@ run_reset(Run *run)
 	d->ws_bytes = 0;
 	d->ws_entries = 0;
 	d->ws_reset = NULL;
+	d->egress = d->egress_collected = false;
+	d->egress_log = NULL;
 	arena_reset(&run->arena);
 	status_dirty = true;
 }
@@ -155,7 +157,8 @@ run_start(Run *run, const ClaimedRun *c)
 	char		code_path[MAXPGPATH];
 
 	if (prepare_dirs(run, c, &workspace_is_new) &&
-		((!c->has_session && !c->has_skills) || step_prepare(run, workspace_is_new)) &&
+		((!c->has_session && !c->has_skills && !c->has_egress) ||
+		 step_prepare(run, workspace_is_new)) &&
 		write_code(run, c->code ? c->code : "", code_path, sizeof(code_path)) &&
 		jail_launch(run, code_path,
 					Min(Max(c->wall_s, 1), runner_conf.max_wall_time_s),
@@ -223,6 +226,7 @@ run_finish(Run *run)
 		run->phase = run->start_error ? RUN_UNSTARTED : RUN_EXITED;
 	error = jail_failure(run, &jail_status);
 	collect_run(run, error != NULL);
+	egress_collect(run);
 	release_disk(run);
 	/* Output that could not be stored is missing from the record. */
 	if (run->out.pending[0].len > 0 || run->out.pending[1].len > 0)

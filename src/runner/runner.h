@@ -53,6 +53,9 @@
 /* How long to wait for a run's pipes to drain after its jail has exited. */
 #define DRAIN_GRACE_MS		2000
 #define UUID_STR_LEN		37	/* 36 and the NUL */
+/* A run's egress files in its own directory (never the workspace). */
+#define EGRESS_POLICY_FILE	"egress-policy"
+#define EGRESS_LOG_FILE		"egress.log"
 
 /* ---- util.c ---- */
 
@@ -111,6 +114,8 @@ typedef struct RunnerConfig
 	char	   *jail_path;
 	bool		jail_launcher;
 	bool		require_cgroup;
+	char	   *egress_resolver;	/* the proxy's resolver, or NULL: the host's */
+	char	   *egress_ca_file;	/* a PEM the sandbox's clients trust too, or NULL */
 	int			workspace_size_mb;
 	int			workspace_entries;
 	int			output_limit_kb;
@@ -274,6 +279,11 @@ typedef struct RunDisk
 	int64		ws_bytes;
 	int			ws_entries;
 	char	   *ws_reset;		/* why it must be rebuilt, or NULL */
+	/* egress (docs/egress.md): the prepare step gave a policy file */
+	bool		egress;
+	bool		egress_collected;
+	char	   *egress_log;		/* the proxy's connection log (arena), read
+								 * after the run, before the directory goes */
 } RunDisk;
 
 typedef struct Run
@@ -307,6 +317,7 @@ typedef struct ClaimedRun
 	char		session[UUID_STR_LEN];
 	bool		fresh_session;
 	bool		has_skills;
+	bool		has_egress;		/* the prepare step gives its policy file */
 	ProducedCaps caps;			/* what it may return (agent._produced_caps) */
 	int64		output_limit;	/* the server's per stream, or 0 */
 } ClaimedRun;
@@ -355,6 +366,8 @@ extern bool skill_add(const char *tmp, const char *path, const char *data, size_
 					  bool executable, char **err);
 extern bool skill_install(const char *tmp, const char *final, char **err);
 extern void collect_run(Run *run, bool failed);
+extern bool egress_place_policy(Run *run, const char *data, size_t len, char **err);
+extern void egress_collect(Run *run);
 extern void release_disk(Run *run);
 extern void sweep(const StrList *live_sessions, const StrList *skills_in_use);
 

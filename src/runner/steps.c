@@ -19,6 +19,8 @@
  *	result			agent.runner_store_produced_file(runner, token, id, ...) per
  *					saved file, agent.runner_store_skipped_files(runner, token,
  *					id, names, statuses, reasons) for the rest at once,
+ *					agent.runner_record_egress(runner, token, id, log, verdict)
+ *					for a run with egress (47_egress.sql),
  *					agent.runner_finish(runner, token, id, verdict, ...)
  *	cancellations	agent.runner_cancel_requested(runner, ids)
  *	sweep			agent.runner_live_sessions(runner),
@@ -48,10 +50,16 @@ static const char SQL_REGISTER[] =
 static const char SQL_HEARTBEAT[] =
 "SELECT state, renewed, lost, lease_seconds, heartbeat_seconds "
 "FROM agent.runner_heartbeat($1, $2, $3, $4, $5)";
+/*
+ * has_egress came with 0.2.0: read by name, so that this runner still
+ * claims from a 0.1.0 catalog until ALTER EXTENSION ... UPDATE (no run
+ * has egress there).
+ */
 static const char SQL_CLAIM[] =
-"SELECT id, lease_token, language, code, wall_time_s, memory_mb, session_id, fresh_session, "
-"has_skills, max_files, max_bytes, max_file_bytes, output_limit_bytes "
-"FROM agent.runner_claim($1, $2, $3)";
+"SELECT c.id, c.lease_token, c.language, c.code, c.wall_time_s, c.memory_mb, c.session_id, "
+"c.fresh_session, c.has_skills, c.max_files, c.max_bytes, c.max_file_bytes, "
+"c.output_limit_bytes, coalesce((pg_catalog.to_jsonb(c) ->> 'has_egress')::boolean, false) "
+"FROM agent.runner_claim($1, $2, $3) c";
 static const char SQL_PREPARE[] =
 "SELECT kind, name, content, skill_id FROM agent.runner_prepare($1, $2, $3, $4)";
 static const char SQL_SKILL_FILES[] =
@@ -62,6 +70,8 @@ static const char SQL_STORE_FILE[] =
 "SELECT agent.runner_store_produced_file($1, $2, $3, $4, $5, $6, $7)";
 static const char SQL_STORE_SKIPPED[] =
 "SELECT agent.runner_store_skipped_files($1, $2, $3, $4, $5, $6)";
+static const char SQL_RECORD_EGRESS[] =
+"SELECT agent.runner_record_egress($1, $2, $3, $4, $5)";
 static const char SQL_FINISH[] =
 "SELECT agent.runner_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 static const char SQL_CANCELS[] = "SELECT id FROM agent.runner_cancel_requested($1, $2) AS id";
@@ -318,6 +328,7 @@ read_claimed(const DbResult *r, int row, ClaimedRun *c)
 	c->caps.max_file_bytes = atoll(or_empty(db_value(r, row, 11)));
 	c->caps.max_scan_entries = runner_conf.workspace_entries + 1;
 	c->output_limit = atoll(or_empty(db_value(r, row, 12)));
+	c->has_egress = is_true(db_value(r, row, 13));
 }
 
 /*
@@ -434,16 +445,27 @@ place_prepared(Run *run, const DbResult *r, char **err, bool *fence)
 		const char *name = or_empty(db_value(r, i, 1));
 		char	   *dir;
 
-		if (kind && strcmp(kind, "file") == 0)
+		if (kind && (strcmp(kind, "file") == 0 || strcmp(kind, "egress") == 0))
 		{
 			size_t		len;
 			unsigned char *content = bytea_value(r, i, 2, &len);
-			bool		ok = workspace_place(run, name, (const char *) content, len, err);
+			bool		ok;
 
+			/* the policy goes beside the workspace, never in it */
+			if (strcmp(kind, "egress") == 0)
+				ok = egress_place_policy(run, (const char *) content, len, err);
+			else
+				ok = workspace_place(run, name, (const char *) content, len, err);
 			PQfreemem(content);
 			if (!ok)
 				return false;
 			continue;
+		}
+		if (kind == NULL || strcmp(kind, "skill") != 0)
+		{
+			*err = psprintf("the prepare step returned a row of unknown kind \"%s\"",
+							kind ? kind : "(null)");
+			return false;
 		}
 		if (run->disk.nbinds >= RUNNER_MAX_SKILLS)
 		{
@@ -687,6 +709,7 @@ step_record_result(Run *run, const char *error, int jail_status, bool with_files
 	int			nfiles = with_files ? d->produced.n : 0;
 	DbParam    *fp = pg_malloc0(sizeof(DbParam) * 7 * Max(nfiles, 1));
 	DbParam		sp[6];
+	DbParam		ep[5];
 	DbParam		p[11];
 	StringInfoData names,
 				statuses,
@@ -739,6 +762,19 @@ step_record_result(Run *run, const char *error, int jail_status, bool with_files
 		sp[4] = text_param(statuses.data);
 		sp[5] = text_param(reasons.data);
 		db_batch_add(&b, SQL_STORE_SKIPPED, 6, sp);
+	}
+	/*
+	 * The connection log and the verdict's egress summary, before the
+	 * finish: the tool call it writes carries the summary and the run's
+	 * egress audit event.  Not on the fallback (without files): a log the
+	 * database refuses must never keep the slot.
+	 */
+	if (with_files && d->egress)
+	{
+		lease_params(ep, run);
+		ep[3] = text_param(d->egress_log ? d->egress_log : "");
+		ep[4] = text_param(run->jail.verdict.len > 0 ? run->jail.verdict.data : NULL);
+		db_batch_add(&b, SQL_RECORD_EGRESS, 5, ep);
 	}
 	snprintf(status, sizeof(status), "%d", jail_status);
 	snprintf(bytes, sizeof(bytes), "%lld", (long long) d->ws_bytes);

@@ -7,6 +7,8 @@
  *
  *	<work dir>/<invocation>/code				the code of a run
  *	<work dir>/<invocation>/workspace			a run without a conversation
+ *	<work dir>/<invocation>/egress-policy		its egress policy (docs/egress.md)
+ *	<work dir>/<invocation>/egress.log			its proxy's connection log
  *	<work dir>/sessions/<session>/workspace		a conversation's session
  *	<work dir>/skills/<skill id>/				one skill version, read-only
  *
@@ -22,6 +24,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "../egress/egress.h"
 
 /* How often the work directory is checked while it is unusable. */
 #define WORK_DIR_CHECK_MS	10000
@@ -420,6 +424,71 @@ release_disk(Run *run)
 		snprintf(path, sizeof(path), "%s/sessions/%s", work_root(), d->session);
 		remove_work_dir(path);
 	}
+}
+
+/* ----------------------------------------------------------------
+ * Egress (docs/egress.md)
+ *
+ * The policy file goes in the run's own directory, beside the workspace:
+ * the sandbox can neither see nor change it.  The jail creates the log
+ * there (O_EXCL) for its proxy; it is read back after the run, before the
+ * directory is removed.
+ * ----------------------------------------------------------------
+ */
+
+/* Place the run's egress policy (the prepare step's row of kind egress). */
+bool
+egress_place_policy(Run *run, const char *data, size_t len, char **err)
+{
+	char	   *why = NULL;
+
+	if (!place_file(run->disk.dir, EGRESS_POLICY_FILE, data, len, 0600, &why))
+	{
+		*err = psprintf("could not place the egress policy: %s", why);
+		free(why);
+		return false;
+	}
+	run->disk.egress = true;
+	return true;
+}
+
+/*
+ * Read the proxy's connection log, once.  Missing (the jail never got that
+ * far) or unreadable: an empty log, which the record shows as 0 rows.
+ * Text with a NUL byte cannot be a text parameter: also empty.
+ */
+void
+egress_collect(Run *run)
+{
+	RunDisk    *d = &run->disk;
+	char		path[MAXPGPATH];
+	StringInfoData buf;
+	int			fd;
+
+	if (!d->egress || d->egress_collected || !d->dir[0])
+		return;
+	d->egress_collected = true;
+	snprintf(path, sizeof(path), "%s/" EGRESS_LOG_FILE, d->dir);
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	initStringInfo(&buf);
+	while (buf.len < EGRESS_LOG_MAX_BYTES)
+	{
+		int			want = Min(65536, EGRESS_LOG_MAX_BYTES - buf.len);
+		ssize_t		n;
+
+		enlargeStringInfo(&buf, want);
+		n = read(fd, buf.data + buf.len, want);
+		if (n <= 0)
+			break;
+		buf.len += n;
+		buf.data[buf.len] = '\0';
+	}
+	close(fd);
+	if (memchr(buf.data, '\0', buf.len) == NULL)
+		d->egress_log = arena_strdup(&run->arena, buf.data);
+	free(buf.data);
 }
 
 /* ----------------------------------------------------------------

@@ -37,6 +37,9 @@ waiting_root_fstype() {
 	while [ $n -lt 50 ]; do
 		for w in $(pgrep -P "$LPID"); do
 			for c in $(pgrep -P "$w"); do
+				# a sandbox, not the worker's egress stub (which shares the
+				# worker's mount namespace: the host's)
+				[ "$(readlink "/proc/$c/ns/mnt")" != "$(readlink "/proc/$w/ns/mnt")" ] || continue
 				awk '$5 == "/" { for (i = 7; i <= NF; i++) if ($i == "-") { t = $(i + 1); break } }
 					 END { if (t != "") print t }' "/proc/$c/mountinfo" 2>/dev/null && return
 			done

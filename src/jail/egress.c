@@ -1,0 +1,710 @@
+/*-------------------------------------------------------------------------
+ *
+ * egress.c
+ *	  A run's way out, when it has an egress policy (--egress-policy;
+ *	  docs/egress.md).  The sandbox keeps its own empty network namespace
+ *	  (only lo, no route, no resolver); its init makes one listening TCP
+ *	  socket there, 127.0.0.1:3128, and sends it to the jail over a socket
+ *	  pair.  The jail, in the host's network namespace, execs the proxy
+ *	  (sandbox-egress) with that socket: every connection the payload makes
+ *	  to 127.0.0.1:3128 is accepted by a process outside the sandbox, which
+ *	  vets it, resolves and dials.  Nothing else of the sandbox can reach
+ *	  the network: no veth, no NAT, no route, no DNS.
+ *
+ * Host side (the jail): jail_egress_prepare before the clone, _start once
+ * the sandbox exists, _stop after it ended (the proxy's summary into the
+ * verdict).  Sandbox side (init): jail_egress_listen, and the files and
+ * environment the payload's clients need (jail_egress_write_files,
+ * jail_egress_env).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <grp.h>
+#include <unistd.h>
+
+#include "jail.h"
+
+#define EGRESS_CA_MAX		(256 * 1024)
+#define EGRESS_WAIT_MS		5000	/* init's socket, the proxy's summary */
+
+/*
+ * Node's https and fetch do not read proxy variables (Node 20): this file
+ * is preloaded (NODE_OPTIONS=--require) and sends them through the proxy.
+ * http/https: global agents whose connections are CONNECT tunnels (TLS
+ * with the right server name on top); fetch: on top of https.request.
+ */
+static const char node_shim[] =
+	"'use strict';\n"
+	"// sandbox-jail: Node's clients through the egress proxy (docs/egress.md)\n"
+	"const net = require('net'), tls = require('tls'), http = require('http'), https = require('https');\n"
+	"const PROXY = { host: '127.0.0.1', port: 3128 };\n"
+	"function tunnel(host, port, cb) {\n"
+	"  const s = net.connect(PROXY);\n"
+	"  let buf = Buffer.alloc(0), done = false;\n"
+	"  const fail = (e) => { if (!done) { done = true; s.destroy(); cb(e); } };\n"
+	"  s.once('error', fail);\n"
+	"  s.on('data', function ondata(d) {\n"
+	"    buf = Buffer.concat([buf, d]);\n"
+	"    const end = buf.indexOf('\\r\\n\\r\\n');\n"
+	"    if (end < 0) return;\n"
+	"    s.removeListener('data', ondata);\n"
+	"    const line = buf.slice(0, buf.indexOf('\\r\\n')).toString();\n"
+	"    const m = /^HTTP\\/1\\.[01] (\\d{3}) ?(.*)$/.exec(line);\n"
+	"    if (!m || m[1] !== '200') {\n"
+	"      const e = new Error(m ? m[2] : 'egress proxy: bad answer');\n"
+	"      e.code = 'EGRESS_DENIED'; return fail(e);\n"
+	"    }\n"
+	"    done = true; s.removeListener('error', fail);\n"
+	"    if (buf.length > end + 4) s.unshift(buf.slice(end + 4));\n"
+	"    cb(null, s);\n"
+	"  });\n"
+	"  s.write('CONNECT ' + host + ':' + port + ' HTTP/1.1\\r\\nHost: ' + host + ':' + port + '\\r\\n\\r\\n');\n"
+	"}\n"
+	"class TunnelAgent extends https.Agent {\n"
+	"  createConnection(o, cb) {\n"
+	"    const host = o.host || o.hostname || 'localhost', port = o.port || 443;\n"
+	"    tunnel(host, port, (e, s) => {\n"
+	"      if (e) return cb(e);\n"
+	"      const t = tls.connect(Object.assign({}, o, { socket: s, servername: o.servername || host }));\n"
+	"      cb(null, t);\n"
+	"    });\n"
+	"  }\n"
+	"}\n"
+	"const agent = new TunnelAgent({ keepAlive: false });\n"
+	"https.globalAgent = agent;\n"
+	"const origHttpsRequest = https.request, origHttpsGet = https.get;\n"
+	"function withAgent(args) {\n"
+	"  const a = Array.from(args);\n"
+	"  const i = (typeof a[0] === 'string' || a[0] instanceof URL) ? 1 : 0;\n"
+	"  if (typeof a[i] !== 'object' || a[i] === null || typeof a[i] === 'function') a.splice(i, 0, {});\n"
+	"  if (a[i].agent === undefined) a[i] = Object.assign({}, a[i], { agent });\n"
+	"  return a;\n"
+	"}\n"
+	"https.request = function () { return origHttpsRequest.apply(https, withAgent(arguments)); };\n"
+	"https.get = function () { return origHttpsGet.apply(https, withAgent(arguments)); };\n"
+	"// plain http: absolute-form requests to the proxy\n"
+	"const origHttpRequest = http.request;\n"
+	"http.request = function (url, opts, cb) {\n"
+	"  if (typeof url === 'string' || url instanceof URL) { url = new URL(url); if (typeof opts === 'function') { cb = opts; opts = {}; } }\n"
+	"  else { cb = opts; opts = url; url = null; }\n"
+	"  opts = Object.assign({}, opts || {});\n"
+	"  const host = url ? url.hostname : (opts.hostname || opts.host || 'localhost');\n"
+	"  const port = url ? (url.port || 80) : (opts.port || 80);\n"
+	"  const path = url ? url.pathname + url.search : (opts.path || '/');\n"
+	"  opts.headers = Object.assign({ Host: host + (String(port) === '80' ? '' : ':' + port) }, opts.headers || {});\n"
+	"  opts.path = 'http://' + host + ':' + port + path;\n"
+	"  opts.host = PROXY.host; opts.hostname = PROXY.host; opts.port = PROXY.port; delete opts.agent;\n"
+	"  opts.method = (url && opts.method) || opts.method || 'GET';\n"
+	"  return origHttpRequest.call(http, opts, cb);\n"
+	"};\n"
+	"http.get = function () { const r = http.request.apply(http, arguments); r.end(); return r; };\n"
+	"if (typeof globalThis.fetch === 'function') {\n"
+	"  globalThis.fetch = function fetch(input, init) {\n"
+	"    init = init || {};\n"
+	"    const req = (typeof Request !== 'undefined' && input instanceof Request) ? input : null;\n"
+	"    const url = new URL(req ? req.url : String(input));\n"
+	"    const method = (init.method || (req && req.method) || 'GET').toUpperCase();\n"
+	"    const headers = Object.fromEntries(new Headers(init.headers || (req && req.headers) || {}).entries());\n"
+	"    return Promise.resolve(init.body === undefined || init.body === null ? null : new Response(init.body).arrayBuffer()).then((body) => new Promise((resolve, reject) => {\n"
+	"      const mod = url.protocol === 'https:' ? https : http;\n"
+	"      if (body) headers['content-length'] = String(body.byteLength);\n"
+	"      const r = mod.request(url, { method, headers }, (res) => {\n"
+	"        const chunks = [];\n"
+	"        res.on('data', (c) => chunks.push(c));\n"
+	"        res.on('error', reject);\n"
+	"        res.on('end', () => {\n"
+	"          const h = new Headers();\n"
+	"          for (let k = 0; k < res.rawHeaders.length; k += 2) h.append(res.rawHeaders[k], res.rawHeaders[k + 1]);\n"
+	"          const nobody = [101, 204, 205, 304].includes(res.statusCode) || method === 'HEAD';\n"
+	"          resolve(new Response(nobody ? null : Buffer.concat(chunks), { status: res.statusCode, statusText: res.statusMessage, headers: h }));\n"
+	"        });\n"
+	"      });\n"
+	"      r.on('error', (e) => { const t = new TypeError('fetch failed'); t.cause = e; reject(t); });\n"
+	"      if (init.signal) init.signal.addEventListener('abort', () => r.destroy(new Error('aborted')));\n"
+	"      r.end(body ? Buffer.from(body) : undefined);\n"
+	"    }));\n"
+	"  };\n"
+	"}\n";
+
+/* The payload's environment with egress: the proxy for every client. */
+static char *const egress_env[] = {
+	"PATH=/usr/local/bin:/usr/bin:/bin",
+	"HOME=/tmp",
+	"TMPDIR=/tmp",
+	"USER=sandbox",
+	"LOGNAME=sandbox",
+	"SHELL=/bin/bash",
+	"TERM=dumb",
+	"LANG=C.UTF-8",
+	"PYTHONDONTWRITEBYTECODE=1",
+	"PYTHONUNBUFFERED=1",
+	"PIP_NO_INDEX=1",
+	"PIP_DISABLE_PIP_VERSION_CHECK=1",
+	"PIP_NO_CACHE_DIR=1",
+	"npm_config_offline=true",
+	"npm_config_audit=false",
+	"npm_config_fund=false",
+	"npm_config_update_notifier=false",
+	"npm_config_cache=/tmp/.npm",
+	"MPLCONFIGDIR=/tmp",
+	"http_proxy=" JAIL_EGRESS_URL,
+	"https_proxy=" JAIL_EGRESS_URL,
+	"HTTP_PROXY=" JAIL_EGRESS_URL,
+	"HTTPS_PROXY=" JAIL_EGRESS_URL,
+	"NODE_OPTIONS=--require=" JAIL_EGRESS_NODE_SHIM,
+	NULL,						/* room for ca_env */
+	NULL, NULL, NULL, NULL
+};
+
+static char *const ca_env[] = {
+	"SSL_CERT_FILE=" JAIL_EGRESS_CA_PATH,
+	"REQUESTS_CA_BUNDLE=" JAIL_EGRESS_CA_PATH,
+	"CURL_CA_BUNDLE=" JAIL_EGRESS_CA_PATH,
+	"NODE_EXTRA_CA_CERTS=" JAIL_EGRESS_CA_PATH,
+	NULL
+};
+
+void
+jail_egress_init(JailEgress *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->sock[0] = e->sock[1] = -1;
+	e->logfd = -1;
+	e->policyfd = -1;
+	e->summary = -1;
+	e->pid = -1;
+}
+
+/*
+ * Before the clone: the socket pair, the log (created, never followed:
+ * O_NOFOLLOW | O_EXCL), the CA's text.  The policy itself is the proxy's
+ * to read and judge; it must at least be a regular file we can open.
+ */
+int
+jail_egress_prepare(JailEgress *e, const JailOptions *opts, char *err)
+{
+	struct stat st;
+	int			fd;
+
+	if (!opts->egress_policy)
+		return 0;
+	e->on = true;
+	fd = open(opts->egress_policy, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+	{
+		jail_seterr(err, "egress policy %s: %s", opts->egress_policy,
+					fd < 0 ? strerror(errno) : "not a regular file");
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	e->policyfd = fd;			/* the proxy reads it: it may not be able to open it */
+	if (opts->egress_log)
+	{
+		e->logfd = open(opts->egress_log, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+						0600);
+		if (e->logfd < 0)
+		{
+			jail_seterr(err, "egress log %s: %s", opts->egress_log, strerror(errno));
+			return -1;
+		}
+	}
+	if (opts->egress_ca)
+	{
+		fd = open(opts->egress_ca, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+		{
+			jail_seterr(err, "egress CA %s: %s", opts->egress_ca, strerror(errno));
+			return -1;
+		}
+		e->ca = jail_read_code(fd, &e->ca_len, err);
+		close(fd);
+		if (!e->ca)
+			return -1;
+		if (e->ca_len > EGRESS_CA_MAX)
+		{
+			jail_seterr(err, "egress CA %s is larger than %d bytes", opts->egress_ca,
+						EGRESS_CA_MAX);
+			return -1;
+		}
+	}
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, e->sock) < 0)
+	{
+		jail_seterr(err, "socketpair: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Receive one descriptor within the wait, or -1. */
+static int
+recv_fd(int sock)
+{
+	union
+	{
+		char		buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	}			ctl;
+	char		byte;
+	struct iovec iov = {.iov_base = &byte,.iov_len = 1};
+	struct msghdr msg = {.msg_iov = &iov,.msg_iovlen = 1,
+	.msg_control = ctl.buf,.msg_controllen = sizeof(ctl.buf)};
+	struct pollfd p = {.fd = sock,.events = POLLIN};
+	struct cmsghdr *c;
+	int			fd;
+
+	if (poll(&p, 1, EGRESS_WAIT_MS) != 1 ||
+		recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT) != 1)
+		return -1;
+	c = CMSG_FIRSTHDR(&msg);
+	if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+		c->cmsg_len != CMSG_LEN(sizeof(int)))
+		return -1;
+	memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	return fd;
+}
+
+/* The proxy's path: --egress-proxy, or sandbox-egress beside our binary. */
+static int
+proxy_path(const JailOptions *opts, char *path, size_t len)
+{
+	char		self[PATH_MAX];
+	ssize_t		n;
+	char	   *slash;
+
+	if (opts->egress_proxy)
+		return snprintf(path, len, "%s", opts->egress_proxy) < (int) len ? 0 : -1;
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return -1;
+	self[n] = '\0';
+	slash = strrchr(self, '/');
+	if (!slash)
+		return -1;
+	*slash = '\0';
+	return snprintf(path, len, "%s/sandbox-egress", self) < (int) len ? 0 : -1;
+}
+
+/*
+ * The proxy says "ready\n" once it has read its policy and serves; a
+ * proxy that cannot start (a bad policy, no resolver) is a setup error,
+ * never a run without its proxy.
+ */
+static int
+wait_ready(JailEgress *e, char *err)
+{
+	char		buf[8];
+	size_t		len = 0;
+	uint64_t	deadline = jail_now_ms() + EGRESS_WAIT_MS;
+
+	while (len < 6)
+	{
+		struct pollfd p = {.fd = e->summary,.events = POLLIN};
+		uint64_t	now = jail_now_ms();
+		ssize_t		n;
+
+		if (now >= deadline || poll(&p, 1, (int) (deadline - now)) != 1 ||
+			(n = read(e->summary, buf + len, 6 - len)) <= 0)
+			break;
+		len += n;
+	}
+	if (len == 6 && memcmp(buf, "ready\n", 6) == 0)
+		return 0;
+	jail_seterr(err, "egress proxy did not start (see its message on stderr)");
+	return -1;
+}
+
+/*
+ * The proxy's process, from here to its execve: fds 3 (listen), 4 (log,
+ * or closed), 5 (summary), 6 (policy), nothing else; nobody when root;
+ * no_new_privs.  Never returns.
+ */
+static void exec_proxy(const char *path, const char *resolver, int lfd, int logfd,
+					   int sumfd, int policyfd) __attribute__((noreturn));
+static void
+exec_proxy(const char *path, const char *resolver, int lfd, int logfd, int sumfd, int policyfd)
+{
+	char	   *argv[16];
+	int			a = 0;
+	char	   *const envp[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8", NULL};
+	sigset_t	none;
+	int			hi_l = fcntl(lfd, F_DUPFD, 10),
+				hi_g = logfd >= 0 ? fcntl(logfd, F_DUPFD, 10) : -1,
+				hi_s = fcntl(sumfd, F_DUPFD, 10),
+				hi_p = fcntl(policyfd, F_DUPFD, 10);
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* out of the way first, so no target overwrites a source */
+	if (hi_l < 0 || hi_s < 0 || hi_p < 0 || (logfd >= 0 && hi_g < 0) ||
+		dup2(hi_l, 3) < 0 || dup2(hi_s, 5) < 0 || dup2(hi_p, 6) < 0 ||
+		(hi_g >= 0 ? dup2(hi_g, 4) < 0 : close(4) < 0 && errno != EBADF))
+		_exit(127);
+	syscall(SYS_close_range, 7, ~0U, 0);
+
+	/*
+	 * The proxy parses what the payload sends: it never runs as root.
+	 * Started by root, it becomes nobody (it needs no file: every
+	 * descriptor is open already, and outbound sockets need no
+	 * privilege); always no_new_privs.
+	 */
+	if (geteuid() == 0 &&
+		(setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+		 setresuid(65534, 65534, 65534) < 0))
+		_exit(127);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		_exit(127);
+	argv[a++] = "sandbox-egress";
+	argv[a++] = "--policy-fd";
+	argv[a++] = "6";
+	argv[a++] = "--listen-fd";
+	argv[a++] = "3";
+	argv[a++] = "--summary-fd";
+	argv[a++] = "5";
+	if (hi_g >= 0)
+	{
+		argv[a++] = "--log-fd";
+		argv[a++] = "4";
+	}
+	if (resolver && resolver[0])
+	{
+		argv[a++] = "--resolver";
+		argv[a++] = (char *) resolver;
+	}
+	argv[a] = NULL;
+	execve(path, argv, envp);
+	_exit(127);
+}
+
+/* The stub's message: "path\0resolver\0" and [listen, summary, policy, log]. */
+#define STUB_FDS 4
+
+static int
+send_to_stub(JailEgress *e, const char *path, const char *resolver, int lfd, int sumfd)
+{
+	char		msg[PATH_MAX + 256];
+	int			fds[STUB_FDS] = {lfd, sumfd, e->policyfd, e->logfd >= 0 ? e->logfd : lfd};
+	union
+	{
+		char		buf[CMSG_SPACE(sizeof(fds))];
+		struct cmsghdr align;
+	}			ctl;
+	struct iovec iov;
+	struct msghdr m;
+	struct cmsghdr *c;
+	int			n = snprintf(msg, sizeof(msg), "%s%c%s%c%c", path, 0, resolver ? resolver : "", 0,
+							 e->logfd >= 0 ? 'l' : '-');
+
+	if (n < 0 || (size_t) n >= sizeof(msg))
+	{
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	iov.iov_base = msg;
+	iov.iov_len = n;
+	memset(&m, 0, sizeof(m));
+	memset(&ctl, 0, sizeof(ctl));
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = ctl.buf;
+	m.msg_controllen = sizeof(ctl.buf);
+	c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(fds));
+	memcpy(CMSG_DATA(c), fds, sizeof(fds));
+	if (sendmsg(e->stub, &m, MSG_NOSIGNAL) != n)
+		return -1;
+	return 0;
+}
+
+/*
+ * A worker's stub (worker.c): forked before the worker leaves the host's
+ * network namespace.  It waits for one message from its worker: the
+ * proxy to exec with its descriptors, or EOF (the request had no egress,
+ * or the worker is gone).  Returns the stub's pid (-1: none, the run will
+ * fork the proxy itself, which a served run cannot use: its start fails
+ * as a setup error) and our end of the pair in *sock.
+ */
+pid_t
+jail_egress_stub_fork(int *sock)
+{
+	int			sv[2];
+	pid_t		pid;
+
+	*sock = -1;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+	{
+		close(sv[0]);
+		close(sv[1]);
+		return -1;
+	}
+	if (pid == 0)
+	{
+		char		msg[PATH_MAX + 256];
+		int			fds[STUB_FDS];
+		union
+		{
+			char		buf[CMSG_SPACE(sizeof(fds))];
+			struct cmsghdr align;
+		}			ctl;
+		struct iovec iov = {.iov_base = msg,.iov_len = sizeof(msg) - 1};
+		struct msghdr m = {.msg_iov = &iov,.msg_iovlen = 1,
+		.msg_control = ctl.buf,.msg_controllen = sizeof(ctl.buf)};
+		struct cmsghdr *c;
+		ssize_t		n;
+		size_t		plen;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+		/* nothing of the worker's (the launcher's socket...): fd 3 only */
+		if (dup2(sv[1], 3) < 0)
+			_exit(127);
+		syscall(SYS_close_range, 4, ~0U, 0);
+		n = recvmsg(3, &m, MSG_CMSG_CLOEXEC);
+		c = CMSG_FIRSTHDR(&m);
+		if (n <= 0 || !c || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(fds)))
+			_exit(0);
+		msg[n] = '\0';
+		memcpy(fds, CMSG_DATA(c), sizeof(fds));
+		plen = strnlen(msg, n);
+		if (plen + 2 >= (size_t) n)
+			_exit(127);
+		exec_proxy(msg, msg + plen + 1, fds[0], msg[n - 1] == 'l' ? fds[3] : -1, fds[1], fds[2]);
+	}
+	close(sv[1]);
+	*sock = sv[0];
+	return pid;
+}
+
+/*
+ * Once the sandbox exists (after its first go): take the listening socket
+ * its init made, and exec the proxy on it, here in the host's network
+ * namespace.  The socket is the sandbox's end of every connection; the
+ * proxy dies with us (PDEATHSIG) and holds nothing else of ours: fds 3
+ * (listen), 4 (log), 5 (summary), 6 (policy); as nobody when we are root.
+ */
+int
+jail_egress_start(JailEgress *e, const JailOptions *opts, char *err)
+{
+	char		path[PATH_MAX];
+	int			lfd,
+				sp[2];
+	pid_t		pid;
+
+	if (!e->on)
+		return 0;
+	jail_close(&e->sock[1]);
+	lfd = recv_fd(e->sock[0]);
+	if (lfd < 0)
+	{
+		jail_seterr(err, "egress: the sandbox sent no listening socket");
+		return -1;
+	}
+	if (proxy_path(opts, path, sizeof(path)) < 0 || access(path, X_OK) < 0)
+	{
+		jail_seterr(err, "egress proxy %s: %s", path, strerror(errno));
+		close(lfd);
+		return -1;
+	}
+	if (pipe2(sp, O_CLOEXEC) < 0)
+	{
+		jail_seterr(err, "pipe: %s", strerror(errno));
+		close(lfd);
+		return -1;
+	}
+	if (e->stub >= 0)
+	{
+		/* served: the worker's stub, in the host's namespace, becomes it */
+		if (send_to_stub(e, path, opts->egress_resolver, lfd, sp[1]) < 0)
+		{
+			jail_seterr(err, "egress: could not hand the proxy to its process: %s", strerror(errno));
+			close(lfd);
+			close(sp[0]);
+			close(sp[1]);
+			return -1;
+		}
+		pid = e->stub_pid;
+		e->stub = -1;
+	}
+	else if ((pid = fork()) == 0)
+		exec_proxy(path, opts->egress_resolver, lfd, e->logfd, sp[1], e->policyfd);
+	if (pid < 0)
+	{
+		jail_seterr(err, "fork: %s", strerror(errno));
+		close(lfd);
+		close(sp[0]);
+		close(sp[1]);
+		return -1;
+	}
+	close(lfd);
+	close(sp[1]);
+	e->summary = sp[0];
+	e->pid = pid;
+	jail_close(&e->logfd);		/* the proxy has it */
+	jail_close(&e->policyfd);
+	return wait_ready(e, err);
+}
+
+static uint64_t
+summary_field(const char *line, const char *key)
+{
+	char		k[64];
+	const char *p;
+
+	snprintf(k, sizeof(k), "\"%s\":", key);
+	p = strstr(line, k);
+	return p ? strtoull(p + strlen(k), NULL, 10) : 0;
+}
+
+/*
+ * After the sandbox ended: stop the proxy (SIGTERM: it closes every
+ * connection and writes its summary), and put the summary in the result.
+ * Safe to call when nothing was started.
+ */
+void
+jail_egress_stop(JailEgress *e, JailResult *res)
+{
+	char		line[512];
+	size_t		len = 0;
+
+	if (e->on)
+		res->egress = true;
+	if (e->pid > 0)
+	{
+		uint64_t	deadline = jail_now_ms() + EGRESS_WAIT_MS;
+
+		kill(e->pid, SIGTERM);
+		while (len < sizeof(line) - 1)
+		{
+			struct pollfd p = {.fd = e->summary,.events = POLLIN};
+			uint64_t	now = jail_now_ms();
+			ssize_t		n;
+
+			if (now >= deadline || poll(&p, 1, (int) (deadline - now)) != 1)
+				break;
+			n = read(e->summary, line + len, sizeof(line) - 1 - len);
+			if (n <= 0)
+				break;
+			len += n;
+		}
+		line[len] = '\0';
+		kill(e->pid, SIGKILL);	/* gone already, unless it hung */
+		while (waitpid(e->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		e->pid = -1;
+		res->egress_attempts = summary_field(line, "attempts");
+		res->egress_allowed = summary_field(line, "allowed");
+		res->egress_denied = summary_field(line, "denied");
+		res->egress_bytes_up = summary_field(line, "bytes_up");
+		res->egress_bytes_down = summary_field(line, "bytes_down");
+		res->egress_limit_hit = strstr(line, "\"limit_hit\":true") != NULL;
+	}
+	jail_close(&e->summary);
+	jail_close(&e->sock[0]);
+	jail_close(&e->sock[1]);
+	jail_close(&e->logfd);
+	jail_close(&e->policyfd);
+	free(e->ca);
+	e->ca = NULL;
+}
+
+/*
+ * Init, in the sandbox's network namespace (lo up): the proxy's listening
+ * socket, sent to the jail; we keep no copy, so the payload can connect
+ * to it but never accept on it.
+ */
+int
+jail_egress_listen(int sock, char *err)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,.sin_port = htons(JAIL_EGRESS_PORT)};
+	int			fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || listen(fd, 128) < 0)
+	{
+		jail_seterr(err, "egress listening socket: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	if (jail_send_fd(sock, fd) < 0)
+	{
+		jail_seterr(err, "egress: send the listening socket: %s", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+/* Init, building the root: the Node shim, and the CA if one was given. */
+int
+jail_egress_write_files(const JailChildArgs *args, const char *root, char *err)
+{
+	char		path[256];
+	int			fd;
+
+	if (!args->egress)
+		return 0;
+	snprintf(path, sizeof(path), "%s%s", root, JAIL_EGRESS_NODE_SHIM);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
+	if (fd < 0 || jail_write_all(fd, node_shim, sizeof(node_shim) - 1) < 0)
+	{
+		jail_seterr(err, "write %s: %s", JAIL_EGRESS_NODE_SHIM, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	if (!args->egress_ca_pem)
+		return 0;
+	snprintf(path, sizeof(path), "%s%s", root, JAIL_EGRESS_CA_PATH);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
+	if (fd < 0 || jail_write_all(fd, args->egress_ca_pem, args->egress_ca_len) < 0)
+	{
+		jail_seterr(err, "write %s: %s", JAIL_EGRESS_CA_PATH, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+/*
+ * The payload's environment for a run with egress: the fixed one plus the
+ * proxy for every client, and with_ca the CA variables.  Called in the
+ * payload's process just before execve (its own copy of this memory).
+ */
+char *const *
+jail_egress_env(bool with_ca)
+{
+	static char *env[sizeof(egress_env) / sizeof(egress_env[0])];
+	size_t		n = 0;
+
+	for (size_t i = 0; egress_env[i]; i++)
+		env[n++] = egress_env[i];
+	for (size_t i = 0; with_ca && ca_env[i]; i++)
+		env[n++] = ca_env[i];
+	env[n] = NULL;
+	return env;
+}

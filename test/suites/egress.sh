@@ -1,0 +1,813 @@
+#!/usr/bin/env bash
+# Suite "egress" (docs/egress.md): a sandbox's outbound network through the
+# enforcing proxy, tested from the attacker's side against a fake internet
+# (test/egress/net.sh: two network namespaces, one veth pair, addresses we
+# assign; fakenet.py: a test resolver and HTTP/HTTPS servers with a test
+# CA).  The jail and its proxy run in the "host" namespace of that fake
+# internet (ip netns exec); the proxy is the ASan/UBSan build, and the
+# suite fails on any sanitizer report.  The database part (policy as data,
+# the card, the audit rows) runs on the suite's cluster; the end-to-end
+# part starts a second cluster inside the fake internet's host namespace
+# so that its supervisor's jails reach the fake servers.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+. "$top/test/lib.sh"
+
+EGR_PREFIX=egr${SANDBOX_PGPORT}
+EGR_DIR=/tmp/sbx_egress_suite_$SANDBOX_PGPORT
+. "$top/test/egress/net.sh"
+
+JAIL=$top/src/jail/sandbox-jail
+PROXY=$top/src/egress/sandbox-egress-asan
+[ -x "$PROXY" ] || make -s -C "$top/src/egress" SANITIZE=1 >/dev/null
+[ -x "$top/src/egress/sandbox-egress" ] || make -s -C "$top/src/egress" >/dev/null
+
+trap 'egr_down' EXIT
+if ! egr_up; then
+	nok "fake internet up"
+	finish_suite
+fi
+rm -rf "$EGR_DIR/ws" "$EGR_DIR"/log.* "$EGR_DIR"/verdict.* "$EGR_DIR"/code.* "$EGR_DIR"/flood.*
+mkdir -p "$EGR_DIR/ws" && chmod 0777 "$EGR_DIR/ws"
+# the proxy runs as nobody when the jail is root: a directory it can write
+mkdir -p -m 1777 "$EGR_DIR/asan" && chmod 1777 "$EGR_DIR/asan" && rm -f "$EGR_DIR"/asan/*
+ASAN_LOG=$EGR_DIR/asan/log
+
+# The policy every test starts from (a test writes its own where it needs).
+POLICY=$EGR_DIR/policy
+cat >"$POLICY" <<'P'
+sandbox-egress/1
+rule exact host allowed.test 443,80
+rule wild host *.allowed.test 443
+rule reb host *.rebind.test 80,443
+rule loop host loop.test 80,443
+rule meta host meta.test 80,443
+rule priv host private.test 80,443
+rule cgn host cgnat.test 443
+rule mix host mixed.test 443
+rule nip host 127.0.0.1.nip.test 80,443
+rule v6 host v6ula.test 443
+rule reg host pypi.org 443
+rule reg2 host files.pythonhosted.org 443
+rule reg3 host registry.npmjs.org 443
+rule h1 host ptrloop.test 443
+rule h2 host overlong.test 443
+rule h3 host wrongid.test 443
+rule h4 host othername.test 443
+P
+
+# jrun LANG CODE [POLICY|none] [extra jail options...]: one run in the
+# host namespace; stdout+stderr in $out, the verdict in $verdict, the
+# connection log in $log.
+nrun=0
+jrun() {
+	local lang=$1 code=$2 pol=${3:-$POLICY}
+	shift 3 2>/dev/null || shift $#
+	nrun=$((nrun + 1))
+	log=$EGR_DIR/log.$nrun
+	printf '%s\n' "$code" >"$EGR_DIR/code.$nrun"
+	local egress=()
+	if [ "$pol" != none ]; then
+		egress=(--egress-policy "$pol" --egress-log "$log" --egress-resolver "$EGR_RESOLVER"
+			--egress-ca "$EGR_DIR/ca.pem" --egress-proxy "$PROXY")
+	fi
+	out=$(egr_in_host env ASAN_OPTIONS=log_path=$ASAN_LOG.$nrun "$JAIL" \
+		--language "$lang" --workspace "$EGR_DIR/ws" --code-file "$EGR_DIR/code.$nrun" \
+		--wall-time 60 --quiet --verdict-file "$EGR_DIR/verdict.$nrun" "${egress[@]}" "$@" 2>&1)
+	verdict=$(cat "$EGR_DIR/verdict.$nrun" 2>/dev/null)
+	[ -f "$log" ] || : >"$log"
+}
+has() { [[ $out == *"$2"* ]] && ok "$1" || nok "$1" "no [$2] in: ${out:0:600}"; }
+hasnt() { [[ $out != *"$2"* ]] && ok "$1" || nok "$1" "[$2] in: ${out:0:600}"; }
+vfield() { sed -E "s/.*\"$1\":([^,}]*).*/\1/" <<<"$verdict"; }
+logrows() { grep -c "$1" "$log"; }
+
+# ---- clients that should work --------------------------------------------------
+t_python_allowed() {
+	jrun python '
+import requests, urllib.request
+print("A", requests.get("https://allowed.test/req").text.strip())
+print("B", urllib.request.urlopen("https://www.allowed.test/url").read().decode().strip())
+print("C", requests.get("http://allowed.test/plain").text.strip())
+print("D", requests.post("https://api.allowed.test/post", data=b"x" * 5000).text.strip())'
+	has "python requests over https" "A hello allowed.test /req from 93.184.216.34"
+	has "python urllib over https (wildcard)" "B hello www.allowed.test /url from 93.184.216.34"
+	has "python requests over plain http" "C hello allowed.test /plain from 93.184.216.34"
+	has "python POST with a body" "D got 5000"
+	check "four connections logged as allowed" 4 "$(logrows '"decision":"allowed"')"
+	check "verdict counts them" "4|0" "$(vfield egress_allowed)|$(vfield egress_denied)"
+}
+
+t_node_allowed() {
+	jrun node '
+const https = require("https"), http = require("http");
+https.get("https://allowed.test/nodehttps", (r) => { let b = ""; r.on("data", (d) => b += d);
+  r.on("end", async () => { console.log("A", b.trim());
+    const f = await fetch("https://www.allowed.test/fetch"); console.log("B", f.status, (await f.text()).trim());
+    const p = await fetch("https://allowed.test/post", { method: "POST", body: "y".repeat(300) }); console.log("C", (await p.text()).trim());
+    http.get("http://allowed.test/nodehttp", (r2) => { let c = ""; r2.on("data", (d) => c += d); r2.on("end", () => console.log("D", c.trim())); });
+  }); }).on("error", (e) => console.log("ERR", e.message));'
+	has "node https.get" "A hello allowed.test /nodehttps from 93.184.216.34"
+	has "node fetch" "B 200 hello www.allowed.test /fetch from 93.184.216.34"
+	has "node fetch POST" "C got 300"
+	has "node http.get" "D hello allowed.test /nodehttp from 93.184.216.34"
+}
+
+t_shell_allowed() {
+	jrun shell '
+echo "A $(curl -sS https://allowed.test/curl)"
+echo "B $(wget -qO- http://allowed.test/wget)"
+curl -sS https://denied.test/ 2>&1 | sed "s/^/C /"
+curl -sS -o /dev/null -w "D %{http_code}\n" http://denied.test/'
+	has "curl over https" "A hello allowed.test /curl from 93.184.216.34"
+	has "wget over http" "B hello allowed.test /wget from 93.184.216.34"
+	has "curl refused at once, the proxy says 403" "C curl: (56) CONNECT tunnel failed, response 403"
+	has "curl plain http refused with 403" "D 403"
+	check "the refusals are logged" 2 "$(logrows 'denied.test:[0-9]* is not in the allowlist')"
+}
+
+# ---- refusals --------------------------------------------------------------------
+PYGET='
+import sys, requests
+for u in sys.argv[1:] if len(sys.argv) > 1 else URLS:
+    try:
+        r = requests.get(u, timeout=20)
+        print(u, "GOT", r.status_code, r.text.strip()[:100])
+    except Exception as e:
+        print(u, "ERR", str(e))'
+pyget() {		# URL... through requests, one line each
+	local urls
+	urls=$(printf '"%s",' "$@")
+	jrun python "URLS = [${urls%,}]$PYGET"
+}
+
+t_denied_host() {
+	pyget https://denied.test/ https://other.test/
+	has "a host without a rule: why, in the error" "Tunnel connection failed: 403 egress denied: denied.test:443 is not in the allowlist"
+	has "other.test too" "egress denied: other.test:443 is not in the allowlist"
+	hasnt "nothing reached the server" "GOT 200"
+	check "logged, with no address (never resolved)" 2 "$(grep -c '"address":null,"decision":"denied"' "$log")"
+}
+
+t_wildcard_apex() {
+	cat >"$EGR_DIR/pol.wild" <<'P'
+sandbox-egress/1
+rule w host *.allowed.test 443
+P
+	jrun python "URLS = ['https://www.allowed.test/', 'https://deep.api.allowed.test/', 'https://allowed.test/', 'https://xallowed.test/']$PYGET" "$EGR_DIR/pol.wild"
+	has "wildcard matches a subdomain" "https://www.allowed.test/ GOT 200"
+	has "wildcard matches a deeper subdomain" "https://deep.api.allowed.test/ GOT 200"
+	has "wildcard does not match the apex" "egress denied: allowed.test:443 is not in the allowlist"
+	has "nor a name that merely ends the same" "egress denied: xallowed.test:443 is not in the allowlist"
+}
+
+t_wrong_port() {
+	pyget https://allowed.test:8443/ http://www.allowed.test:80/
+	has "a port the rule does not list" "egress denied: port 8443 is not allowed for allowed.test"
+	has "port 80 not listed for the wildcard" "egress denied: port 80 is not allowed for www.allowed.test"
+	jrun python '
+import socket
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"CONNECT allowed.test:22 HTTP/1.1\r\nHost: allowed.test:22\r\n\r\n")
+print("R", s.recv(200).split(b"\r\n")[0].decode())'
+	has "CONNECT to another port once the host matched" "R HTTP/1.1 403 egress denied: port 22 is not allowed for allowed.test"
+}
+
+t_ip_literal() {
+	pyget https://93.184.216.34/ https://1572395042/ https://0135.0270.0330.042/ https://0x5db8d822/ https://93.184.55346/
+	has "an IP literal without a CIDR rule" "egress denied: IP address 93.184.216.34 is not in the allowlist"
+	has "decimal address" "egress denied: 1572395042 is a numeric host name"
+	has "octal address" "egress denied: 0135.0270.0330.042 is a numeric host name"
+	has "hex address" "egress denied: 0x5db8d822 is a numeric host name"
+	has "short dotted form" "egress denied: 93.184.55346 is a numeric host name"
+	cat >"$EGR_DIR/pol.cidr" <<'P'
+sandbox-egress/1
+rule c cidr 93.184.216.0/24 443
+rule lo cidr 127.0.0.0/8 80,443
+rule ten cidr 10.0.0.0/8 443
+P
+	jrun python "URLS = ['https://93.184.216.34/', 'https://1572395042/', 'http://127.0.0.1/', 'https://10.0.0.5/']$PYGET" "$EGR_DIR/pol.cidr"
+	has "a CIDR rule admits the canonical literal" "https://93.184.216.34/ GOT 200 hello 93.184.216.34 / from 93.184.216.34"
+	has "but never a numeric spelling of it" "egress denied: 1572395042 is a numeric host name"
+	has "a CIDR rule cannot open loopback" "egress denied: 127.0.0.1 is a loopback address"
+	has "nor a private range" "egress denied: 10.0.0.5 is a private address"
+	hasnt "the host's loopback service never answered" "HOST-SECRET"
+}
+
+t_forbidden_names() {
+	pyget http://loop.test/ https://meta.test/ http://private.test/ https://cgnat.test/ https://mixed.test/ http://127.0.0.1.nip.test/ https://v6ula.test/
+	has "a name resolving to 127.0.0.1" "egress denied: loop.test resolves to 127.0.0.1, a loopback address"
+	has "to the metadata address" "egress denied: meta.test resolves to 169.254.169.254, the cloud metadata address"
+	has "to a private address" "egress denied: private.test resolves to 10.0.0.5, a private address"
+	has "to CGNAT" "egress denied: cgnat.test resolves to 100.64.0.1, a shared (CGNAT) address"
+	has "one private answer among public ones" "egress denied: mixed.test resolves to 192.168.1.1, a private address"
+	has "127.0.0.1.nip-style names" "egress denied: 127.0.0.1.nip.test resolves to 127.0.0.1, a loopback address"
+	has "an AAAA-only name in the ULA range" "egress denied: v6ula.test resolves to fd00::1, a unique local (ULA) address"
+	hasnt "the host's loopback service never answered" "HOST-SECRET"
+}
+
+t_rebinding() {
+	# r1.rebind.test: the first lookup answers public, every later one
+	# 127.0.0.1.  One lookup per connection, and the address dialled is
+	# the one vetted: the first connection reaches the public server (a
+	# second lookup would have reached the host's own service), the next
+	# is refused.
+	pyget http://r$$.rebind.test/ http://r$$.rebind.test/again
+	has "first connection: the vetted public address" "http://r$$.rebind.test/ GOT 200 hello r$$.rebind.test / from 93.184.216.34"
+	has "after the rebind: refused" "egress denied: r$$.rebind.test resolves to 127.0.0.1, a loopback address"
+	hasnt "the host's loopback service never answered" "HOST-SECRET"
+}
+
+t_sni_and_host() {
+	jrun python '
+import socket, ssl
+def tunnel(host):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (host, host))
+    assert s.recv(100).startswith(b"HTTP/1.1 200")
+    return s
+ctx = ssl.create_default_context(cafile="/sandbox/.egress-ca.pem")
+try:
+    t = ctx.wrap_socket(tunnel(b"allowed.test"), server_hostname="denied.test")
+    t.sendall(b"GET / HTTP/1.1\r\nHost: denied.test\r\n\r\n"); print("FRONTED", t.recv(200))
+except Exception as e:
+    print("A refused", type(e).__name__)
+s = tunnel(b"allowed.test"); s.sendall(b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+print("B", s.recv(100))
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"GET http://allowed.test/ HTTP/1.1\r\nHost: denied.test\r\n\r\n")
+print("C", s.recv(300).split(b"\r\n")[0].decode())
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"GET http://allowed.test/one HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET http://denied.test/two HTTP/1.1\r\nHost: denied.test\r\n\r\n")
+import time; data = b""
+while True:
+    d = s.recv(4096)
+    if not d: break
+    data += d
+print("D", data.count(b"HTTP/1.1 200"), b"/two" in data, b"/one" in data)
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"GET https://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+print("E", s.recv(300).split(b"\r\n")[0].decode())'
+	has "CONNECT host != SNI: the tunnel is closed" "A refused"
+	hasnt "no fronted answer" "FRONTED"
+	check "logged with the reason" 1 "$(logrows 'the TLS server name denied.test is not the tunnel.s host allowed.test')"
+	has "plain bytes through a CONNECT tunnel: closed" "B b''"
+	check "logged: only TLS is relayed" 1 "$(logrows 'did not start with a TLS ClientHello')"
+	has "Host header != the URL's host" "C HTTP/1.1 403 egress denied: the Host header does not name the request's host"
+	has "a pipelined second request is never sent" "D 1 False True"
+	has "absolute https:// through plain HTTP refused" "E HTTP/1.1 403 egress denied: only CONNECT and absolute http:// requests go through the proxy"
+}
+
+t_ipv6() {
+	pyget 'https://[2606:4700::1111]/' 'http://[::1]/' 'https://[::ffff:127.0.0.1]/' 'https://[fe80::1]/'
+	has "an IPv6 literal without a rule" "egress denied: IP address 2606:4700::1111 is not in the allowlist"
+	has "IPv6 loopback" "egress denied: IP address ::1 is not in the allowlist"
+	has "IPv4-mapped loopback" "egress denied: IP address ::ffff:127.0.0.1 is not in the allowlist"
+	cat >"$EGR_DIR/pol.v6" <<'P'
+sandbox-egress/1
+rule all6 cidr ::/0 80,443
+P
+	jrun python "URLS = ['http://[::1]/', 'https://[::ffff:127.0.0.1]/', 'https://[fe80::1]/', 'https://[fd00::1]/']$PYGET" "$EGR_DIR/pol.v6"
+	has "even ::/0 cannot open ::1" "egress denied: ::1 is a loopback address"
+	has "nor a mapped IPv4 loopback" "egress denied: ::ffff:127.0.0.1 is an IPv4-mapped address"
+	has "nor link-local" "egress denied: fe80::1 is a link-local address"
+	has "nor ULA" "egress denied: fd00::1 is a unique local (ULA) address"
+}
+
+t_no_route_no_dns() {
+	jrun python '
+import socket, errno
+def tryit(name, f):
+    try:
+        f(); print(name, "WORKED")
+    except socket.gaierror:
+        print(name, "blocked gaierror")
+    except OSError as e:
+        print(name, "blocked", errno.errorcode.get(e.errno, e.errno) if e.errno else type(e).__name__)
+tryit("tcp-direct", lambda: socket.create_connection(("93.184.216.34", 443), timeout=5))
+tryit("tcp-v6", lambda: socket.create_connection(("2606:4700::1111", 443), timeout=5))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+tryit("udp-dns", lambda: u.sendto(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07allowed\x04test\x00\x00\x01\x00\x01", ("93.184.0.53", 53)))
+tryit("getaddrinfo", lambda: socket.getaddrinfo("allowed.test", 443))
+tryit("raw-inet", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+tryit("packet", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0))
+tryit("netlink", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
+print(open("/etc/resolv.conf").read().strip() or "resolv.conf empty")'
+	has "direct TCP: no route" "tcp-direct blocked ENETUNREACH"
+	has "direct IPv6: no route" "tcp-v6 blocked ENETUNREACH"
+	has "UDP to the resolver: no route" "udp-dns blocked ENETUNREACH"
+	has "no DNS inside at all" "getaddrinfo blocked gaierror"
+	has "raw IP sockets refused" "raw-inet blocked EPERM"
+	has "packet sockets refused" "packet blocked EPERM"
+	has "netlink refused" "netlink blocked EPERM"
+	has "no resolver configured" "resolv.conf empty"
+	hasnt "nothing got out" "WORKED"
+}
+
+t_proxy_own_ports() {
+	jrun python '
+import socket
+def ask(req):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(req); return s.recv(300).split(b"\r\n")[0].decode()
+print("A", ask(b"CONNECT 127.0.0.1:3128 HTTP/1.1\r\nHost: 127.0.0.1:3128\r\n\r\n"))
+print("B", ask(b"CONNECT localhost:3128 HTTP/1.1\r\nHost: localhost:3128\r\n\r\n"))
+print("C", ask(b"CONNECT 93.184.0.53:53 HTTP/1.1\r\nHost: 93.184.0.53:53\r\n\r\n"))
+print("D", ask(b"GET http://allowed.test:3128/ HTTP/1.1\r\nHost: allowed.test:3128\r\n\r\n"))
+for p in (22, 80, 5432, 3129):
+    try:
+        socket.create_connection(("127.0.0.1", p), timeout=3); print("OPEN", p)
+    except OSError as e:
+        print("closed", p)'
+	has "the proxy to itself by address" "A HTTP/1.1 403 egress denied: IP address 127.0.0.1 is not in the allowlist"
+	has "the proxy to itself by name" "B HTTP/1.1 403 egress denied: localhost:3128 is not in the allowlist"
+	has "the resolver through the proxy" "C HTTP/1.1 403 egress denied: IP address 93.184.0.53 is not in the allowlist"
+	has "an allowed host on the proxy's port" "D HTTP/1.1 403 egress denied: port 3128 is not allowed for allowed.test"
+	hasnt "no other port of the host is reachable from inside" "OPEN"
+}
+
+t_flood_and_slow() {
+	# Run A: holds 32 silent connections (the per-run limit of connections
+	# in flight) and opens 300 more; run B, at the same time, is served as
+	# usual (each run has its own proxy).  Bounded: A ends after 300.
+	rm -f "$EGR_DIR/ws/flooding"
+	printf '%s\n' '
+import socket, time, os
+held = [socket.create_connection(("127.0.0.1", 3128)) for _ in range(40)]
+open("/workspace/flooding", "w").close()
+refused = 0
+for i in range(300):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\n\r\n")
+    if b"too many connections at once" in s.recv(300): refused += 1
+    s.close()
+time.sleep(2)
+print("A refused", refused)' >"$EGR_DIR/flood.py"
+	egr_in_host "$JAIL" --language python --workspace "$EGR_DIR/ws" --code-file "$EGR_DIR/flood.py" \
+		--wall-time 60 --quiet --verdict-file "$EGR_DIR/flood.verdict" --egress-policy "$POLICY" \
+		--egress-log "$EGR_DIR/flood.log" --egress-resolver "$EGR_RESOLVER" --egress-proxy "$PROXY" \
+		>"$EGR_DIR/flood.out" 2>&1 &
+	local apid=$!
+	wait_for 30 '[ -f "$EGR_DIR/ws/flooding" ]' || nok "the flood started"
+	local jpid ppid_ user
+	jpid=$(pgrep -f "^$JAIL --language python .*flood.py" | head -n 1)
+	ppid_=$(pgrep -P "${jpid:-0}" -f sandbox-egress | head -n 1)
+	user=$(ps -o user= -p "${ppid_:-0}" 2>/dev/null)
+	check "the proxy of a run started by root runs as nobody" nobody "$user"
+	jrun python 'import requests; print("B", requests.get("https://allowed.test/b").text.strip())'
+	has "another run is served during the flood" "B hello allowed.test /b from 93.184.216.34"
+	wait $apid
+	out=$(cat "$EGR_DIR/flood.out")
+	has "the flooding run's excess connections are refused at once" "A refused 300"
+	rm -f "$EGR_DIR/ws/flooding" "$EGR_DIR/flood.log"
+	# a client that never finishes its request head is dropped (10 s)
+	jrun python '
+import socket, time
+s = socket.create_connection(("127.0.0.1", 3128)); s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\n")
+s.settimeout(30); print("slow", s.recv(10) == b"")'
+	has "a slow client is dropped" "slow True"
+	check "and logged" 1 "$(logrows 'no request within 10 s')"
+}
+
+t_caps() {
+	cat >"$EGR_DIR/pol.caps" <<'P'
+sandbox-egress/1
+limit connections 2
+limit bytes_down 200000
+rule a host allowed.test 443,80
+P
+	jrun python '
+import requests
+for u in ["https://allowed.test/bytes/1000", "https://allowed.test/bytes/1000000", "https://allowed.test/third"]:
+    try:
+        r = requests.get(u, timeout=20); print(u, "GOT", len(r.content))
+    except Exception as e:
+        print(u, "ERR", str(e)[:300])' "$EGR_DIR/pol.caps"
+	has "a small download passes" "/bytes/1000 GOT 1000"
+	hasnt "the download past the byte cap is cut" "/bytes/1000000 GOT 1000000"
+	has "then no more connections" "egress denied: the run's connection limit (2) is used up"
+	check "the verdict flags the limit" true "$(vfield egress_limit_hit)"
+	check "bytes down at most the cap" 1 "$([ "$(vfield egress_bytes_down)" -le 200000 ] && echo 1)"
+	check "logged with the reason" 1 "$(logrows "the run's byte limit (down) was reached")"
+	# many at once: the cap counts admissions, not finished connections
+	jrun python '
+import socket, threading
+res = []
+def one():
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+    res.append(s.recv(200).split(b"\r\n")[0].decode()); held.append(s)
+held = []
+ts = [threading.Thread(target=one) for _ in range(8)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print("admitted", sum(r.startswith("HTTP/1.1 200") for r in res), "refused", sum("connection limit (2)" in r for r in res))' "$EGR_DIR/pol.caps"
+	has "eight at once against a cap of two: two admitted" "admitted 2 refused 6"
+}
+
+t_runtime_installs() {
+	jrun shell '
+pip install --break-system-packages left-pad 2>&1 | tail -n 2
+cd /tmp && npm install left-pad 2>&1 | grep -m1 -o "ENOTCACHED\|EACCES\|ENETUNREACH\|403"'
+	has "pip stays off with the registry allowlisted" "from versions: none"
+	has "npm stays offline" "ENOTCACHED"
+	check "neither even tried the proxy" 0 "$(vfield egress_attempts)"
+}
+
+t_hostile_inputs() {
+	# malformed requests and TLS hellos from the payload, malformed answers
+	# from a hostile resolver: each refused with a reason, the proxy (ASan)
+	# serving on; t_sanitizers then finds no report
+	jrun python '
+import socket, struct
+def ask(data, close=False):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(data)
+    if close: s.shutdown(socket.SHUT_WR)
+    s.settimeout(15)
+    try:
+        return s.recv(400).split(b"\r\n")[0].decode(errors="replace")
+    except Exception as e:
+        return "ERR " + str(e)
+for i, req in enumerate([b"\x00\x01\x02\r\n\r\n", b"GET\r\n\r\n", b"CONNECT\r\n\r\n",
+        b"CONNECT allowed.test HTTP/1.1\r\n\r\n", b"CONNECT allowed.test:99999 HTTP/1.1\r\n\r\n",
+        b"CONNECT [::1 HTTP/1.1\r\n\r\n", b"CONNECT :443 HTTP/1.1\r\n\r\n",
+        b"CONNECT allowed.test:443 HTTP/2.0\r\n\r\n", b"GET http://user@allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+        b"POST http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+        b"POST http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"GET http://" + b"a" * 300 + b".test/ HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"X" * 20000]):
+    print("R%d" % i, ask(req))
+# TLS hellos that lie about their lengths
+def tunnel_then(payload):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+    assert s.recv(100).startswith(b"HTTP/1.1 200")
+    s.sendall(payload); s.shutdown(socket.SHUT_WR); s.settimeout(15)
+    try:
+        return s.recv(100)
+    except Exception as e:
+        return str(e)
+hs = b"\x01" + struct.pack(">I", 2000)[1:] + b"\x03\x03" + b"\x00" * 32 + b"\xff"
+for j, p in enumerate([b"\x16\x03\x01\x00\x05\x01\x00\x00\xff\xff", b"\x16\x03\x01\x40\x01" + b"\x01" * 10,
+                       b"\x16\x03\x01" + struct.pack(">H", len(hs)) + hs, b"\x16\x03\x01\x00\x30" + b"\x01\x00\x00\x2c" + b"\x03\x03" + b"\x00" * 32 + b"\x00\x00\x02\x13\x01\x01\x00\xff\xff"]):
+    print("T%d" % j, tunnel_then(p))
+import requests
+for h in ["ptrloop.test", "overlong.test", "wrongid.test", "othername.test"]:
+    try:
+        requests.get("https://%s/" % h, timeout=30); print(h, "GOT")
+    except Exception as e:
+        print(h, "ERR", str(e)[-160:])
+print("still", requests.get("https://allowed.test/after").text.strip())'
+	has "garbage before the head" "R0 HTTP/1.1 403 egress denied: the request head is malformed"
+	has "a bare method" "R1 HTTP/1.1 403 egress denied: not an HTTP/1 proxy request"
+	has "CONNECT without a port" "R3 HTTP/1.1 403 egress denied: CONNECT needs host:port"
+	has "a port out of range" "R4 HTTP/1.1 403 egress denied: CONNECT needs host:port"
+	has "an unterminated IPv6 literal" "R5 HTTP/1.1 403 egress denied: CONNECT needs host:port"
+	has "an empty host" "R6 HTTP/1.1 403 egress denied: CONNECT needs host:port"
+	has "another HTTP version" "R7 HTTP/1.1 403 egress denied: not an HTTP/1 proxy request"
+	has "credentials in the authority" "R8 HTTP/1.1 403 egress denied: invalid request target"
+	has "two Content-Lengths" "R9 HTTP/1.1 403 egress denied: request bodies need one Content-Length"
+	has "a chunked upload" "R10 HTTP/1.1 403 egress denied: request bodies need one Content-Length"
+	has "an over-long name" "R11 HTTP/1.1 403 egress denied: invalid request target"
+	has "a head larger than 16 KiB" "R12 HTTP/1.1 403 egress denied: the request head is malformed or larger than 16384 bytes"
+	check "lying TLS hellos: every tunnel closed, nothing relayed" 4 "$(grep -c "^T[0-3] b''$" <<<"$out")"
+	has "a resolver answer that loops" "ptrloop.test ERR"
+	has "a record longer than the answer" "overlong.test ERR"
+	has "an answer with another id is not taken" "502 egress failed: could not resolve wrongid.test: the resolver did not answer"
+	has "an answer for another name is not taken" "could not resolve othername.test: no address"
+	check "malformed answers are refused as such" 2 "$(logrows 'malformed answer from the resolver')"
+	has "the proxy still serves afterwards" "still hello allowed.test /after from 93.184.216.34"
+}
+
+t_served() {
+	# the resident launcher: the sandbox joins its worker's network
+	# namespace, the proxy is exec'd by the worker's stub left in the
+	# host's namespace (and the launcher's cgroup, not the run's slot)
+	local sock=$EGR_DIR/jail.sock lpid i
+	rm -f "$sock"
+	nsenter --net="/run/netns/$EGR_H" -- "$JAIL" --serve "$sock" --pool 2 --quiet >"$EGR_DIR/serve.out" 2>&1 &
+	lpid=$!
+	wait_for 30 '[ -S "$sock" ]' || { nok "the launcher came up" "$(cat "$EGR_DIR/serve.out")"; return; }
+	for i in 1 2 3; do
+		nrun=$((nrun + 1))
+		log=$EGR_DIR/log.$nrun
+		printf '%s\n' "URLS = ['https://allowed.test/served$i', 'https://denied.test/']$PYGET" >"$EGR_DIR/code.$nrun"
+		out=$(env ASAN_OPTIONS=log_path=$ASAN_LOG.$nrun "$JAIL" --client "$sock" --language python \
+			--workspace "$EGR_DIR/ws" --code-file "$EGR_DIR/code.$nrun" --wall-time 60 \
+			--verdict-file "$EGR_DIR/verdict.$nrun" --egress-policy "$POLICY" --egress-log "$log" \
+			--egress-resolver "$EGR_RESOLVER" --egress-ca "$EGR_DIR/ca.pem" --egress-proxy "$PROXY" 2>&1)
+		verdict=$(cat "$EGR_DIR/verdict.$nrun" 2>/dev/null)
+		has "served run $i: the allowed host" "https://allowed.test/served$i GOT 200 hello allowed.test /served$i from 93.184.216.34"
+		has "served run $i: the other refused" "egress denied: denied.test:443 is not in the allowlist"
+		check "served run $i: logged and counted" "2|1|1" "$(grep -c decision "$log")|$(vfield egress_allowed)|$(vfield egress_denied)"
+	done
+	jrun python 'import socket
+try:
+    socket.create_connection(("127.0.0.1", 3128), timeout=3); print("OPEN")
+except OSError as e:
+    print("closed", e.errno)' none
+	has "a served run without a policy after them: nothing listens" "closed 111"
+	kill "$lpid" 2>/dev/null
+	wait "$lpid" 2>/dev/null
+}
+
+t_no_policy_no_proxy() {
+	jrun python '
+import os, socket
+print("proxy vars:", [k for k in os.environ if "proxy" in k.lower()])
+try:
+    socket.create_connection(("127.0.0.1", 3128), timeout=3); print("OPEN")
+except OSError as e:
+    print("closed", e.errno)' none
+	has "no policy: no proxy variables" "proxy vars: []"
+	has "no policy: nothing listens" "closed 111"
+	check "no policy: no egress fields in the verdict" "" "$(grep -o egress_attempts <<<"$verdict")"
+}
+
+t_sanitizers() {
+	check "no ASan/UBSan report from the proxy" "" \
+		"$(cat "$ASAN_LOG".* 2>/dev/null | grep -m3 -E 'ERROR: AddressSanitizer|runtime error|LeakSanitizer')"
+}
+
+# ---- the database: policy as data, end to end ------------------------------------
+# A cluster of its own, started inside the fake internet's host namespace:
+# its supervisor's jails and their proxies run there (the suite's shared
+# cluster runs in the machine's namespace, which has no fake internet).
+EPG_DIR=$EGR_DIR/pg
+EPG_PORT=$((SANDBOX_PGPORT + 7))
+db_up() {
+	chmod 0755 "$EGR_DIR" && chmod 0644 "$EGR_DIR/ca.pem"
+	PGBIN=$PGBIN SANDBOX_CLUSTER_DIR=$EPG_DIR SANDBOX_PGPORT=$EPG_PORT SANDBOX_EXTRA_CONF="sandbox.egress_resolver = '$EGR_RESOLVER'
+sandbox.egress_ca_file = '$EGR_DIR/ca.pem'" egr_in_host "$top/scripts/cluster.sh" start >"$EGR_DIR/db_up.log" 2>&1 || {
+		nok "egress cluster up" "$(tail -n 5 "$EGR_DIR/db_up.log")"
+		return 1
+	}
+	CLUSTER_DIR=$EPG_DIR
+	PORT=$EPG_PORT
+}
+db_down() {
+	[ -n "${EPG_UP:-}" ] && PGBIN=$PGBIN SANDBOX_CLUSTER_DIR=$EPG_DIR SANDBOX_PGPORT=$EPG_PORT "$top/scripts/cluster.sh" stop >/dev/null 2>&1
+	EPG_UP=
+}
+trap 'db_down; egr_down' EXIT
+
+aq() {				# org sql [psql options]: as agent_admin of the org
+	local org=$1 sql=$2
+	shift 2
+	printf "BEGIN;\nSET LOCAL ROLE agent_admin;\nSELECT agent.set_tenant('%s', NULL);\n%s\nCOMMIT;\n" \
+		"$org" "$sql" | q "$@" -f - | sed '/^$/d'
+}
+aq_error() {
+	local err
+	err=$(aq "$1" "\\set VERBOSITY verbose
+$2" 2>&1 >/dev/null | sed -n 's/^.*ERROR:  \([0-9A-Z]\{5\}\): \(.*\)$/\1 \2/p' | head -n 1)
+	echo "${err:-no error}"
+}
+await_ok() {		# TENANT INV: "the run succeeded", with its reason when not
+	local st
+	st=$(await "$1" "$2")
+	check "the run succeeded" succeeded "$st"
+	[ "$st" = succeeded ] || echo "#   reason: $(field "$2" state_reason)"
+}
+q_error() {			# SQL as the owner → "SQLSTATE message" of its error
+	printf '\\set VERBOSITY verbose\n%s\n' "$1" | q -f - 2>&1 >/dev/null |
+		sed -n 's/^.*ERROR:  \([0-9A-Z]\{5\}\): \(.*\)$/\1 \2/p' | head -n 1
+}
+card() { tq "$1" "$2" "SELECT egress_may_reach FROM agent.approval_card('$3');" | tail -n 1; }
+TWO_GETS='
+import requests
+for u in ["https://allowed.test/one", "https://denied.test/two"]:
+    try:
+        print(u, "GOT", requests.get(u, timeout=20).text.strip())
+    except Exception as e:
+        print(u, "ERR", str(e))'
+
+t_db_default_deny() {
+	local T org ws agent conv inv appr
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	read -r inv appr < <(req "$T" python 'import socket
+try:
+    socket.create_connection(("127.0.0.1", 3128), timeout=3); print("OPEN")
+except OSError as e:
+    print("closed", e.errno)')
+	check "an org without rules: the card says no network" "nothing (no network)" "$(card "$org" "$ws" "$appr")"
+	check "no policy on the invocation" "" "$(field "$inv" egress_policy)"
+	approve "$T" "$appr"
+	await_ok "$T" "$inv"
+	check "nothing listens inside: today's no-network sandbox" "closed 111" "$(output "$inv")"
+	check "no egress rows" 0 "$(q -c "SELECT count(*) FROM agent.egress_connections WHERE invocation_id = '$inv'")"
+}
+
+t_db_allowed_run() {
+	local T org ws agent conv inv appr
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');
+SELECT agent.add_egress_rule('*.Allowed.Test.', '{443,8443}', 'admin');" >/dev/null
+	read -r inv appr < <(req "$T" python "$TWO_GETS")
+	check "the card says what the run may reach" "*.allowed.test:443,8443, allowed.test:443" "$(card "$org" "$ws" "$appr")"
+	approve "$T" "$appr"
+	await_ok "$T" "$inv"
+	out=$(output "$inv")
+	check "it ran through the resident launcher (served: no jail pid of its own)" "0" "$(field "$inv" "coalesce(jail_pid, 0)")"
+	has "the allowed host answered through the supervisor's jail" "https://allowed.test/one GOT hello allowed.test /one from 93.184.216.34"
+	has "the other one was refused, saying why" "egress denied: denied.test:443 is not in the allowlist"
+	check "two rows for the tenant, one allowed (under RLS, as the backend)" "2|1" \
+		"$(tq "$org" "$ws" "SELECT count(*) || '|' || count(*) FILTER (WHERE allowed) FROM agent.egress_connections WHERE invocation_id = '$inv';" | tail -n 1)"
+	check "the allowed row names its host, address and rule" "allowed.test|93.184.216.34|true" \
+		"$(q -c "SELECT c.host || '|' || host(c.address) || '|' || (c.rule_id = r.id) FROM agent.egress_connections c JOIN agent.egress_rules r ON r.host = 'allowed.test' AND r.org_id = c.org_id WHERE c.invocation_id = '$inv' AND c.allowed")"
+	check "the tool call's summary" "2|1|1|false" \
+		"$(q -c "SELECT (egress->>'attempts') || '|' || (egress->>'allowed') || '|' || (egress->>'denied') || '|' || (egress->>'limit_hit') FROM agent.agent_tool_calls WHERE invocation_id = '$inv'")"
+	check "one egress audit event for the run" 1 \
+		"$(q -c "SELECT count(*) FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'egress.connections'")"
+	check "its hash is the connection log's" t \
+		"$(q -c "SELECT details->>'log_sha256' = agent.egress_log_sha256('$inv') AND (details->>'log_rows')::int = 2 FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'egress.connections'")"
+	check "the approval event binds the policy's hash" t \
+		"$(q -c "SELECT a.details->>'egress_sha256' = i.egress_sha256 FROM agent.audit_events a JOIN agent.invocations i ON i.id = a.invocation_id WHERE a.invocation_id = '$inv' AND a.event_type = 'approval.approved'")"
+	q -c "ALTER TABLE agent.egress_connections DISABLE ROW LEVEL SECURITY" >/dev/null
+	q -c "UPDATE agent.egress_connections SET allowed = true WHERE invocation_id = '$inv'" >/dev/null
+	check "a rewritten log no longer matches its audited hash" f \
+		"$(q -c "SELECT details->>'log_sha256' = agent.egress_log_sha256('$inv') FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'egress.connections'")"
+	q -c "ALTER TABLE agent.egress_connections ENABLE ROW LEVEL SECURITY" >/dev/null
+	check "the audit chain verifies" t "$(q -c "SELECT ok FROM agent.verify_audit_chain('$org')")"
+}
+
+t_db_policy_changed_after_request() {
+	local T org ws agent conv inv appr
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" >/dev/null
+	read -r inv appr < <(req "$T" python "$TWO_GETS")
+	# between request and run: the admin widens the policy
+	aq "$org" "SELECT agent.add_egress_rule('denied.test', '{443}', 'admin');" >/dev/null
+	check "the policy now includes denied.test" "allowed.test:443, denied.test:443" \
+		"$(tq "$org" "$ws" "SELECT may_reach FROM agent.effective_egress('$agent');" | tail -n 1)"
+	check "the card still shows what was requested" "allowed.test:443" "$(card "$org" "$ws" "$appr")"
+	approve "$T" "$appr"
+	await_ok "$T" "$inv"
+	out=$(output "$inv")
+	has "the approved host works" "https://allowed.test/one GOT hello"
+	has "the host added after the request stays refused" "egress denied: denied.test:443 is not in the allowlist"
+	check "the copy on the invocation cannot be changed (even by the owner)" \
+		"55000 cannot change the egress policy of invocation $inv" \
+		"$(q_error "UPDATE agent.invocations SET egress_policy = NULL WHERE id = '$inv';")"
+	# a superuser widening the copy behind the freeze: the run would be refused
+	q >/dev/null <<SQL
+ALTER TABLE agent.invocations DISABLE TRIGGER invocations_freeze_egress;
+UPDATE agent.invocations SET egress_policy = jsonb_set(egress_policy, '{rules}', egress_policy->'rules' || '[{"id":"00000000-0000-4000-8000-000000000000","host":"denied.test","ports":[443]}]'),
+	egress_sha256 = NULL WHERE id = '$inv';
+UPDATE agent.invocations SET egress_sha256 = agent._egress_sha256(egress_policy) WHERE id = '$inv';
+ALTER TABLE agent.invocations ENABLE TRIGGER invocations_freeze_egress;
+SQL
+	check "a policy copy rewritten after approval is refused for the run" \
+		"55000 the egress policy of invocation $inv is not the one its approval covers" \
+		"$(q_error "SELECT agent._egress_policy_file('$inv');")"
+}
+
+t_db_narrowing() {
+	local T org ws agent conv ra rb T2 org2 rc inv appr
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	ra=$(aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" | tail -n 1)
+	rb=$(aq "$org" "SELECT agent.add_egress_rule('other.test', '{443}', 'admin');" | tail -n 1)
+	T2=$(new_tenant 0)
+	read -r org2 _ <<<"$T2"
+	rc=$(aq "$org2" "SELECT agent.add_egress_rule('denied.test', '{443}', 'admin');" | tail -n 1)
+	tq "$org" "$ws" "SELECT agent.narrow_egress('$agent', NULL, ARRAY['$ra']::uuid[], 'owner');" >/dev/null
+	check "an agent narrowed to one rule" "allowed.test:443" \
+		"$(tq "$org" "$ws" "SELECT may_reach FROM agent.effective_egress('$agent');" | tail -n 1)"
+	check "a conversation cannot take a rule its agent does not have" \
+		"42501 egress rule $rb is not available to narrow to" \
+		"$(tq_error "$org" "$ws" "SELECT agent.narrow_egress('$agent', '$conv', ARRAY['$rb']::uuid[], 'owner');")"
+	check "nor a rule of another org" "42501 egress rule $rc is not available to narrow to" \
+		"$(tq_error "$org" "$ws" "SELECT agent.narrow_egress('$agent', NULL, ARRAY['$rc']::uuid[], 'owner');")"
+	tq "$org" "$ws" "SELECT agent.narrow_egress('$agent', '$conv', '{}'::uuid[], 'owner');" >/dev/null
+	read -r inv appr < <(req "$T" python 'print(1)')
+	check "a conversation narrowed to nothing has no network" "nothing (no network)" "$(card "$org" "$ws" "$appr")"
+	tq "$org" "$ws" "SELECT agent.deny('$appr', 'approver');" >/dev/null
+}
+
+t_db_roles_and_rls() {
+	local T org ws agent conv T2 org2 ws2
+	T=$(new_tenant 0)
+	read -r org ws agent conv <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" >/dev/null
+	T2=$(new_tenant 0)
+	read -r org2 ws2 _ <<<"$T2"
+	check "another tenant sees none of the org's rules" 0 \
+		"$(tq "$org2" "$ws2" "SELECT count(*) FROM agent.egress_rules;" | tail -n 1)"
+	check "nor any connection row of another tenant" 0 \
+		"$(tq "$org2" "$ws2" "SELECT count(*) FROM agent.egress_connections WHERE org_id <> '$org2';" | tail -n 1)"
+	check "the backend cannot add rules (an admin's)" "42501 permission denied for function add_egress_rule" \
+		"$(tq_error "$org" "$ws" "SELECT agent.add_egress_rule('evil.test', '{443}', 'me');")"
+	check "nor write connection rows" "42501 permission denied for table egress_connections" \
+		"$(tq_error "$org" "$ws" "INSERT INTO agent.egress_connections (invocation_id, seq, org_id, workspace_id, kind, host, port, allowed, bytes_up, bytes_down, duration_ms) VALUES (gen_random_uuid(), 1, '$org', '$ws', 'connect', 'x', 1, true, 0, 0, 0);")"
+	check "nor record a run's egress" "42501 permission denied for function _record_egress" \
+		"$(tq_error "$org" "$ws" "SELECT agent._record_egress(gen_random_uuid(), '', NULL);")"
+	check "an IP address is not a host pattern" "22023 host pattern \"2130706433\" is an address, not a name" \
+		"$(aq_error "$org" "SELECT agent.add_egress_rule('2130706433', '{443}', 'admin');")"
+	check "nor a dotted one" "22023 host pattern \"1.2.3.4\" is an address, not a name" \
+		"$(aq_error "$org" "SELECT agent.add_egress_rule('1.2.3.4', '{443}', 'admin');")"
+	check "a wildcard only at the front" "22023 invalid host pattern \"a.*.test\"" \
+		"$(aq_error "$org" "SELECT agent.add_egress_rule('a.*.test', '{443}', 'admin');")"
+	check "ports are checked" "22023 invalid ports for an egress rule" \
+		"$(aq_error "$org" "SELECT agent.add_egress_rule('ok.test', '{0}', 'admin');")"
+	check "host or cidr, not both" "22023 an egress rule needs exactly one of host and cidr" \
+		"$(aq_error "$org" "SELECT agent.add_egress_rule('ok.test', '{443}', 'admin', '1.2.3.0/24');")"
+}
+
+t_db_limits() {
+	local T org ws agent conv inv
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');
+SELECT agent.set_egress_limits(1, 1000000, 1000000, 'admin');" >/dev/null
+	inv=$(run "$T" python 'import requests
+for u in ["https://allowed.test/a", "https://allowed.test/b"]:
+    try:
+        print(u, requests.get(u, timeout=20).text.strip())
+    except Exception as e:
+        print(u, "ERR", str(e))')
+	out=$(output "$inv")
+	has "the first connection passes" "https://allowed.test/a hello allowed.test /a"
+	has "the second hits the org's limit" "egress denied: the run's connection limit (1) is used up"
+	check "the tool call flags the limit" true \
+		"$(q -c "SELECT egress->>'limit_hit' FROM agent.agent_tool_calls WHERE invocation_id = '$inv'")"
+}
+
+t_db_runner_without_conversation() {
+	# no conversation (no session) and no skills: only has_egress makes the
+	# runner take the prepare step that gives it the policy
+	local T org ws agent conv inv appr
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" >/dev/null
+	read -r inv appr < <(req "$T" python "$TWO_GETS" none)
+	check "the run has no conversation" "" "$(field "$inv" conversation_id)"
+	approve "$T" "$appr"
+	await_ok "$T" "$inv"
+	out=$(output "$inv")
+	has "the allowed host answered (the policy reached the runner's jail)" "https://allowed.test/one GOT hello allowed.test /one"
+	has "the other one was refused, saying why" "egress denied: denied.test:443 is not in the allowlist"
+	check "both attempts recorded" 2 "$(q -c "SELECT count(*) FROM agent.egress_connections WHERE invocation_id = '$inv'")"
+}
+
+t_db_runner_config() {
+	local out conf=$EPG_DIR/data/sandbox_runner/runner.conf
+	check "the local runner's configuration carries sandbox.egress_resolver" \
+		"egress_resolver = '$EGR_RESOLVER'" "$(grep '^egress_resolver' "$conf")"
+	check "and sandbox.egress_ca_file" "egress_ca_file = '$EGR_DIR/ca.pem'" "$(grep '^egress_ca_file' "$conf")"
+	local bad=$EGR_DIR/bad-runner.conf
+	printf "name = 'x'\nwork_dir = '/tmp/x'\nrun_dir = '/tmp/y'\negress_ca_file = 'ca.pem'\n" >"$bad"
+	out=$("$top/src/runner/sandbox-runner" --config "$bad" --check 2>&1)
+	has "a relative egress_ca_file is refused" "egress_ca_file must be an absolute path"
+}
+
+t_db_bad_log_keeps_no_slot() {
+	# Fault injection (a trigger of the test's): the database refuses the
+	# run's egress record.  The runner's fallback finish records no egress,
+	# so the run ends and its slot comes back; the next run is served.
+	local T org ws agent conv inv inv2
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" >/dev/null
+	q >/dev/null <<'SQL'
+CREATE FUNCTION public.t_refuse_egress() RETURNS trigger LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'test: egress record refused'; END$$;
+CREATE TRIGGER t_refuse_egress BEFORE INSERT ON agent.egress_runs
+	FOR EACH ROW EXECUTE FUNCTION public.t_refuse_egress();
+SQL
+	inv=$(run "$T" python 'print("ran")' none)
+	q >/dev/null <<'SQL'
+DROP TRIGGER t_refuse_egress ON agent.egress_runs;
+DROP FUNCTION public.t_refuse_egress();
+SQL
+	local st
+	st=$(field "$inv" state)
+	case "$st" in
+		succeeded|failed|provision_failed) ok "the run whose egress record was refused ended ($st)" ;;
+		*) nok "the run whose egress record was refused ended" "state $st" ;;
+	esac
+	check "its reason says the result could not be recorded" t \
+		"$(q -c "SELECT coalesce(state_reason, '') LIKE '%test: egress record refused%' FROM agent.invocations WHERE id = '$inv'")"
+	check "no egress record for it" 0 "$(q -c "SELECT count(*) FROM agent.egress_runs WHERE invocation_id = '$inv'")"
+	inv2=$(run "$T" python "$TWO_GETS" none)
+	check "the next run is served" succeeded "$(field "$inv2" state)"
+	check "and recorded" 1 "$(q -c "SELECT count(*) FROM agent.egress_runs WHERE invocation_id = '$inv2'")"
+}
+
+if [ -z "${T:-}" ] || [[ t_db_ =~ $T ]] || [[ $T == *t_db* ]]; then
+	db_up && EPG_UP=1
+fi
+
+run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_wildcard_apex \
+	t_wrong_port t_ip_literal t_forbidden_names t_rebinding t_sni_and_host t_ipv6 \
+	t_no_route_no_dns t_proxy_own_ports t_flood_and_slow t_caps t_runtime_installs \
+	t_hostile_inputs t_served t_no_policy_no_proxy t_sanitizers
+if [ -n "${EPG_UP:-}" ]; then
+	run_tests t_db_default_deny t_db_allowed_run t_db_policy_changed_after_request \
+		t_db_narrowing t_db_roles_and_rls t_db_limits t_db_runner_without_conversation \
+		t_db_runner_config t_db_bad_log_keeps_no_slot
+fi
+finish_suite

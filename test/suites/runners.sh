@@ -119,7 +119,7 @@ check_held_spread() {		# tenant label ids...
 	shift 2
 	read -r org ws _ <<<"$t"
 	list=$(IFS=,; echo "$*")
-	wait_for 90 '[ "$(q -c "SELECT count(*) FROM agent.invocations WHERE id = ANY ('"'{$list}'"') AND state = '"'running'"'")" = 6 ]'
+	wait_for 300 '[ "$(q -c "SELECT count(*) FROM agent.invocations WHERE id = ANY ('"'{$list}'"') AND state = '"'running'"'")" = 6 ]'
 	check "$label: six runs at once, two on each of the three runners" "2|2|2" \
 		"$(q -c "SELECT string_agg(c::text, '|' ORDER BY c) FROM (SELECT count(*) c FROM agent.invocations i JOIN agent.runners r ON r.id = i.runner_id WHERE i.id = ANY ('{$list}') AND i.state = 'running' AND r.name LIKE 'h$PORT-%' GROUP BY r.id) x")"
 	for inv in "$@"; do tq "$org" "$ws" "SELECT agent.cancel('$inv', 'requester');" >/dev/null; done

@@ -142,9 +142,9 @@ $$;
 -- definition (docs/reference.md, "Limits", lists the same table; pgTAP
 -- 70_errors checks it).  File names are agent.valid_relative_path()'s
 -- (50_sessions.sql); code is max_code_bytes (agent.settings).
+-- (No SET clause, it names nothing: a caller's query inlines it.)
 CREATE FUNCTION agent.text_limits() RETURNS TABLE (kind text, max_bytes integer)
 	LANGUAGE sql IMMUTABLE PARALLEL SAFE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 	VALUES ('person', 256), ('name', 200), ('title', 1000), ('description', 8192),
 		   ('reason', 2000), ('idempotency_key', 200), ('content_type', 255),

@@ -62,13 +62,15 @@ COMMENT ON FUNCTION agent.output_channel(uuid) IS
 -- client treats a notification as a reason to look, and reads the state
 -- and the output through the tenant-scoped API (docs/execution.md).
 CREATE FUNCTION agent._notify_invocation(invocation uuid, payload jsonb) RETURNS void
-	LANGUAGE sql VOLATILE
+	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
-	SELECT pg_catalog.pg_notify(agent._channel_name(i.channel_token),
-								CASE WHEN payload ->> 'done' = 'true' THEN 'done' ELSE 'output' END)
-	  FROM agent.invocations i
-	 WHERE i.id = invocation
+BEGIN
+	PERFORM pg_catalog.pg_notify(agent._channel_name(i.channel_token),
+								 CASE WHEN payload ->> 'done' = 'true' THEN 'done' ELSE 'output' END)
+	   FROM agent.invocations i
+	  WHERE i.id = invocation;
+END
 $$;
 
 -- Output, in the order the supervisor read it.
@@ -628,11 +630,15 @@ $$;
 -- The caps on what one run may return (agent.settings), for the supervisor.
 CREATE FUNCTION agent._produced_caps(OUT max_files integer, OUT max_bytes bigint,
 									 OUT max_file_bytes bigint)
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
-	RETURN ROW(agent.setting('max_produced_files')::integer,
-			   agent.setting('max_produced_bytes')::bigint,
-			   agent.setting('max_produced_file_bytes')::bigint);
+AS $$
+BEGIN
+	max_files := agent.setting('max_produced_files')::integer;
+	max_bytes := agent.setting('max_produced_bytes')::bigint;
+	max_file_bytes := agent.setting('max_produced_file_bytes')::bigint;
+END
+$$;
 
 -- The jail started.  Skipped (false) when the row or its org's audit head
 -- is locked elsewhere: the finish then moves it through running itself.
@@ -705,8 +711,7 @@ CREATE FUNCTION agent._record_tool_call(r agent.invocations) RETURNS void
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	preview_bytes	integer := coalesce((SELECT s.setting::integer FROM pg_catalog.pg_settings s
-										  WHERE s.name = 'sandbox.preview_size'), 4096);
+	preview_bytes	integer := (SELECT l.preview_bytes FROM agent._request_limits() l);
 	preview			text;
 BEGIN
 	-- The preview is the output as it arrived, cut at a character boundary
@@ -805,6 +810,21 @@ $$;
 -- bytes, and the final notification.  Returns the final state, or NULL
 -- when nothing is staged.  Raises lock_not_available when a lock is held
 -- elsewhere (nothing is written; the result stays staged).
+-- A run of the org ended: its slot (and its conversation) is free, so wake
+-- the runners if the org has approved work waiting, which its limits may
+-- have held back.  (Runners claim at a wake-up, not after each of their
+-- own finishes: src/runner/loop.c.)
+CREATE FUNCTION agent._wake_for_org(org uuid) RETURNS void
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	IF EXISTS (SELECT 1 FROM agent.invocations j WHERE j.org_id = org AND j.state = 'approved') THEN
+		PERFORM agent._wake_supervisor();
+	END IF;
+END
+$$;
+
 CREATE FUNCTION agent._apply_result(invocation uuid) RETURNS text
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
@@ -906,6 +926,7 @@ BEGIN
 	PERFORM agent._use_storage(r.org_id, out_bytes, 'output', true);
 
 	PERFORM agent._notify_invocation(invocation, '{"done":true}');
+	PERFORM agent._wake_for_org(r.org_id);
 	DELETE FROM agent.run_result_files x WHERE x.invocation_id = invocation;
 	DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;
 	RETURN o.state;
@@ -935,6 +956,7 @@ BEGIN
 							 'supervisor', jsonb_build_object('reason', reason));
 		PERFORM agent._record_tool_call(r);
 		PERFORM agent._notify_invocation(invocation, '{"done":true}');
+		PERFORM agent._wake_for_org(r.org_id);
 	END IF;
 	DELETE FROM agent.run_result_files x WHERE x.invocation_id = invocation;
 	DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;

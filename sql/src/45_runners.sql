@@ -160,9 +160,13 @@ CREATE FUNCTION agent._runner_role() RETURNS name
 
 -- How long a lease lasts without a heartbeat.
 CREATE FUNCTION agent._runner_lease() RETURNS interval
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
 	RETURN pg_catalog.make_interval(secs => agent.setting('runner_lease_seconds')::integer);
+END
+$$;
 
 -- When the lease of an invocation held by runner r ends unless renewed.
 CREATE FUNCTION agent._lease_deadline(lease_expires_at timestamptz, last_heartbeat timestamptz,
@@ -223,7 +227,8 @@ CREATE FUNCTION agent._runner_lease_of(runner uuid, token uuid, invocation uuid,
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	r agent.invocations;
+	r		agent.invocations;
+	v_lease	interval := agent._runner_lease();
 BEGIN
 	SELECT i.* INTO r
 	  FROM agent.invocations i
@@ -234,7 +239,7 @@ BEGIN
 	   AND i.state IN ('provisioning', 'running')
 	   AND rn.state <> 'removed'
 	   AND (staged_ok
-			OR (agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, agent._runner_lease())
+			OR (agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, v_lease)
 					> pg_catalog.clock_timestamp()
 				AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id)));
 	IF NOT FOUND THEN
@@ -310,13 +315,19 @@ $$;
 
 -- Free slots of a runner: what it may still claim.  A run whose result is
 -- staged no longer takes a slot on the runner.
+-- (PL/pgSQL, as every helper on a run's path: its plan is kept for the
+-- session, where a SQL function's body is planned again on every call.)
 CREATE FUNCTION agent._runner_free_slots(rn agent.runners) RETURNS integer
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
 	RETURN rn.slots - (SELECT count(*)::integer FROM agent.invocations i
 						WHERE i.runner_id = rn.id AND i.state IN ('provisioning', 'running')
 						  AND NOT EXISTS (SELECT 1 FROM agent.run_results x
 										   WHERE x.invocation_id = i.id));
+END
+$$;
 
 -- Is the conversation's active session on a live runner other than
 -- `runner` (NULL: the in-database supervisor)?  Then its runs are that
@@ -344,6 +355,13 @@ $$;
 CREATE FUNCTION agent._run_limits(OUT default_wall_time_s integer, OUT default_memory_mb integer,
 								  OUT output_limit_bytes bigint, OUT workspace_entries integer)
 	AS 'MODULE_PATHNAME', 'sandbox_run_limits'
+	LANGUAGE C STABLE STRICT;
+
+-- The limits a request and a finish check against (C, src/guards.c: the
+-- GUCs sandbox.max_wall_time, sandbox.max_memory and sandbox.preview_size).
+CREATE FUNCTION agent._request_limits(OUT max_wall_time_s integer, OUT max_memory_mb integer,
+									  OUT preview_bytes integer)
+	AS 'MODULE_PATHNAME', 'sandbox_request_limits'
 	LANGUAGE C STABLE STRICT;
 
 -- Refuse a text argument longer than `max_bytes` (22023).
@@ -547,6 +565,11 @@ BEGIN
 		RAISE EXCEPTION 'max_rows must be a non-negative number' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	IF rn.state <> 'active' THEN
+		RETURN;
+	END IF;
+	-- Every runner is woken by every approval: a look that finds nothing
+	-- approved is one index probe.
+	IF NOT EXISTS (SELECT 1 FROM agent.invocations i WHERE i.state = 'approved') THEN
 		RETURN;
 	END IF;
 	v_want := least(max_rows, agent._runner_free_slots(rn));

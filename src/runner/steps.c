@@ -333,7 +333,7 @@ read_claimed(const DbResult *r, int row, ClaimedRun *c)
 
 /*
  * Claim up to `want` approved invocations into out[], each with its lease.
- * Returns how many; 0 also when the claim failed (logged).  Once this
+ * Returns how many, or -1 when the claim failed (logged).  Once this
  * commits every claimed run must be finished (or its lease lost).
  */
 int
@@ -364,6 +364,8 @@ step_claim(int want, ClaimedRun *out)
 	}
 	else if (r.outcome == DB_FAILED)
 		runner_log(RLOG_WARNING, "claiming approved invocations failed: %s", r.message);
+	if (r.outcome != DB_OK)
+		n = -1;
 	db_result_free(&r);
 	return n;
 }

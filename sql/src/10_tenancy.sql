@@ -331,6 +331,24 @@ INSERT INTO agent.settings (key, value, description) VALUES
 	('max_code_bytes', '65536',
 	 'largest code, in bytes of UTF-8, that agent.request_execution() accepts');
 
+-- The extension's own read of one of its settings (the helpers on a run's
+-- path): a key it names is always there, so a missing one is a bug or a
+-- broken install (no SQLSTATE of the API: P0001), not the caller's P0002.
+CREATE FUNCTION agent._setting(key text) RETURNS text
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v text;
+BEGIN
+	SELECT s.value INTO v FROM agent.settings s WHERE s.key = _setting.key;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'setting "%" is missing: the installation is broken', key;
+	END IF;
+	RETURN v;
+END
+$$;
+
 -- A typed read of one setting; a missing key is a broken install.
 CREATE FUNCTION agent.setting(key text) RETURNS text
 	LANGUAGE plpgsql STABLE

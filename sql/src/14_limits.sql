@@ -42,7 +42,7 @@ CREATE FUNCTION agent._org_run_limit(org uuid) RETURNS integer
 AS $$
 BEGIN
 	RETURN coalesce((SELECT o.max_concurrent_runs FROM agent.orgs o WHERE o.id = org),
-					agent.setting('max_runs_per_org')::integer);
+					agent._setting('max_runs_per_org')::integer);
 END
 $$;
 
@@ -52,7 +52,7 @@ CREATE FUNCTION agent._org_storage_limit(org uuid) RETURNS bigint
 AS $$
 BEGIN
 	RETURN coalesce((SELECT o.max_stored_bytes FROM agent.orgs o WHERE o.id = org),
-					agent.setting('max_stored_bytes_per_org')::bigint);
+					agent._setting('max_stored_bytes_per_org')::bigint);
 END
 $$;
 

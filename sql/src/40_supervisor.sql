@@ -634,9 +634,9 @@ CREATE FUNCTION agent._produced_caps(OUT max_files integer, OUT max_bytes bigint
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
-	max_files := agent.setting('max_produced_files')::integer;
-	max_bytes := agent.setting('max_produced_bytes')::bigint;
-	max_file_bytes := agent.setting('max_produced_file_bytes')::bigint;
+	max_files := agent._setting('max_produced_files')::integer;
+	max_bytes := agent._setting('max_produced_bytes')::bigint;
+	max_file_bytes := agent._setting('max_produced_file_bytes')::bigint;
 END
 $$;
 

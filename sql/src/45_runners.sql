@@ -164,7 +164,7 @@ CREATE FUNCTION agent._runner_lease() RETURNS interval
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
-	RETURN pg_catalog.make_interval(secs => agent.setting('runner_lease_seconds')::integer);
+	RETURN pg_catalog.make_interval(secs => agent._setting('runner_lease_seconds')::integer);
 END
 $$;
 
@@ -363,6 +363,27 @@ CREATE FUNCTION agent._request_limits(OUT max_wall_time_s integer, OUT max_memor
 									  OUT preview_bytes integer)
 	AS 'MODULE_PATHNAME', 'sandbox_request_limits'
 	LANGUAGE C STABLE STRICT;
+
+-- Wait for the other claimers (runners woken by the same approval) to
+-- commit, so that this claim sees what they took: the transaction's
+-- advisory lock of the claim.  The wait is bounded (lock_timeout of this
+-- function only): a claimer that holds the lock longer (a runner host
+-- that left its claim's transaction open) costs the others that much per
+-- claim, never a stall; past it the claim goes on without its turn, as
+-- every claim is safe against concurrent ones anyway (row locks, SKIP
+-- LOCKED).  Returns whether it got the turn.
+CREATE FUNCTION agent._claim_turn() RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+	SET lock_timeout = '20ms'
+AS $$
+BEGIN
+	PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('agent.runner_claim'), 0);
+	RETURN true;
+EXCEPTION WHEN lock_not_available THEN
+	RETURN false;
+END
+$$;
 
 -- Refuse a text argument longer than `max_bytes` (22023).
 CREATE FUNCTION agent._runner_arg_fits(value text, argument text, max_bytes integer)
@@ -567,13 +588,15 @@ BEGIN
 	IF rn.state <> 'active' THEN
 		RETURN;
 	END IF;
-	-- Every runner is woken by every approval: a look that finds nothing
-	-- approved is one index probe.
-	IF NOT EXISTS (SELECT 1 FROM agent.invocations i WHERE i.state = 'approved') THEN
-		RETURN;
-	END IF;
 	v_want := least(max_rows, agent._runner_free_slots(rn));
 	IF v_want <= 0 THEN
+		RETURN;
+	END IF;
+	-- Every runner is woken by every approval: they claim in turn, and
+	-- those after the first usually find nothing approved, in one index
+	-- probe (agent._claim_turn).
+	PERFORM agent._claim_turn();
+	IF NOT EXISTS (SELECT 1 FROM agent.invocations i WHERE i.state = 'approved') THEN
 		RETURN;
 	END IF;
 	FOR c IN SELECT * FROM agent._claim_invocations(v_want, rn.id) LOOP

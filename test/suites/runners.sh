@@ -105,7 +105,7 @@ wide_tenant() {
 	echo "$t"
 }
 
-# Six runs of TENANT that never end on their own (wall time 120 s), approved
+# Six runs of TENANT that never end on their own (wall time 300 s, past the 300 s the check waits), approved
 # in one transaction: with two slots a runner, all six run at once only when
 # each of the three runners holds two.  Prints their ids.
 hold_all_slots() {

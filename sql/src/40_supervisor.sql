@@ -299,22 +299,32 @@ BEGIN
 					 WHERE i.state = 'approved' AND i.org_id > o.org_id
 					 ORDER BY i.org_id LIMIT 1)
 			  FROM orgs o WHERE o.org_id IS NOT NULL),
-		queue AS (					-- each org's oldest approved rows
-			SELECT q.*, (coalesce(b.balance, 0) >= p.credits_per_invocation) AS funded,
-				   agent._org_run_limit(o.org_id) AS org_limit,
+		org_info AS MATERIALIZED (	-- once per org: funded, its limit, its runs in flight
+			SELECT o.org_id, agent._org_run_limit(o.org_id) AS org_limit,
 				   (SELECT count(*) FROM agent.invocations j
 					 WHERE j.org_id = o.org_id AND j.state IN ('provisioning', 'running')) AS org_load
 			  FROM orgs o
 			  JOIN agent.orgs og ON og.id = o.org_id
 			  JOIN agent.plans p ON p.plan = og.plan
 			  LEFT JOIN agent.credit_balances b ON b.org_id = o.org_id
+			 WHERE o.org_id IS NOT NULL
+			   AND coalesce(b.balance, 0) >= p.credits_per_invocation),
+		queue AS (					-- the oldest approved rows of each org below its limit
+			SELECT q.*, oi.org_limit, oi.org_load
+			  FROM org_info oi
 			  CROSS JOIN LATERAL (
 					SELECT i.id, i.org_id, i.workspace_id, i.conversation_id, i.approved_at, i.request_seq
 					  FROM agent.invocations i
-					 WHERE i.state = 'approved' AND i.org_id = o.org_id
+					 WHERE i.state = 'approved' AND i.org_id = oi.org_id
 					 ORDER BY i.approved_at, i.request_seq
 					 LIMIT 64) q
-			 WHERE o.org_id IS NOT NULL),
+			 WHERE oi.org_load < oi.org_limit),
+		ws_load AS (				-- runs in flight per workspace of those orgs
+			SELECT j.workspace_id, count(*) AS n
+			  FROM agent.invocations j
+			 WHERE j.state IN ('provisioning', 'running')
+			   AND j.org_id IN (SELECT oi.org_id FROM org_info oi)
+			 GROUP BY j.workspace_id),
 		runnable AS (				-- first of its conversation, conversation idle
 			SELECT q.*,
 				   row_number() OVER (PARTITION BY q.conversation_id
@@ -325,13 +335,11 @@ BEGIN
 				   row_number() OVER (PARTITION BY u.org_id ORDER BY u.approved_at, u.request_seq) AS org_rank,
 				   row_number() OVER (PARTITION BY u.workspace_id ORDER BY u.approved_at, u.request_seq) AS ws_rank,
 				   w.max_concurrent_runs AS ws_limit,
-				   (SELECT count(*) FROM agent.invocations j
-					 WHERE j.org_id = u.org_id AND j.workspace_id = u.workspace_id
-					   AND j.state IN ('provisioning', 'running')) AS ws_load
+				   coalesce(l.n, 0) AS ws_load
 			  FROM runnable u
 			  JOIN agent.workspaces w ON w.id = u.workspace_id
-			 WHERE u.funded
-			   AND (u.conversation_id IS NULL
+			  LEFT JOIN ws_load l ON l.workspace_id = u.workspace_id
+			 WHERE (u.conversation_id IS NULL
 					OR (u.conv_rank = 1
 						AND NOT EXISTS (SELECT 1 FROM agent.invocations j
 										 WHERE j.conversation_id = u.conversation_id
@@ -500,14 +508,28 @@ BEGIN
 	END LOOP;
 
 	-- Refuse the approved rows of orgs that cannot pay: no slot, no wait.
+	-- (The orgs with approved work, as above, then the rows of those that
+	-- cannot pay: not every approved row of every org.)
 	FOR c IN
-		SELECT i.id, i.org_id, p.credits_per_invocation AS price
-		  FROM agent.invocations i
-		  JOIN agent.orgs og ON og.id = i.org_id
-		  JOIN agent.plans p ON p.plan = og.plan
-		  LEFT JOIN agent.credit_balances b ON b.org_id = i.org_id
-		 WHERE i.state = 'approved'
-		   AND coalesce(b.balance, 0) < p.credits_per_invocation
+		WITH RECURSIVE orgs AS (
+			(SELECT i.org_id FROM agent.invocations i WHERE i.state = 'approved'
+			  ORDER BY i.org_id LIMIT 1)
+			UNION ALL
+			SELECT (SELECT i.org_id FROM agent.invocations i
+					 WHERE i.state = 'approved' AND i.org_id > o.org_id
+					 ORDER BY i.org_id LIMIT 1)
+			  FROM orgs o WHERE o.org_id IS NOT NULL),
+		unfunded AS MATERIALIZED (
+			SELECT o.org_id, p.credits_per_invocation AS price
+			  FROM orgs o
+			  JOIN agent.orgs og ON og.id = o.org_id
+			  JOIN agent.plans p ON p.plan = og.plan
+			  LEFT JOIN agent.credit_balances b ON b.org_id = o.org_id
+			 WHERE o.org_id IS NOT NULL
+			   AND coalesce(b.balance, 0) < p.credits_per_invocation)
+		SELECT i.id, i.org_id, u.price
+		  FROM unfunded u
+		  JOIN agent.invocations i ON i.org_id = u.org_id AND i.state = 'approved'
 		 ORDER BY i.approved_at, i.request_seq
 		 LIMIT 100
 	LOOP

@@ -172,8 +172,13 @@ $$;
 CREATE FUNCTION agent._lease_deadline(lease_expires_at timestamptz, last_heartbeat timestamptz,
 									  lease interval)
 	RETURNS timestamptz
-	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
 	RETURN greatest(lease_expires_at, last_heartbeat + lease);
+END
+$$;
 
 -- The calling role's runner row, or 42501 (the same error for an id that
 -- does not exist: a runner learns nothing of the others).

@@ -108,9 +108,14 @@ $$;
 -- 15_invocations.sql: the card's view (28_approvals.sql) needs it.
 
 CREATE FUNCTION agent._egress_sha256(policy jsonb) RETURNS text
-	LANGUAGE sql IMMUTABLE
+	LANGUAGE plpgsql IMMUTABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
 	RETURN CASE WHEN policy IS NULL THEN NULL
 				ELSE pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(policy::text, 'UTF8')), 'hex') END;
+END
+$$;
 
 -- Copied at request time; whoever inserts cannot supply their own.
 CREATE FUNCTION agent._invocations_egress() RETURNS trigger

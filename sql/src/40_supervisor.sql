@@ -439,7 +439,7 @@ BEGIN
 				CONTINUE;
 			END IF;
 
-			IF NOT agent.charge_invocation(r.id) THEN
+			IF NOT agent._charge(r.id) THEN
 				PERFORM agent._refuse_unfunded(r);
 				CONTINUE;
 			END IF;

@@ -371,21 +371,24 @@ CREATE FUNCTION agent._request_limits(OUT max_wall_time_s integer, OUT max_memor
 
 -- Wait for the other claimers (runners woken by the same approval) to
 -- commit, so that this claim sees what they took: the transaction's
--- advisory lock of the claim.  The wait is bounded (lock_timeout of this
--- function only): a claimer that holds the lock longer (a runner host
--- that left its claim's transaction open) costs the others that much per
--- claim, never a stall; past it the claim goes on without its turn, as
--- every claim is safe against concurrent ones anyway (row locks, SKIP
--- LOCKED).  Returns whether it got the turn.
+-- advisory lock of the claim, tried every millisecond for at most 20 (a
+-- poll, not a lock wait, so that no claimer ever queues behind another).
+-- A claimer that holds it longer (a runner host that left its claim's
+-- transaction open) costs the others that much per claim, never a stall;
+-- past it the claim goes on without its turn, as every claim is safe
+-- against concurrent ones anyway (row locks, SKIP LOCKED).  Returns
+-- whether it got the turn.
 CREATE FUNCTION agent._claim_turn() RETURNS boolean
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
-	SET lock_timeout = '20ms'
 AS $$
 BEGIN
-	PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('agent.runner_claim'), 0);
-	RETURN true;
-EXCEPTION WHEN lock_not_available THEN
+	FOR i IN 1..20 LOOP
+		IF pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('agent.runner_claim'), 0) THEN
+			RETURN true;
+		END IF;
+		PERFORM pg_catalog.pg_sleep(0.001);
+	END LOOP;
 	RETURN false;
 END
 $$;
@@ -482,7 +485,7 @@ BEGIN
 
 	runner_id := rn.id;
 	incarnation := rn.incarnation;
-	lease_seconds := agent.setting('runner_lease_seconds')::integer;
+	lease_seconds := agent._setting('runner_lease_seconds')::integer;
 	heartbeat_seconds := greatest(lease_seconds / 3, 1);
 	state := rn.state;
 END

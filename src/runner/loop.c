@@ -184,6 +184,8 @@ wait_timeout(void)
 	}
 	if (sweep_wanted)
 		timeout = Min(timeout, Max(last_sweep + SWEEP_INTERVAL_MS - now, 0));
+	if (mark_due() >= 0 && db_connected())
+		timeout = Min(timeout, Max(mark_due() - now, 0));
 	if (me.registered && db_connected())
 		timeout = Min(timeout, Max(me.next_heartbeat - now, 0));
 	if (db_connected() && claim_wanted && free_slots() > 0)
@@ -413,6 +415,8 @@ runner_loop(void)
 		if (shutdown_requested)
 			break;
 		check_runs();
+		if (mark_due() >= 0 && mark_due() <= now_ms() && db_connected())
+			step_mark_started();
 		output_flush();
 		if (cancel_wanted && db_connected() && now_ms() >= cancel_retry_at)
 		{

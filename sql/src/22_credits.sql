@@ -152,7 +152,7 @@ BEGIN
 	IF NOT FOUND THEN
 		RETURN NULL;		-- (the caller holds the row: it exists)
 	END IF;
-	SELECT -l.amount INTO v_price FROM agent.credit_ledger l
+	SELECT (-l.amount)::integer INTO v_price FROM agent.credit_ledger l
 	 WHERE l.invocation_id = invocation AND l.kind = 'charge';
 	IF FOUND THEN
 		PERFORM 1 FROM agent.credit_ledger l

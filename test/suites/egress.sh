@@ -536,9 +536,7 @@ t_sanitizers() {
 EPG_DIR=$EGR_DIR/pg
 EPG_PORT=$((SANDBOX_PGPORT + 7))
 db_up() {
-	chmod 0755 "$EGR_DIR" && chmod 0644 "$EGR_DIR/ca.pem"
-	PGBIN=$PGBIN SANDBOX_CLUSTER_DIR=$EPG_DIR SANDBOX_PGPORT=$EPG_PORT SANDBOX_EXTRA_CONF="sandbox.egress_resolver = '$EGR_RESOLVER'
-sandbox.egress_ca_file = '$EGR_DIR/ca.pem'" egr_in_host "$top/scripts/cluster.sh" start >"$EGR_DIR/db_up.log" 2>&1 || {
+	PGBIN=$PGBIN egr_cluster start "$EPG_DIR" "$EPG_PORT" >"$EGR_DIR/db_up.log" 2>&1 || {
 		nok "egress cluster up" "$(tail -n 5 "$EGR_DIR/db_up.log")"
 		return 1
 	}
@@ -551,12 +549,6 @@ db_down() {
 }
 trap 'db_down; egr_down' EXIT
 
-aq() {				# org sql [psql options]: as agent_admin of the org
-	local org=$1 sql=$2
-	shift 2
-	printf "BEGIN;\nSET LOCAL ROLE agent_admin;\nSELECT agent.set_tenant('%s', NULL);\n%s\nCOMMIT;\n" \
-		"$org" "$sql" | q "$@" -f - | sed '/^$/d'
-}
 aq_error() {
 	local err
 	err=$(aq "$1" "\\set VERBOSITY verbose

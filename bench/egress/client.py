@@ -16,10 +16,14 @@ def connect(via_proxy):
     else:
         s = socket.create_connection(("127.0.0.1", PPORT))
         s.sendall(b"CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (HOST.encode(), HOST.encode()))
+        # Read the answer as curl and urllib3 do (buffered, not a byte at
+        # a time): nothing follows the head until the ClientHello is sent.
         head = b""
         while b"\r\n\r\n" not in head:
-            head += s.recv(1)
-        assert head.startswith(b"HTTP/1.1 200"), head
+            d = s.recv(4096)
+            assert d, head
+            head += d
+        assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n"), head
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return ctx.wrap_socket(s, server_hostname=HOST)
 

@@ -7,7 +7,8 @@
  *	    policy.c	the policy file (one run's rules and limits) and matching
  *	    addr.c		host names and addresses: normalising, IP literals and
  *					numeric host names, the always-refused ranges
- *	    dns.c		the proxy's own resolver client (UDP, A/AAAA)
+ *	    dns.c		the proxy's own resolver client (UDP, A/AAAA) and its
+ *					answer cache (TTL and size bounded, one run's)
  *	    tls.c		the server name of a TLS ClientHello
  *	    proxy.c		main: the listening socket, one thread per connection,
  *					CONNECT and absolute-form HTTP, caps, the log
@@ -93,6 +94,8 @@ extern bool egress_cidr_contains(int family, const uint8_t *net, int prefix,
 
 /* dns.c */
 #define EGRESS_DNS_MAX_ADDRS 16
+#define EGRESS_DNS_CACHE_SIZE	64	/* names kept per proxy (one run) */
+#define EGRESS_DNS_CACHE_MAX_TTL 300	/* seconds, whatever the answer says */
 typedef struct EgressResolver
 {
 	struct sockaddr_storage ss;

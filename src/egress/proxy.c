@@ -1008,6 +1008,7 @@ accept_one(int lfd)
 	pthread_t	t;
 	pthread_attr_t attr;
 	int			slot = -1;
+	int			one = 1;
 
 	if (cfd < 0)
 		return;
@@ -1017,6 +1018,11 @@ accept_one(int lfd)
 		close(cfd);
 		return;
 	}
+	/*
+	 * The relay forwards each TLS flight as it comes: no Nagle delay
+	 * behind it (the upstream socket has the same, dial()).
+	 */
+	(void) setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->cfd = cfd;
 	c->ufd = -1;
 	c->started = now_ms();

@@ -40,6 +40,8 @@ sandbox-egress/1
 rule exact host allowed.test 443,80
 rule wild host *.allowed.test 443
 rule reb host *.rebind.test 80,443
+rule rebttl host *.rebindttl.test 80,443
+rule many host *.many.test 443
 rule loop host loop.test 80,443
 rule meta host meta.test 80,443
 rule priv host private.test 80,443
@@ -216,6 +218,56 @@ t_rebinding() {
 	has "first connection: the vetted public address" "http://r$$.rebind.test/ GOT 200 hello r$$.rebind.test / from 93.184.216.34"
 	has "after the rebind: refused" "egress denied: r$$.rebind.test resolves to 127.0.0.1, a loopback address"
 	hasnt "the host's loopback service never answered" "HOST-SECRET"
+	check "a TTL of 0 is never kept: the second connection looked the name up again" 2 \
+		"$(dns_queries "r$$.rebind.test")"
+}
+
+# How many queries the fake resolver got for a name (asked directly, from
+# the host namespace: the fake servers count them).
+dns_queries() { egr_in_host curl -sS --max-time 5 "http://93.184.216.34/dns-queries/$1"; }
+
+t_dns_cache() {
+	local before name=rt$$.rebindttl.test
+	# an answer is kept for its TTL (300 s here): one lookup for three
+	# connections of one run; a new run (a new proxy) asks again
+	before=$(dns_queries www.allowed.test)
+	pyget https://www.allowed.test/a https://www.allowed.test/b https://www.allowed.test/c
+	has "three connections to one name" "https://www.allowed.test/c GOT 200 hello www.allowed.test /c from 93.184.216.34"
+	check "one lookup for them (the answer's TTL is 300 s)" 1 "$(($(dns_queries www.allowed.test) - before))"
+	check "each dialed the vetted address" 3 "$(grep -c '"host":"www.allowed.test","port":443,"address":"93.184.216.34","decision":"allowed"' "$log")"
+	# kept for its TTL only, and vetted again when asked again: a
+	# rebinding name with a TTL of 2 s answers public, then 127.0.0.1
+	jrun python "
+import time, requests
+def get(p):
+    try:
+        print(p, 'GOT', requests.get('http://$name' + p, timeout=20).text.strip())
+    except Exception as e:
+        print(p, 'ERR', str(e))
+get('/one'); get('/two'); time.sleep(3); get('/three')"
+	has "within the TTL: the kept public answer" "/two GOT hello $name /two from 93.184.216.34"
+	has "after it: looked up again, vetted again, refused" "/three GOT egress denied: $name resolves to 127.0.0.1, a loopback address"
+	check "two lookups in all" 2 "$(dns_queries "$name")"
+	hasnt "the host's loopback service never answered" "HOST-SECRET"
+	# bounded in size: 64 names, the one that expires first makes room
+	cat >"$EGR_DIR/pol.many" <<'P'
+sandbox-egress/1
+limit connections 200
+rule many host *.many.test 443
+P
+	jrun python "
+import socket
+def tunnel(h):
+    s = socket.create_connection(('127.0.0.1', 3128))
+    s.sendall(b'CONNECT %s:443 HTTP/1.1\\r\\nHost: %s:443\\r\\n\\r\\n' % (h, h))
+    r = s.recv(300).split(b'\\r\\n')[0].decode()
+    s.close()
+    return r
+names = [b'n%d.c$$.many.test' % i for i in range(65)]
+print('tunnels', sorted(set(tunnel(h) for h in names + [names[0], names[64]])))" "$EGR_DIR/pol.many"
+	has "67 tunnels to 65 names" "tunnels ['HTTP/1.1 200 Connection established']"
+	check "the first name was let go for the 65th: asked again" 2 "$(dns_queries "n0.c$$.many.test")"
+	check "the 65th was still kept" 1 "$(dns_queries "n64.c$$.many.test")"
 }
 
 t_sni_and_host() {
@@ -794,7 +846,7 @@ if [ -z "${T:-}" ] || [[ t_db_ =~ $T ]] || [[ $T == *t_db* ]]; then
 fi
 
 run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_wildcard_apex \
-	t_wrong_port t_ip_literal t_forbidden_names t_rebinding t_sni_and_host t_ipv6 \
+	t_wrong_port t_ip_literal t_forbidden_names t_rebinding t_dns_cache t_sni_and_host t_ipv6 \
 	t_no_route_no_dns t_proxy_own_ports t_flood_and_slow t_caps t_runtime_installs \
 	t_hostile_inputs t_served t_no_policy_no_proxy t_sanitizers
 if [ -n "${EPG_UP:-}" ]; then

@@ -9,8 +9,10 @@
  *	  sandbox-egress (--policy FILE | --policy-fd N) (--listen-fd N | --listen ADDR:PORT)
  *	                 [--resolver ADDR[:PORT]] [--log-fd N] [--summary-fd N]
  *
- * Each accepted connection gets a thread (at most EGRESS_CONCURRENT at
- * once; beyond that a connection is refused at once) that reads one
+ * EGRESS_CONCURRENT worker threads, made at start, each accept and serve
+ * one connection at a time (the kernel hands a new connection to one idle
+ * worker: one wake-up, no thread made per connection).  While every worker
+ * is busy the main thread accepts, and refuses at once.  A worker reads one
  * request head within EGRESS_HEAD_TIMEOUT_MS, then:
  *	  CONNECT host:port		vet, resolve, vet the addresses, dial the vetted
  *							address, answer 200, then require the first
@@ -40,6 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <time.h>
@@ -59,10 +63,9 @@ typedef enum ConnMode
 	MODE_HTTP
 } ConnMode;
 
-/* One connection from the sandbox, owned by its thread. */
+/* One connection from the sandbox, owned by the thread serving it. */
 typedef struct Conn
 {
-	int			slot;
 	int			cfd;			/* the sandbox's side */
 	int			ufd;			/* upstream, once dialled */
 	uint64_t	started;
@@ -85,10 +88,29 @@ static EgressResolver resolver;
 static int	log_fd = -1;
 static int	summary_fd = -1;
 
+/*
+ * The workers: each waits in its own epoll set, which holds the listening
+ * socket (EPOLLEXCLUSIVE: a connection wakes one waiter, not all) and the
+ * stop event.  conns[i] is worker i's connection, reused.
+ */
+typedef struct Worker
+{
+	int			epfd;
+	pthread_t	thread;
+} Worker;
+
+static Worker workers[EGRESS_CONCURRENT];
+static Conn conns[EGRESS_CONCURRENT];
+static Conn overflow_conn;		/* the main thread's, for refusals */
+static int	listen_fd = -1;		/* O_NONBLOCK: a wake-up may find it taken */
+static int	stop_efd = -1;		/* readable once stopping: every worker wakes */
+static int	busy_efd = -1;		/* a worker tells the main thread nidle left or reached 0 */
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;
-static Conn *active[EGRESS_CONCURRENT];
+static Conn *active[EGRESS_CONCURRENT];	/* under lock: the connections being served */
 static int	nactive;
+static int	nidle;				/* workers waiting for a connection, under lock */
 static atomic_bool stopping;
 
 /* counters of the run, under lock */
@@ -981,43 +1003,32 @@ serve(Conn *c)
 	}
 }
 
-static void *
-conn_main(void *arg)
+/* Count a worker busy or idle; tell the main thread when none is idle. */
+static void
+worker_busy(bool busy)
 {
-	Conn	   *c = arg;
+	bool		tell;
+	uint64_t	one = 1;
 
-	serve(c);
-	conn_log(c);
 	pthread_mutex_lock(&lock);
-	active[c->slot] = NULL;
-	nactive--;
-	close(c->cfd);
-	if (c->ufd >= 0)
-		close(c->ufd);
-	pthread_cond_broadcast(&idle);
+	nidle += busy ? -1 : 1;
+	tell = busy ? nidle == 0 : nidle == 1;
 	pthread_mutex_unlock(&lock);
-	free(c);
-	return NULL;
+	if (tell)
+		(void) eventfd_write(busy_efd, one);
 }
 
+/* A new connection, before anything is read from it. */
 static void
-accept_one(int lfd)
+conn_start(Conn *c, int cfd)
 {
-	int			cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-	Conn	   *c;
-	pthread_t	t;
-	pthread_attr_t attr;
-	int			slot = -1;
 	int			one = 1;
 
-	if (cfd < 0)
-		return;
-	c = calloc(1, sizeof(*c));
-	if (!c)
-	{
-		close(cfd);
-		return;
-	}
+	/* everything but the head's buffer, which is read into before use */
+	memset(c, 0, offsetof(Conn, head));
+	c->head[0] = '\0';
+	c->headlen = 0;
+	c->headend = 0;
 	/*
 	 * The relay forwards each TLS flight as it comes: no Nagle delay
 	 * behind it (the upstream socket has the same, dial()).
@@ -1026,37 +1037,107 @@ accept_one(int lfd)
 	c->cfd = cfd;
 	c->ufd = -1;
 	c->started = now_ms();
+}
+
+/* Serve worker i's connection cfd to its end, log it, close it. */
+static void
+conn_run(int i, int cfd)
+{
+	Conn	   *c = &conns[i];
+
+	conn_start(c, cfd);
 	pthread_mutex_lock(&lock);
-	for (int i = 0; i < EGRESS_CONCURRENT && slot < 0; i++)
-		if (!active[i])
-			slot = i;
-	if (slot >= 0)
-	{
-		active[slot] = c;
-		nactive++;
-	}
+	active[i] = c;
+	nactive++;
 	pthread_mutex_unlock(&lock);
-	if (slot < 0)
+	serve(c);
+	conn_log(c);
+	pthread_mutex_lock(&lock);
+	active[i] = NULL;
+	nactive--;
+	close(c->cfd);
+	if (c->ufd >= 0)
+		close(c->ufd);
+	pthread_cond_broadcast(&idle);
+	pthread_mutex_unlock(&lock);
+}
+
+static void *
+worker_main(void *arg)
+{
+	int			i = (int) (intptr_t) arg;
+
+	while (!atomic_load(&stopping))
 	{
-		snprintf(c->host, sizeof(c->host), "(none)");
-		refuse(c, 403, "too many connections at once (at most %d)", EGRESS_CONCURRENT);
-		conn_log(c);
-		close(cfd);
-		free(c);
-		return;
+		struct epoll_event ev;
+		int			cfd;
+
+		if (epoll_wait(workers[i].epfd, &ev, 1, -1) < 0)
+			continue;			/* EINTR */
+		if (atomic_load(&stopping))
+			break;
+		cfd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (cfd < 0)
+		{
+			/* taken by another waiter (EAGAIN), or gone before we took it */
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+				errno != ECONNABORTED)
+				(void) poll(NULL, 0, 10);	/* never a hot loop on an error */
+			continue;
+		}
+		worker_busy(true);
+		conn_run(i, cfd);
+		worker_busy(false);
 	}
-	c->slot = slot;
+	return NULL;
+}
+
+/* Every worker busy: the main thread takes the connection and refuses it. */
+static void
+refuse_overflow(void)
+{
+	Conn	   *c = &overflow_conn;
+	int			cfd = -1;
+
+	pthread_mutex_lock(&lock);
+	if (nidle == 0)
+		cfd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	pthread_mutex_unlock(&lock);
+	if (cfd < 0)
+		return;					/* a worker is idle again: it takes it */
+	conn_start(c, cfd);
+	snprintf(c->host, sizeof(c->host), "(none)");
+	refuse(c, 403, "too many connections at once (at most %d)", EGRESS_CONCURRENT);
+	conn_log(c);
+	close(cfd);
+}
+
+/* The workers, each with its epoll set; dies when one cannot be made. */
+static void
+start_workers(void)
+{
+	pthread_attr_t attr;
+
+	if ((stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+		(busy_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+		die("eventfd: %s", strerror(errno));
 	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&attr, 256 * 1024);
-	if (pthread_create(&t, &attr, conn_main, c) != 0)
+	for (int i = 0; i < EGRESS_CONCURRENT; i++)
 	{
+		struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE};
+		struct epoll_event sev = {.events = EPOLLIN};
+		int			rc;
+
+		if ((workers[i].epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+			epoll_ctl(workers[i].epfd, EPOLL_CTL_ADD, listen_fd, &lev) < 0 ||
+			epoll_ctl(workers[i].epfd, EPOLL_CTL_ADD, stop_efd, &sev) < 0)
+			die("epoll: %s", strerror(errno));
 		pthread_mutex_lock(&lock);
-		active[slot] = NULL;
-		nactive--;
+		nidle++;
 		pthread_mutex_unlock(&lock);
-		close(cfd);
-		free(c);
+		if ((rc = pthread_create(&workers[i].thread, &attr, worker_main, (void *) (intptr_t) i)) != 0)
+			die("pthread_create: %s", strerror(rc));
 	}
 	pthread_attr_destroy(&attr);
 }
@@ -1070,6 +1151,7 @@ finish(void)
 	int			n;
 
 	atomic_store(&stopping, true);
+	(void) eventfd_write(stop_efd, 1);	/* the idle workers leave */
 	pthread_mutex_lock(&lock);
 	for (int i = 0; i < EGRESS_CONCURRENT; i++)
 		if (active[i])
@@ -1184,6 +1266,9 @@ main(int argc, char **argv)
 		die("%s", err);
 	if (listen_spec)
 		lfd = listen_on(listen_spec);
+	listen_fd = lfd;
+	if (fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK) < 0)
+		die("listening socket: %s", strerror(errno));
 
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&mask);
@@ -1194,29 +1279,47 @@ main(int argc, char **argv)
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	if (sfd < 0)
 		die("signalfd: %s", strerror(errno));
+	start_workers();
 
 	/* up: the jail waits for this line before the payload may start */
 	if (summary_fd >= 0 && write_all(summary_fd, "ready\n", 6) < 0)
 		die("summary fd: %s", strerror(errno));
 
+	/*
+	 * The main thread: the signals, and the listening socket only while
+	 * every worker is busy (then it refuses what comes, at once).
+	 */
 	for (;;)
 	{
-		struct pollfd p[2] = {{.fd = lfd,.events = POLLIN}, {.fd = sfd,.events = POLLIN}};
+		bool		all_busy;
+		struct pollfd p[3];
 
-		if (poll(p, 2, -1) < 0)
+		pthread_mutex_lock(&lock);
+		all_busy = nidle == 0;
+		pthread_mutex_unlock(&lock);
+		p[0] = (struct pollfd) {.fd = sfd,.events = POLLIN};
+		p[1] = (struct pollfd) {.fd = busy_efd,.events = POLLIN};
+		p[2] = (struct pollfd) {.fd = all_busy ? lfd : -1,.events = POLLIN};
+		if (poll(p, 3, -1) < 0)
 		{
 			if (errno == EINTR)
 				continue;
 			break;
 		}
+		if (p[0].revents)
+			break;
 		if (p[1].revents)
+		{
+			eventfd_t	v;
+
+			(void) eventfd_read(busy_efd, &v);
+		}
+		if (p[2].revents & (POLLERR | POLLHUP | POLLNVAL))
 			break;
-		if (p[0].revents & (POLLERR | POLLHUP | POLLNVAL))
-			break;
-		if (p[0].revents & POLLIN)
-			accept_one(lfd);
+		if (p[2].revents & POLLIN)
+			refuse_overflow();
 	}
-	close(lfd);
 	finish();
+	close(lfd);
 	return 0;
 }

@@ -8,6 +8,13 @@
  *
  *	  sandbox-egress (--policy FILE | --policy-fd N) (--listen-fd N | --listen ADDR:PORT)
  *	                 [--resolver ADDR[:PORT]] [--log-fd N] [--summary-fd N]
+ *	                 [--selftest-syscall NAME]
+ *
+ * Once set up (policy read, socket, workers made) it confines itself with
+ * its seccomp allowlist (confine.c), in every thread, and only then says
+ * "ready".  --selftest-syscall (tests only: the jail never passes it)
+ * makes a worker try one call the allowlist refuses after that, so a test
+ * can see the filter kill the process.
  *
  * EGRESS_CONCURRENT worker threads, made at start, each accept and serve
  * one connection at a time (the kernel hands a new connection to one idle
@@ -44,8 +51,11 @@
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -84,6 +94,8 @@ typedef struct Conn
 } Conn;
 
 static EgressPolicy policy;
+static const char *selftest_syscall;	/* --selftest-syscall, or NULL */
+static atomic_bool confined;	/* the filter is loaded (selftest waits for it) */
 static EgressResolver resolver;
 static int	log_fd = -1;
 static int	summary_fd = -1;
@@ -111,6 +123,7 @@ static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;
 static Conn *active[EGRESS_CONCURRENT];	/* under lock: the connections being served */
 static int	nactive;
 static int	nidle;				/* workers waiting for a connection, under lock */
+static int	nstarted;			/* workers past their start, under lock */
 static atomic_bool stopping;
 
 /* counters of the run, under lock */
@@ -1062,10 +1075,93 @@ conn_run(int i, int cfd)
 	pthread_mutex_unlock(&lock);
 }
 
+/*
+ * --selftest-syscall: what a proxy taken over by the payload would try
+ * first.  Each must kill the process (SIGSYS); if one returns, say so and
+ * exit 3, which a test reports as a hole in the filter.
+ */
+static void *
+selftest_thread(void *arg)
+{
+	return arg;
+}
+
+static void
+selftest(const char *name)
+{
+	long		rc;
+	char		buf[64];
+
+	while (!atomic_load(&confined))
+		(void) poll(NULL, 0, 1);
+	if (strcmp(name, "openat") == 0)
+		rc = openat(AT_FDCWD, "/etc/passwd", O_RDONLY);
+	else if (strcmp(name, "execve") == 0)
+	{
+		char	   *const argv[] = {"/bin/sh", "-c", "true", NULL};
+
+		rc = execve("/bin/sh", argv, argv + 3);
+	}
+	else if (strcmp(name, "fork") == 0)
+		rc = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+	else if (strcmp(name, "thread") == 0)
+	{
+		pthread_t	t;
+
+		rc = pthread_create(&t, NULL, selftest_thread, NULL);
+	}
+	else if (strcmp(name, "socket_unix") == 0)
+		rc = socket(AF_UNIX, SOCK_STREAM, 0);
+	else if (strcmp(name, "socket_netlink") == 0)
+		rc = socket(AF_NETLINK, SOCK_RAW, 0);
+	else if (strcmp(name, "socket_packet") == 0)
+		rc = socket(AF_PACKET, SOCK_RAW, 0);
+	else if (strcmp(name, "mprotect_exec") == 0)
+		rc = mprotect((void *) ((uintptr_t) buf & ~(uintptr_t) 4095), 4096,
+					  PROT_READ | PROT_WRITE | PROT_EXEC);
+	else if (strcmp(name, "mmap_exec") == 0)
+		rc = (long) mmap(NULL, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	else if (strcmp(name, "ptrace") == 0)
+		rc = syscall(SYS_ptrace, -1L, 0, 0, 0);	/* the number is what is refused */
+	else if (strcmp(name, "kill") == 0)
+		rc = kill(1, 0);
+	else if (strcmp(name, "setuid") == 0)
+		rc = setuid(0);
+	else if (strcmp(name, "unshare") == 0)
+		rc = unshare(CLONE_NEWNET);
+#ifdef EGRESS_SANITIZE
+	else if (strcmp(name, "asan_report") == 0)
+	{
+		/* not a call: a heap overflow, whose report must get out */
+		char	   *p = malloc(8);
+		volatile size_t n = 9;
+
+		memset(p, 0, n);
+		rc = p[0];
+	}
+#endif
+	else
+	{
+		fprintf(stderr, "sandbox-egress: selftest: unknown call %s\n", name);
+		_exit(2);
+	}
+	fprintf(stderr, "sandbox-egress: selftest: %s returned %ld (%s): not filtered\n",
+			name, rc, rc < 0 ? strerror(errno) : "no error");
+	_exit(3);
+}
+
 static void *
 worker_main(void *arg)
 {
 	int			i = (int) (intptr_t) arg;
+
+	/* started: what a new thread does (rseq, robust list) is done */
+	pthread_mutex_lock(&lock);
+	nstarted++;
+	pthread_cond_broadcast(&idle);
+	pthread_mutex_unlock(&lock);
+	if (i == 0 && selftest_syscall)
+		selftest(selftest_syscall);
 
 	while (!atomic_load(&stopping))
 	{
@@ -1140,6 +1236,11 @@ start_workers(void)
 			die("pthread_create: %s", strerror(rc));
 	}
 	pthread_attr_destroy(&attr);
+	/* every worker running before the filter (egress_confine) is loaded */
+	pthread_mutex_lock(&lock);
+	while (nstarted < EGRESS_CONCURRENT)
+		pthread_cond_wait(&idle, &lock);
+	pthread_mutex_unlock(&lock);
 }
 
 /* SIGTERM: every connection shut, the threads' log lines out, then the summary. */
@@ -1199,7 +1300,8 @@ usage(void)
 {
 	fprintf(stderr,
 			"usage: sandbox-egress (--policy FILE | --policy-fd N) (--listen-fd N | --listen ADDR:PORT)\n"
-			"                      [--resolver ADDR[:PORT]] [--log-fd N] [--summary-fd N]\n");
+			"                      [--resolver ADDR[:PORT]] [--log-fd N] [--summary-fd N]\n"
+			"                      [--selftest-syscall NAME]\n");
 	exit(2);
 }
 
@@ -1214,6 +1316,7 @@ main(int argc, char **argv)
 		{"resolver", required_argument, NULL, 'r'},
 		{"log-fd", required_argument, NULL, 'g'},
 		{"summary-fd", required_argument, NULL, 's'},
+		{"selftest-syscall", required_argument, NULL, 'T'},
 		{NULL, 0, NULL, 0}
 	};
 	int			policy_fd = -1;
@@ -1251,6 +1354,9 @@ main(int argc, char **argv)
 			case 's':
 				summary_fd = atoi(optarg);
 				break;
+			case 'T':
+				selftest_syscall = optarg;
+				break;
 			default:
 				usage();
 		}
@@ -1280,6 +1386,9 @@ main(int argc, char **argv)
 	if (sfd < 0)
 		die("signalfd: %s", strerror(errno));
 	start_workers();
+	if (egress_confine(err) < 0)
+		die("%s", err);
+	atomic_store(&confined, true);
 
 	/* up: the jail waits for this line before the payload may start */
 	if (summary_fd >= 0 && write_all(summary_fd, "ready\n", 6) < 0)

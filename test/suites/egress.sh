@@ -576,6 +576,83 @@ except OSError as e:
 	check "no policy: no egress fields in the verdict" "" "$(grep -o egress_attempts <<<"$verdict")"
 }
 
+# The proxy under its own seccomp allowlist (src/egress/confine.c): the
+# release build, as runs use it, serves the usual clients with every one of
+# its threads confined; and from the attacker's side, the calls a payload
+# that took the proxy over would make first each kill it.
+t_proxy_seccomp() {
+	local rel=$top/src/egress/sandbox-egress jpid ppid_ tasks confined rc t out2
+	rm -f "$EGR_DIR/ws/serving" "$EGR_DIR/sc.log"
+	printf '%s\n' '
+import requests, time
+print("A", requests.get("https://allowed.test/sc").text.strip())
+print("B", requests.post("http://allowed.test/sc", data=b"z" * 2000).text.strip())
+try:
+    requests.get("https://denied.test/", timeout=20)
+except Exception as e:
+    print("C", str(e))
+open("/workspace/serving", "w").close()
+time.sleep(3)' >"$EGR_DIR/sc.py"
+	egr_in_host "$JAIL" --language python --workspace "$EGR_DIR/ws" --code-file "$EGR_DIR/sc.py" \
+		--wall-time 60 --quiet --verdict-file "$EGR_DIR/sc.verdict" --egress-policy "$POLICY" \
+		--egress-log "$EGR_DIR/sc.log" --egress-resolver "$EGR_RESOLVER" --egress-ca "$EGR_DIR/ca.pem" \
+		--egress-proxy "$rel" >"$EGR_DIR/sc.out" 2>&1 &
+	local apid=$!
+	wait_for 30 '[ -f "$EGR_DIR/ws/serving" ]' || nok "the run reached its pause"
+	jpid=$(pgrep -f "^$JAIL --language python .*sc.py" | head -n 1)
+	ppid_=$(pgrep -P "${jpid:-0}" -x sandbox-egress | head -n 1)
+	tasks=$(ls "/proc/${ppid_:-0}/task" 2>/dev/null | wc -l)
+	confined=$(cat /proc/"${ppid_:-0}"/task/*/status 2>/dev/null | grep -c '^Seccomp:[[:space:]]*2$')
+	check "every thread of the serving proxy is under a seccomp filter (33: main and 32 workers)" \
+		"33|33" "$tasks|$confined"
+	wait $apid
+	out=$(cat "$EGR_DIR/sc.out")
+	verdict=$(cat "$EGR_DIR/sc.verdict" 2>/dev/null)
+	has "under its filter the proxy serves https" "A hello allowed.test /sc from 93.184.216.34"
+	has "and plain http with a body" "B got 2000"
+	has "and refuses, saying why" "egress denied: denied.test:443 is not in the allowlist"
+	check "and its summary reaches the verdict" "3|2|1" "$(vfield egress_attempts)|$(vfield egress_allowed)|$(vfield egress_denied)"
+	rm -f "$EGR_DIR/ws/serving"
+	# the attacker's side: after "ready", one call the allowlist refuses
+	for t in openat execve fork thread socket_unix socket_netlink socket_packet \
+		mprotect_exec mmap_exec ptrace kill setuid unshare; do
+		out2=$(egr_in_host timeout 10 "$rel" --policy "$POLICY" --listen 127.0.0.1:13999 \
+			--resolver "$EGR_RESOLVER" --summary-fd 1 --selftest-syscall "$t" 2>&1)
+		rc=$?
+		check "a proxy that tries $t after it serves is killed (SIGSYS)" "ready|159" \
+			"$(head -n 1 <<<"$out2")|$rc"
+	done
+	# the control: the same start without the call serves until SIGTERM
+	# (nsenter execs the proxy: $! is the proxy)
+	nsenter --net="/run/netns/$EGR_H" -- "$rel" --policy "$POLICY" --listen 127.0.0.1:13999 \
+		--resolver "$EGR_RESOLVER" --summary-fd 1 >"$EGR_DIR/sc.ctl" 2>&1 &
+	local cpid=$!
+	wait_for 10 'grep -q ready "$EGR_DIR/sc.ctl"'
+	out2=$(egr_in_host python3 -c '
+import socket
+s = socket.create_connection(("127.0.0.1", 13999))
+s.sendall(b"CONNECT denied.test:443 HTTP/1.1\r\n\r\n")
+print(s.recv(200).split(b"\r\n")[0].decode())')
+	kill -TERM "$cpid"
+	wait "$cpid"
+	rc=$?
+	check "without it, the confined proxy serves and ends on SIGTERM with its summary" \
+		"HTTP/1.1 403 egress denied: denied.test:443 is not in the allowlist|0|1" \
+		"$out2|$rc|$(grep -c '"attempts":1,' "$EGR_DIR/sc.ctl")"
+	# the suite's sanitizer build is confined too, and its reports still get out
+	out2=$(egr_in_host timeout 10 "$PROXY" --policy "$POLICY" --listen 127.0.0.1:13999 \
+		--resolver "$EGR_RESOLVER" --summary-fd 1 --selftest-syscall execve 2>&1)
+	rc=$?
+	check "the sanitizer build is killed for execve too" "ready|159" "$(head -n 1 <<<"$out2")|$rc"
+	rm -f "$EGR_DIR"/asan/selftest.*
+	egr_in_host env ASAN_OPTIONS=log_path=$EGR_DIR/asan/selftest timeout 10 "$PROXY" --policy "$POLICY" \
+		--listen 127.0.0.1:13999 --resolver "$EGR_RESOLVER" --summary-fd 1 \
+		--selftest-syscall asan_report >/dev/null 2>&1
+	check "and a sanitizer report gets out from under the filter (so t_sanitizers can see one)" 1 \
+		"$(cat "$EGR_DIR"/asan/selftest.* 2>/dev/null | grep -c '^SUMMARY: AddressSanitizer: heap-buffer-overflow')"
+	rm -f "$EGR_DIR"/asan/selftest.*
+}
+
 t_sanitizers() {
 	check "no ASan/UBSan report from the proxy" "" \
 		"$(cat "$ASAN_LOG".* 2>/dev/null | grep -m3 -E 'ERROR: AddressSanitizer|runtime error|LeakSanitizer')"
@@ -848,7 +925,7 @@ fi
 run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_wildcard_apex \
 	t_wrong_port t_ip_literal t_forbidden_names t_rebinding t_dns_cache t_sni_and_host t_ipv6 \
 	t_no_route_no_dns t_proxy_own_ports t_flood_and_slow t_caps t_runtime_installs \
-	t_hostile_inputs t_served t_no_policy_no_proxy t_sanitizers
+	t_hostile_inputs t_served t_no_policy_no_proxy t_proxy_seccomp t_sanitizers
 if [ -n "${EPG_UP:-}" ]; then
 	run_tests t_db_default_deny t_db_allowed_run t_db_policy_changed_after_request \
 		t_db_narrowing t_db_roles_and_rls t_db_limits t_db_runner_without_conversation \

@@ -25,8 +25,10 @@
  *							still do in a thread it made)
  *	  the end				exit, exit_group, rt_sigreturn, restart_syscall
  * The sanitizer build (SANITIZE=1, the egress suite's proxy) also lets
- * the ASan/UBSan runtime write its report: openat, readlink, getpid and
- * the few others listed below; the release build has none of them.
+ * the ASan/UBSan runtime write its report (openat, readlink, getpid, ...)
+ * and LeakSanitizer run its check at exit (clone, ptrace, wait4, ...):
+ * the list below; the release build has none of them.  The suite checks
+ * that both reports still get out (t_proxy_seccomp).
  *
  * Like the jail's filter (src/jail/filter.c), the program is compiled at
  * build time by gen_filter.c and embedded (egress_filter_bpf.h); a machine
@@ -60,13 +62,16 @@ static const char *const allowed[] = {
 };
 
 #ifdef EGRESS_SANITIZE
-/* What the ASan/UBSan runtime needs to write a report (log_path), never more. */
+/* What the sanitizer runtime needs to report (log_path) and check for leaks. */
 static const char *const sanitizer_allowed[] = {
 	"openat", "open", "readlink", "readlinkat", "fstat", "newfstatat",
 	"getpid", "gettid", "tgkill",
 	"rt_sigaction", "sigaltstack", "sched_yield", "prctl", "lseek", "pread64",
 	"getrusage", "uname", "ioctl", "sched_getaffinity", "nanosleep",
 	"clock_nanosleep",
+	/* LeakSanitizer's check at exit stops the threads from a clone of its own */
+	"clone", "ptrace", "wait4", "waitid", "getdents", "getdents64", "getppid", "kill",
+	"rt_sigtimedwait",
 };
 #endif
 

@@ -651,6 +651,12 @@ print(s.recv(200).split(b"\r\n")[0].decode())')
 	check "and a sanitizer report gets out from under the filter (so t_sanitizers can see one)" 1 \
 		"$(cat "$EGR_DIR"/asan/selftest.* 2>/dev/null | grep -c '^SUMMARY: AddressSanitizer: heap-buffer-overflow')"
 	rm -f "$EGR_DIR"/asan/selftest.*
+	egr_in_host env ASAN_OPTIONS=log_path=$EGR_DIR/asan/selftest timeout 10 "$PROXY" --policy "$POLICY" \
+		--listen 127.0.0.1:13999 --resolver "$EGR_RESOLVER" --summary-fd 1 \
+		--selftest-syscall lsan_report >/dev/null 2>&1
+	check "so does LeakSanitizer's, from its check at exit" 1 \
+		"$(cat "$EGR_DIR"/asan/selftest.* 2>/dev/null | grep -c 'ERROR: LeakSanitizer: detected memory leaks')"
+	rm -f "$EGR_DIR"/asan/selftest.*
 }
 
 t_sanitizers() {

@@ -9,20 +9,23 @@
  * The proxy parses what a hostile payload sends.  Should that ever give
  * the payload control of it, the filter leaves it what it had: its own
  * descriptors, TCP and UDP sockets (AF_INET, AF_INET6; no AF_UNIX, no
- * netlink, no packet sockets), memory without PROT_EXEC.  It cannot open
- * a file, exec, fork or make a thread, ptrace, signal another process,
- * change ids, namespaces or mounts.
+ * netlink, no packet sockets), memory without PROT_EXEC, threads of its
+ * own (under the same filter).  It cannot open a file, exec, fork a
+ * process, ptrace, signal another process, change ids, namespaces or
+ * mounts.
  *
  * What is allowed, by who needs it after setup:
  *	  the workers' loop		epoll_wait, accept4, poll, read, write, close
+ *	  a new worker			clone with CLONE_THREAD only (clone3, whose flags
+ *							a filter cannot see, fails with ENOSYS: glibc
+ *							then uses clone), epoll_create1, epoll_ctl
  *	  a connection			socket (inet only), connect, setsockopt,
  *							getsockopt, shutdown, fcntl, pipe2, splice
  *	  the resolver client	socket, connect, sendto, recvfrom, getrandom
  *	  threads, malloc		futex, mmap/mprotect (never PROT_EXEC), munmap,
  *							brk, madvise, mremap, rt_sigprocmask, rseq,
- *							set_robust_list (the workers are all running
- *							before the filter; these are what glibc may
- *							still do in a thread it made)
+ *							set_robust_list (what glibc does in a thread
+ *							it starts)
  *	  the end				exit, exit_group, rt_sigreturn, restart_syscall
  * The sanitizer build (SANITIZE=1, the egress suite's proxy) also lets
  * the ASan/UBSan runtime write its report (openat, readlink, getpid, ...)
@@ -40,6 +43,7 @@
 #include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <seccomp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +62,7 @@ static const char *const allowed[] = {
 	"pipe2", "splice", "sendto", "recvfrom", "getrandom", "futex",
 	"clock_gettime", "gettimeofday", "munmap", "brk", "madvise", "mremap",
 	"rt_sigprocmask", "rt_sigreturn", "restart_syscall", "exit", "exit_group",
-	"rseq", "set_robust_list",
+	"rseq", "set_robust_list", "epoll_create1", "epoll_ctl",
 };
 
 #ifdef EGRESS_SANITIZE
@@ -110,6 +114,10 @@ build_rules(scmp_filter_ctx ctx, char *err)
 						   SCMP_A0(SCMP_CMP_EQ, AF_INET));
 	rc |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
 						   SCMP_A0(SCMP_CMP_EQ, AF_INET6));
+	/* threads only: a clone without CLONE_THREAD (a process) is refused */
+	rc |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
+						   SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
+	rc |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
 	/* memory, never executable */
 	rc |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1,
 						   SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));

@@ -10,17 +10,18 @@
  *	                 [--resolver ADDR[:PORT]] [--log-fd N] [--summary-fd N]
  *	                 [--selftest-syscall NAME]
  *
- * Once set up (policy read, socket, workers made) it confines itself with
- * its seccomp allowlist (confine.c), in every thread, and only then says
- * "ready".  --selftest-syscall (tests only: the jail never passes it)
+ * Once set up (policy read, socket, the first workers made) it confines
+ * itself with its seccomp allowlist (confine.c), in every thread, and only
+ * then says "ready".  --selftest-syscall (tests only: the jail never passes it)
  * makes a worker try one call the allowlist refuses after that, so a test
  * can see the filter kill the process.
  *
- * EGRESS_CONCURRENT worker threads, made at start, each accept and serve
- * one connection at a time (the kernel hands a new connection to one idle
- * worker: one wake-up, no thread made per connection).  While every worker
- * is busy the main thread accepts, and refuses at once.  A worker reads one
- * request head within EGRESS_HEAD_TIMEOUT_MS, then:
+ * Worker threads each accept and serve one connection at a time (the
+ * kernel hands a new connection to one idle worker: one wake-up, no thread
+ * made per connection).  EGRESS_WORKERS_START are made at start; while
+ * every worker is busy the main thread adds one for a new connection, up
+ * to EGRESS_CONCURRENT, and beyond that accepts and refuses at once.  A
+ * worker reads one request head within EGRESS_HEAD_TIMEOUT_MS, then:
  *	  CONNECT host:port		vet, resolve, vet the addresses, dial the vetted
  *							address, answer 200, then require the first
  *							bytes to be a TLS ClientHello whose SNI is host
@@ -42,6 +43,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -51,7 +53,6 @@
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -61,7 +62,8 @@
 
 #include "egress.h"
 
-#define EGRESS_CONCURRENT		32
+#define EGRESS_CONCURRENT		32	/* connections of a run at once, at most */
+#define EGRESS_WORKERS_START	2	/* workers made before "ready" */
 #define EGRESS_HEAD_MAX			16384
 #define EGRESS_HEAD_TIMEOUT_MS	10000
 #define EGRESS_CONNECT_TIMEOUT_MS 10000
@@ -101,9 +103,10 @@ static int	log_fd = -1;
 static int	summary_fd = -1;
 
 /*
- * The workers: each waits in its own epoll set, which holds the listening
- * socket (EPOLLEXCLUSIVE: a connection wakes one waiter, not all) and the
- * stop event.  conns[i] is worker i's connection, reused.
+ * The workers (nworkers of them so far): each waits in its own epoll set,
+ * which holds the listening socket (EPOLLEXCLUSIVE: a connection wakes one
+ * waiter, not all) and the stop event.  conns[i] is worker i's connection,
+ * reused.
  */
 typedef struct Worker
 {
@@ -122,8 +125,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;
 static Conn *active[EGRESS_CONCURRENT];	/* under lock: the connections being served */
 static int	nactive;
+static int	nworkers;			/* made so far (only the main thread makes them) */
 static int	nidle;				/* workers waiting for a connection, under lock */
-static int	nstarted;			/* workers past their start, under lock */
 static atomic_bool stopping;
 
 /* counters of the run, under lock */
@@ -1080,12 +1083,6 @@ conn_run(int i, int cfd)
  * first.  Each must kill the process (SIGSYS); if one returns, say so and
  * exit 3, which a test reports as a hole in the filter.
  */
-static void *
-selftest_thread(void *arg)
-{
-	return arg;
-}
-
 static void
 selftest(const char *name)
 {
@@ -1103,13 +1100,7 @@ selftest(const char *name)
 		rc = execve("/bin/sh", argv, argv + 3);
 	}
 	else if (strcmp(name, "fork") == 0)
-		rc = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
-	else if (strcmp(name, "thread") == 0)
-	{
-		pthread_t	t;
-
-		rc = pthread_create(&t, NULL, selftest_thread, NULL);
-	}
+		rc = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);	/* a process: no CLONE_THREAD */
 	else if (strcmp(name, "socket_unix") == 0)
 		rc = socket(AF_UNIX, SOCK_STREAM, 0);
 	else if (strcmp(name, "socket_netlink") == 0)
@@ -1163,11 +1154,6 @@ worker_main(void *arg)
 {
 	int			i = (int) (intptr_t) arg;
 
-	/* started: what a new thread does (rseq, robust list) is done */
-	pthread_mutex_lock(&lock);
-	nstarted++;
-	pthread_cond_broadcast(&idle);
-	pthread_mutex_unlock(&lock);
 	if (i == 0 && selftest_syscall)
 		selftest(selftest_syscall);
 
@@ -1177,7 +1163,11 @@ worker_main(void *arg)
 		int			cfd;
 
 		if (epoll_wait(workers[i].epfd, &ev, 1, -1) < 0)
-			continue;			/* EINTR */
+		{
+			if (errno != EINTR)
+				(void) poll(NULL, 0, 10);
+			continue;
+		}
 		if (atomic_load(&stopping))
 			break;
 		cfd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
@@ -1216,39 +1206,64 @@ refuse_overflow(void)
 	close(cfd);
 }
 
-/* The workers, each with its epoll set; dies when one cannot be made. */
+/*
+ * One more worker, with its epoll set (the main thread's only: at start,
+ * and while every worker is busy).  False when one cannot be made now; the
+ * connection waiting for it is then refused like one beyond the limit.
+ */
+static bool
+add_worker(void)
+{
+	int			i = nworkers;
+	struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE};
+	struct epoll_event sev = {.events = EPOLLIN};
+	pthread_attr_t attr;
+	int			rc;
+
+	if (i >= EGRESS_CONCURRENT)
+		return false;
+	if ((workers[i].epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+		return false;
+	if (epoll_ctl(workers[i].epfd, EPOLL_CTL_ADD, listen_fd, &lev) < 0 ||
+		epoll_ctl(workers[i].epfd, EPOLL_CTL_ADD, stop_efd, &sev) < 0)
+	{
+		close(workers[i].epfd);
+		return false;
+	}
+	pthread_mutex_lock(&lock);
+	nidle++;
+	pthread_mutex_unlock(&lock);
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	rc = pthread_create(&workers[i].thread, &attr, worker_main, (void *) (intptr_t) i);
+	pthread_attr_destroy(&attr);
+	if (rc != 0)
+	{
+		pthread_mutex_lock(&lock);
+		nidle--;
+		pthread_mutex_unlock(&lock);
+		close(workers[i].epfd);
+		return false;
+	}
+	nworkers++;
+	return true;
+}
+
+/* The first workers; dies when one cannot be made. */
 static void
 start_workers(void)
 {
-	pthread_attr_t attr;
-
 	if ((stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
 		(busy_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
 		die("eventfd: %s", strerror(errno));
-	pthread_attr_init(&attr);
-	pthread_attr_setstacksize(&attr, 256 * 1024);
-	for (int i = 0; i < EGRESS_CONCURRENT; i++)
-	{
-		struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE};
-		struct epoll_event sev = {.events = EPOLLIN};
-		int			rc;
-
-		if ((workers[i].epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
-			epoll_ctl(workers[i].epfd, EPOLL_CTL_ADD, listen_fd, &lev) < 0 ||
-			epoll_ctl(workers[i].epfd, EPOLL_CTL_ADD, stop_efd, &sev) < 0)
-			die("epoll: %s", strerror(errno));
-		pthread_mutex_lock(&lock);
-		nidle++;
-		pthread_mutex_unlock(&lock);
-		if ((rc = pthread_create(&workers[i].thread, &attr, worker_main, (void *) (intptr_t) i)) != 0)
-			die("pthread_create: %s", strerror(rc));
-	}
-	pthread_attr_destroy(&attr);
-	/* every worker running before the filter (egress_confine) is loaded */
-	pthread_mutex_lock(&lock);
-	while (nstarted < EGRESS_CONCURRENT)
-		pthread_cond_wait(&idle, &lock);
-	pthread_mutex_unlock(&lock);
+	/*
+	 * Not waited for: a worker may start running under the filter (what
+	 * glibc does in a new thread is allowed, as for the workers added
+	 * later).
+	 */
+	for (int i = 0; i < EGRESS_WORKERS_START; i++)
+		if (!add_worker())
+			die("could not start a worker thread: %s", strerror(errno));
 }
 
 /* SIGTERM: every connection shut, the threads' log lines out, then the summary. */
@@ -1404,7 +1419,8 @@ main(int argc, char **argv)
 
 	/*
 	 * The main thread: the signals, and the listening socket only while
-	 * every worker is busy (then it refuses what comes, at once).
+	 * every worker is busy (then a new connection gets a new worker, or,
+	 * with EGRESS_CONCURRENT busy, a refusal at once).
 	 */
 	for (;;)
 	{
@@ -1433,7 +1449,7 @@ main(int argc, char **argv)
 		}
 		if (p[2].revents & (POLLERR | POLLHUP | POLLNVAL))
 			break;
-		if (p[2].revents & POLLIN)
+		if ((p[2].revents & POLLIN) && !add_worker())
 			refuse_overflow();
 	}
 	finish();

@@ -603,8 +603,8 @@ time.sleep(3)' >"$EGR_DIR/sc.py"
 	ppid_=$(pgrep -P "${jpid:-0}" -x sandbox-egress | head -n 1)
 	tasks=$(ls "/proc/${ppid_:-0}/task" 2>/dev/null | wc -l)
 	confined=$(cat /proc/"${ppid_:-0}"/task/*/status 2>/dev/null | grep -c '^Seccomp:[[:space:]]*2$')
-	check "every thread of the serving proxy is under a seccomp filter (33: main and 32 workers)" \
-		"33|33" "$tasks|$confined"
+	check "every thread of the serving proxy is under a seccomp filter (main and its workers)" \
+		"t|$tasks" "$([ "$tasks" -ge 3 ] && echo t)|$confined"
 	wait $apid
 	out=$(cat "$EGR_DIR/sc.out")
 	verdict=$(cat "$EGR_DIR/sc.verdict" 2>/dev/null)
@@ -614,7 +614,7 @@ time.sleep(3)' >"$EGR_DIR/sc.py"
 	check "and its summary reaches the verdict" "3|2|1" "$(vfield egress_attempts)|$(vfield egress_allowed)|$(vfield egress_denied)"
 	rm -f "$EGR_DIR/ws/serving"
 	# the attacker's side: after "ready", one call the allowlist refuses
-	for t in openat execve fork thread socket_unix socket_netlink socket_packet \
+	for t in openat execve fork socket_unix socket_netlink socket_packet \
 		mprotect_exec mmap_exec ptrace kill setuid unshare; do
 		out2=$(egr_in_host timeout 10 "$rel" --policy "$POLICY" --listen 127.0.0.1:13999 \
 			--resolver "$EGR_RESOLVER" --summary-fd 1 --selftest-syscall "$t" 2>&1)

@@ -58,9 +58,10 @@ CREATE FUNCTION agent._export_worker_state(
 -- 0.1.0 adds agent.egress_connections) is locked against writers while it
 -- is added: every transaction that wrote it before has committed, and is
 -- in the snapshot of a copy read after this commits; every later one is
--- decoded with the table published.  A copy of the tables from the current
--- WAL position is recorded unless one is pending already (its versions are
--- below anything streamed after this commit).
+-- decoded with the table published.  A copy from the added table on is
+-- recorded with the current WAL position as its version (above everything
+-- streamed before, below everything streamed after this commit); a copy
+-- still pending at an earlier table keeps its place.
 CREATE FUNCTION agent.export_setup() RETURNS text
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -111,11 +112,19 @@ BEGIN
 	INSERT INTO agent.export_state (slot_name) VALUES (v_slot)
 		ON CONFLICT (slot_name) DO NOTHING;
 	IF v_added IS NOT NULL THEN
-		-- a slot that exists already: the added table's rows so far are copied
+		-- A slot that exists already: the added table's rows so far are
+		-- copied, with versions above everything streamed before this and
+		-- below everything after.  A copy still at an earlier table keeps
+		-- its place; one at or past the added table starts it again.
 		UPDATE agent.export_state e
-		   SET copy_lsn = pg_current_wal_insert_lsn(), copy_relation = v_added,
-		       copy_after = NULL, copy_after_seq = NULL
-		 WHERE e.slot_name = v_slot AND e.slot_created_at IS NOT NULL AND e.copy_lsn IS NULL;
+		   SET copy_lsn = pg_current_wal_insert_lsn(),
+		       copy_relation = CASE WHEN k.keep_place THEN 'tool_invocations' ELSE v_added END,
+		       copy_after = CASE WHEN k.keep_place THEN e.copy_after END,
+		       copy_after_seq = CASE WHEN k.keep_place THEN e.copy_after_seq END
+		  FROM (SELECT x.copy_lsn IS NOT NULL AND v_added = 'egress_connections'
+		               AND coalesce(x.copy_relation, 'tool_invocations') = 'tool_invocations' AS keep_place
+		          FROM agent.export_state x WHERE x.slot_name = v_slot) k
+		 WHERE e.slot_name = v_slot AND e.slot_created_at IS NOT NULL;
 		IF FOUND THEN
 			v_done := v_done || ('copy from ' || v_added);
 		END IF;

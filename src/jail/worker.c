@@ -313,7 +313,6 @@ warm_take(JailCgroup *slot, const Request *rq, JailPrespawn **pre, JailRunEnv *e
 	{
 		jail_prespawn_discard(*pre);
 		*pre = NULL;
-		held = 0;
 	}
 	if (slot)
 	{
@@ -322,7 +321,13 @@ warm_take(JailCgroup *slot, const Request *rq, JailPrespawn **pre, JailRunEnv *e
 		slot->cpu_base_ms = 0;
 		slot->cpu_base_ms = jail_cgroup_cpu_ms(slot);
 	}
-	env->warm_memory = held;
+
+	/*
+	 * What it holds, read after the peak was reset to the usage of the
+	 * moment: so never above the run's peak (read before, a page freed in
+	 * between made it so once)
+	 */
+	env->warm_memory = slot && *pre ? jail_cgroup_memory_now(slot) : 0;
 }
 
 /*

@@ -28,7 +28,9 @@
  * SERVED_SETTLE_POOL=1 (any LANGUAGE), each run first waits, untimed,
  * until every warm place of the launcher has its interpreter waiting
  * again and then SETTLE_US more (the cold pool's refill): the run before
- * it, whatever it was, is then on nobody's clock.
+ * it, whatever it was, is then on nobody's clock.  SERVED_SETTLE_ONLY=1
+ * (with SERVED_SETTLE_POOL=1) only waits so, runs nothing and prints
+ * "0 settled" per line.
  *
  * With "-- PROGRAM ARGS..." after the run options, each line also runs
  * that program bare (fork, execve, waitpid; output to /dev/null) from
@@ -221,6 +223,12 @@ main(int argc, char **argv)
 
 		if (settle)
 			warm_settle(settle);
+		if (settle && getenv("SERVED_SETTLE_ONLY") && strcmp(getenv("SERVED_SETTLE_ONLY"), "1") == 0)
+		{
+			printf("0 settled\n");
+			fflush(stdout);
+			continue;
+		}
 		if (page)
 		{
 			if (!warm_claim(page, warm_lang))

@@ -8,7 +8,8 @@
  *		run as a client learns it: LISTEN on the invocation's channel
  *		(agent.output_channel(), subscribed before approving), and on a
  *		"done" hint read the state, which must be final (a notification is
- *		only a hint).  Prints "p50_ms p99_ms mean_ms".  A run that does not
+ *		only a hint; also read once a second without one, as agent.wait()
+ *		does, saying so on stderr).  Prints "p50_ms p99_ms mean_ms".  A run that does not
  *		succeed ends the client with status 1 (its time is not a sample).
  *
  *	client throughput CONNINFO ORG WS AGENT LANGUAGE CODE CLIENTS SECONDS
@@ -208,21 +209,18 @@ latency(char **argv)
 		wait_warm();
 		approve(conn, appr);
 		t0 = now_ms();
-		while (!done)
+		for (int waited = 0; !done;)
 		{
 			PGnotify   *note;
 			fd_set		r;
 			int			sock = PQsocket(conn);
-			struct timeval tv = {60, 0};
+			struct timeval tv = {1, 0};
+			int			rc;
 
-			FD_ZERO(&r);
-			FD_SET(sock, &r);
-			if (select(sock + 1, &r, NULL, NULL, &tv) <= 0)
-			{
-				fprintf(stderr, "client: no result within 60 s for %s\n", inv);
-				return 1;
-			}
-			PQconsumeInput(conn);
+			/*
+			 * A notification may already be queued: libpq reads those that
+			 * arrive with a query's results (finished() below).
+			 */
 			while ((note = PQnotifies(conn)) != NULL)
 			{
 				int			hint = strcmp(note->extra, "done") == 0;
@@ -230,6 +228,32 @@ latency(char **argv)
 				PQfreemem(note);
 				if (hint && finished(conn, inv))
 					done = 1;
+			}
+			if (done)
+				break;
+			FD_ZERO(&r);
+			FD_SET(sock, &r);
+			rc = select(sock + 1, &r, NULL, NULL, &tv);
+			if (rc < 0)
+			{
+				perror("client: select");
+				return 1;
+			}
+			if (rc > 0)
+			{
+				PQconsumeInput(conn);
+				continue;
+			}
+			/* a hint is only a hint: look once a second, as agent.wait() does */
+			if (finished(conn, inv))
+			{
+				fprintf(stderr, "client: %s ended without a done notification seen\n", inv);
+				done = 1;
+			}
+			else if (++waited >= 60)
+			{
+				fprintf(stderr, "client: no result within 60 s for %s\n", inv);
+				return 1;
 			}
 		}
 		if (i >= 0)

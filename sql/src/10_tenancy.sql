@@ -142,9 +142,9 @@ $$;
 -- definition (docs/reference.md, "Limits", lists the same table; pgTAP
 -- 70_errors checks it).  File names are agent.valid_relative_path()'s
 -- (50_sessions.sql); code is max_code_bytes (agent.settings).
+-- (No SET clause, it names nothing: a caller's query inlines it.)
 CREATE FUNCTION agent.text_limits() RETURNS TABLE (kind text, max_bytes integer)
 	LANGUAGE sql IMMUTABLE PARALLEL SAFE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 	VALUES ('person', 256), ('name', 200), ('title', 1000), ('description', 8192),
 		   ('reason', 2000), ('idempotency_key', 200), ('content_type', 255),
@@ -330,6 +330,24 @@ INSERT INTO agent.settings (key, value, description) VALUES
 	 'how long an approval request may stay undecided before agent.expire_pending_approvals() expires it (an interval)'),
 	('max_code_bytes', '65536',
 	 'largest code, in bytes of UTF-8, that agent.request_execution() accepts');
+
+-- The extension's own read of one of its settings (the helpers on a run's
+-- path): a key it names is always there, so a missing one is a bug or a
+-- broken install (no SQLSTATE of the API: P0001), not the caller's P0002.
+CREATE FUNCTION agent._setting(key text) RETURNS text
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v text;
+BEGIN
+	SELECT s.value INTO v FROM agent.settings s WHERE s.key = _setting.key;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'setting "%" is missing: the installation is broken', key;
+	END IF;
+	RETURN v;
+END
+$$;
 
 -- A typed read of one setting; a missing key is a broken install.
 CREATE FUNCTION agent.setting(key text) RETURNS text

@@ -35,17 +35,26 @@ COMMENT ON TABLE agent.org_usage IS
 	'bytes each org stores (files, skills, output), counted against its max_stored_bytes';
 
 -- The effective limits of an org.
+-- (PL/pgSQL: its plan is kept for the session.)
 CREATE FUNCTION agent._org_run_limit(org uuid) RETURNS integer
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
 	RETURN coalesce((SELECT o.max_concurrent_runs FROM agent.orgs o WHERE o.id = org),
-					agent.setting('max_runs_per_org')::integer);
+					agent._setting('max_runs_per_org')::integer);
+END
+$$;
 
 CREATE FUNCTION agent._org_storage_limit(org uuid) RETURNS bigint
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
 	RETURN coalesce((SELECT o.max_stored_bytes FROM agent.orgs o WHERE o.id = org),
-					agent.setting('max_stored_bytes_per_org')::bigint);
+					agent._setting('max_stored_bytes_per_org')::bigint);
+END
+$$;
 
 -- Count bytes an org is about to store; raise (53400) if that takes it
 -- past its limit, unless allow_over (the output of a run that already ran

@@ -132,13 +132,10 @@ BEGIN
 END
 $$;
 
--- Charge the plan's price for an invocation, in the caller's transaction.
--- Returns false, changing nothing, when the balance does not cover it;
--- true when charged now or already charged before.  An invocation whose
--- charge was refunded cannot be charged again (at most one charge each).
-CREATE FUNCTION agent.charge_invocation(invocation uuid) RETURNS boolean
+-- The charge itself, for an invocation that exists (the claim calls it for
+-- the row it holds locked; agent.charge_invocation checks its argument).
+CREATE FUNCTION agent._charge(invocation uuid) RETURNS boolean
 	LANGUAGE plpgsql
-	SECURITY DEFINER
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
@@ -146,14 +143,10 @@ DECLARE
 	v_price integer;
 	v_balance bigint;
 BEGIN
-	IF invocation IS NULL THEN
-		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
 	-- Concurrent charges of this invocation wait here, then see the charge.
 	SELECT * INTO v_inv FROM agent.invocations i WHERE i.id = invocation FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
-		RAISE EXCEPTION 'invocation % does not exist', invocation
-			USING ERRCODE = 'no_data_found';
+		RETURN false;		-- (the caller holds the row: it exists)
 	END IF;
 	PERFORM 1 FROM agent.credit_ledger l
 	 WHERE l.invocation_id = invocation AND l.kind = 'charge';
@@ -184,6 +177,27 @@ BEGIN
 				'code execution');
 	UPDATE agent.invocations i SET credits_charged = v_price WHERE i.id = invocation;
 	RETURN true;
+END
+$$;
+
+-- Charge the plan's price for an invocation, in the caller's transaction.
+-- Returns false, changing nothing, when the balance does not cover it;
+-- true when charged now or already charged before.  An invocation whose
+-- charge was refunded cannot be charged again (at most one charge each).
+CREATE FUNCTION agent.charge_invocation(invocation uuid) RETURNS boolean
+	LANGUAGE plpgsql
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	IF invocation IS NULL THEN
+		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM agent.invocations i WHERE i.id = invocation) THEN
+		RAISE EXCEPTION 'invocation % does not exist', invocation
+			USING ERRCODE = 'no_data_found';
+	END IF;
+	RETURN agent._charge(invocation);
 END
 $$;
 

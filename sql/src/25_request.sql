@@ -77,7 +77,7 @@ BEGIN
 				  HINT = 'Requests are made in the workspace named by agent.set_tenant().';
 	END IF;
 	IF wall_time_s IS NOT NULL THEN
-		SELECT s.setting::integer INTO v_max FROM pg_catalog.pg_settings s WHERE s.name = 'sandbox.max_wall_time';
+		SELECT l.max_wall_time_s INTO v_max FROM agent._request_limits() l;
 		IF wall_time_s < 1 OR wall_time_s > coalesce(v_max, 300) THEN
 			RAISE EXCEPTION 'wall time limit % s is out of range', wall_time_s
 				USING ERRCODE = 'invalid_parameter_value',
@@ -85,7 +85,7 @@ BEGIN
 		END IF;
 	END IF;
 	IF memory_mb IS NOT NULL THEN
-		SELECT s.setting::integer INTO v_max FROM pg_catalog.pg_settings s WHERE s.name = 'sandbox.max_memory';
+		SELECT l.max_memory_mb INTO v_max FROM agent._request_limits() l;
 		IF memory_mb < 1 OR memory_mb > coalesce(v_max, 2048) THEN
 			RAISE EXCEPTION 'memory limit % MB is out of range', memory_mb
 				USING ERRCODE = 'invalid_parameter_value',

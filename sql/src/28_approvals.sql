@@ -379,13 +379,15 @@ COMMENT ON FUNCTION agent.approvals_channel() IS
 
 -- Announce a new card (called by request_execution; delivered at commit).
 CREATE FUNCTION agent._notify_new_card(workspace uuid, approval uuid) RETURNS void
-	LANGUAGE sql VOLATILE
+	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
-	SELECT pg_catalog.pg_notify('sandbox_approvals_' || pg_catalog.replace(c.token::text, '-', ''),
-								approval::text)
-	  FROM agent.workspace_channels c
-	 WHERE c.workspace_id = workspace
+BEGIN
+	PERFORM pg_catalog.pg_notify('sandbox_approvals_' || pg_catalog.replace(c.token::text, '-', ''),
+								 approval::text)
+	   FROM agent.workspace_channels c
+	  WHERE c.workspace_id = workspace;
+END
 $$;
 
 -- For the supervisor, just before it runs an invocation: true only when

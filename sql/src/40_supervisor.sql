@@ -62,13 +62,15 @@ COMMENT ON FUNCTION agent.output_channel(uuid) IS
 -- client treats a notification as a reason to look, and reads the state
 -- and the output through the tenant-scoped API (docs/execution.md).
 CREATE FUNCTION agent._notify_invocation(invocation uuid, payload jsonb) RETURNS void
-	LANGUAGE sql VOLATILE
+	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
-	SELECT pg_catalog.pg_notify(agent._channel_name(i.channel_token),
-								CASE WHEN payload ->> 'done' = 'true' THEN 'done' ELSE 'output' END)
-	  FROM agent.invocations i
-	 WHERE i.id = invocation
+BEGIN
+	PERFORM pg_catalog.pg_notify(agent._channel_name(i.channel_token),
+								 CASE WHEN payload ->> 'done' = 'true' THEN 'done' ELSE 'output' END)
+	   FROM agent.invocations i
+	  WHERE i.id = invocation;
+END
 $$;
 
 -- Output, in the order the supervisor read it.
@@ -297,22 +299,32 @@ BEGIN
 					 WHERE i.state = 'approved' AND i.org_id > o.org_id
 					 ORDER BY i.org_id LIMIT 1)
 			  FROM orgs o WHERE o.org_id IS NOT NULL),
-		queue AS (					-- each org's oldest approved rows
-			SELECT q.*, (coalesce(b.balance, 0) >= p.credits_per_invocation) AS funded,
-				   agent._org_run_limit(o.org_id) AS org_limit,
+		org_info AS MATERIALIZED (	-- once per org: funded, its limit, its runs in flight
+			SELECT o.org_id, agent._org_run_limit(o.org_id) AS org_limit,
 				   (SELECT count(*) FROM agent.invocations j
 					 WHERE j.org_id = o.org_id AND j.state IN ('provisioning', 'running')) AS org_load
 			  FROM orgs o
 			  JOIN agent.orgs og ON og.id = o.org_id
 			  JOIN agent.plans p ON p.plan = og.plan
 			  LEFT JOIN agent.credit_balances b ON b.org_id = o.org_id
+			 WHERE o.org_id IS NOT NULL
+			   AND coalesce(b.balance, 0) >= p.credits_per_invocation),
+		queue AS (					-- the oldest approved rows of each org below its limit
+			SELECT q.*, oi.org_limit, oi.org_load
+			  FROM org_info oi
 			  CROSS JOIN LATERAL (
 					SELECT i.id, i.org_id, i.workspace_id, i.conversation_id, i.approved_at, i.request_seq
 					  FROM agent.invocations i
-					 WHERE i.state = 'approved' AND i.org_id = o.org_id
+					 WHERE i.state = 'approved' AND i.org_id = oi.org_id
 					 ORDER BY i.approved_at, i.request_seq
 					 LIMIT 64) q
-			 WHERE o.org_id IS NOT NULL),
+			 WHERE oi.org_load < oi.org_limit),
+		ws_load AS (				-- runs in flight per workspace of those orgs
+			SELECT j.workspace_id, count(*) AS n
+			  FROM agent.invocations j
+			 WHERE j.state IN ('provisioning', 'running')
+			   AND j.org_id IN (SELECT oi.org_id FROM org_info oi)
+			 GROUP BY j.workspace_id),
 		runnable AS (				-- first of its conversation, conversation idle
 			SELECT q.*,
 				   row_number() OVER (PARTITION BY q.conversation_id
@@ -323,13 +335,11 @@ BEGIN
 				   row_number() OVER (PARTITION BY u.org_id ORDER BY u.approved_at, u.request_seq) AS org_rank,
 				   row_number() OVER (PARTITION BY u.workspace_id ORDER BY u.approved_at, u.request_seq) AS ws_rank,
 				   w.max_concurrent_runs AS ws_limit,
-				   (SELECT count(*) FROM agent.invocations j
-					 WHERE j.org_id = u.org_id AND j.workspace_id = u.workspace_id
-					   AND j.state IN ('provisioning', 'running')) AS ws_load
+				   coalesce(l.n, 0) AS ws_load
 			  FROM runnable u
 			  JOIN agent.workspaces w ON w.id = u.workspace_id
-			 WHERE u.funded
-			   AND (u.conversation_id IS NULL
+			  LEFT JOIN ws_load l ON l.workspace_id = u.workspace_id
+			 WHERE (u.conversation_id IS NULL
 					OR (u.conv_rank = 1
 						AND NOT EXISTS (SELECT 1 FROM agent.invocations j
 										 WHERE j.conversation_id = u.conversation_id
@@ -429,7 +439,7 @@ BEGIN
 				CONTINUE;
 			END IF;
 
-			IF NOT agent.charge_invocation(r.id) THEN
+			IF NOT agent._charge(r.id) THEN
 				PERFORM agent._refuse_unfunded(r);
 				CONTINUE;
 			END IF;
@@ -498,14 +508,28 @@ BEGIN
 	END LOOP;
 
 	-- Refuse the approved rows of orgs that cannot pay: no slot, no wait.
+	-- (The orgs with approved work, as above, then the rows of those that
+	-- cannot pay: not every approved row of every org.)
 	FOR c IN
-		SELECT i.id, i.org_id, p.credits_per_invocation AS price
-		  FROM agent.invocations i
-		  JOIN agent.orgs og ON og.id = i.org_id
-		  JOIN agent.plans p ON p.plan = og.plan
-		  LEFT JOIN agent.credit_balances b ON b.org_id = i.org_id
-		 WHERE i.state = 'approved'
-		   AND coalesce(b.balance, 0) < p.credits_per_invocation
+		WITH RECURSIVE orgs AS (
+			(SELECT i.org_id FROM agent.invocations i WHERE i.state = 'approved'
+			  ORDER BY i.org_id LIMIT 1)
+			UNION ALL
+			SELECT (SELECT i.org_id FROM agent.invocations i
+					 WHERE i.state = 'approved' AND i.org_id > o.org_id
+					 ORDER BY i.org_id LIMIT 1)
+			  FROM orgs o WHERE o.org_id IS NOT NULL),
+		unfunded AS MATERIALIZED (
+			SELECT o.org_id, p.credits_per_invocation AS price
+			  FROM orgs o
+			  JOIN agent.orgs og ON og.id = o.org_id
+			  JOIN agent.plans p ON p.plan = og.plan
+			  LEFT JOIN agent.credit_balances b ON b.org_id = o.org_id
+			 WHERE o.org_id IS NOT NULL
+			   AND coalesce(b.balance, 0) < p.credits_per_invocation)
+		SELECT i.id, i.org_id, u.price
+		  FROM unfunded u
+		  JOIN agent.invocations i ON i.org_id = u.org_id AND i.state = 'approved'
 		 ORDER BY i.approved_at, i.request_seq
 		 LIMIT 100
 	LOOP
@@ -628,11 +652,15 @@ $$;
 -- The caps on what one run may return (agent.settings), for the supervisor.
 CREATE FUNCTION agent._produced_caps(OUT max_files integer, OUT max_bytes bigint,
 									 OUT max_file_bytes bigint)
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
-	RETURN ROW(agent.setting('max_produced_files')::integer,
-			   agent.setting('max_produced_bytes')::bigint,
-			   agent.setting('max_produced_file_bytes')::bigint);
+AS $$
+BEGIN
+	max_files := agent._setting('max_produced_files')::integer;
+	max_bytes := agent._setting('max_produced_bytes')::bigint;
+	max_file_bytes := agent._setting('max_produced_file_bytes')::bigint;
+END
+$$;
 
 -- The jail started.  Skipped (false) when the row or its org's audit head
 -- is locked elsewhere: the finish then moves it through running itself.
@@ -705,8 +733,7 @@ CREATE FUNCTION agent._record_tool_call(r agent.invocations) RETURNS void
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	preview_bytes	integer := coalesce((SELECT s.setting::integer FROM pg_catalog.pg_settings s
-										  WHERE s.name = 'sandbox.preview_size'), 4096);
+	preview_bytes	integer := (SELECT l.preview_bytes FROM agent._request_limits() l);
 	preview			text;
 BEGIN
 	-- The preview is the output as it arrived, cut at a character boundary
@@ -805,6 +832,21 @@ $$;
 -- bytes, and the final notification.  Returns the final state, or NULL
 -- when nothing is staged.  Raises lock_not_available when a lock is held
 -- elsewhere (nothing is written; the result stays staged).
+-- A run of the org ended: its slot (and its conversation) is free, so wake
+-- the runners if the org has approved work waiting, which its limits may
+-- have held back.  (Runners claim at a wake-up, not after each of their
+-- own finishes: src/runner/loop.c.)
+CREATE FUNCTION agent._wake_for_org(org uuid) RETURNS void
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	IF EXISTS (SELECT 1 FROM agent.invocations j WHERE j.org_id = org AND j.state = 'approved') THEN
+		PERFORM agent._wake_supervisor();
+	END IF;
+END
+$$;
+
 CREATE FUNCTION agent._apply_result(invocation uuid) RETURNS text
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
@@ -906,6 +948,7 @@ BEGIN
 	PERFORM agent._use_storage(r.org_id, out_bytes, 'output', true);
 
 	PERFORM agent._notify_invocation(invocation, '{"done":true}');
+	PERFORM agent._wake_for_org(r.org_id);
 	DELETE FROM agent.run_result_files x WHERE x.invocation_id = invocation;
 	DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;
 	RETURN o.state;
@@ -935,6 +978,7 @@ BEGIN
 							 'supervisor', jsonb_build_object('reason', reason));
 		PERFORM agent._record_tool_call(r);
 		PERFORM agent._notify_invocation(invocation, '{"done":true}');
+		PERFORM agent._wake_for_org(r.org_id);
 	END IF;
 	DELETE FROM agent.run_result_files x WHERE x.invocation_id = invocation;
 	DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;

@@ -160,16 +160,25 @@ CREATE FUNCTION agent._runner_role() RETURNS name
 
 -- How long a lease lasts without a heartbeat.
 CREATE FUNCTION agent._runner_lease() RETURNS interval
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
-	RETURN pg_catalog.make_interval(secs => agent.setting('runner_lease_seconds')::integer);
+AS $$
+BEGIN
+	RETURN pg_catalog.make_interval(secs => agent._setting('runner_lease_seconds')::integer);
+END
+$$;
 
 -- When the lease of an invocation held by runner r ends unless renewed.
 CREATE FUNCTION agent._lease_deadline(lease_expires_at timestamptz, last_heartbeat timestamptz,
 									  lease interval)
 	RETURNS timestamptz
-	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
 	RETURN greatest(lease_expires_at, last_heartbeat + lease);
+END
+$$;
 
 -- The calling role's runner row, or 42501 (the same error for an id that
 -- does not exist: a runner learns nothing of the others).
@@ -223,7 +232,8 @@ CREATE FUNCTION agent._runner_lease_of(runner uuid, token uuid, invocation uuid,
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	r agent.invocations;
+	r		agent.invocations;
+	v_lease	interval := agent._runner_lease();
 BEGIN
 	SELECT i.* INTO r
 	  FROM agent.invocations i
@@ -234,7 +244,7 @@ BEGIN
 	   AND i.state IN ('provisioning', 'running')
 	   AND rn.state <> 'removed'
 	   AND (staged_ok
-			OR (agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, agent._runner_lease())
+			OR (agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, v_lease)
 					> pg_catalog.clock_timestamp()
 				AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id)));
 	IF NOT FOUND THEN
@@ -310,13 +320,19 @@ $$;
 
 -- Free slots of a runner: what it may still claim.  A run whose result is
 -- staged no longer takes a slot on the runner.
+-- (PL/pgSQL, as every helper on a run's path: its plan is kept for the
+-- session, where a SQL function's body is planned again on every call.)
 CREATE FUNCTION agent._runner_free_slots(rn agent.runners) RETURNS integer
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
 	RETURN rn.slots - (SELECT count(*)::integer FROM agent.invocations i
 						WHERE i.runner_id = rn.id AND i.state IN ('provisioning', 'running')
 						  AND NOT EXISTS (SELECT 1 FROM agent.run_results x
 										   WHERE x.invocation_id = i.id));
+END
+$$;
 
 -- Is the conversation's active session on a live runner other than
 -- `runner` (NULL: the in-database supervisor)?  Then its runs are that
@@ -345,6 +361,37 @@ CREATE FUNCTION agent._run_limits(OUT default_wall_time_s integer, OUT default_m
 								  OUT output_limit_bytes bigint, OUT workspace_entries integer)
 	AS 'MODULE_PATHNAME', 'sandbox_run_limits'
 	LANGUAGE C STABLE STRICT;
+
+-- The limits a request and a finish check against (C, src/guards.c: the
+-- GUCs sandbox.max_wall_time, sandbox.max_memory and sandbox.preview_size).
+CREATE FUNCTION agent._request_limits(OUT max_wall_time_s integer, OUT max_memory_mb integer,
+									  OUT preview_bytes integer)
+	AS 'MODULE_PATHNAME', 'sandbox_request_limits'
+	LANGUAGE C STABLE STRICT;
+
+-- Wait for the other claimers (runners woken by the same approval) to
+-- commit, so that this claim sees what they took: the transaction's
+-- advisory lock of the claim, tried every millisecond for at most 20 (a
+-- poll, not a lock wait, so that no claimer ever queues behind another).
+-- A claimer that holds it longer (a runner host that left its claim's
+-- transaction open) costs the others that much per claim, never a stall;
+-- past it the claim goes on without its turn, as every claim is safe
+-- against concurrent ones anyway (row locks, SKIP LOCKED).  Returns
+-- whether it got the turn.
+CREATE FUNCTION agent._claim_turn() RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	FOR i IN 1..20 LOOP
+		IF pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('agent.runner_claim'), 0) THEN
+			RETURN true;
+		END IF;
+		PERFORM pg_catalog.pg_sleep(0.001);
+	END LOOP;
+	RETURN false;
+END
+$$;
 
 -- Refuse a text argument longer than `max_bytes` (22023).
 CREATE FUNCTION agent._runner_arg_fits(value text, argument text, max_bytes integer)
@@ -438,7 +485,7 @@ BEGIN
 
 	runner_id := rn.id;
 	incarnation := rn.incarnation;
-	lease_seconds := agent.setting('runner_lease_seconds')::integer;
+	lease_seconds := agent._setting('runner_lease_seconds')::integer;
 	heartbeat_seconds := greatest(lease_seconds / 3, 1);
 	state := rn.state;
 END
@@ -551,6 +598,13 @@ BEGIN
 	END IF;
 	v_want := least(max_rows, agent._runner_free_slots(rn));
 	IF v_want <= 0 THEN
+		RETURN;
+	END IF;
+	-- Every runner is woken by every approval: they claim in turn, and
+	-- those after the first usually find nothing approved, in one index
+	-- probe (agent._claim_turn).
+	PERFORM agent._claim_turn();
+	IF NOT EXISTS (SELECT 1 FROM agent.invocations i WHERE i.state = 'approved') THEN
 		RETURN;
 	END IF;
 	FOR c IN SELECT * FROM agent._claim_invocations(v_want, rn.id) LOOP

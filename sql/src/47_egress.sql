@@ -69,9 +69,16 @@ CREATE TABLE agent.egress_narrowing (
 -- policy always has the same text and hash.
 CREATE FUNCTION agent._effective_egress(org uuid, agent_id uuid, conversation_id uuid)
 	RETURNS jsonb
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
+DECLARE
+	v jsonb;
+BEGIN
+	-- An org without rules (most) has no network: no policy to build.
+	IF NOT EXISTS (SELECT 1 FROM agent.egress_rules r WHERE r.org_id = org) THEN
+		RETURN NULL;
+	END IF;
 	WITH a AS (SELECT n.rule_ids FROM agent.egress_narrowing n
 				WHERE n.agent_id = _effective_egress.agent_id AND n.conversation_id IS NULL),
 		 c AS (SELECT n.rule_ids FROM agent.egress_narrowing n
@@ -91,17 +98,24 @@ AS $$
 												 'bytes_up', coalesce(l.max_bytes_up, 10485760),
 												 'bytes_down', coalesce(l.max_bytes_down, 104857600))
 						 FROM (SELECT 1) x LEFT JOIN agent.egress_limits l ON l.org_id = org))
-		END
-	  FROM r
+		END INTO v
+	  FROM r;
+	RETURN v;
+END
 $$;
 
 -- agent.egress_may_reach(policy), what the card shows, is in
 -- 15_invocations.sql: the card's view (28_approvals.sql) needs it.
 
 CREATE FUNCTION agent._egress_sha256(policy jsonb) RETURNS text
-	LANGUAGE sql IMMUTABLE
+	LANGUAGE plpgsql IMMUTABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
 	RETURN CASE WHEN policy IS NULL THEN NULL
 				ELSE pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(policy::text, 'UTF8')), 'hex') END;
+END
+$$;
 
 -- Copied at request time; whoever inserts cannot supply their own.
 CREATE FUNCTION agent._invocations_egress() RETURNS trigger

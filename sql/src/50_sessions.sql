@@ -123,11 +123,11 @@ BEGIN
 	RETURNING id INTO v_id;
 	FOR f IN SELECT key, value FROM jsonb_each_text(files) LOOP
 		n_files := n_files + 1;
-		IF n_files > agent.setting('max_skill_files')::integer THEN
+		IF n_files > agent._setting('max_skill_files')::integer THEN
 			RAISE EXCEPTION 'skill "%" has too many files', create_skill.name
 				USING ERRCODE = 'program_limit_exceeded',
 					  DETAIL = format('A skill version may hold at most %s files (agent.settings max_skill_files).',
-									  agent.setting('max_skill_files'));
+									  agent._setting('max_skill_files'));
 		END IF;
 		IF NOT agent.valid_relative_path(f.key) THEN
 			RAISE EXCEPTION 'invalid skill file path "%"', agent._shown(f.key)
@@ -141,11 +141,11 @@ BEGIN
 				USING ERRCODE = 'invalid_parameter_value';
 		END;
 		v_bytes := v_bytes + octet_length(v_content);
-		IF v_bytes > agent.setting('max_skill_bytes')::bigint THEN
+		IF v_bytes > agent._setting('max_skill_bytes')::bigint THEN
 			RAISE EXCEPTION 'skill "%" is too large', create_skill.name
 				USING ERRCODE = 'program_limit_exceeded',
 					  DETAIL = format('The files of a skill version may hold at most %s bytes (agent.settings max_skill_bytes).',
-									  agent.setting('max_skill_bytes'));
+									  agent._setting('max_skill_bytes'));
 		END IF;
 		INSERT INTO agent.skill_files (skill_id, path, content, executable)
 		VALUES (v_id, f.key, v_content, f.key ~ '\.(sh|py|js)$');
@@ -326,17 +326,17 @@ BEGIN
 				  DETAIL = 'A name is at most 1024 bytes, each component at most 255.',
 				  HINT = 'Use a relative path without "..", empty components or control characters.';
 	END IF;
-	IF octet_length(content) > agent.setting('max_upload_bytes')::bigint THEN
+	IF octet_length(content) > agent._setting('max_upload_bytes')::bigint THEN
 		RAISE EXCEPTION 'file "%" is too large (% bytes)', agent._shown(name), octet_length(content)
 			USING ERRCODE = 'program_limit_exceeded',
 				  HINT = format('The limit is %s bytes (agent.settings max_upload_bytes).',
-								agent.setting('max_upload_bytes'));
+								agent._setting('max_upload_bytes'));
 	END IF;
 	SELECT coalesce(sum(f.size), 0)::bigint INTO v_total FROM agent._current_files(conversation) f
 	 WHERE f.name <> upload_file.name;
-	IF v_total + octet_length(content) > agent.setting('max_conversation_bytes')::bigint THEN
+	IF v_total + octet_length(content) > agent._setting('max_conversation_bytes')::bigint THEN
 		RAISE EXCEPTION 'the files of conversation % would exceed % bytes', conversation,
-			agent.setting('max_conversation_bytes')
+			agent._setting('max_conversation_bytes')
 			USING ERRCODE = 'program_limit_exceeded';
 	END IF;
 	PERFORM agent._use_storage(c.org_id, octet_length(content), format('file "%s"', left(name, 256)));
@@ -445,7 +445,7 @@ BEGIN
 		v_prev := s.runner_id;
 		IF s.runner_id IS DISTINCT FROM _session_for.runner THEN
 			v_why := 'runner_gone';
-		ELSIF s.last_used_at < now() - agent.setting('session_idle_timeout')::interval THEN
+		ELSIF s.last_used_at < now() - agent._setting('session_idle_timeout')::interval THEN
 			v_why := 'expired';
 		ELSIF s.skills_hash <> v_hash THEN
 			v_why := 'skills_changed';
@@ -527,7 +527,7 @@ CREATE FUNCTION agent._trim_session_disk(org uuid, keep uuid) RETURNS integer
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	v_budget	bigint := agent.setting('max_session_disk_per_org')::bigint;
+	v_budget	bigint := agent._setting('max_session_disk_per_org')::bigint;
 	v_total		bigint;
 	s			agent.sessions;
 	n			integer := 0;
@@ -708,7 +708,7 @@ BEGIN
 		SELECT x.* FROM agent.sessions x
 		  JOIN agent.conversations c ON c.id = x.conversation_id
 		 WHERE x.state = 'active'
-		   AND x.last_used_at < as_of - agent.setting('session_idle_timeout')::interval
+		   AND x.last_used_at < as_of - agent._setting('session_idle_timeout')::interval
 		   FOR NO KEY UPDATE OF x, c SKIP LOCKED
 	LOOP
 		IF EXISTS (SELECT 1 FROM agent.invocations i

@@ -95,7 +95,7 @@ BEGIN
 	SELECT CASE kind WHEN 'output' THEN r.output WHEN 'previews' THEN r.previews
 					 WHEN 'produced_files' THEN r.produced_files ELSE r.uploaded_files END
 	  INTO v FROM agent.org_retention r WHERE r.org_id = org;
-	v := coalesce(v, agent.setting('retention_' || kind));
+	v := coalesce(v, agent._setting('retention_' || kind));
 	IF v = 'forever' THEN
 		RETURN NULL;
 	END IF;
@@ -225,7 +225,7 @@ DECLARE
 	o		uuid;
 	k		text;
 	keep	interval;
-	batch	integer := agent.setting('retention_batch')::integer;
+	batch	integer := agent._setting('retention_batch')::integer;
 	n		integer;
 BEGIN
 	pruned := 0;

@@ -51,6 +51,14 @@ volatile sig_atomic_t reload_requested = 0;
 int			signal_pipe[2] = {-1, -1};
 
 static bool claim_wanted = true;
+/*
+ * Approved work may be waiting that the last claim did not take: it was
+ * full, or a wake-up came while every slot was busy.  Only then does a
+ * finished run's free slot claim at once; otherwise the next wake-up does
+ * (an approval, and a finish that frees an org's slot while that org has
+ * work waiting, agent._apply_result), or the slow poll.
+ */
+static bool backlog_possible = true;
 static bool cancel_wanted = false;
 static bool sweep_wanted = true;
 static msec last_sweep = 0;
@@ -106,9 +114,14 @@ fill_slots(void)
 		int			got;
 		bool		started = false;
 
+		if (want <= 0)
+			backlog_possible = true;	/* woken while full */
 		if (want <= 0 || !db_connected() || !work_dir_usable(false))
 			break;
 		got = step_claim(want, claimed);
+		/* (a failed claim: what waits is still there) */
+		backlog_possible = (got < 0 || got >= want);
+		got = Max(got, 0);
 		for (int i = 0; i < got; i++)
 		{
 			Run		   *run = run_claim(&claimed[i]);
@@ -171,6 +184,8 @@ wait_timeout(void)
 	}
 	if (sweep_wanted)
 		timeout = Min(timeout, Max(last_sweep + SWEEP_INTERVAL_MS - now, 0));
+	if (mark_due() >= 0 && db_connected())
+		timeout = Min(timeout, Max(mark_due() - now, 0));
 	if (me.registered && db_connected())
 		timeout = Min(timeout, Max(me.next_heartbeat - now, 0));
 	if (db_connected() && claim_wanted && free_slots() > 0)
@@ -352,7 +367,8 @@ finish_and_sweep(bool woken)
 		if (run_complete(&runs[i]) && run_finish(&runs[i]))
 		{
 			sweep_wanted = true;
-			claim_wanted = true;	/* a slot is free */
+			if (backlog_possible)
+				claim_wanted = true;	/* a slot is free for what waits */
 		}
 	}
 	if (woken)
@@ -399,6 +415,8 @@ runner_loop(void)
 		if (shutdown_requested)
 			break;
 		check_runs();
+		if (mark_due() >= 0 && mark_due() <= now_ms() && db_connected())
+			step_mark_started();
 		output_flush();
 		if (cancel_wanted && db_connected() && now_ms() >= cancel_retry_at)
 		{

@@ -51,6 +51,8 @@ run_reset(Run *run)
 
 	run->phase = RUN_FREE;
 	run->marked = false;
+	run->mark_skips = 0;
+	run->mark_retry_at = 0;
 	run->start_error = NULL;
 	run->retry_at = 0;
 	run->id[0] = run->lease[0] = run->language[0] = '\0';

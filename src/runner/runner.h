@@ -295,6 +295,8 @@ typedef struct Run
 	msec		leased_at;		/* when the claim that leased it was sent */
 	char		language[16];
 	bool		marked;			/* the mark-running step was tried */
+	int			mark_skips;		/* ... and skipped (locks held elsewhere) */
+	msec		mark_retry_at;	/* a skipped mark is tried again then */
 	char	   *start_error;	/* a failure of ours before or at the start */
 	msec		retry_at;		/* RUN_RECORD_RETRY: try again after this */
 	RunJail		jail;
@@ -466,6 +468,7 @@ extern bool step_heartbeat(void);
 extern msec lease_deadline(const Run *run);
 extern void step_self_fence(void);
 extern int	step_claim(int want, ClaimedRun *out);
+extern msec mark_due(void);
 extern bool step_prepare(Run *run, bool workspace_is_new);
 extern void step_mark_started(void);
 extern bool step_store_output(const bool ready[][NSTREAMS], bool *stored);

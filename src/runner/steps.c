@@ -333,7 +333,7 @@ read_claimed(const DbResult *r, int row, ClaimedRun *c)
 
 /*
  * Claim up to `want` approved invocations into out[], each with its lease.
- * Returns how many; 0 also when the claim failed (logged).  Once this
+ * Returns how many, or -1 when the claim failed (logged).  Once this
  * commits every claimed run must be finished (or its lease lost).
  */
 int
@@ -364,6 +364,8 @@ step_claim(int want, ClaimedRun *out)
 	}
 	else if (r.outcome == DB_FAILED)
 		runner_log(RLOG_WARNING, "claiming approved invocations failed: %s", r.message);
+	if (r.outcome != DB_OK)
+		n = -1;
 	db_result_free(&r);
 	return n;
 }
@@ -543,8 +545,11 @@ step_prepare(Run *run, bool workspace_is_new)
 
 /*
  * Mark every started jail as running, each in a transaction of its own
- * (one round trip): a row locked elsewhere is skipped (its finish moves it
- * through running); a run whose lease is gone is fenced.
+ * (one round trip); a run whose lease is gone is fenced.  The step skips a
+ * row whose lock, or whose org's audit head, is held elsewhere (a claim
+ * of the same org on another runner, a tenant's open transaction): it is
+ * tried again after a backoff (mark_due), so that a run that is running
+ * says so; one that ends first is moved through running by its finish.
  */
 void
 step_mark_started(void)
@@ -554,6 +559,7 @@ step_mark_started(void)
 	char		pid[RUNNER_MAX_SLOTS][16];
 	Run		   *marked[RUNNER_MAX_SLOTS];
 	int			n = 0;
+	msec		now = now_ms();
 
 	db_batch_init(&b);
 	for (int i = 0; i < nruns; i++)
@@ -561,6 +567,8 @@ step_mark_started(void)
 		Run		   *run = &runs[i];
 
 		if (run->marked || (run->phase != RUN_STARTED && run->phase != RUN_EXITED))
+			continue;
+		if (run->mark_retry_at > now)
 			continue;
 		run->marked = true;
 		if (run->phase != RUN_STARTED)
@@ -572,10 +580,13 @@ step_mark_started(void)
 		db_batch_sync(&b);
 		marked[n++] = run;
 	}
-	if (n > 0 && db_batch_run(&b) == DB_FAILED)
+	if (n > 0)
 	{
+		(void) db_batch_run(&b);
 		for (int k = 0, i = 0; k < b.n; k++)
 		{
+			const char *v;
+
 			if (b.items[k].sql == NULL)
 				continue;
 			if (fenced(&b.items[k].r))
@@ -583,10 +594,41 @@ step_mark_started(void)
 			else if (b.items[k].r.outcome != DB_OK)
 				runner_log(RLOG_WARNING, "marking invocation %s running failed: %s",
 						   marked[i]->id, b.items[k].r.message);
+			else if ((v = db_value(&b.items[k].r, 0, 0)) != NULL && strcmp(v, "f") == 0 &&
+					 marked[i]->phase == RUN_STARTED)
+			{
+				/* skipped: again after 50 ms, doubling up to 1 s */
+				Run		   *run = marked[i];
+
+				run->marked = false;
+				run->mark_retry_at = now_ms() + Min(50L << Min(run->mark_skips, 5), 1000L);
+				run->mark_skips++;
+			}
 			i++;
 		}
 	}
 	db_batch_free(&b);
+}
+
+/*
+ * When a skipped mark is due again: the earliest retry time of a started
+ * run not yet marked, or -1 for none.
+ */
+msec
+mark_due(void)
+{
+	msec		due = -1;
+
+	for (int i = 0; i < nruns; i++)
+	{
+		Run		   *run = &runs[i];
+
+		if (run->marked || run->phase != RUN_STARTED || run->mark_skips == 0)
+			continue;
+		if (due < 0 || run->mark_retry_at < due)
+			due = run->mark_retry_at;
+	}
+	return due;
 }
 
 /* ---- output ---- */

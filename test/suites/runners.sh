@@ -105,13 +105,13 @@ wide_tenant() {
 	echo "$t"
 }
 
-# Six runs of TENANT that never end on their own (wall time 120 s), approved
+# Six runs of TENANT that never end on their own (wall time 300 s, past the 300 s the check waits), approved
 # in one transaction: with two slots a runner, all six run at once only when
 # each of the three runners holds two.  Prints their ids.
 hold_all_slots() {
 	local org ws agent
 	read -r org ws agent _ <<<"$1"
-	tq "$org" "$ws" "SELECT string_agg(r.invocation_id::text, ' ' ORDER BY n) FROM generate_series(1, 6) n, LATERAL agent.request_execution('$ws', '$agent', NULL, 'shell', 'echo held ' || n || '; sleep 120', 'requester', NULL, NULL, 120) r, LATERAL agent.approve(r.approval_id, 'approver') a;" | tail -n 1
+	tq "$org" "$ws" "SELECT string_agg(r.invocation_id::text, ' ' ORDER BY n) FROM generate_series(1, 6) n, LATERAL agent.request_execution('$ws', '$agent', NULL, 'shell', 'echo held ' || n || '; sleep 290', 'requester', NULL, NULL, 300) r, LATERAL agent.approve(r.approval_id, 'approver') a;" | tail -n 1
 }
 # Check that the held runs are two on each runner, then cancel them.
 check_held_spread() {		# tenant label ids...
@@ -516,6 +516,24 @@ t_attacker_steps() {
 	check "runner 1's run is untouched by all that (cancelled by its requester)" "cancelled|mine" \
 		"$(await "$A" "$inv" 30)|$(output "$inv")"
 	for h in 2 3; do resume "$h"; done
+
+	# Runners claim in turn (agent._claim_turn): one that keeps its claim's
+	# transaction open keeps the turn, and the others wait for it only a
+	# bounded time per claim, never until it lets go.
+	local holder
+	rh_psql 4 -c "BEGIN" -c "SELECT count(*) FROM agent.runner_claim('$rid', '$inc', 1)" \
+		-c "SELECT pg_sleep(300)" -c "COMMIT" >/dev/null 2>&1 &
+	holder=$!
+	wait_for 30 '[ "$(q -c "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = '"'advisory'"' AND l.granted AND a.usename = '"'$(rh_role 4)'"'")" = 1 ]'
+	check "a runner holding the claim's turn in an open transaction" 1 \
+		"$(q -c "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted AND a.usename = '$(rh_role 4)'")"
+	inv=$(start "$A" shell 'echo past-the-holder' none)
+	check "... does not stop the others: a run approved meanwhile runs on a runner host" \
+		"succeeded|past-the-holder|t" \
+		"$(await "$A" "$inv" 60)|$(output "$inv")|$([ -n "$(host_of "$inv")" ] && echo t || echo f)"
+	kill "$holder" 2>/dev/null || true
+	wait "$holder" 2>/dev/null || true
+	q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '$(rh_role 4)'" >/dev/null
 	q -c "SELECT agent.remove_runner('$(rh_name 4)')" >/dev/null
 }
 

@@ -21,6 +21,7 @@
  *	  seccomp.c		the filter's policy (gen_filter.c compiles it at build
  *					time, filter.c embeds the result)
  *	  sandbox.c		everything that runs inside the namespaces: init, payload
+ *	  exiting.c		an exiting payload's status, before its reap (init)
  *	  workspace.c	the host-side walk of the workspace (size, entries)
  *	  serve.c		the resident launcher (--serve): pool, slots, socket
  *	  worker.c		a launcher's worker and its one request
@@ -545,6 +546,9 @@ extern bool jail_rootfs_entered(void);
 
 /* sandbox.c */
 extern int	jail_child_main(void *arg);
+
+/* exiting.c */
+extern bool jail_exiting_status(int taskfd, int *status);
 extern int	jail_loopback_up(char *err);
 
 /* spawn.c */

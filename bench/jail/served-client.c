@@ -18,6 +18,20 @@
  * the verdict's status; EOF on stdin ends it.  One run per line lets the
  * benchmark interleave it with the other contenders.
  *
+ * With SERVED_WARM=1 in the environment (a launcher started with
+ * --warm-python/--warm-node), each run first waits, untimed, until the
+ * launcher's page (SOCKET.warm, wire_protocol.h) counts a waiting
+ * interpreter of LANGUAGE, takes it as a caller does
+ * (jail_wire_warm_claim's compare-and-swap) and connects to
+ * SOCKET.python or SOCKET.node: the time is then that of a warm run; a
+ * verdict without "warm":true is reported as status "not-warm".  With
+ * SERVED_SETTLE_POOL=1 (any LANGUAGE), each run first waits, untimed,
+ * until every warm place of the launcher has its interpreter waiting
+ * again and then SETTLE_US more (the cold pool's refill): the run before
+ * it, whatever it was, is then on nobody's clock.  SERVED_SETTLE_ONLY=1
+ * (with SERVED_SETTLE_POOL=1) only waits so, runs nothing and prints
+ * "0 settled" per line.
+ *
  * With "-- PROGRAM ARGS..." after the run options, each line also runs
  * that program bare (fork, execve, waitpid; output to /dev/null) from
  * this same small process and prints its microseconds as a third field:
@@ -34,12 +48,78 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #define SETTLE_US	40000		/* see the bare run below */
+
+/* The page's layout, from the one definition of it (standalone header). */
+#include "../../src/jail/wire_protocol.h"
+
+/*
+ * SERVED_WARM: wait (untimed, at most 120 s) for a waiting interpreter of
+ * lang on the page, and take it.  false: none came.
+ */
+static bool
+warm_claim(JailWarmPage *page, int lang)
+{
+	for (int i = 0; i < 120000; i++)
+	{
+		int32_t		n = __atomic_load_n(&page->ready[lang], __ATOMIC_ACQUIRE);
+
+		while (n > 0)
+			if (__atomic_compare_exchange_n(&page->ready[lang], &n, n - 1, false,
+											__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+				return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+/* SERVED_SETTLE_POOL: the launcher idle again (at most 120 s), untimed. */
+static void
+warm_settle(JailWarmPage *page)
+{
+	for (int i = 0; i < 120000; i++)
+	{
+		bool		full = true;
+
+		for (int l = 0; l < JAIL_WARM_NLANG; l++)
+			if (__atomic_load_n(&page->ready[l], __ATOMIC_ACQUIRE) < page->configured[l])
+				full = false;
+		if (full)
+			break;
+		usleep(1000);
+	}
+	usleep(SETTLE_US);
+}
+
+static JailWarmPage *
+warm_map(const char *sock)
+{
+	char		path[4096];
+	int			fd;
+	JailWarmPage *page;
+
+	snprintf(path, sizeof(path), "%s%s", sock, JAIL_WARM_PAGE_SUFFIX);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+	{
+		perror("served-client: the warm page");
+		exit(2);
+	}
+	page = mmap(NULL, sizeof(JailWarmPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (page == MAP_FAILED)
+	{
+		perror("served-client: mmap the warm page");
+		exit(2);
+	}
+	return page;
+}
 
 static size_t
 put(char *buf, size_t off, const char *s)
@@ -68,6 +148,10 @@ main(int argc, char **argv)
 	int			codefd, memfd, devnull;
 	bool		raw;
 	char	  **bare = NULL;
+	JailWarmPage *page = NULL;
+	JailWarmPage *settle = NULL;
+	int			warm_lang = -1;
+	struct sockaddr_un warm_sa;
 
 	if (argc < 5)
 	{
@@ -104,6 +188,22 @@ main(int argc, char **argv)
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", argv[1]);
+	if (getenv("SERVED_WARM") && strcmp(getenv("SERVED_WARM"), "1") == 0)
+	{
+		warm_lang = strcmp(argv[2], "python") == 0 ? JAIL_WARM_PYTHON :
+			strcmp(argv[2], "node") == 0 ? JAIL_WARM_NODE : -1;
+		if (warm_lang < 0)
+		{
+			fprintf(stderr, "served-client: SERVED_WARM needs python or node\n");
+			return 2;
+		}
+		page = settle = warm_map(argv[1]);
+		warm_sa = sa;
+		snprintf(warm_sa.sun_path, sizeof(warm_sa.sun_path), "%s%s", argv[1],
+				 JAIL_WARM_SOCK_SUFFIX[warm_lang]);
+	}
+	if (getenv("SERVED_SETTLE_POOL") && strcmp(getenv("SERVED_SETTLE_POOL"), "1") == 0 && !settle)
+		settle = warm_map(argv[1]);
 
 	while (fgets(line, sizeof(line), stdin))
 	{
@@ -119,10 +219,28 @@ main(int argc, char **argv)
 		int			fds[3] = {memfd, devnull, devnull};
 		int			s;
 		const char *status = "?";
+		const struct sockaddr_un *to = &sa;
 
+		if (settle)
+			warm_settle(settle);
+		if (settle && getenv("SERVED_SETTLE_ONLY") && strcmp(getenv("SERVED_SETTLE_ONLY"), "1") == 0)
+		{
+			printf("0 settled\n");
+			fflush(stdout);
+			continue;
+		}
+		if (page)
+		{
+			if (!warm_claim(page, warm_lang))
+			{
+				fprintf(stderr, "served-client: no warm interpreter within 120 s\n");
+				return 1;
+			}
+			to = &warm_sa;
+		}
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		if (s < 0 || connect(s, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+		if (s < 0 || connect(s, (const struct sockaddr *) to, sizeof(*to)) < 0)
 		{
 			perror("served-client: connect");
 			return 1;
@@ -152,8 +270,15 @@ main(int argc, char **argv)
 			char	   *p;
 
 			resp[n] = '\0';
-			p = strstr(resp + strlen(resp) + 3, "\"status\":\"");
-			status = p ? p + 10 : "no-verdict";
+			/* a warm run that was not warm is not a sample of one */
+			if (page && !strstr(resp + strlen(resp) + 3, "\"warm\":true"))
+				p = NULL, status = "not-warm";
+			else
+				p = strstr(resp + strlen(resp) + 3, "\"status\":\"");
+			if (p)
+				status = p + 10;
+			else if (strcmp(status, "not-warm") != 0)
+				status = "no-verdict";
 			if (p && strchr(status, '"'))
 				*strchr((char *) status, '"') = '\0';
 		}

@@ -251,34 +251,6 @@ jail_egress_prepare(JailEgress *e, const JailOptions *opts, char *err)
 	return 0;
 }
 
-/* Receive one descriptor within the wait, or -1. */
-static int
-recv_fd(int sock)
-{
-	union
-	{
-		char		buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	}			ctl;
-	char		byte;
-	struct iovec iov = {.iov_base = &byte,.iov_len = 1};
-	struct msghdr msg = {.msg_iov = &iov,.msg_iovlen = 1,
-	.msg_control = ctl.buf,.msg_controllen = sizeof(ctl.buf)};
-	struct pollfd p = {.fd = sock,.events = POLLIN};
-	struct cmsghdr *c;
-	int			fd;
-
-	if (poll(&p, 1, EGRESS_WAIT_MS) != 1 ||
-		recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT) != 1)
-		return -1;
-	c = CMSG_FIRSTHDR(&msg);
-	if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
-		c->cmsg_len != CMSG_LEN(sizeof(int)))
-		return -1;
-	memcpy(&fd, CMSG_DATA(c), sizeof(int));
-	return fd;
-}
-
 /* The proxy's path: --egress-proxy, or sandbox-egress beside our binary. */
 static int
 proxy_path(const JailOptions *opts, char *path, size_t len)
@@ -513,7 +485,7 @@ jail_egress_start(JailEgress *e, const JailOptions *opts, char *err)
 	if (!e->on)
 		return 0;
 	jail_close(&e->sock[1]);
-	lfd = recv_fd(e->sock[0]);
+	lfd = jail_recv_fd(e->sock[0], EGRESS_WAIT_MS);
 	if (lfd < 0)
 	{
 		jail_seterr(err, "egress: the sandbox sent no listening socket");

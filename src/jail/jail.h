@@ -21,6 +21,7 @@
  *	  seccomp.c		the filter's policy (gen_filter.c compiles it at build
  *					time, filter.c embeds the result)
  *	  sandbox.c		everything that runs inside the namespaces: init, payload
+ *	  exiting.c		an exiting payload's status, before its reap (init)
  *	  workspace.c	the host-side walk of the workspace (size, entries)
  *	  serve.c		the resident launcher (--serve): pool, slots, socket
  *	  worker.c		a launcher's worker and its one request
@@ -298,6 +299,10 @@ typedef struct JailInitReport
 	int			status;
 	int			alone;
 	int			lingering;		/* alone, and waiting to be killed (linger) */
+	int			exiting;		/* sent before the reap: every task of the
+								 * payload had entered its exit (its seccomp
+								 * program unused), status read from /proc;
+								 * ru is empty (sandbox.c, init_reap) */
 	uint64_t	warm_cpu_ms;	/* a warm interpreter's CPU before its
 								 * request, included in ru (0: not warm) */
 	struct rusage ru;
@@ -447,6 +452,8 @@ typedef struct JailChildArgs
 								 * the host tree (rootfs.c), or -1 */
 	bool		linger;			/* init alone after the payload: report, then
 								 * wait to be killed (JailInitReport) */
+	int			watch_sock;		/* prespawned, the payload's process: where
+								 * its seccomp listener goes to init, or -1 */
 	int			paygo_fd;		/* prespawned: read by the payload's process,
 								 * the worker's go once the workspace is
 								 * checked; or -1 */
@@ -490,6 +497,7 @@ extern int	jail_write_all(int fd, const void *buf, size_t len);
 extern void jail_close(int *fd);
 extern int	jail_die_with_parent(void);
 extern int	jail_send_fd(int sock, int fd);
+extern int	jail_recv_fd(int sock, int wait_ms);
 extern uint64_t jail_now_ms(void);
 extern char *jail_read_code(int fd, size_t *len, char *err);
 extern char *jail_load_code(const JailOptions *opts, size_t *len, char *err);
@@ -527,16 +535,20 @@ extern void jail_cgroup_destroy(JailCgroup *cg);
 /* seccomp.c */
 extern int	jail_filter_build(JailFilter *filter, JailFilterKind kind, char *err);
 extern int	jail_filter_get(JailFilter *filter, JailFilterKind kind, char *err);
-extern int	jail_filter_load(const JailFilter *filter, int keep_sock);
+extern int	jail_filter_load(const JailFilter *filter, int keep_sock, int watch_sock);
 
 /* rootfs.c */
 extern int	jail_rootfs_setup(const JailChildArgs *args, char *err);
 extern int	jail_rootfs_prepare(char *err);
-extern int	jail_rootfs_complete(const JailChildArgs *args, char *err);
+extern int	jail_rootfs_complete(const JailChildArgs *args, pid_t payload, char *err);
+extern int	jail_rootfs_enter_own(char *err);
 extern bool jail_rootfs_entered(void);
 
 /* sandbox.c */
 extern int	jail_child_main(void *arg);
+
+/* exiting.c */
+extern bool jail_exiting_status(int taskfd, int *status);
 extern int	jail_loopback_up(char *err);
 
 /* spawn.c */

@@ -290,6 +290,7 @@ run_clone(JailRun *run)
 	jail_pipes_child_ends(&run->pipes, &args);
 	args.req_fd = -1;
 	args.tree_sock = -1;
+	args.watch_sock = -1;
 	args.paygo_fd = -1;
 	args.ready_fd = -1;
 	args.cgroup_none = run->cg.mode == CGROUP_NONE;
@@ -445,8 +446,9 @@ run_end(JailRun *run)
 	if (!run->have_report &&
 		read(run->pipes.stat[0], &run->rep, sizeof(run->rep)) == sizeof(run->rep))
 		run->have_report = true;
-	if (run->have_report && run->rep.alone)
-		run->ru = run->rep.ru;	/* the run's processes, not init's */
+	/* the run's processes, not init's (an exiting report has none) */
+	if (run->have_report && run->rep.alone && !run->rep.exiting)
+		run->ru = run->rep.ru;
 	run->phase = JAIL_RUN_ENDED;
 }
 

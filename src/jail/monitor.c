@@ -21,6 +21,7 @@
  *-------------------------------------------------------------------------
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <stddef.h>
@@ -47,6 +48,8 @@ typedef struct Stream
 	uint64_t	produced;		/* everything the payload wrote */
 	uint64_t	forwarded;		/* accepted for delivery (<= cap) */
 	bool		eof;
+	bool		drain;			/* its writers are all exiting: read what
+								 * the pipe holds, then it is dry */
 	bool		out_dead;		/* our reader went away: discard */
 	char		buf[STREAM_BUF];	/* last: not cleared per run */
 } Stream;
@@ -123,9 +126,9 @@ stream_read(Stream *s, uint64_t cap, JailResult *res)
 	n = read(s->in, s->len == 0 ? s->buf : discard, STREAM_BUF);
 	if (n < 0)
 	{
-		if (errno == EINTR || errno == EAGAIN)
+		if (errno == EINTR || (errno == EAGAIN && !s->drain))
 			return;
-		n = 0;
+		n = 0;					/* drained: nothing more can come */
 	}
 	if (n == 0)
 	{
@@ -313,9 +316,42 @@ on_cancel(Monitor *m)
 }
 
 /*
- * Init reaped the payload.  If it found itself alone, nothing of the run
- * is left to outlive the verdict: the run ends now, and init (which waits
- * for it, or is exiting) is killed and reaped after the verdict.
+ * Can the run end on a report sent while its payload was still exiting?
+ * Its rusage is not there yet, so the cgroup must count the run's CPU
+ * and peak memory (a launcher's slot, v2 or v1 with cpuacct and memory).
+ */
+static bool
+counts_without_rusage(const JailRun *run)
+{
+	return run->cg.mode == CGROUP_V2 ||
+		(run->cg.mode == CGROUP_V1 && run->cg.mem_dir[0] && run->cg.cpu_dir[0]);
+}
+
+/*
+ * The payload's tasks are all exiting (JailInitReport.exiting): none can
+ * write again, and the pipes' last writers close them only once the
+ * kernel has freed their memory.  What the pipes hold is all there will
+ * be: read it without waiting, then they are dry.
+ */
+static void
+drain_streams(Monitor *m)
+{
+	for (int i = 0; i < 2; i++)
+	{
+		Stream	   *s = &m->streams[i];
+
+		if (s->eof)
+			continue;
+		fcntl(s->in, F_SETFL, fcntl(s->in, F_GETFL) | O_NONBLOCK);
+		s->drain = true;
+	}
+}
+
+/*
+ * Init reaped the payload (or saw all of it exiting: rep.exiting).  If it
+ * found itself alone, nothing of the run is left to outlive the verdict:
+ * the run ends now, and init (which waits for it, or is exiting) is
+ * killed and reaped after the verdict.
  */
 static void
 on_report(Monitor *m)
@@ -327,11 +363,14 @@ on_report(Monitor *m)
 	{
 		run->have_report = true;
 		JAIL_TRACE("init report read");
-		if (run->rep.alone && run->defer_reap)
+		if (run->rep.alone && run->defer_reap &&
+			(!run->rep.exiting || counts_without_rusage(run)))
 		{
 			run->reaped = true;
 			run->init_pending = true;
 			run->reaped_at = jail_now_ms();
+			if (run->rep.exiting)
+				drain_streams(m);
 		}
 		else if (run->rep.lingering)
 			jail_run_kill(run); /* we wait for its exit */
@@ -403,7 +442,7 @@ fill_poll(const Monitor *m, struct pollfd *pfd, MonitorSlot *slots)
 
 		if (s->len > 0)
 			add_slot(pfd, slots, &n, s->out, POLLOUT, SLOT_WRITE_STDOUT + i);
-		else if (!s->eof)
+		else if (!s->eof && !s->drain)
 			add_slot(pfd, slots, &n, s->in, POLLIN, SLOT_READ_STDOUT + i);
 	}
 	if (run->pipes.err[0] >= 0)
@@ -451,6 +490,9 @@ jail_monitor(JailRun *run)
 		int			n;
 
 		check_limits(&m, now);
+		for (int i = 0; i < 2; i++)
+			if (m.streams[i].drain && !m.streams[i].eof && m.streams[i].len == 0)
+				stream_read(&m.streams[i], run->opts->output_limit, run->res);
 		if (run->reaped && finished(&m, now))
 			break;
 		n = fill_poll(&m, pfd, slots);

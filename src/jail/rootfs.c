@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -67,6 +68,8 @@
 
 /* The detached copy of the host tree of a prepared root, or -1. */
 static int host_tree = -1;
+
+static void release_host_tree(const JailChildArgs *args);
 
 /*
  * Old-API fallback for kernels before 5.12 (and valgrind, which does not
@@ -684,6 +687,25 @@ host_tree_usable(int tree)
 	return true;
 }
 
+/*
+ * Enter the new root and let go of the host's tree, now; /tmp and
+ * /dev/shm get their (fresh, empty) tmpfs with the default size,
+ * resized if the request asks for another.
+ */
+static int
+enter_prepared(char *err)
+{
+	JailOptions defaults = {.tmp_size = JAIL_DEFAULT_TMP_SIZE};
+
+	if (make_mountpoint(NEWROOT "/tmp", true, err) < 0 ||
+		make_mountpoint(NEWROOT "/workspace", true, err) < 0 ||
+		make_mountpoint(NEWROOT "/sandbox", true, err) < 0 ||
+		mount_tmp(JAIL_DEFAULT_TMP_SIZE, NEWROOT, err) < 0 ||
+		mount_dev_shm(&defaults, NEWROOT, err) < 0)
+		return -1;
+	return enter_newroot("/", err);
+}
+
 /* Ahead of the request (worker.c): the part no request changes. */
 int
 jail_rootfs_prepare(char *err)
@@ -712,23 +734,28 @@ jail_rootfs_prepare(char *err)
 		return -1;
 	if (host_tree < 0)
 		return 0;
+	return enter_prepared(err);
+}
 
-	/*
-	 * Enter the new root and let go of the host's tree, now; /tmp and
-	 * /dev/shm get their (fresh, empty) tmpfs with the default size,
-	 * resized if the request asks for another.
-	 */
+/*
+ * A warm interpreter's process, forked by an init that could not enter
+ * its root ahead (no copy of the host tree: kernels before 6.x, or
+ * SANDBOX_JAIL_NO_HOST_TREE): a mount namespace of its own, a copy of
+ * init's (the fixed root built, the host's tree still attached), in which
+ * it enters the root at once, so that the interpreter starts in it as in
+ * a root entered ahead.  Init joins this namespace after the request to
+ * complete it (jail_rootfs_complete), with the request's sources cloned
+ * from its own namespace first.
+ */
+int
+jail_rootfs_enter_own(char *err)
+{
+	if (unshare(CLONE_NEWNS) < 0)
 	{
-		JailOptions defaults = {.tmp_size = JAIL_DEFAULT_TMP_SIZE};
-
-		if (make_mountpoint(NEWROOT "/tmp", true, err) < 0 ||
-			make_mountpoint(NEWROOT "/workspace", true, err) < 0 ||
-			make_mountpoint(NEWROOT "/sandbox", true, err) < 0 ||
-			mount_tmp(JAIL_DEFAULT_TMP_SIZE, NEWROOT, err) < 0 ||
-			mount_dev_shm(&defaults, NEWROOT, err) < 0)
-			return -1;
+		jail_seterr(err, "mount namespace of the warm interpreter: %s", strerror(errno));
+		return -1;
 	}
-	return enter_newroot("/", err);
+	return enter_prepared(err);
 }
 
 /* A host path, looked up in the copy of the host tree, as an O_PATH fd. */
@@ -744,12 +771,13 @@ open_in_host_tree(const char *path, int flags)
 }
 
 /*
- * Mount a clone of what srcfd (in the copy of the host tree) points at on
- * dst, with attrs on it and everything below it, the way bind_fd does in
- * a tree that is still attached.
+ * A detached clone of what srcfd points at (and everything below it),
+ * with attrs set on all of it before it is attached anywhere: the way
+ * bind_fd mounts a source in a tree that is still attached.  The mount's
+ * descriptor, or -1.
  */
 static int
-attach_clone(int srcfd, const char *dst, unsigned int attrs, char *err)
+clone_source(int srcfd, const char *dst, unsigned int attrs, char *err)
 {
 	struct mount_attr attr = {.attr_set = attrs};
 	int			m;
@@ -761,82 +789,145 @@ attach_clone(int srcfd, const char *dst, unsigned int attrs, char *err)
 		jail_seterr(err, "clone the source of %s: %s", dst, strerror(errno));
 		return -1;
 	}
-	if (mount_setattr(m, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0 ||
-		move_mount(m, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+	if (mount_setattr(m, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0)
 	{
 		jail_seterr(err, "mount onto %s: %s", dst, strerror(errno));
 		close(m);
 		return -1;
 	}
-	close(m);
+	return m;
+}
+
+/* Attach a detached clone (clone_source) on dst, in our mount namespace. */
+static int
+attach_at(int m, const char *dst, char *err)
+{
+	if (move_mount(m, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+	{
+		jail_seterr(err, "mount onto %s: %s", dst, strerror(errno));
+		return -1;
+	}
 	return 0;
 }
 
+/* A host path the prepared root (on /sys) would shadow: refused. */
+static bool
+under_sys(const char *path)
+{
+	return strncmp(path, "/sys", 4) == 0 && (path[4] == '/' || path[4] == '\0');
+}
+
 /*
- * The run's own part of a root entered ahead (see the file's head): the
- * same mounts as rootfs_finish, at their final paths.  The sources are
- * checked as open_sources does.
+ * A source of the request, as an O_PATH descriptor: looked up in the copy
+ * of the host tree, or (no copy: the payload entered a root of its own,
+ * jail_rootfs_enter_own) by its path in our mount namespace, which still
+ * has the host's tree.
  */
 static int
-complete_pivoted(const JailChildArgs *args, char *err)
+open_source(const char *path, int flags)
 {
-	const JailOptions *opts = args->opts;
+	if (host_tree >= 0)
+		return open_in_host_tree(path, flags);
+	return open(path, O_PATH | O_CLOEXEC | flags);
+}
+
+/* The request's sources, cloned, not yet attached (complete_entered). */
+typedef struct Clones
+{
+	int			ws;
+	int			bind[JAIL_MAX_BINDS];
+	bool		bind_dir[JAIL_MAX_BINDS];
+	int			n;
+} Clones;
+
+static void
+close_clones(Clones *c)
+{
+	jail_close(&c->ws);
+	for (int i = 0; i < c->n; i++)
+		jail_close(&c->bind[i]);
+}
+
+/* Each source looked up (checked as open_sources does) and cloned. */
+static int
+clone_sources(const JailOptions *opts, Clones *c, char *err)
+{
 	int			fd;
 
-	if (strncmp(opts->workspace, "/sys", 4) == 0 &&
-		(opts->workspace[4] == '/' || opts->workspace[4] == '\0'))
+	c->ws = -1;
+	c->n = 0;
+	if (under_sys(opts->workspace))
 	{
 		jail_seterr(err, "workspace %s: not under /sys", opts->workspace);
 		return -1;
 	}
-	fd = open_in_host_tree(opts->workspace, O_DIRECTORY | O_NOFOLLOW);
+	fd = open_source(opts->workspace, O_DIRECTORY | O_NOFOLLOW);
 	if (fd < 0)
 	{
 		jail_seterr(err, "workspace %s: %s", opts->workspace, strerror(errno));
 		return -1;
 	}
-	if (attach_clone(fd, "/workspace", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, err) < 0)
-	{
-		close(fd);
-		return -1;
-	}
+	c->ws = clone_source(fd, "/workspace", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, err);
 	close(fd);
-
-	if (opts->tmp_size != JAIL_DEFAULT_TMP_SIZE &&
-		(resize_tmpfs("/tmp", opts->tmp_size, MS_NOSUID | MS_NODEV, err) < 0 ||
-		 resize_tmpfs("/dev/shm", opts->tmp_size, MS_NOSUID | MS_NODEV | MS_NOEXEC, err) < 0))
+	if (c->ws < 0)
 		return -1;
 
 	for (int i = 0; i < opts->nbinds; i++)
 	{
 		const char *src = opts->binds[i].src;
-		const char *dst = opts->binds[i].dst;
 		struct stat st;
 
-		if (strncmp(src, "/sys", 4) == 0 && (src[4] == '/' || src[4] == '\0'))
+		if (under_sys(src))
 		{
 			jail_seterr(err, "--ro-bind source %s: not under /sys", src);
 			return -1;
 		}
-		fd = open_in_host_tree(src, 0);
-		if (fd < 0)
+		fd = open_source(src, 0);
+		if (fd < 0 || fstat(fd, &st) < 0)
 		{
 			jail_seterr(err, "--ro-bind source %s: %s", src, strerror(errno));
+			if (fd >= 0)
+				close(fd);
 			return -1;
 		}
-		if (fstat(fd, &st) < 0 ||
-			make_parents_at("", dst, err) < 0 ||
-			make_mountpoint(dst, S_ISDIR(st.st_mode), err) < 0 ||
-			attach_clone(fd, dst, SYSTEM_FLAGS, err) < 0)
+		c->bind_dir[i] = S_ISDIR(st.st_mode);
+		c->bind[i] = clone_source(fd, opts->binds[i].dst, SYSTEM_FLAGS, err);
+		close(fd);
+		if (c->bind[i] < 0)
+			return -1;
+		c->n = i + 1;
+	}
+	return 0;
+}
+
+/*
+ * The run's own part of a root entered ahead (see the file's head): the
+ * same mounts as rootfs_finish, at their final paths, from the clones.
+ */
+static int
+attach_sources(const JailChildArgs *args, const Clones *c, char *err)
+{
+	const JailOptions *opts = args->opts;
+
+	if (attach_at(c->ws, "/workspace", err) < 0)
+		return -1;
+	if (opts->tmp_size != JAIL_DEFAULT_TMP_SIZE &&
+		(resize_tmpfs("/tmp", opts->tmp_size, MS_NOSUID | MS_NODEV, err) < 0 ||
+		 resize_tmpfs("/dev/shm", opts->tmp_size, MS_NOSUID | MS_NODEV | MS_NOEXEC, err) < 0))
+		return -1;
+	for (int i = 0; i < c->n; i++)
+	{
+		const char *dst = opts->binds[i].dst;
+
+		if (make_parents_at("", dst, err) < 0 ||
+			make_mountpoint(dst, c->bind_dir[i], err) < 0 ||
+			attach_at(c->bind[i], dst, err) < 0)
 		{
 			if (!err[0])
-				jail_seterr(err, "--ro-bind %s: %s", src, strerror(errno));
-			close(fd);
+				jail_seterr(err, "--ro-bind %s: %s", opts->binds[i].src, strerror(errno));
 			return -1;
 		}
-		close(fd);
 	}
-
 	if (setup_code(args, "", err) < 0 ||
 		set_attr("/", SYSTEM_FLAGS, false, err) < 0)
 		return -1;
@@ -846,6 +937,73 @@ complete_pivoted(const JailChildArgs *args, char *err)
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * Join the mount namespace the payload's process made for itself
+ * (jail_rootfs_enter_own), whose root it entered before its interpreter
+ * started.  Its mounts are then ours to complete; our own namespace, with
+ * the host's tree, is left to the worker, which holds it (spawn.c) and
+ * releases it after the verdict.  Refused if the payload's process is
+ * still in ours: it would be completing the host's tree.
+ */
+static int
+enter_payload_ns(pid_t payload, char *err)
+{
+	char		path[64];
+	struct stat own;
+	struct stat its;
+	int			fd;
+
+	snprintf(path, sizeof(path), NEWROOT "/proc/%d/ns/mnt", (int) payload);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &its) < 0 || stat(NEWROOT "/proc/self/ns/mnt", &own) < 0)
+	{
+		jail_seterr(err, "the payload's mount namespace: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	if (its.st_ino == own.st_ino && its.st_dev == own.st_dev)
+	{
+		jail_seterr(err, "the payload's process has no mount namespace of its own");
+		close(fd);
+		return -1;
+	}
+	if (setns(fd, CLONE_NEWNS) < 0)
+	{
+		jail_seterr(err, "join the payload's mount namespace: %s", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+/*
+ * The run's part of a root entered ahead, by us (host_tree) or by the
+ * payload's process in a mount namespace of its own (a warm interpreter
+ * on a kernel without the copy): the sources cloned where they are found,
+ * the warm bootstrap removed, everything attached in the final root.
+ */
+static int
+complete_entered(const JailChildArgs *args, pid_t payload, char *err)
+{
+	bool		own_ns = host_tree < 0;
+	Clones		c;
+	int			rc;
+
+	rc = clone_sources(args->opts, &c, err);
+	if (host_tree >= 0)
+		release_host_tree(args);
+	if (rc == 0 && own_ns)
+		rc = enter_payload_ns(payload, err);
+	if (rc == 0 && args->warm)
+		rc = jail_warm_unroot(args->warm, err);
+	if (rc == 0)
+		rc = attach_sources(args, &c, err);
+	close_clones(&c);
+	return rc;
 }
 
 /*
@@ -870,20 +1028,19 @@ jail_rootfs_entered(void)
 	return host_tree >= 0;
 }
 
-/* After jail_rootfs_prepare, once the request is known. */
+/*
+ * After jail_rootfs_prepare, once the request is known.  payload: the
+ * payload's process (a warm interpreter's, which entered a root of its
+ * own when we did not: jail_rootfs_enter_own).
+ */
 int
-jail_rootfs_complete(const JailChildArgs *args, char *err)
+jail_rootfs_complete(const JailChildArgs *args, pid_t payload, char *err)
 {
 	int			wsfd;
 	int			bindfds[JAIL_MAX_BINDS];
 
-	if (host_tree >= 0)
-	{
-		int			rc = complete_pivoted(args, err);
-
-		release_host_tree(args);
-		return rc;
-	}
+	if (host_tree >= 0 || args->warm)
+		return complete_entered(args, payload, err);
 	if (open_sources(args->opts, true, &wsfd, bindfds, err) < 0 ||
 		mount_dev_shm(args->opts, NEWROOT, err) < 0)
 		return -1;

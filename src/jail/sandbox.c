@@ -45,6 +45,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -63,6 +64,16 @@ static void child_fail(const JailChildArgs *a, const char *msg) __attribute__((n
 
 /* Init of a warm sandbox: its interpreter's CPU before the request. */
 static uint64_t warm_cpu_ms;
+
+/*
+ * Init of a served sandbox: the payload's seccomp listener (inert: no
+ * rule notifies it), or -1.  It reports POLLHUP once no task uses the
+ * payload's program any more (init_reap).
+ */
+static int exit_watch = -1;
+
+/* How long init waits for its payload's process to send the listener. */
+#define WATCH_WAIT_MS		10000
 
 /* Report a setup failure to the parent and stop; never returns. */
 static void
@@ -313,11 +324,14 @@ payload_confine(const JailChildArgs *a, bool rlimits)
 		child_fail(a, err);
 	}
 	/* Last step before execve: from here on only the exec is ours. */
-	if (jail_filter_load(a->filter, a->served ? a->tree_sock : -1) < 0)
+	if (jail_filter_load(a->filter, a->served ? a->tree_sock : -1, a->watch_sock) < 0)
 	{
 		jail_seterr(err, "load seccomp filter: %s", strerror(errno));
 		child_fail(a, err);
 	}
+	/* init waits for the listener or for this EOF (served_init) */
+	if (a->watch_sock >= 0)
+		close(a->watch_sock);
 }
 
 static void payload_execve(const JailChildArgs *a) __attribute__((noreturn));
@@ -388,12 +402,99 @@ confine_init(const JailFilter *filter, int keep_sock, char *err)
 	if (drop_bounding(err) < 0)
 		return -1;
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-		jail_filter_load(filter, keep_sock) < 0)
+		jail_filter_load(filter, keep_sock, -1) < 0)
 	{
 		jail_seterr(err, "confine init: %s", strerror(errno));
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * The payload (pid payload) is reaped, with status: everything else of
+ * the namespace too (every process of it is a descendant of ours, since
+ * orphans are reparented to us, so no child left, not even a zombie,
+ * means none at all), then the report.  Never returns.
+ */
+static void report_reaped(const JailChildArgs *a, int status) __attribute__((noreturn));
+
+static void
+report_reaped(const JailChildArgs *a, int status)
+{
+	JailInitReport rep;
+	pid_t		other;
+
+	JAIL_TRACE("init: payload reaped");
+	memset(&rep, 0, sizeof(rep));
+	rep.status = status;
+	while ((other = waitpid(-1, NULL, WNOHANG)) > 0)
+		;
+	rep.alone = other < 0 && errno == ECHILD;
+	rep.lingering = rep.alone && a->linger;
+	rep.warm_cpu_ms = warm_cpu_ms;
+	getrusage(RUSAGE_CHILDREN, &rep.ru);
+	(void) jail_write_all(a->status_fd, &rep, sizeof(rep));
+	while (rep.lingering)
+		pause();				/* until the worker's SIGKILL */
+	/* our exit tears down the pid namespace: nothing survives */
+	_exit(0);
+}
+
+/*
+ * The early end (a served, lingering init with a cgroup that counts the
+ * run's CPU and memory, and the payload's listener): wait for SIGCHLD or
+ * the listener's POLLHUP, whichever comes first.  On POLLHUP with the
+ * status known, report at once ("exiting", no rusage: the caller takes
+ * the cgroup's counters) and wait to be killed; the caller sends the
+ * verdict while the kernel still tears the payload down.  Otherwise, as
+ * init_reap: reap, and report once the payload is reaped.  Never returns.
+ */
+static void init_wait_exiting(const JailChildArgs *a, pid_t payload, int sigfd) __attribute__((noreturn));
+
+static void
+init_wait_exiting(const JailChildArgs *a, pid_t payload, int sigfd)
+{
+	struct pollfd pfd[2] = {{.fd = sigfd,.events = POLLIN}, {.fd = exit_watch,.events = POLLIN}};
+	char		path[64];
+	int			taskfd;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int) payload);
+	taskfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	for (;;)
+	{
+		struct signalfd_siginfo si;
+		int			status;
+		pid_t		pid;
+
+		/* first, since a SIGCHLD before the signalfd existed is lost */
+		while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+			if (pid == payload)
+				report_reaped(a, status);
+		if (poll(pfd, 2, -1) < 0 && errno != EINTR)
+			_exit(1);
+		if (pfd[1].revents)
+		{
+			pfd[1].fd = -1;		/* once (and never a POLLNVAL loop) */
+			if ((pfd[1].revents & (POLLHUP | POLLERR)) && jail_exiting_status(taskfd, &status))
+			{
+				JailInitReport rep;
+
+				JAIL_TRACE("init: payload exiting");
+				memset(&rep, 0, sizeof(rep));
+				rep.status = status;
+				rep.alone = 1;
+				rep.lingering = 1;
+				rep.exiting = 1;
+				rep.warm_cpu_ms = warm_cpu_ms;
+				(void) jail_write_all(a->status_fd, &rep, sizeof(rep));
+				for (;;)
+					pause();	/* until the worker's SIGKILL */
+			}
+		}
+		if (pfd[0].revents)
+			while (read(sigfd, &si, sizeof(si)) == sizeof(si))
+				;
+	}
 }
 
 /* Init after the payload started: reap everything, report the payload. */
@@ -417,6 +518,19 @@ init_reap(const JailChildArgs *a, pid_t payload, bool confined)
 	close(a->err_fd);
 	JAIL_TRACE("init: confined");
 
+	if (exit_watch >= 0 && a->linger && !a->cgroup_none)
+	{
+		sigset_t	chld;
+		int			sigfd;
+
+		sigemptyset(&chld);
+		sigaddset(&chld, SIGCHLD);
+		sigprocmask(SIG_BLOCK, &chld, NULL);
+		sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+		if (sigfd >= 0)
+			init_wait_exiting(a, payload, sigfd);
+		sigprocmask(SIG_UNBLOCK, &chld, NULL);
+	}
 	for (;;)
 	{
 		pid = waitpid(-1, &status, 0);
@@ -427,31 +541,7 @@ init_reap(const JailChildArgs *a, pid_t payload, bool confined)
 			_exit(1);
 		}
 		if (pid == payload)
-		{
-			JailInitReport rep;
-			pid_t		other;
-
-			JAIL_TRACE("init: payload reaped");
-			memset(&rep, 0, sizeof(rep));
-			rep.status = status;
-
-			/*
-			 * Every process of the namespace is a descendant of ours
-			 * (orphans are reparented to us), so no child left, not
-			 * even a zombie, means none at all.
-			 */
-			while ((other = waitpid(-1, NULL, WNOHANG)) > 0)
-				;
-			rep.alone = other < 0 && errno == ECHILD;
-			rep.lingering = rep.alone && a->linger;
-			rep.warm_cpu_ms = warm_cpu_ms;
-			getrusage(RUSAGE_CHILDREN, &rep.ru);
-			(void) jail_write_all(a->status_fd, &rep, sizeof(rep));
-			while (rep.lingering)
-				pause();		/* until the worker's SIGKILL */
-			/* our exit tears down the pid namespace: nothing survives */
-			_exit(0);
-		}
+			report_reaped(a, status);
 	}
 }
 
@@ -588,6 +678,16 @@ served_payload(JailChildArgs *a, int reqpipe)
 		jail_seterr(err, "cgroup namespace: %s", strerror(errno));
 		child_fail(a, err);
 	}
+
+	/*
+	 * A warm interpreter starts in its final root: entered ahead by init,
+	 * or else (no copy of the host tree) by us, in a mount namespace of
+	 * our own (rootfs.c).  Then its bootstrap (warm.c) goes in place.
+	 */
+	if (a->warm &&
+		((!jail_rootfs_entered() && jail_rootfs_enter_own(err) < 0) ||
+		 jail_warm_root(a->warm, err) < 0))
+		child_fail(a, err);
 	payload_confine(a, false);	/* its filter's listener goes over tree_sock */
 	if (a->tree_sock >= 0)
 		close(a->tree_sock);
@@ -611,6 +711,23 @@ served_payload(JailChildArgs *a, int reqpipe)
 	a->cgroup_none = pr.cgroup_none;
 	if (set_rlimits(a, RLIMITS_REQUEST, err) < 0)
 		child_fail(a, err);
+
+	/*
+	 * A root not entered ahead (the host's tree stayed attached until the
+	 * request): our stdin was opened as the host's /dev/null, before init
+	 * pivoted; the run gets the sandbox's, as everywhere else.
+	 */
+	if (!jail_rootfs_entered())
+	{
+		int			devnull = open("/dev/null", O_RDONLY);
+
+		if (devnull < 0 || dup2(devnull, STDIN_FILENO) < 0)
+		{
+			jail_seterr(err, "set up stdin: %s", strerror(errno));
+			child_fail(a, err);
+		}
+		close(devnull);
+	}
 	if (chdir("/workspace") < 0)
 	{
 		jail_seterr(err, "chdir /workspace: %s", strerror(errno));
@@ -634,18 +751,18 @@ served_init(JailChildArgs *a)
 	char		err[JAIL_ERRLEN] = "";
 	PayloadRequest pr;
 	int			pp[2];
+	int			ws[2];
 	pid_t		payload;
 	char		go;
 
-	if (a->warm && !jail_rootfs_entered())
-		child_fail(a, "warm interpreters need the root entered ahead (open_tree of the host tree)");
-	if (a->warm && jail_warm_root(a->warm, err) < 0)
-		child_fail(a, err);
 	if (pipe2(pp, O_CLOEXEC) < 0)
 	{
 		jail_seterr(err, "pipe: %s", strerror(errno));
 		child_fail(a, err);
 	}
+	/* the payload's listener, for the early end (init_reap); optional */
+	if (!a->linger || socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, ws) < 0)
+		ws[0] = ws[1] = -1;
 	payload = fork();
 	if (payload < 0)
 	{
@@ -655,9 +772,14 @@ served_init(JailChildArgs *a)
 	if (payload == 0)
 	{
 		close(pp[1]);
+		if (ws[0] >= 0)
+			close(ws[0]);
+		a->watch_sock = ws[1];
 		served_payload(a, pp[0]);
 	}
 	close(pp[0]);
+	if (ws[1] >= 0)
+		close(ws[1]);
 	close(a->paygo_fd);			/* the payload's, not ours */
 	if (a->ready_fd >= 0)
 		close(a->ready_fd);		/* EOF there: the interpreter is gone */
@@ -665,6 +787,12 @@ served_init(JailChildArgs *a)
 	{
 		kill(payload, SIGKILL);
 		child_fail(a, err);
+	}
+	/* sent as soon as its filter is on, before any request; EOF if not */
+	if (ws[0] >= 0)
+	{
+		exit_watch = jail_recv_fd(ws[0], WATCH_WAIT_MS);
+		close(ws[0]);
 	}
 
 	/* JAIL_GO_REQUEST (or _NOCGROUP): the request is in req_fd */
@@ -679,13 +807,11 @@ served_init(JailChildArgs *a)
 		kill(payload, SIGKILL);
 		child_fail(a, "the request is not for the warm interpreter's language");
 	}
-	if (a->warm && jail_warm_unroot(a->warm, err) < 0)
+	if (jail_rootfs_complete(a, payload, err) < 0)
 	{
 		kill(payload, SIGKILL);
 		child_fail(a, err);
 	}
-	if (jail_rootfs_complete(a, err) < 0)
-		child_fail(a, err);
 	if (a->init_filter && drop_held(err) < 0)
 	{
 		kill(payload, SIGKILL);

@@ -117,8 +117,24 @@ build_rules(scmp_filter_ctx ctx, JailFilterKind kind, char *err)
 		if (add_by_name(ctx, eperm, deny_mount[i], err) < 0)
 			return -1;
 	for (int i = 0; deny_eperm[i]; i++)
-		if (add_by_name(ctx, eperm, deny_eperm[i], err) < 0)
+		if ((kind == FILTER_PAYLOAD || strcmp(deny_eperm[i], "setns") != 0) &&
+			add_by_name(ctx, eperm, deny_eperm[i], err) < 0)
 			return -1;
+
+	/*
+	 * A served init joins the mount namespace its warm interpreter's
+	 * process made for itself (rootfs.c, enter_payload_ns) on kernels
+	 * where it cannot enter the root ahead: setns with CLONE_NEWNS only,
+	 * which needs CAP_SYS_ADMIN, gone for good once init has mounted the
+	 * request (drop_held in sandbox.c).
+	 */
+	if (kind == FILTER_INIT)
+	{
+		rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(setns), 1,
+							  SCMP_A1(SCMP_CMP_NE, CLONE_NEWNS));
+		if (rc < 0)
+			goto fail;
+	}
 	for (int i = 0; deny_kill[i]; i++)
 		if (add_by_name(ctx, SCMP_ACT_KILL_PROCESS, deny_kill[i], err) < 0)
 			return -1;
@@ -298,9 +314,14 @@ fail:
  * a kworker, on the way between the payload's exit and the verdict) but
  * when the worker exits, after the verdict.  Kernels without listeners,
  * or a send that fails, simply free it at exit as before.
+ *
+ * With watch_sock >= 0 as well (a served payload's socket to its init),
+ * the listener goes there too: it reports POLLHUP once no task uses the
+ * program any more, which on Linux 6.3 and later is when the last of the
+ * payload's tasks has entered its exit (sandbox.c, init_reap).
  */
 int
-jail_filter_load(const JailFilter *filter, int keep_sock)
+jail_filter_load(const JailFilter *filter, int keep_sock, int watch_sock)
 {
 	struct sock_fprog prog = {
 		.len = filter->len,
@@ -315,6 +336,8 @@ jail_filter_load(const JailFilter *filter, int keep_sock)
 	if (lfd < 0)
 		return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
 	(void) jail_send_fd(keep_sock, lfd);
+	if (watch_sock >= 0)
+		(void) jail_send_fd(watch_sock, lfd);
 	close(lfd);
 	return 0;
 }

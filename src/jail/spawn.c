@@ -476,6 +476,7 @@ jail_prespawn(JailPrespawn *p, const JailRunEnv *env, char *err)
 	jail_pipes_child_ends(&p->pipes, &args);
 	args.req_fd = p->reqfd;
 	args.tree_sock = p->treesock[1];
+	args.watch_sock = -1;		/* made by init for its payload (sandbox.c) */
 	args.paygo_fd = p->paygo[0];
 	args.linger = env->defer_reap;
 	args.netns_ready = env->netns_ready;

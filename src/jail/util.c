@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -177,6 +178,40 @@ jail_send_fd(int sock, int fd)
 	c->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(c), &fd, sizeof(int));
 	return sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 ? -1 : 0;
+}
+
+/*
+ * Receive one descriptor (sent by jail_send_fd) within wait_ms (-1: no
+ * bound), close-on-exec; -1 if none came, or the peer closed its end.
+ */
+int
+jail_recv_fd(int sock, int wait_ms)
+{
+	union
+	{
+		char		buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	}			ctl;
+	char		byte;
+	struct iovec iov = {.iov_base = &byte,.iov_len = 1};
+	struct msghdr msg = {.msg_iov = &iov,.msg_iovlen = 1,
+	.msg_control = ctl.buf,.msg_controllen = sizeof(ctl.buf)};
+	struct pollfd p = {.fd = sock,.events = POLLIN};
+	struct cmsghdr *c;
+	int			fd;
+	int			rc;
+
+	do
+		rc = poll(&p, 1, wait_ms);
+	while (rc < 0 && errno == EINTR);
+	if (rc != 1 || recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT) != 1)
+		return -1;
+	c = CMSG_FIRSTHDR(&msg);
+	if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+		c->cmsg_len != CMSG_LEN(sizeof(int)))
+		return -1;
+	memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	return fd;
 }
 
 uint64_t

@@ -63,7 +63,7 @@
  */
 static const char py_boot[] =
 	"\n# sandbox-jail: a warm interpreter's start (docs/jail.md, \"Warm interpreters\")\n"
-	"def _sandbox_warm(modules):\n"
+	"def _sandbox_warm(modules, companions):\n"
 	"    import os, sys\n"
 	"    for name in modules:\n"
 	"        try:\n"
@@ -72,6 +72,11 @@ static const char py_boot[] =
 	"            msg = 'E' + 'import %s: %s: %s' % (name, type(e).__name__, e)\n"
 	"            os.write(1000, msg[:400].encode('utf-8', 'replace'))\n"
 	"            os._exit(70)\n"
+	"    for name in companions:\n"
+	"        try:\n"
+	"            __import__(name)\n"
+	"        except Exception:\n"
+	"            pass  # another version of its package: not ours to insist\n"
 	"    keep = None\n"
 	"    if modules:\n"
 	"        # what the imports made is never garbage: out of every collection,\n"
@@ -110,7 +115,7 @@ static const char py_boot[] =
 	"                    keep.append(mod)\n"
 	"                    del modules[name]\n"
 	"        atexit.register(_sandbox_keep)\n"
-	"_sandbox_warm((@MODULES@))\n"
+	"_sandbox_warm((@MODULES@), (@COMPANIONS@))\n"
 	"del _sandbox_warm\n";
 
 static const char js_boot[] =
@@ -130,6 +135,54 @@ static const char js_boot[] =
 	"  delete Module._cache[__filename];\n"
 	"  Module.runMain();\n"
 	"}\n";
+
+/*
+ * Submodules that everyday operations of a preloaded package import on
+ * their first use, found by running such operations after the package's
+ * import and listing what sys.modules gained (docs/jail.md lists them):
+ * imported with it (if there: another version may lack one), so that a
+ * run's first DataFrame repr does not pay for an import.  Imports only:
+ * nothing of any operation runs before the request.
+ */
+static const char *const companions[][2] = {
+	{"pandas", "pandas.io.formats.string"},	/* repr of a DataFrame or Series, to_string */
+	{"pandas", "pandas.io.formats.csvs"},	/* to_csv */
+	{"pandas", "pandas.io.formats.html"},	/* to_html, notebooks' repr */
+	{"pandas", "pandas.core.reshape.reshape"},	/* stack, unstack, pivot_table */
+	{"pandas", "pandas.core.resample"},	/* resample */
+	{"requests", "netrc"},		/* the first request reads ~/.netrc */
+};
+
+/* Is name one of the entries of the comma-separated list? */
+static bool
+listed(const char *list, const char *name)
+{
+	size_t		n = strlen(name);
+
+	for (const char *p = list; *p;)
+	{
+		size_t		w = strcspn(p, ",");
+
+		if (w == n && strncmp(p, name, n) == 0)
+			return true;
+		p += w;
+		if (*p == ',')
+			p++;
+	}
+	return false;
+}
+
+/* The companions of the listed modules, as "a,b.c" */
+static void
+companions_of(const char *list, char *out, size_t len)
+{
+	size_t		n = 0;
+
+	out[0] = '\0';
+	for (size_t i = 0; i < sizeof(companions) / sizeof(companions[0]); i++)
+		if (listed(list, companions[i][0]) && n + strlen(companions[i][1]) + 2 < len)
+			n += snprintf(out + n, len - n, "%s%s", n ? "," : "", companions[i][1]);
+}
 
 /* "a,b.c" as the Python tuple body "'a','b.c'," */
 static void
@@ -180,8 +233,10 @@ jail_warm_root(const JailWarm *w, char *err)
 
 	{
 		static char host[64 * 1024];
-		static char boot[sizeof(py_boot) + JAIL_WARM_MODULES_MAX * 2];
+		static char boot[sizeof(py_boot) + JAIL_WARM_MODULES_MAX * 2 + 1024];
 		char		tuple[JAIL_WARM_MODULES_MAX * 2];
+		char		comp[512];
+		char		comp_tuple[1024];
 		struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV};
 		ssize_t		n;
 		int			fd;
@@ -201,11 +256,15 @@ jail_warm_root(const JailWarm *w, char *err)
 			return -1;
 		}
 		modules_tuple(w->modules, tuple, sizeof(tuple));
+		companions_of(w->modules, comp, sizeof(comp));
+		modules_tuple(comp, comp_tuple, sizeof(comp_tuple));
 		{
 			const char *at = strstr(py_boot, "@MODULES@");
+			const char *at2 = strstr(py_boot, "@COMPANIONS@");
 
-			snprintf(boot, sizeof(boot), "%.*s%s%s", (int) (at - py_boot), py_boot,
-					 tuple, at + strlen("@MODULES@"));
+			snprintf(boot, sizeof(boot), "%.*s%s%.*s%s%s", (int) (at - py_boot), py_boot,
+					 tuple, (int) (at2 - at - strlen("@MODULES@")), at + strlen("@MODULES@"),
+					 comp_tuple, at2 + strlen("@COMPANIONS@"));
 		}
 		if (write_file(WARM_PY_BOOT, host, n, boot, err) < 0)
 			return -1;

@@ -295,13 +295,31 @@ fill_request(JailPrespawn *pre, const Request *rq, char *msg)
 }
 
 /*
- * A request reaches a warm worker's waiting interpreter.  What the slot
- * counted so far (the interpreter's start) is not the run's: peak memory
- * and CPU start from here (v2's CPU counter cannot be reset: its value
- * now is the base).  The memory the interpreter holds stays in the slot
- * and so counts against the run's limit: a request whose limit would not
- * leave JAIL_WARM_MEMORY_MARGIN above it gets a cold sandbox instead, as
- * does one for another language (jail_run: run_prepare).
+ * A warm worker's slot, its interpreter ready: what the slot counted so
+ * far (the interpreter's start) is not the run's.  Peak memory and CPU
+ * start from here (v2's CPU counter cannot be reset: its value now is the
+ * base), before the worker waits for a request as a cold worker's do: the
+ * interpreter, blocked on its descriptors, counts nothing meanwhile.
+ */
+static void
+slot_counters_from_now(JailCgroup *slot)
+{
+	if (!slot)
+		return;
+	jail_cgroup_reset_counters(slot);
+	jail_cgroup_open_stats(slot);
+	slot->cpu_base_ms = 0;
+	slot->cpu_base_ms = jail_cgroup_cpu_ms(slot);
+}
+
+/*
+ * A request reaches a warm worker's waiting interpreter.  The memory the
+ * interpreter holds stays in the slot and so counts against the run's
+ * limit (and is in its peak: read after the peak's reset, it is never
+ * above it): a request whose limit would not leave
+ * JAIL_WARM_MEMORY_MARGIN above it gets a cold sandbox instead, as does
+ * one for another language (jail_run: run_prepare); the discarded
+ * interpreter's memory is then no longer the run's either.
  */
 static void
 warm_take(JailCgroup *slot, const Request *rq, JailPrespawn **pre, JailRunEnv *env)
@@ -314,13 +332,7 @@ warm_take(JailCgroup *slot, const Request *rq, JailPrespawn **pre, JailRunEnv *e
 		jail_prespawn_discard(*pre);
 		*pre = NULL;
 		held = 0;
-	}
-	if (slot)
-	{
-		jail_cgroup_reset_counters(slot);
-		jail_cgroup_open_stats(slot);
-		slot->cpu_base_ms = 0;
-		slot->cpu_base_ms = jail_cgroup_cpu_ms(slot);
+		slot_counters_from_now(slot);
 	}
 	env->warm_memory = held;
 }
@@ -660,6 +672,7 @@ jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot,
 		}
 		if (lc->warm_page)
 			lc->warm_page->problem[warm->lang][0] = '\0';
+		slot_counters_from_now(slot);
 		warm_publish(slot, true);
 		conn = warm_accept(lfd, &pre);
 		warm_publish(slot, false);

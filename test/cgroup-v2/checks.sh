@@ -228,6 +228,15 @@ start_launcher() {
 	LAUNCHERS+=("$LPID")
 }
 slots() { ls -d "$D"/srv-"$LPID"-* 2>/dev/null; }
+# the first python interpreter under a process (a warm worker's), or nothing
+interpreter_of() {
+	local c
+	for c in $(cat "/proc/$1/task/$1/children" 2>/dev/null); do
+		case $(readlink "/proc/$c/exe" 2>/dev/null) in */python3*) echo "$c"; return ;; esac
+		interpreter_of "$c" && return
+	done
+	return 1
+}
 # the highest serial of the launcher's slots
 last_slot() { slots | sed 's/.*-//' | sort -n | tail -n 1; }
 
@@ -311,13 +320,24 @@ except OSError:
 	warm_ready
 	local why
 	why=$(warm_state | cut -s -d" " -f2-)
-	if [ -n "$why" ]; then
-		# a kernel that cannot clone out of a detached copy of the host tree
-		# (Debian's 6.1) has no warm interpreters: said, and served cold
-		jr "$u" python 'print("cold")'
-		t "$u: warm python on this kernel: unavailable, the reason on the page, runs served cold ($why)" \
-			'[[ $why == *"root entered ahead"* ]] && [ $RC = 0 ] && [ "$(v warm)" = false ] && out_has cold'
-	else
+	# a kernel that cannot clone out of a detached copy of the host tree
+	# (Debian's 6.1) starts it too: the interpreter's process enters its
+	# root in a mount namespace of its own (jail.md); either way it waits
+	# in its final root (a tmpfs), and in its init's namespace only if init
+	# entered that root ahead
+	local ip par ns_path=none
+	ip=$(interpreter_of "$LPID")
+	if [ -n "$ip" ]; then
+		par=$(awk '/^PPid:/ { print $2 }' "/proc/$ip/status")
+		if [ "$(readlink "/proc/$ip/ns/mnt")" = "$(readlink "/proc/$par/ns/mnt")" ]; then
+			[ "$(stat -f -c %T "/proc/$par/root/")" = tmpfs ] && ns_path="init's, entered ahead"
+		else
+			[ "$(stat -f -c %T "/proc/$par/root/")" != tmpfs ] && ns_path="its own, init still on the host's root"
+		fi
+	fi
+	t "$u: warm python on v2 ($(uname -r)): an interpreter waits in its final root, in a mount namespace: $ns_path${why:+ (the page says: $why)}" \
+		'[ -z "$why" ] && [ -n "$ip" ] && [ "$(stat -f -c %T "/proc/$ip/root/")" = tmpfs ] && [ "$ns_path" != none ]'
+	if [ -z "$why" ]; then
 		jr "$u" python 'import sys; print(sys.argv, __file__)'
 		t "$u: warm python on v2: warm, the cold run's argv and __file__, a v2 cgroup" \
 			'[ $RC = 0 ] && [ "$(v warm)" = true ] && [ "$(v cgroup)" = v2 ] && out_has "/sandbox/main.py" && [ "$(v peak_memory_bytes)" -ge "$(v warm_memory_bytes)" ]'

@@ -61,6 +61,7 @@ main(int argc, char **argv)
 	TRY("chroot", syscall(SYS_chroot, BAD));
 	TRY("unshare", syscall(SYS_unshare, CLONE_NEWUSER));
 	TRY("setns", syscall(SYS_setns, -1, 0));
+	TRY("setns_mnt", syscall(SYS_setns, -1, CLONE_NEWNS));
 	TRY("ptrace", syscall(SYS_ptrace, -1L, 0, BAD, BAD));
 	TRY("process_vm_readv", syscall(SYS_process_vm_readv, 0, BAD, 1, BAD, 1, 0));
 	TRY("process_vm_writev", syscall(SYS_process_vm_writev, 0, BAD, 1, BAD, 1, 0));

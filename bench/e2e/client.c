@@ -156,9 +156,12 @@ cmp_double(const void *a, const void *b)
 /*
  * WARM_PAGE=FILE WARM_LANG=0|1 (python, node): before each timed run, wait
  * (untimed, at most 60 s) until the launcher's page (src/jail/
- * wire_protocol.h: ready[] after a 16-byte magic) counts a waiting
- * interpreter, so that every timed run is a warm one and the refill of
- * the pool (the interpreter's start) is on nobody's clock.
+ * wire_protocol.h: ready[2] after a 16-byte magic, configured[2] after
+ * them) counts a waiting interpreter for every warm place of each
+ * language, so that every timed run is a warm one and the refill of the
+ * pool (an interpreter's start, ~0.5 s of CPU with pandas) is on nobody's
+ * clock: with two warm Python places, waiting for one only would time
+ * every run beside the other one's refill on these CPUs.
  */
 static void
 wait_warm(void)
@@ -168,10 +171,11 @@ wait_warm(void)
 
 	for (int i = 0; page && i < 6000; i++)
 	{
-		int32_t		ready = 0;
+		int32_t		counts[4] = {0, 0, 0, 0};	/* ready[2], configured[2] */
 		int			fd = open(page, O_RDONLY);
 
-		if (fd >= 0 && pread(fd, &ready, sizeof(ready), 16 + 4 * lang) == sizeof(ready) && ready > 0)
+		if (fd >= 0 && pread(fd, counts, sizeof(counts), 16) == sizeof(counts) &&
+			counts[lang] > 0 && counts[0] >= counts[2] && counts[1] >= counts[3])
 		{
 			close(fd);
 			return;

@@ -109,12 +109,34 @@ printf 'import numpy\n' >"$tmp/numpy.py"
 chmod 0644 "$tmp"/*.py
 
 # Warm interpreters (docs/jail.md, "Warm interpreters"): python and node
-# runs wait, untimed, until the launcher has one waiting (the client reads
-# its page), so every timed run is warm and the pool's refill (the
-# interpreter's start, ~0.5 s of CPU with pandas) is on nobody's clock.
+# runs wait, untimed, until every warm place of the launcher has its
+# interpreter waiting (the client reads its page), so every timed run is
+# warm and the pool's refill (the interpreter's start, ~0.5 s of CPU with
+# pandas) is on nobody's clock.
 page=$(q -c "SELECT current_setting('data_directory')")/sandbox_runner/jail.sock.warm
 warm=$(q -c "SELECT coalesce(warm_ready, -1) FROM agent.worker_status()")
 [ "$warm" -ge 0 ] || echo "note: no warm pool (sandbox.warm_python = 0?): python/node rows are cold"
+
+# Before each row (untimed, at most 120 s): every warm place of the
+# launcher waits again, so that no row starts while the refills the one
+# before it caused (a pandas interpreter's start, ~0.5 s of CPU) still run
+# on these CPUs; without a page (the pool off), nothing to wait for.
+pool_full() {
+	[ "$warm" -ge 0 ] || return 0
+	python3 - "$page" <<'PY'
+import struct, sys, time
+for _ in range(1200):
+    try:
+        d = open(sys.argv[1], "rb").read()
+        ready = struct.unpack_from("ii", d, 16)
+        conf = struct.unpack_from("ii", d, 24)
+        if all(r >= c for r, c in zip(ready, conf)):
+            break
+    except OSError:
+        break
+    time.sleep(0.1)
+PY
+}
 
 # e2e ROW: "p50 p99" approve -> finished of N runs of ROW's program
 e2e() {
@@ -146,6 +168,7 @@ for mode in warm cold; do
 		case $code in @*) name=${code#@}; code=$(cat "$file") ;; esac
 		wl=
 		case $lang in python) wl=0 ;; node) wl=1 ;; esac
+		pool_full
 		res[$mode.$name]=$(e2e "$lang" "$code" "$wl") || bench_die "the $name latency client failed (above)"
 	done
 done

@@ -396,6 +396,20 @@ run_request(int conn, Request *rq, JailCgroup *slot, bool netns_ready,
 	send_answer(conn, rc < 0 ? JAIL_EXIT_SETUP : JAIL_EXIT_OK, line,
 				rc < 0 ? res.setup_error : "");
 	JAIL_TRACE("verdict sent");
+
+	/*
+	 * The answer, then EOF, at once: a caller waits for the EOF (and for
+	 * its output pipes' EOF), and what is left of ours is not its to wait
+	 * for (init's kill and reap, which waits for the payload's memory to
+	 * be freed after an early end; this process's exit, which tears down
+	 * its network, mount and ipc namespaces and the slot).  Nothing of
+	 * the run is alive by now (lifecycle.c), and nobody else holds these
+	 * descriptors: the sandboxes were cloned before they came, or closed
+	 * them (sandbox.c, close_inherited).
+	 */
+	close(conn);
+	close(rq->fds[JAIL_WIRE_FD_STDOUT]);
+	close(rq->fds[JAIL_WIRE_FD_STDERR]);
 	jail_run_reap();
 }
 

@@ -1,41 +1,50 @@
 /*-------------------------------------------------------------------------
  *
  * export_stream.c
- *		One round of the exporter's work: agent.tool_invocations to
- *		ClickHouse through a logical replication slot, exactly once as a
- *		reader of the deduplicated table sees it, and the audit anchors.
+ *		One round of the exporter's work: agent.tool_invocations and
+ *		agent.egress_connections to ClickHouse through a logical
+ *		replication slot, exactly once as a reader of the deduplicated
+ *		tables sees them, and the audit anchors.
  *
  * Design (docs/export.md has the operator's view).  The worker owns one
  * permanent logical slot (sandbox.export_slot, plugin pgoutput, publication
- * sandbox_ext_tool_invocations).  One round (sandbox_export_step):
+ * sandbox_ext_tool_invocations, which holds both tables: the name is
+ * 0.1.0's).  One round (sandbox_export_step):
  *
  *   1. short transaction: upto := pg_current_wal_flush_lsn(); peek at most
  *      sandbox.export_batch_rows messages up to upto; decode them into
  *      TabSeparated rows (pgoutput.c); commit.  No snapshot or slot is held
  *      from here on.
- *   2. insert the rows into ClickHouse (chclient.c), then the watermark
- *      (end LSN of the last transaction of the batch) into export_progress.
+ *   2. insert the rows into ClickHouse (chclient.c), one insert per table,
+ *      then the watermark (end LSN of the last transaction of the batch)
+ *      into export_progress.
  *   3. short transaction: pg_replication_slot_advance(slot, target), where
  *      target is upto when the peek drained everything (an empty poll too,
  *      so unrelated WAL is released) and the last commit's end otherwise.
  *
  * Exactly once.  Every row carries its transaction's commit LSN as the
- * ReplacingMergeTree version, so a batch sent twice collapses.  The
- * watermark (read from ClickHouse once at start) makes the worker skip
- * transactions it already delivered, so a crash between 2 and 3, or a
- * slot that lost its last advance in a PostgreSQL crash (an advance
- * reaches disk at the next checkpoint, or at once only when restart_lsn
- * moves), does not even insert them twice.  Rows are
- * written before the watermark: a crash between the two re-sends rows
- * that then collapse.
+ * ReplacingMergeTree version (a run's egress rows commit with its
+ * invocation row: one version for both), so a batch sent twice, or in
+ * part, collapses.  The watermark (read from ClickHouse once at start)
+ * makes the worker skip transactions it already delivered, so a crash
+ * between 2 and 3, or a slot that lost its last advance in a PostgreSQL
+ * crash (an advance reaches disk at the next checkpoint, or at once only
+ * when restart_lsn moves), does not even insert them twice.  Rows are
+ * written before the watermark: a crash between the two (or between the
+ * two tables' inserts) re-sends rows that then collapse.
  *
  * Slot lifecycle.  The slot is created by this worker in its own
  * transaction (PostgreSQL refuses to create one in a transaction that
  * wrote), after agent.export_setup() has created the publication; its
  * consistent point C is recorded in agent.export_state together with a
- * pending copy of the whole table, which the worker then sends page by
- * page with version C - 1, below anything the slot will stream.  The same
- * path serves agent.export_resync() after a lost slot.
+ * pending copy of the tables, which the worker then sends table by table,
+ * page by page, with version C - 1, below anything the slot will stream.
+ * The same path serves agent.export_resync() after a lost slot, and a
+ * table agent.export_setup() adds to the publication of a running export
+ * (an upgrade from 0.1.0 adds agent.egress_connections): the setup holds
+ * the table's writers off while it adds it, so every row committed before
+ * is in the copy's snapshot and every later one in the stream, and records
+ * a copy of it from that point.
  *
  * Audit anchors.  A round that finds sandbox.anchor_interval passed, and
  * each delivered batch, is followed by a publication of the audit chain
@@ -86,8 +95,11 @@ typedef struct ExportObjects
 	XLogRecPtr	confirmed_flush;
 	XLogRecPtr	restart_lsn;
 	XLogRecPtr	copy_lsn;
-	char		copy_after[40];
+	ExportTable copy_table;		/* the table the pending copy is at */
+	char		copy_after[40];	/* its keyset cursor: invocation_id */
 	bool		has_copy_after;
+	int32		copy_after_seq; /* and seq (egress_connections) */
+	bool		catalog_0_1;	/* 0.1.0's catalog: no egress, old copy step */
 } ExportObjects;
 
 ExportStepError sandbox_export_err;
@@ -204,15 +216,44 @@ read_watermark(void)
 	return STEP_MORE;
 }
 
+/* The ClickHouse table an exported table's rows go to (settings). */
+static const char *
+clickhouse_table(ExportTable t)
+{
+	return t == EXPORT_EGRESS_CONNECTIONS ? sandbox_clickhouse_egress_table : sandbox_clickhouse_table;
+}
+
+static void fault_point(ExportFault where);
+
+/*
+ * The batch's rows, table by table (each insert is one block).  A crash
+ * between two inserts, or before the watermark, re-sends the batch: the
+ * rows carry the same versions and collapse with the ones already there.
+ */
 static StepResult
 send_rows(ExportBatch *b)
 {
 	ChTarget	t = target();
+	bool		sent = false;
+	int			i;
 
-	sending();
-	return outcome(sandbox_ch_insert(&t, sandbox_clickhouse_table,
-									 sandbox_export_clickhouse_columns(), &b->tsv,
-									 sandbox_export_err.msg, sizeof(sandbox_export_err.msg)));
+	for (i = 0; i < EXPORT_NTABLES; i++)
+	{
+		StepResult	r;
+
+		if (b->table_rows[i] == 0)
+			continue;
+		if (sent)
+			fault_point(EXPORT_FAULT_PAUSE_BETWEEN_TABLES);
+		sending();
+		r = outcome(sandbox_ch_insert(&t, clickhouse_table((ExportTable) i),
+									  sandbox_export_clickhouse_columns((ExportTable) i), &b->tsv[i],
+									  sandbox_export_err.msg, sizeof(sandbox_export_err.msg)));
+		if (r != STEP_MORE)
+			return r;
+		sent = true;
+	}
+	return STEP_MORE;
 }
 
 static StepResult
@@ -334,6 +375,25 @@ read_objects(ExportObjects *o)
 			text_to_cstring_buffer(DatumGetTextPP(v), o->copy_after, sizeof(o->copy_after));
 		v = SPI_getbinval(t, d, 11, &isnull);
 		o->restart_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(v);
+		/*
+		 * 0.1.0's function has 11 columns; this library drives that catalog
+		 * until ALTER EXTENSION ... UPDATE (docs/operations.md), exporting
+		 * agent.tool_invocations alone, as 0.1.0 did.
+		 */
+		o->catalog_0_1 = d->natts < 13;
+		v = SPI_getbinval(t, d, 12, &isnull);
+		o->copy_table = EXPORT_TOOL_INVOCATIONS;
+		if (!isnull)
+		{
+			char	   *rel = TextDatumGetCString(v);
+			int			i;
+
+			for (i = 0; i < EXPORT_NTABLES; i++)
+				if (strcmp(rel, sandbox_export_relname((ExportTable) i)) == 0)
+					o->copy_table = (ExportTable) i;
+		}
+		v = SPI_getbinval(t, d, 13, &isnull);
+		o->copy_after_seq = isnull ? 0 : DatumGetInt32(v);
 	}
 	sandbox_xact_commit();
 }
@@ -391,46 +451,72 @@ create_slot(void)
 	record_slot(lsn);
 }
 
-/* Note a copied page: move the cursor, and end the copy after the last. */
+/*
+ * Note a copied page of table t: move the cursor to (last, last_seq); after
+ * its last page the copy moves on to the next table, and ends after the
+ * last table.
+ */
 static void
-record_copy_progress(const char *last, uint64 n, bool done)
+record_copy_progress(ExportObjects *o, ExportTable t, const char *last, int32 last_seq,
+					 uint64 n, bool done)
 {
-	Oid			types[4] = {TEXTOID, UUIDOID, BOOLOID, INT8OID};
-	Datum		vals[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Oid			types[6] = {TEXTOID, TEXTOID, UUIDOID, INT4OID, BOOLOID, INT8OID};
+	Datum		vals[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 
 	vals[0] = slot_name_datum();
-	nulls[1] = n > 0 ? ' ' : 'n';
-	vals[1] = n > 0 ? DirectFunctionCall1(uuid_in, CStringGetDatum(last)) : (Datum) 0;
-	vals[2] = BoolGetDatum(done);
-	vals[3] = Int64GetDatum((int64) n);
+	vals[1] = CStringGetTextDatum(sandbox_export_relname(t));
+	nulls[2] = n > 0 ? ' ' : 'n';
+	vals[2] = n > 0 ? DirectFunctionCall1(uuid_in, CStringGetDatum(last)) : (Datum) 0;
+	nulls[3] = n > 0 && t == EXPORT_EGRESS_CONNECTIONS ? ' ' : 'n';
+	vals[3] = Int32GetDatum(last_seq);
+	vals[4] = BoolGetDatum(done);
+	vals[5] = Int64GetDatum((int64) n);
 	sandbox_xact_begin("recording copy progress");
-	spi_exec("SELECT agent._export_copy_progress($1, $2, $3, $4)", 4, types, vals, nulls,
-			 SPI_OK_SELECT);
+	if (o->catalog_0_1)
+	{
+		/* 0.1.0's step: (slot, last, done, rows) */
+		Oid			old_types[4] = {TEXTOID, UUIDOID, BOOLOID, INT8OID};
+		Datum		old_vals[4] = {vals[0], vals[2], vals[4], vals[5]};
+		char		old_nulls[4] = {' ', nulls[2], ' ', ' '};
+
+		spi_exec("SELECT agent._export_copy_progress($1, $2, $3, $4)", 4, old_types, old_vals,
+				 old_nulls, SPI_OK_SELECT);
+	}
+	else
+		spi_exec("SELECT agent._export_copy_progress($1, $2, $3, $4, $5, $6)", 6, types, vals, nulls,
+				 SPI_OK_SELECT);
 	sandbox_xact_commit();
 	if (done)
 		ereport(LOG,
-				(errmsg("ClickHouse export: table copy for slot \"%s\" finished", sandbox_export_slot)));
+				(errmsg("ClickHouse export: copy of agent.%s for slot \"%s\" finished",
+						sandbox_export_relname(t), sandbox_export_slot)));
 }
 
 /*
- * One page of the table copy (initial export or resync).  Pages are keyed
- * on invocation_id, each read in its own short transaction; every row
- * goes out with version copy_lsn - 1, so whatever the slot streams later
- * (version >= copy_lsn) wins, and re-sending a page after a crash is
- * harmless.  Rows are read with the types' output functions, the same text
- * pgoutput sends, so one conversion serves both paths.
+ * One page of the tables' copy (initial export, resync, or a table added
+ * to the publication).  Pages are keyed on the table's primary key
+ * (invocation_id; invocation_id and seq), each read in its own short
+ * transaction; every row goes out with version copy_lsn - 1, so whatever
+ * the slot streams later (version >= copy_lsn) wins, and re-sending a page
+ * after a crash is harmless.  Rows are read with the types' output
+ * functions, the same text pgoutput sends, so one conversion serves both
+ * paths.
  */
 static StepResult
 copy_page(ExportObjects *o, ExportBatch *b)
 {
-	Oid			types[2] = {UUIDOID, INT4OID};
-	Datum		vals[2];
-	char		nulls[2] = {' ', ' '};
+	ExportTable tab = o->copy_table;
+	Oid			types[3] = {UUIDOID, INT4OID, INT4OID};
+	Datum		vals[3];
+	char		nulls[3] = {' ', ' ', ' '};
 	uint64		n;
 	uint64		i;
 	char		last[40] = "";
-	int			att[EXPORT_NCOLUMNS];
+	int32		last_seq = 0;
+	int			ncols = sandbox_export_ncolumns(tab);
+	int			att[EXPORT_MAX_COLUMNS];
+	int			seq_att = 0;
 	StepResult	r;
 	int			j;
 
@@ -442,24 +528,46 @@ copy_page(ExportObjects *o, ExportBatch *b)
 		vals[0] = (Datum) 0;
 		nulls[0] = 'n';
 	}
-	vals[1] = Int32GetDatum(sandbox_export_batch_rows);
+	vals[1] = Int32GetDatum(o->copy_after_seq);
+	vals[2] = Int32GetDatum(sandbox_export_batch_rows);
 
-	sandbox_xact_begin("copying agent.tool_invocations");
-	spi_exec("SELECT * FROM agent._export_copy_page($1, $2)", 2, types, vals, nulls, SPI_OK_SELECT);
-	/* The columns the export sends, by name (pgoutput.c's list is the one list). */
-	for (j = 0; j < EXPORT_NCOLUMNS; j++)
-		if ((att[j] = SPI_fnumber(SPI_tuptable->tupdesc, sandbox_export_pg_columns[j])) <= 0)
-			elog(ERROR, "agent.tool_invocations has no column \"%s\"", sandbox_export_pg_columns[j]);
+	sandbox_xact_begin("copying an exported table");
+	if (tab == EXPORT_EGRESS_CONNECTIONS)
+		spi_exec("SELECT * FROM agent._export_copy_egress_page($1, $2, $3)", 3, types, vals, nulls,
+				 SPI_OK_SELECT);
+	else
+	{
+		Oid			ti_types[2] = {UUIDOID, INT4OID};
+		Datum		ti_vals[2] = {vals[0], vals[2]};
+		char		ti_nulls[2] = {nulls[0], ' '};
+
+		spi_exec("SELECT * FROM agent._export_copy_page($1, $2)", 2, ti_types, ti_vals, ti_nulls,
+				 SPI_OK_SELECT);
+	}
+	/* The columns the export sends, by name (pgoutput.c's lists are the one list). */
+	for (j = 0; j < ncols; j++)
+	{
+		if ((att[j] = SPI_fnumber(SPI_tuptable->tupdesc, sandbox_export_column(tab, j))) <= 0)
+			elog(ERROR, "agent.%s has no column \"%s\"",
+				 sandbox_export_relname(tab), sandbox_export_column(tab, j));
+		if (strcmp(sandbox_export_column(tab, j), "seq") == 0)
+			seq_att = att[j];
+	}
 	n = SPI_processed;
 	for (i = 0; i < n; i++)
 	{
-		char	   *row[EXPORT_NCOLUMNS];
+		char	   *row[EXPORT_MAX_COLUMNS];
 
-		for (j = 0; j < EXPORT_NCOLUMNS; j++)
+		for (j = 0; j < ncols; j++)
 			row[j] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, att[j]);
-		sandbox_export_append_row(b, row, false, o->copy_lsn - 1);
+		sandbox_export_append_row(b, tab, row, false, o->copy_lsn - 1);
 		if (i == n - 1)
+		{
 			strlcpy(last, row[2], sizeof(last));	/* invocation_id */
+			if (seq_att > 0)
+				last_seq = pg_strtoint32(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+													  seq_att));
+		}
 	}
 	sandbox_xact_commit();
 
@@ -471,7 +579,7 @@ copy_page(ExportObjects *o, ExportBatch *b)
 			return r;
 		note_success(n);
 	}
-	record_copy_progress(last, n, n < (uint64) sandbox_export_batch_rows);
+	record_copy_progress(o, tab, last, last_seq, n, n < (uint64) sandbox_export_batch_rows);
 	return STEP_MORE;
 }
 
@@ -531,13 +639,13 @@ report_batch(ExportBatch *b)
 	/* Reported here: the peek transaction kept WARNINGs out of the log. */
 	if (b->truncates > 0)
 		ereport(WARNING,
-				(errmsg("truncate of agent.tool_invocations is not exported"),
-				 errhint("Rows removed by TRUNCATE stay in ClickHouse; agent.export_resync() re-copies the table.")));
+				(errmsg("truncate of an exported table is not exported"),
+				 errhint("Rows removed by TRUNCATE stay in ClickHouse; agent.export_resync() re-copies the tables.")));
 	if (b->dropped_deletes > 0)
 		ereport(WARNING,
 				(errmsg("ClickHouse export skipped " UINT64_FORMAT " deletes that carried only the key",
 						b->dropped_deletes),
-				 errhint("agent.export_setup() sets REPLICA IDENTITY FULL on agent.tool_invocations.")));
+				 errhint("agent.export_setup() sets REPLICA IDENTITY FULL on the exported tables.")));
 }
 
 static StepResult
@@ -655,7 +763,7 @@ sandbox_export_step(ExportBatch *b)
 	if (o.resync_requested)
 	{
 		ereport(LOG,
-				(errmsg("ClickHouse export: resync requested, recreating slot \"%s\" and copying the table",
+				(errmsg("ClickHouse export: resync requested, recreating slot \"%s\" and copying the tables",
 						sandbox_export_slot)));
 		drop_slot();
 		if (!o.publication_ok)
@@ -677,7 +785,7 @@ sandbox_export_step(ExportBatch *b)
 					(errcode(ERRCODE_UNDEFINED_OBJECT),
 					 errmsg("replication slot \"%s\" of the ClickHouse export does not exist", sandbox_export_slot),
 					 errdetail("The export delivered rows through this slot before; changes made since it disappeared were not exported."),
-					 errhint("Call agent.export_resync() to recreate the slot and copy the table again.")));
+					 errhint("Call agent.export_resync() to recreate the slot and copy the tables again.")));
 		}
 		create_slot();
 		return STEP_MORE;
@@ -695,7 +803,7 @@ sandbox_export_step(ExportBatch *b)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("replication slot \"%s\" of the ClickHouse export has been invalidated", sandbox_export_slot),
 				 errdetail("The slot fell behind by more than max_slot_wal_keep_size and the WAL it needed was removed."),
-				 errhint("Call agent.export_resync() to recreate the slot and copy the table again.")));
+				 errhint("Call agent.export_resync() to recreate the slot and copy the tables again.")));
 	}
 	r = o.copy_pending ? copy_page(&o, b) : stream_batch(&o, b);
 	/* Every delivered batch is followed by the heads that cover it. */

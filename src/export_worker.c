@@ -46,12 +46,14 @@ static const struct config_enum_entry export_fault_options[] = {
 	{"none", EXPORT_FAULT_NONE, false},
 	{"pause_after_rows", EXPORT_FAULT_PAUSE_AFTER_ROWS, false},
 	{"pause_after_watermark", EXPORT_FAULT_PAUSE_AFTER_WATERMARK, false},
+	{"pause_between_tables", EXPORT_FAULT_PAUSE_BETWEEN_TABLES, false},
 	{NULL, 0, false}
 };
 
 /* GUC variables (exporter.h: the ones other files of the exporter read) */
 char	   *sandbox_clickhouse_url = NULL;
 char	   *sandbox_clickhouse_table = NULL;
+char	   *sandbox_clickhouse_egress_table = NULL;
 char	   *sandbox_clickhouse_progress_table = NULL;
 char	   *sandbox_anchor_table = NULL;
 char	   *sandbox_anchor_insert_table = NULL;
@@ -70,6 +72,7 @@ static MemoryContext round_cxt = NULL;	/* reset before every round */
 static int	backoff_ms = 0;
 static char *seen_url = NULL;
 static char *seen_table = NULL;
+static char *seen_egress_table = NULL;
 static char *seen_slot = NULL;
 static char *seen_anchor_table = NULL;
 
@@ -142,6 +145,12 @@ sandbox_export_define_gucs(void)
 							   "ClickHouse table (optionally database.table) receiving tool invocations.",
 							   NULL,
 							   &sandbox_clickhouse_table, "tool_invocations",
+							   PGC_SIGHUP, 0,
+							   check_identifier_path, NULL, NULL);
+	DefineCustomStringVariable("sandbox.clickhouse_egress_table",
+							   "ClickHouse table (optionally database.table) receiving the egress connection log.",
+							   NULL,
+							   &sandbox_clickhouse_egress_table, "egress_connections",
 							   PGC_SIGHUP, 0,
 							   check_identifier_path, NULL, NULL);
 	DefineCustomStringVariable("sandbox.clickhouse_progress_table",
@@ -240,7 +249,9 @@ config_changed(void)
 	bool		changed = false;
 
 	if (seen_url == NULL || strcmp(seen_url, sandbox_clickhouse_url) != 0 ||
-		strcmp(seen_table, sandbox_clickhouse_table) != 0 || strcmp(seen_slot, sandbox_export_slot) != 0 ||
+		strcmp(seen_table, sandbox_clickhouse_table) != 0 ||
+		strcmp(seen_egress_table, sandbox_clickhouse_egress_table) != 0 ||
+		strcmp(seen_slot, sandbox_export_slot) != 0 ||
 		strcmp(seen_anchor_table, sandbox_anchor_insert_table[0] ? sandbox_anchor_insert_table : sandbox_anchor_table) != 0)
 		changed = true;
 	if (changed)
@@ -251,11 +262,13 @@ config_changed(void)
 		{
 			pfree(seen_url);
 			pfree(seen_table);
+			pfree(seen_egress_table);
 			pfree(seen_slot);
 			pfree(seen_anchor_table);
 		}
 		seen_url = pstrdup(sandbox_clickhouse_url);
 		seen_table = pstrdup(sandbox_clickhouse_table);
+		seen_egress_table = pstrdup(sandbox_clickhouse_egress_table);
 		seen_slot = pstrdup(sandbox_export_slot);
 		seen_anchor_table = pstrdup(sandbox_anchor_insert_table[0] ? sandbox_anchor_insert_table : sandbox_anchor_table);
 		MemoryContextSwitchTo(old);

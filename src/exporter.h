@@ -7,12 +7,13 @@
  * The files of the exporter, one concern each:
  *	 export_worker.c  the background worker: settings, the loop (waits,
  *					  backoff, reloads, resets), one round at a time
- *	 export_stream.c  one round's work: the slot's lifecycle, the table
+ *	 export_stream.c  one round's work: the slot's lifecycle, the tables'
  *					  copy, streaming a batch, the audit anchors' round
  *	 export_state.c   the shared-memory struct and its lock, the
  *					  commit-time wake-up's target, SQL-callable functions
- *	 pgoutput.c		  pgoutput protocol version 1 (or rows read with
- *					  SELECT) into TabSeparated rows for ClickHouse
+ *	 pgoutput.c		  the exported tables' columns; pgoutput protocol
+ *					  version 1 (or rows read with SELECT) into
+ *					  TabSeparated rows for ClickHouse
  *	 anchor.c		  the audit chain heads published and read back
  *	 chclient.c		  every request to ClickHouse (libcurl, one reused
  *					  keep-alive handle)
@@ -83,11 +84,13 @@ typedef enum ExportFault
 {
 	EXPORT_FAULT_NONE,
 	EXPORT_FAULT_PAUSE_AFTER_ROWS,
-	EXPORT_FAULT_PAUSE_AFTER_WATERMARK
+	EXPORT_FAULT_PAUSE_AFTER_WATERMARK,
+	EXPORT_FAULT_PAUSE_BETWEEN_TABLES
 } ExportFault;
 
 extern char *sandbox_clickhouse_url;
 extern char *sandbox_clickhouse_table;
+extern char *sandbox_clickhouse_egress_table;
 extern char *sandbox_clickhouse_progress_table;
 extern char *sandbox_anchor_table;
 extern char *sandbox_anchor_insert_table;
@@ -131,27 +134,44 @@ extern long sandbox_export_anchor_due_in_ms(void);
 
 /* ---- pgoutput.c ---- */
 
-#define EXPORT_NCOLUMNS 20
-extern const char *const sandbox_export_pg_columns[EXPORT_NCOLUMNS];
-extern const char *sandbox_export_clickhouse_columns(void);
+/*
+ * The exported tables, each to a ClickHouse table of its own (settings
+ * sandbox.clickhouse_table and sandbox.clickhouse_egress_table), through
+ * one slot and one publication, with one watermark.
+ */
+typedef enum ExportTable
+{
+	EXPORT_TOOL_INVOCATIONS = 0,
+	EXPORT_EGRESS_CONNECTIONS,
+	EXPORT_NTABLES
+} ExportTable;
+
+#define EXPORT_MAX_COLUMNS 20
+
+extern const char *sandbox_export_relname(ExportTable t);
+extern int	sandbox_export_ncolumns(ExportTable t);
+extern const char *sandbox_export_column(ExportTable t, int i);
+extern const char *sandbox_export_clickhouse_columns(ExportTable t);
 
 /*
- * A batch of TabSeparated rows being built from one peek.  The decoder
- * keeps the relation map of the decoding session (pgoutput sends a
- * Relation message before the first change of a relation in each session,
- * and every peek is a new session).
+ * A batch of TabSeparated rows being built from one peek, one buffer per
+ * table.  The decoder keeps the relation map of the decoding session
+ * (pgoutput sends a Relation message before the first change of a
+ * relation in each session, and every peek is a new session).
  */
 typedef struct ExportRelation
 {
 	Oid			relid;
-	int			attmap[EXPORT_NCOLUMNS];	/* our column -> attribute number */
+	int			table;			/* ExportTable */
+	int			attmap[EXPORT_MAX_COLUMNS]; /* table's column -> attribute number */
 	int			natts;
 } ExportRelation;
 
 typedef struct ExportBatch
 {
-	StringInfoData tsv;			/* rows, TabSeparated */
-	uint64		rows;			/* rows in tsv */
+	StringInfoData tsv[EXPORT_NTABLES]; /* rows, TabSeparated, per table */
+	uint64		table_rows[EXPORT_NTABLES]; /* rows in each tsv */
+	uint64		rows;			/* rows in all of them */
 	uint64		txns;			/* transactions seen (delivered or skipped) */
 	uint64		skipped_txns;	/* at or below the watermark */
 	uint64		dropped_deletes;	/* deletes without the old row */
@@ -170,8 +190,9 @@ typedef struct ExportBatch
 extern void sandbox_export_batch_init(ExportBatch *b, XLogRecPtr skip_below);
 extern void sandbox_export_batch_reset(ExportBatch *b, XLogRecPtr skip_below);
 extern void sandbox_export_decode_message(ExportBatch *b, const char *data, int len);
-extern void sandbox_export_append_row(ExportBatch *b, char *const *values,
-									  bool deleted, uint64 version);
+extern void sandbox_export_append_row(ExportBatch *b, ExportTable t,
+									  char *const *values, bool deleted,
+									  uint64 version);
 extern void sandbox_export_append_tsv_escaped(StringInfo out, const char *s);
 
 /* ---- anchor.c ---- */

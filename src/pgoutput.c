@@ -4,17 +4,22 @@
  *		Decode pgoutput (protocol version 1) messages of the export slot
  *		into TabSeparated rows for ClickHouse.
  *
- * Owns the mapping between agent.tool_invocations and the ClickHouse
- * table: the column list, the value conversions, the version and delete
- * marker.  It keeps no state outside the ExportBatch the caller passes, and
- * runs inside the exporter's short peek transaction (type input functions
- * need one), never during HTTP.
+ * Owns the mapping between the exported tables (agent.tool_invocations
+ * and agent.egress_connections, exporter.h's ExportTable) and their
+ * ClickHouse tables: the column lists, the value conversions, the version
+ * and delete marker.  It keeps no state outside the ExportBatch the caller
+ * passes, and runs inside the exporter's short peek transaction (type
+ * input functions need one), never during HTTP.  A batch holds one
+ * TabSeparated buffer per table; rows of both tables from one PostgreSQL
+ * transaction carry the same version (its commit LSN).
  *
  * Messages: Begin opens a transaction and gives its commit LSN, which
  * becomes the row version and decides whether the transaction was already
  * delivered (commit LSN below the ClickHouse watermark: skip it).  Relation
- * maps the columns by name and checks their types: a missing column or a
- * changed type is a schema mismatch, a permanent error.  Insert and Update
+ * names one of the exported tables (any other is a permanent error: the
+ * publication holds only these) and maps its columns by name, checking
+ * their types: a missing column or a changed type is a schema mismatch, a
+ * permanent error.  Insert and Update
  * write the new row; Delete writes the old row (REPLICA IDENTITY FULL) with
  * _deleted = 1.  Commit closes the transaction.  Truncate is not mirrored
  * (the publication does not publish it; see docs/export.md).  Origin, Type
@@ -52,7 +57,7 @@ typedef struct ExportColumn
 } ExportColumn;
 
 /* agent.tool_invocations, in the order the ClickHouse rows are written. */
-static const ExportColumn export_columns[EXPORT_NCOLUMNS] = {
+static const ExportColumn tool_invocation_columns[] = {
 	{"org_id", UUIDOID, EK_UUID},
 	{"workspace_id", UUIDOID, EK_UUID},
 	{"invocation_id", UUIDOID, EK_UUID},
@@ -75,49 +80,119 @@ static const ExportColumn export_columns[EXPORT_NCOLUMNS] = {
 	{"created_at", TIMESTAMPTZOID, EK_TIMESTAMPTZ},
 };
 
-const char *const sandbox_export_pg_columns[EXPORT_NCOLUMNS] = {
-	"org_id", "workspace_id", "invocation_id", "agent_id", "conversation_id",
-	"tool_name", "language", "status", "exit_code", "signal", "duration_ms",
-	"cpu_ms", "peak_memory_bytes", "credits_charged", "timed_out",
-	"oom_killed", "output_truncated", "started_at", "finished_at", "created_at",
+/*
+ * agent.egress_connections (47_egress.sql), likewise.  The address (inet)
+ * goes out as its output text, a String in ClickHouse (18.16 has no IPv6
+ * type); a host address has no "/32" or "/128" in that text.
+ */
+static const ExportColumn egress_connection_columns[] = {
+	{"org_id", UUIDOID, EK_UUID},
+	{"workspace_id", UUIDOID, EK_UUID},
+	{"invocation_id", UUIDOID, EK_UUID},
+	{"seq", INT4OID, EK_INT4},
+	{"kind", TEXTOID, EK_TEXT},
+	{"host", TEXTOID, EK_TEXT},
+	{"port", INT4OID, EK_INT4},
+	{"address", INETOID, EK_TEXT},
+	{"allowed", BOOLOID, EK_BOOL},
+	{"rule_id", UUIDOID, EK_UUID},
+	{"reason", TEXTOID, EK_TEXT},
+	{"bytes_up", INT8OID, EK_INT8},
+	{"bytes_down", INT8OID, EK_INT8},
+	{"duration_ms", INT8OID, EK_INT8},
+	{"created_at", TIMESTAMPTZOID, EK_TIMESTAMPTZ},
 };
 
-/* Timestamps become two ClickHouse columns: DateTime and epoch ms. */
-const char *
-sandbox_export_clickhouse_columns(void)
+typedef struct ExportTableDef
 {
-	return "org_id, workspace_id, invocation_id, agent_id, conversation_id, "
+	const char *relname;		/* in schema agent */
+	const ExportColumn *columns;
+	int			ncolumns;
+	/* Timestamps become two ClickHouse columns: DateTime and epoch ms. */
+	const char *clickhouse_columns;
+} ExportTableDef;
+
+static const ExportTableDef export_tables[EXPORT_NTABLES] = {
+	[EXPORT_TOOL_INVOCATIONS] = {
+		"tool_invocations", tool_invocation_columns, lengthof(tool_invocation_columns),
+		"org_id, workspace_id, invocation_id, agent_id, conversation_id, "
 		"tool_name, language, status, exit_code, signal, duration_ms, cpu_ms, "
 		"peak_memory_bytes, credits_charged, timed_out, oom_killed, "
 		"output_truncated, started_at, started_at_ms, finished_at, "
-		"finished_at_ms, created_at, created_at_ms, _deleted, _version";
+		"finished_at_ms, created_at, created_at_ms, _deleted, _version"
+	},
+	[EXPORT_EGRESS_CONNECTIONS] = {
+		"egress_connections", egress_connection_columns, lengthof(egress_connection_columns),
+		"org_id, workspace_id, invocation_id, seq, kind, host, port, address, "
+		"allowed, rule_id, reason, bytes_up, bytes_down, duration_ms, "
+		"created_at, created_at_ms, _deleted, _version"
+	},
+};
+
+StaticAssertDecl(lengthof(tool_invocation_columns) <= EXPORT_MAX_COLUMNS &&
+				 lengthof(egress_connection_columns) <= EXPORT_MAX_COLUMNS,
+				 "EXPORT_MAX_COLUMNS is too small");
+
+const char *
+sandbox_export_relname(ExportTable t)
+{
+	return export_tables[t].relname;
+}
+
+int
+sandbox_export_ncolumns(ExportTable t)
+{
+	return export_tables[t].ncolumns;
+}
+
+const char *
+sandbox_export_column(ExportTable t, int i)
+{
+	return export_tables[t].columns[i].name;
+}
+
+const char *
+sandbox_export_clickhouse_columns(ExportTable t)
+{
+	return export_tables[t].clickhouse_columns;
 }
 
 void
 sandbox_export_batch_init(ExportBatch *b, XLogRecPtr skip_below)
 {
+	int			t;
+
 	memset(b, 0, sizeof(*b));
-	initStringInfo(&b->tsv);
+	for (t = 0; t < EXPORT_NTABLES; t++)
+		initStringInfo(&b->tsv[t]);
 	b->skip_below = skip_below;
 }
 
-/* Start a new batch; the buffer is kept unless one huge batch grew it. */
+/* Start a new batch; the buffers are kept unless one huge batch grew them. */
 void
 sandbox_export_batch_reset(ExportBatch *b, XLogRecPtr skip_below)
 {
-	StringInfoData keep = b->tsv;
+	StringInfoData keep[EXPORT_NTABLES];
+	int			t;
 
-	if (keep.maxlen > 64 * 1024 * 1024)
+	for (t = 0; t < EXPORT_NTABLES; t++)
 	{
-		MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(keep.data));
+		keep[t] = b->tsv[t];
+		if (keep[t].maxlen > 64 * 1024 * 1024)
+		{
+			MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(keep[t].data));
 
-		pfree(keep.data);
-		initStringInfo(&keep);
-		MemoryContextSwitchTo(old);
+			pfree(keep[t].data);
+			initStringInfo(&keep[t]);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	memset(b, 0, sizeof(*b));
-	b->tsv = keep;
-	resetStringInfo(&b->tsv);
+	for (t = 0; t < EXPORT_NTABLES; t++)
+	{
+		b->tsv[t] = keep[t];
+		resetStringInfo(&b->tsv[t]);
+	}
 	b->skip_below = skip_below;
 }
 
@@ -181,16 +256,18 @@ append_timestamptz(StringInfo out, const char *text)
 }
 
 /*
- * Append one row: values[i] is the text of export_columns[i] or NULL.
+ * Append one row of table t: values[i] is the text of its i-th column
+ * (sandbox_export_column) or NULL.
  */
 void
-sandbox_export_append_row(ExportBatch *b, char *const *values, bool deleted,
-				  uint64 version)
+sandbox_export_append_row(ExportBatch *b, ExportTable t, char *const *values,
+						  bool deleted, uint64 version)
 {
-	StringInfo	out = &b->tsv;
+	const ExportTableDef *def = &export_tables[t];
+	StringInfo	out = &b->tsv[t];
 	int			i;
 
-	for (i = 0; i < EXPORT_NCOLUMNS; i++)
+	for (i = 0; i < def->ncolumns; i++)
 	{
 		const char *v = values[i];
 
@@ -199,11 +276,11 @@ sandbox_export_append_row(ExportBatch *b, char *const *values, bool deleted,
 		if (v == NULL)
 		{
 			appendStringInfoString(out, "\\N");
-			if (export_columns[i].kind == EK_TIMESTAMPTZ)
+			if (def->columns[i].kind == EK_TIMESTAMPTZ)
 				appendStringInfoString(out, "\t\\N");
 			continue;
 		}
-		switch (export_columns[i].kind)
+		switch (def->columns[i].kind)
 		{
 			case EK_BOOL:
 				appendStringInfoChar(out, v[0] == 't' ? '1' : '0');
@@ -221,6 +298,7 @@ sandbox_export_append_row(ExportBatch *b, char *const *values, bool deleted,
 		}
 	}
 	appendStringInfo(out, "\t%d\t" UINT64_FORMAT "\n", deleted ? 1 : 0, version);
+	b->table_rows[t]++;
 	b->rows++;
 }
 
@@ -351,6 +429,20 @@ find_relation(ExportBatch *b, Oid relid)
 	return NULL;
 }
 
+/* Which exported table a published relation is (-1: none of ours). */
+static int
+table_of(const char *nsp, const char *rel)
+{
+	int			t;
+
+	if (strcmp(nsp, "agent") != 0)
+		return -1;
+	for (t = 0; t < EXPORT_NTABLES; t++)
+		if (strcmp(export_tables[t].relname, rel) == 0)
+			return t;
+	return -1;
+}
+
 static void
 decode_relation(ExportBatch *b, MsgReader *r)
 {
@@ -360,10 +452,22 @@ decode_relation(ExportBatch *b, MsgReader *r)
 	int			natts;
 	int			i;
 	int			j;
+	int			t;
+	const ExportTableDef *def;
 	ExportRelation *er;
 
 	(void) read_byte(r);		/* replica identity */
 	natts = read_int16(r);
+
+	if ((t = table_of(nsp, rel)) < 0)
+	{
+		b->schema_error = true;
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("published relation \"%s.%s\" is not one the export knows", nsp, rel),
+				 errhint("The export's publication holds agent.tool_invocations and agent.egress_connections only; remove the other table from it, then call agent.export_resync().")));
+	}
+	def = &export_tables[t];
 
 	er = find_relation(b, relid);
 	if (er == NULL)
@@ -375,8 +479,9 @@ decode_relation(ExportBatch *b, MsgReader *r)
 		er = &b->rels[b->nrels++];
 	}
 	er->relid = relid;
+	er->table = t;
 	er->natts = natts;
-	for (j = 0; j < EXPORT_NCOLUMNS; j++)
+	for (j = 0; j < def->ncolumns; j++)
 		er->attmap[j] = -1;
 
 	for (i = 0; i < natts; i++)
@@ -388,43 +493,44 @@ decode_relation(ExportBatch *b, MsgReader *r)
 		name = read_string(r);
 		typoid = read_int32(r);
 		(void) read_int32(r);	/* typmod */
-		for (j = 0; j < EXPORT_NCOLUMNS; j++)
+		for (j = 0; j < def->ncolumns; j++)
 		{
-			if (strcmp(export_columns[j].name, name) != 0)
+			if (strcmp(def->columns[j].name, name) != 0)
 				continue;
-			if (export_columns[j].typoid != typoid)
+			if (def->columns[j].typoid != typoid)
 			{
 				b->schema_error = true;
 				ereport(ERROR,
 						(errcode(ERRCODE_DATATYPE_MISMATCH),
 						 errmsg("column \"%s\" of published relation \"%s.%s\" has type %u, the export expects %u",
-								name, nsp, rel, typoid, export_columns[j].typoid),
+								name, nsp, rel, typoid, def->columns[j].typoid),
 						 errhint("Align the table with sql/clickhouse/ and the exporter, then call agent.export_reset().")));
 			}
 			er->attmap[j] = i;
 		}
 	}
-	for (j = 0; j < EXPORT_NCOLUMNS; j++)
+	for (j = 0; j < def->ncolumns; j++)
 		if (er->attmap[j] < 0)
 		{
 			b->schema_error = true;
 			ereport(ERROR,
 					(errcode(ERRCODE_UNDEFINED_COLUMN),
 					 errmsg("published relation \"%s.%s\" has no column \"%s\"",
-							nsp, rel, export_columns[j].name),
+							nsp, rel, def->columns[j].name),
 					 errhint("Align the table with sql/clickhouse/ and the exporter, then call agent.export_reset().")));
 		}
 }
 
-/* Map a decoded tuple onto our columns and append it. */
+/* Map a decoded tuple onto its table's columns and append it. */
 static void
 emit_tuple(ExportBatch *b, ExportRelation *er, char **newvals, bool *newunch,
 		   char **oldvals, int oldn, bool deleted)
 {
-	char	   *vals[EXPORT_NCOLUMNS];
+	const ExportTableDef *def = &export_tables[er->table];
+	char	   *vals[EXPORT_MAX_COLUMNS];
 	int			j;
 
-	for (j = 0; j < EXPORT_NCOLUMNS; j++)
+	for (j = 0; j < def->ncolumns; j++)
 	{
 		int			a = er->attmap[j];
 
@@ -436,12 +542,13 @@ emit_tuple(ExportBatch *b, ExportRelation *er, char **newvals, bool *newunch,
 				ereport(ERROR,
 						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 						 errmsg("update of an exported row did not carry column \"%s\"",
-								export_columns[j].name),
-						 errhint("The export needs REPLICA IDENTITY FULL on agent.tool_invocations; agent.export_setup() sets it.")));
+								def->columns[j].name),
+						 errhint("The export needs REPLICA IDENTITY FULL on agent.%s; agent.export_setup() sets it.",
+								 def->relname)));
 			vals[j] = oldvals[a];
 		}
 	}
-	sandbox_export_append_row(b, vals, deleted, b->final_lsn);
+	sandbox_export_append_row(b, er->table, vals, deleted, b->final_lsn);
 }
 
 static ExportRelation *

@@ -7,6 +7,8 @@
 #   tq ORG WS SQL        SQL as agent_backend for one tenant, in one transaction
 #   tq_error ORG WS SQL  the same, printing "SQLSTATE message" of the error it
 #                        raises ("no error" if none): checks name the error
+#   aq ORG SQL           SQL as agent_admin of the org (its policy: egress
+#                        rules, limits), in one transaction
 #   new_tenant CREDITS   a pro org with a workspace, an agent (code execution and
 #                        uploads on) and a conversation: prints "org ws agent conv"
 #   wait_for SECS COND   poll the shell condition COND (eval'd) every 0.2 s until
@@ -66,6 +68,13 @@ tq() {				# org ws sql [psql options before it]
 	shift 3
 	printf "BEGIN;\nSET LOCAL ROLE agent_backend;\nSELECT agent.set_tenant('%s', '%s');\n%s\nCOMMIT;\n" \
 		"$org" "$ws" "$sql" | q "$@" -f - | sed '/^$/d'
+}
+
+aq() {				# org sql [psql options before it]
+	local org=$1 sql=$2
+	shift 2
+	printf "BEGIN;\nSET LOCAL ROLE agent_admin;\nSELECT agent.set_tenant('%s', NULL);\n%s\nCOMMIT;\n" \
+		"$org" "$sql" | q "$@" -f - | sed '/^$/d'
 }
 
 tq_error() {			# org ws sql → "SQLSTATE message" of the error it raises, or "no error"

@@ -133,8 +133,12 @@ END
 $$;
 
 -- The charge itself, for an invocation that exists (the claim calls it for
--- the row it holds locked; agent.charge_invocation checks its argument).
-CREATE FUNCTION agent._charge(invocation uuid) RETURNS boolean
+-- the row it holds locked; agent.charge_invocation checks its argument):
+-- the ledger's row.  Returns the price charged (now, or before), or NULL,
+-- changing nothing, when the balance does not cover it.  The caller sets
+-- the invocation's credits_charged (the claim in the same UPDATE that
+-- makes it provisioning: one row version fewer per run).
+CREATE FUNCTION agent._charge(invocation uuid) RETURNS integer
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
@@ -146,9 +150,9 @@ BEGIN
 	-- Concurrent charges of this invocation wait here, then see the charge.
 	SELECT * INTO v_inv FROM agent.invocations i WHERE i.id = invocation FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
-		RETURN false;		-- (the caller holds the row: it exists)
+		RETURN NULL;		-- (the caller holds the row: it exists)
 	END IF;
-	PERFORM 1 FROM agent.credit_ledger l
+	SELECT (-l.amount)::integer INTO v_price FROM agent.credit_ledger l
 	 WHERE l.invocation_id = invocation AND l.kind = 'charge';
 	IF FOUND THEN
 		PERFORM 1 FROM agent.credit_ledger l
@@ -158,7 +162,7 @@ BEGIN
 				USING ERRCODE = 'object_not_in_prerequisite_state',
 					  DETAIL = 'An invocation is charged at most once.';
 		END IF;
-		RETURN true;
+		RETURN v_price;
 	END IF;
 
 	SELECT p.credits_per_invocation INTO v_price
@@ -169,14 +173,13 @@ BEGIN
 	SELECT b.balance INTO v_balance FROM agent.credit_balances b
 	 WHERE b.org_id = v_inv.org_id FOR UPDATE;
 	IF coalesce(v_balance, 0) < v_price THEN
-		RETURN false;
+		RETURN NULL;
 	END IF;
 
 	INSERT INTO agent.credit_ledger (org_id, workspace_id, invocation_id, kind, amount, reason)
 		VALUES (v_inv.org_id, v_inv.workspace_id, invocation, 'charge', -v_price,
 				'code execution');
-	UPDATE agent.invocations i SET credits_charged = v_price WHERE i.id = invocation;
-	RETURN true;
+	RETURN v_price;
 END
 $$;
 
@@ -189,6 +192,8 @@ CREATE FUNCTION agent.charge_invocation(invocation uuid) RETURNS boolean
 	SECURITY DEFINER
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
+DECLARE
+	v_price integer;
 BEGIN
 	IF invocation IS NULL THEN
 		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -197,7 +202,13 @@ BEGIN
 		RAISE EXCEPTION 'invocation % does not exist', invocation
 			USING ERRCODE = 'no_data_found';
 	END IF;
-	RETURN agent._charge(invocation);
+	v_price := agent._charge(invocation);
+	IF v_price IS NULL THEN
+		RETURN false;
+	END IF;
+	UPDATE agent.invocations i SET credits_charged = v_price
+	 WHERE i.id = invocation AND i.credits_charged <> v_price;
+	RETURN true;
 END
 $$;
 

@@ -277,6 +277,7 @@ DECLARE
 	v_load		bigint;
 	v_balance	bigint;
 	v_token		uuid;
+	v_price		integer;
 	v_lease		interval;
 	v_live_since timestamptz;	-- a runner heartbeating since is live
 	claimed		integer := 0;
@@ -439,7 +440,8 @@ BEGIN
 				CONTINUE;
 			END IF;
 
-			IF NOT agent._charge(r.id) THEN
+			v_price := agent._charge(r.id);
+			IF v_price IS NULL THEN
 				PERFORM agent._refuse_unfunded(r);
 				CONTINUE;
 			END IF;
@@ -454,7 +456,7 @@ BEGIN
 			END IF;
 			v_token := CASE WHEN runner IS NOT NULL THEN gen_random_uuid() END;
 			UPDATE agent.invocations i
-			   SET state = 'provisioning', provisioned_at = now(),
+			   SET state = 'provisioning', provisioned_at = now(), credits_charged = v_price,
 				   session_id = v_session, session_generation = v_gen,
 				   runner_id = runner, lease_token = v_token,
 				   lease_expires_at = CASE WHEN runner IS NOT NULL

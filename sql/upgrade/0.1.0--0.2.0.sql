@@ -208,3 +208,17 @@ DROP FUNCTION agent.runner_heartbeat(uuid, uuid, integer, uuid[]);
 -- as agent._set_tenant_gucs.  agent._invocation_state likewise becomes
 -- PL/pgSQL.)
 
+
+-- ---- from the egress3 branch (issue 14: the egress rows in the export) ----
+
+-- 60_export.sql: the copy goes through both exported tables (the table it
+-- is at, and the second half of egress_connections' keyset cursor; the
+-- last columns of agent.export_state).
+ALTER TABLE agent.export_state
+	ADD COLUMN copy_relation text CHECK (copy_relation IN ('tool_invocations', 'egress_connections')),
+	ADD COLUMN copy_after_seq integer;
+
+-- _export_objects() answers the table the copy is at; the copy step names
+-- the table it copied.
+DROP FUNCTION agent._export_objects(name, name);
+DROP FUNCTION agent._export_copy_progress(name, uuid, boolean, bigint);

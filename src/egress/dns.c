@@ -10,17 +10,28 @@
  * The sandbox itself has no DNS at all: it has no resolver address and
  * no route; only the proxy resolves, and only names a rule allows.
  *
+ * Answers are kept for their TTL (the smallest TTL of the records used,
+ * CNAMEs included), at most EGRESS_DNS_CACHE_MAX_TTL seconds, in a cache
+ * of EGRESS_DNS_CACHE_SIZE names that lives as long as the proxy, i.e. one
+ * run: nothing is shared between runs or tenants.  A TTL of 0 (what a
+ * rebinding name answers) is never kept; failures are never kept.  A kept
+ * answer is what a lookup would have given: the caller vets every address
+ * of it on every use and dials one of them, so the cache changes how often
+ * the resolver is asked, never what is dialed without being vetted.
+ *
  *-------------------------------------------------------------------------
  */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "egress.h"
@@ -28,6 +39,27 @@
 #define DNS_TIMEOUT_MS	2000
 #define DNS_TRIES		2
 #define DNS_MAX_CHAIN	8		/* CNAMEs followed within one answer */
+
+/* One kept answer; expires == 0: a free entry. */
+typedef struct DnsCacheEntry
+{
+	char		host[EGRESS_HOST_MAX + 1];
+	EgressAddr	addrs[EGRESS_DNS_MAX_ADDRS];
+	int			n;
+	uint64_t	expires;		/* CLOCK_MONOTONIC ms */
+} DnsCacheEntry;
+
+static DnsCacheEntry dns_cache[EGRESS_DNS_CACHE_SIZE];
+static pthread_mutex_t dns_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 int
 egress_resolver_parse(const char *spec, EgressResolver *r, char *err)
@@ -189,7 +221,7 @@ read_name(const uint8_t *m, size_t len, size_t *off, char *out, size_t outlen)
 /* Parse an answer to our query (id, one question); addresses of qtype. */
 static int
 parse_answer(const uint8_t *m, size_t len, uint16_t id, const char *host,
-			 uint16_t qtype, EgressAddr *out, int max, char *err)
+			 uint16_t qtype, EgressAddr *out, int max, uint32_t *ttl, char *err)
 {
 	size_t		off = 12;
 	int			an,
@@ -216,15 +248,19 @@ parse_answer(const uint8_t *m, size_t len, uint16_t id, const char *host,
 	off += 4;
 	an = (m[6] << 8) | m[7];
 	snprintf(chain[0], sizeof(chain[0]), "%s", host);
+	*ttl = UINT32_MAX;
 	for (int i = 0; i < an; i++)
 	{
 		uint16_t	type,
 					rdlen;
+		uint32_t	rttl;
 		bool		owner_ok = false;
 
 		if (read_name(m, len, &off, name, sizeof(name)) < 0 || off + 10 > len)
 			goto malformed;
 		type = (m[off] << 8) | m[off + 1];
+		rttl = ((uint32_t) m[off + 4] << 24) | ((uint32_t) m[off + 5] << 16) |
+			((uint32_t) m[off + 6] << 8) | m[off + 7];
 		rdlen = (m[off + 8] << 8) | m[off + 9];
 		off += 10;
 		if (off + rdlen > len)
@@ -239,6 +275,8 @@ parse_answer(const uint8_t *m, size_t len, uint16_t id, const char *host,
 			if (read_name(m, len, &roff, chain[nchain], sizeof(chain[0])) < 0)
 				goto malformed;
 			nchain++;
+			if (rttl < *ttl)
+				*ttl = rttl;
 		}
 		else if (owner_ok && type == qtype && found < max &&
 				 rdlen == (qtype == 1 ? 4 : 16))
@@ -247,6 +285,8 @@ parse_answer(const uint8_t *m, size_t len, uint16_t id, const char *host,
 			memset(out[found].bytes, 0, 16);
 			memcpy(out[found].bytes, m + off, rdlen);
 			found++;
+			if (rttl < *ttl)
+				*ttl = rttl;
 		}
 		off += rdlen;
 	}
@@ -258,7 +298,7 @@ malformed:
 
 static int
 query(const EgressResolver *r, const char *host, uint16_t qtype,
-	  EgressAddr *out, int max, char *err)
+	  EgressAddr *out, int max, uint32_t *ttl, char *err)
 {
 	uint8_t		q[512],
 				a[4096];
@@ -309,7 +349,7 @@ query(const EgressResolver *r, const char *host, uint16_t qtype,
 				close(fd);
 				return -1;
 			}
-			rc = parse_answer(a, n, id, host, qtype, out, max, err);
+			rc = parse_answer(a, n, id, host, qtype, out, max, ttl, err);
 			if (rc != -2)
 			{
 				close(fd);
@@ -322,18 +362,94 @@ query(const EgressResolver *r, const char *host, uint16_t qtype,
 	return -1;
 }
 
+/* A kept answer for host, copied out (0: none, or expired). */
+static int
+cache_get(const char *host, EgressAddr *out, int max)
+{
+	uint64_t	now = mono_ms();
+	int			n = 0;
+
+	pthread_mutex_lock(&dns_cache_lock);
+	for (int i = 0; i < EGRESS_DNS_CACHE_SIZE; i++)
+	{
+		DnsCacheEntry *e = &dns_cache[i];
+
+		if (e->expires == 0 || strcmp(e->host, host) != 0)
+			continue;
+		if (e->expires <= now)
+		{
+			e->expires = 0;		/* expired: ask again */
+			break;
+		}
+		n = e->n < max ? e->n : max;
+		memcpy(out, e->addrs, n * sizeof(EgressAddr));
+		break;
+	}
+	pthread_mutex_unlock(&dns_cache_lock);
+	return n;
+}
+
+/*
+ * Keep an answer for ttl seconds (at most EGRESS_DNS_CACHE_MAX_TTL), in
+ * the entry of the same name, a free or expired one, or else the one that
+ * expires first.
+ */
+static void
+cache_put(const char *host, const EgressAddr *addrs, int n, uint32_t ttl)
+{
+	uint64_t	now = mono_ms();
+	DnsCacheEntry *victim = NULL;
+
+	if (ttl == 0 || n <= 0)
+		return;
+	if (ttl > EGRESS_DNS_CACHE_MAX_TTL)
+		ttl = EGRESS_DNS_CACHE_MAX_TTL;
+	if (n > EGRESS_DNS_MAX_ADDRS)
+		n = EGRESS_DNS_MAX_ADDRS;
+	pthread_mutex_lock(&dns_cache_lock);
+	for (int i = 0; i < EGRESS_DNS_CACHE_SIZE; i++)
+	{
+		DnsCacheEntry *e = &dns_cache[i];
+
+		if (e->expires != 0 && strcmp(e->host, host) == 0)
+		{
+			victim = e;
+			break;
+		}
+		if (e->expires <= now)
+		{
+			if (!victim || victim->expires > now)
+				victim = e;
+		}
+		else if (!victim || (victim->expires > now && e->expires < victim->expires))
+			victim = e;
+	}
+	snprintf(victim->host, sizeof(victim->host), "%s", host);
+	memcpy(victim->addrs, addrs, n * sizeof(EgressAddr));
+	victim->n = n;
+	victim->expires = now + (uint64_t) ttl * 1000;
+	pthread_mutex_unlock(&dns_cache_lock);
+}
+
 /*
  * The addresses of host: its A records, or its AAAA records if it has no
- * A record.  0 = none (err says why), -1 = failure.
+ * A record; from the cache while an earlier answer's TTL lasts.  0 = none
+ * (err says why), -1 = failure.
  */
 int
 egress_resolve(const EgressResolver *r, const char *host, EgressAddr *out, int max, char *err)
 {
-	int			n = query(r, host, 1, out, max, err);
+	uint32_t	ttl = 0;
+	int			n = cache_get(host, out, max);
 
+	if (n > 0)
+		return n;
+	n = query(r, host, 1, out, max, &ttl, err);
 	if (n == 0)
-		n = query(r, host, 28, out, max, err);
+		n = query(r, host, 28, out, max, &ttl, err);
 	if (n == 0)
 		snprintf(err, EGRESS_ERRLEN, "no address");
+	if (n > 0)
+		cache_put(host, out, n, ttl);
 	return n;
 }

@@ -7,10 +7,14 @@
  *	    policy.c	the policy file (one run's rules and limits) and matching
  *	    addr.c		host names and addresses: normalising, IP literals and
  *					numeric host names, the always-refused ranges
- *	    dns.c		the proxy's own resolver client (UDP, A/AAAA)
+ *	    dns.c		the proxy's own resolver client (UDP, A/AAAA) and its
+ *					answer cache (TTL and size bounded, one run's)
  *	    tls.c		the server name of a TLS ClientHello
- *	    proxy.c		main: the listening socket, one thread per connection,
- *					CONNECT and absolute-form HTTP, caps, the log
+ *	    confine.c	the proxy's seccomp allowlist (filter.c: the program
+ *					compiled at build time by gen_filter.c)
+ *	    proxy.c		main: the listening socket, a fixed pool of workers
+ *					(one connection each at a time), CONNECT and
+ *					absolute-form HTTP, caps, the log
  *
  *-------------------------------------------------------------------------
  */
@@ -93,6 +97,8 @@ extern bool egress_cidr_contains(int family, const uint8_t *net, int prefix,
 
 /* dns.c */
 #define EGRESS_DNS_MAX_ADDRS 16
+#define EGRESS_DNS_CACHE_SIZE	64	/* names kept per proxy (one run) */
+#define EGRESS_DNS_CACHE_MAX_TTL 300	/* seconds, whatever the answer says */
 typedef struct EgressResolver
 {
 	struct sockaddr_storage ss;
@@ -102,6 +108,17 @@ extern int	egress_resolver_parse(const char *spec, EgressResolver *r, char *err)
 extern int	egress_resolver_default(EgressResolver *r, char *err);
 extern int	egress_resolve(const EgressResolver *r, const char *host,
 						   EgressAddr *out, int max, char *err);
+
+/* confine.c, filter.c */
+struct sock_filter;
+typedef struct EgressFilter
+{
+	struct sock_filter *insns;
+	unsigned short len;
+} EgressFilter;
+extern int	egress_filter_build(EgressFilter *f, char *err);
+extern int	egress_filter_get(EgressFilter *f, char *err);
+extern int	egress_confine(char *err);
 
 /* tls.c */
 #define EGRESS_SNI_NONE		0	/* a ClientHello without server_name */

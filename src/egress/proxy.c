@@ -8,10 +8,20 @@
  *
  *	  sandbox-egress (--policy FILE | --policy-fd N) (--listen-fd N | --listen ADDR:PORT)
  *	                 [--resolver ADDR[:PORT]] [--log-fd N] [--summary-fd N]
+ *	                 [--selftest-syscall NAME]
  *
- * Each accepted connection gets a thread (at most EGRESS_CONCURRENT at
- * once; beyond that a connection is refused at once) that reads one
- * request head within EGRESS_HEAD_TIMEOUT_MS, then:
+ * Once set up (policy read, socket, the first workers made) it confines
+ * itself with its seccomp allowlist (confine.c), in every thread, and only
+ * then says "ready".  --selftest-syscall (tests only: the jail never passes it)
+ * makes a worker try one call the allowlist refuses after that, so a test
+ * can see the filter kill the process.
+ *
+ * Worker threads each accept and serve one connection at a time (the
+ * kernel hands a new connection to one idle worker: one wake-up, no thread
+ * made per connection).  EGRESS_WORKERS_START are made at start; while
+ * every worker is busy the main thread adds one for a new connection, up
+ * to EGRESS_CONCURRENT, and beyond that accepts and refuses at once.  A
+ * worker reads one request head within EGRESS_HEAD_TIMEOUT_MS, then:
  *	  CONNECT host:port		vet, resolve, vet the addresses, dial the vetted
  *							address, answer 200, then require the first
  *							bytes to be a TLS ClientHello whose SNI is host
@@ -33,6 +43,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -40,14 +51,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "egress.h"
 
-#define EGRESS_CONCURRENT		32
+#define EGRESS_CONCURRENT		32	/* connections of a run at once, at most */
+#define EGRESS_WORKERS_START	2	/* workers made before "ready" */
 #define EGRESS_HEAD_MAX			16384
 #define EGRESS_HEAD_TIMEOUT_MS	10000
 #define EGRESS_CONNECT_TIMEOUT_MS 10000
@@ -59,10 +75,9 @@ typedef enum ConnMode
 	MODE_HTTP
 } ConnMode;
 
-/* One connection from the sandbox, owned by its thread. */
+/* One connection from the sandbox, owned by the thread serving it. */
 typedef struct Conn
 {
-	int			slot;
 	int			cfd;			/* the sandbox's side */
 	int			ufd;			/* upstream, once dialled */
 	uint64_t	started;
@@ -81,14 +96,37 @@ typedef struct Conn
 } Conn;
 
 static EgressPolicy policy;
+static const char *selftest_syscall;	/* --selftest-syscall, or NULL */
+static atomic_bool confined;	/* the filter is loaded (selftest waits for it) */
 static EgressResolver resolver;
 static int	log_fd = -1;
 static int	summary_fd = -1;
 
+/*
+ * The workers (nworkers of them so far): each waits in its own epoll set,
+ * which holds the listening socket (EPOLLEXCLUSIVE: a connection wakes one
+ * waiter, not all) and the stop event.  conns[i] is worker i's connection,
+ * reused.
+ */
+typedef struct Worker
+{
+	int			epfd;
+	pthread_t	thread;
+} Worker;
+
+static Worker workers[EGRESS_CONCURRENT];
+static Conn conns[EGRESS_CONCURRENT];
+static Conn overflow_conn;		/* the main thread's, for refusals */
+static int	listen_fd = -1;		/* O_NONBLOCK: a wake-up may find it taken */
+static int	stop_efd = -1;		/* readable once stopping: every worker wakes */
+static int	busy_efd = -1;		/* a worker tells the main thread nidle left or reached 0 */
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;
-static Conn *active[EGRESS_CONCURRENT];
+static Conn *active[EGRESS_CONCURRENT];	/* under lock: the connections being served */
 static int	nactive;
+static int	nworkers;			/* made so far (only the main thread makes them) */
+static int	nidle;				/* workers waiting for a connection, under lock */
 static atomic_bool stopping;
 
 /* counters of the run, under lock */
@@ -981,78 +1019,251 @@ serve(Conn *c)
 	}
 }
 
-static void *
-conn_main(void *arg)
+/* Count a worker busy or idle; tell the main thread when none is idle. */
+static void
+worker_busy(bool busy)
 {
-	Conn	   *c = arg;
+	bool		tell;
+	uint64_t	one = 1;
 
+	pthread_mutex_lock(&lock);
+	nidle += busy ? -1 : 1;
+	tell = busy ? nidle == 0 : nidle == 1;
+	pthread_mutex_unlock(&lock);
+	if (tell)
+		(void) eventfd_write(busy_efd, one);
+}
+
+/* A new connection, before anything is read from it. */
+static void
+conn_start(Conn *c, int cfd)
+{
+	int			one = 1;
+
+	/* everything but the head's buffer, which is read into before use */
+	memset(c, 0, offsetof(Conn, head));
+	c->head[0] = '\0';
+	c->headlen = 0;
+	c->headend = 0;
+	/*
+	 * The relay forwards each TLS flight as it comes: no Nagle delay
+	 * behind it (the upstream socket has the same, dial()).
+	 */
+	(void) setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	c->cfd = cfd;
+	c->ufd = -1;
+	c->started = now_ms();
+}
+
+/* Serve worker i's connection cfd to its end, log it, close it. */
+static void
+conn_run(int i, int cfd)
+{
+	Conn	   *c = &conns[i];
+
+	conn_start(c, cfd);
+	pthread_mutex_lock(&lock);
+	active[i] = c;
+	nactive++;
+	pthread_mutex_unlock(&lock);
 	serve(c);
 	conn_log(c);
 	pthread_mutex_lock(&lock);
-	active[c->slot] = NULL;
+	active[i] = NULL;
 	nactive--;
 	close(c->cfd);
 	if (c->ufd >= 0)
 		close(c->ufd);
 	pthread_cond_broadcast(&idle);
 	pthread_mutex_unlock(&lock);
-	free(c);
+}
+
+/*
+ * --selftest-syscall: what a proxy taken over by the payload would try
+ * first.  Each must kill the process (SIGSYS); if one returns, say so and
+ * exit 3, which a test reports as a hole in the filter.
+ */
+static void
+selftest(const char *name)
+{
+	long		rc;
+	char		buf[64];
+
+	while (!atomic_load(&confined))
+		(void) poll(NULL, 0, 1);
+	if (strcmp(name, "openat") == 0)
+		rc = openat(AT_FDCWD, "/etc/passwd", O_RDONLY);
+	else if (strcmp(name, "execve") == 0)
+	{
+		char	   *const argv[] = {"/bin/sh", "-c", "true", NULL};
+
+		rc = execve("/bin/sh", argv, argv + 3);
+	}
+	else if (strcmp(name, "fork") == 0)
+		rc = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);	/* a process: no CLONE_THREAD */
+	else if (strcmp(name, "socket_unix") == 0)
+		rc = socket(AF_UNIX, SOCK_STREAM, 0);
+	else if (strcmp(name, "socket_netlink") == 0)
+		rc = socket(AF_NETLINK, SOCK_RAW, 0);
+	else if (strcmp(name, "socket_packet") == 0)
+		rc = socket(AF_PACKET, SOCK_RAW, 0);
+	else if (strcmp(name, "mprotect_exec") == 0)
+		rc = mprotect((void *) ((uintptr_t) buf & ~(uintptr_t) 4095), 4096,
+					  PROT_READ | PROT_WRITE | PROT_EXEC);
+	else if (strcmp(name, "mmap_exec") == 0)
+		rc = (long) mmap(NULL, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	else if (strcmp(name, "ptrace") == 0)
+		rc = syscall(SYS_ptrace, -1L, 0, 0, 0);	/* the number is what is refused */
+	else if (strcmp(name, "kill") == 0)
+		rc = kill(1, 0);
+	else if (strcmp(name, "setuid") == 0)
+		rc = syscall(SYS_setuid, 0);	/* glibc's setuid() would signal every thread first */
+	else if (strcmp(name, "unshare") == 0)
+		rc = unshare(CLONE_NEWNET);
+#ifdef EGRESS_SANITIZE
+	else if (strcmp(name, "asan_report") == 0)
+	{
+		/* not a call: a heap overflow, whose report must get out */
+		char	   *p = malloc(8);
+		volatile size_t n = 9;
+
+		memset(p, 0, n);
+		rc = p[0];
+	}
+	else if (strcmp(name, "lsan_report") == 0)
+	{
+		/* a leak: LeakSanitizer's check at exit must run and report it */
+		void	   *volatile p = malloc(100);
+
+		p = NULL;
+		exit(p == NULL ? 0 : 1);
+	}
+#endif
+	else
+	{
+		fprintf(stderr, "sandbox-egress: selftest: unknown call %s\n", name);
+		_exit(2);
+	}
+	fprintf(stderr, "sandbox-egress: selftest: %s returned %ld (%s): not filtered\n",
+			name, rc, rc < 0 ? strerror(errno) : "no error");
+	_exit(3);
+}
+
+static void *
+worker_main(void *arg)
+{
+	int			i = (int) (intptr_t) arg;
+
+	if (i == 0 && selftest_syscall)
+		selftest(selftest_syscall);
+
+	while (!atomic_load(&stopping))
+	{
+		struct epoll_event ev;
+		int			cfd;
+
+		if (epoll_wait(workers[i].epfd, &ev, 1, -1) < 0)
+		{
+			if (errno != EINTR)
+				(void) poll(NULL, 0, 10);
+			continue;
+		}
+		if (atomic_load(&stopping))
+			break;
+		cfd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (cfd < 0)
+		{
+			/* taken by another waiter (EAGAIN), or gone before we took it */
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+				errno != ECONNABORTED)
+				(void) poll(NULL, 0, 10);	/* never a hot loop on an error */
+			continue;
+		}
+		worker_busy(true);
+		conn_run(i, cfd);
+		worker_busy(false);
+	}
 	return NULL;
 }
 
+/* Every worker busy: the main thread takes the connection and refuses it. */
 static void
-accept_one(int lfd)
+refuse_overflow(void)
 {
-	int			cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-	Conn	   *c;
-	pthread_t	t;
-	pthread_attr_t attr;
-	int			slot = -1;
+	Conn	   *c = &overflow_conn;
+	int			cfd = -1;
 
-	if (cfd < 0)
-		return;
-	c = calloc(1, sizeof(*c));
-	if (!c)
-	{
-		close(cfd);
-		return;
-	}
-	c->cfd = cfd;
-	c->ufd = -1;
-	c->started = now_ms();
 	pthread_mutex_lock(&lock);
-	for (int i = 0; i < EGRESS_CONCURRENT && slot < 0; i++)
-		if (!active[i])
-			slot = i;
-	if (slot >= 0)
-	{
-		active[slot] = c;
-		nactive++;
-	}
+	if (nidle == 0)
+		cfd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
 	pthread_mutex_unlock(&lock);
-	if (slot < 0)
+	if (cfd < 0)
+		return;					/* a worker is idle again: it takes it */
+	conn_start(c, cfd);
+	snprintf(c->host, sizeof(c->host), "(none)");
+	refuse(c, 403, "too many connections at once (at most %d)", EGRESS_CONCURRENT);
+	conn_log(c);
+	close(cfd);
+}
+
+/*
+ * One more worker, with its epoll set (the main thread's only: at start,
+ * and while every worker is busy).  False when one cannot be made now; the
+ * connection waiting for it is then refused like one beyond the limit.
+ */
+static bool
+add_worker(void)
+{
+	int			i = nworkers;
+	struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE};
+	struct epoll_event sev = {.events = EPOLLIN};
+	pthread_attr_t attr;
+	int			rc;
+
+	if (i >= EGRESS_CONCURRENT)
+		return false;
+	if ((workers[i].epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+		return false;
+	if (epoll_ctl(workers[i].epfd, EPOLL_CTL_ADD, listen_fd, &lev) < 0 ||
+		epoll_ctl(workers[i].epfd, EPOLL_CTL_ADD, stop_efd, &sev) < 0)
 	{
-		snprintf(c->host, sizeof(c->host), "(none)");
-		refuse(c, 403, "too many connections at once (at most %d)", EGRESS_CONCURRENT);
-		conn_log(c);
-		close(cfd);
-		free(c);
-		return;
+		close(workers[i].epfd);
+		return false;
 	}
-	c->slot = slot;
+	pthread_mutex_lock(&lock);
+	nidle++;
+	pthread_mutex_unlock(&lock);
 	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&attr, 256 * 1024);
-	if (pthread_create(&t, &attr, conn_main, c) != 0)
+	rc = pthread_create(&workers[i].thread, &attr, worker_main, (void *) (intptr_t) i);
+	pthread_attr_destroy(&attr);
+	if (rc != 0)
 	{
 		pthread_mutex_lock(&lock);
-		active[slot] = NULL;
-		nactive--;
+		nidle--;
 		pthread_mutex_unlock(&lock);
-		close(cfd);
-		free(c);
+		close(workers[i].epfd);
+		return false;
 	}
-	pthread_attr_destroy(&attr);
+	nworkers++;
+	return true;
+}
+
+/* The first workers; dies when one cannot be made. */
+static void
+start_workers(void)
+{
+	if ((stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+		(busy_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+		die("eventfd: %s", strerror(errno));
+	/*
+	 * Not waited for: a worker may start running under the filter (what
+	 * glibc does in a new thread is allowed, as for the workers added
+	 * later).
+	 */
+	for (int i = 0; i < EGRESS_WORKERS_START; i++)
+		if (!add_worker())
+			die("could not start a worker thread: %s", strerror(errno));
 }
 
 /* SIGTERM: every connection shut, the threads' log lines out, then the summary. */
@@ -1064,6 +1275,7 @@ finish(void)
 	int			n;
 
 	atomic_store(&stopping, true);
+	(void) eventfd_write(stop_efd, 1);	/* the idle workers leave */
 	pthread_mutex_lock(&lock);
 	for (int i = 0; i < EGRESS_CONCURRENT; i++)
 		if (active[i])
@@ -1111,7 +1323,8 @@ usage(void)
 {
 	fprintf(stderr,
 			"usage: sandbox-egress (--policy FILE | --policy-fd N) (--listen-fd N | --listen ADDR:PORT)\n"
-			"                      [--resolver ADDR[:PORT]] [--log-fd N] [--summary-fd N]\n");
+			"                      [--resolver ADDR[:PORT]] [--log-fd N] [--summary-fd N]\n"
+			"                      [--selftest-syscall NAME]\n");
 	exit(2);
 }
 
@@ -1126,6 +1339,7 @@ main(int argc, char **argv)
 		{"resolver", required_argument, NULL, 'r'},
 		{"log-fd", required_argument, NULL, 'g'},
 		{"summary-fd", required_argument, NULL, 's'},
+		{"selftest-syscall", required_argument, NULL, 'T'},
 		{NULL, 0, NULL, 0}
 	};
 	int			policy_fd = -1;
@@ -1163,6 +1377,9 @@ main(int argc, char **argv)
 			case 's':
 				summary_fd = atoi(optarg);
 				break;
+			case 'T':
+				selftest_syscall = optarg;
+				break;
 			default:
 				usage();
 		}
@@ -1178,6 +1395,9 @@ main(int argc, char **argv)
 		die("%s", err);
 	if (listen_spec)
 		lfd = listen_on(listen_spec);
+	listen_fd = lfd;
+	if (fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK) < 0)
+		die("listening socket: %s", strerror(errno));
 
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&mask);
@@ -1188,29 +1408,51 @@ main(int argc, char **argv)
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	if (sfd < 0)
 		die("signalfd: %s", strerror(errno));
+	start_workers();
+	if (egress_confine(err) < 0)
+		die("%s", err);
+	atomic_store(&confined, true);
 
 	/* up: the jail waits for this line before the payload may start */
 	if (summary_fd >= 0 && write_all(summary_fd, "ready\n", 6) < 0)
 		die("summary fd: %s", strerror(errno));
 
+	/*
+	 * The main thread: the signals, and the listening socket only while
+	 * every worker is busy (then a new connection gets a new worker, or,
+	 * with EGRESS_CONCURRENT busy, a refusal at once).
+	 */
 	for (;;)
 	{
-		struct pollfd p[2] = {{.fd = lfd,.events = POLLIN}, {.fd = sfd,.events = POLLIN}};
+		bool		all_busy;
+		struct pollfd p[3];
 
-		if (poll(p, 2, -1) < 0)
+		pthread_mutex_lock(&lock);
+		all_busy = nidle == 0;
+		pthread_mutex_unlock(&lock);
+		p[0] = (struct pollfd) {.fd = sfd,.events = POLLIN};
+		p[1] = (struct pollfd) {.fd = busy_efd,.events = POLLIN};
+		p[2] = (struct pollfd) {.fd = all_busy ? lfd : -1,.events = POLLIN};
+		if (poll(p, 3, -1) < 0)
 		{
 			if (errno == EINTR)
 				continue;
 			break;
 		}
+		if (p[0].revents)
+			break;
 		if (p[1].revents)
+		{
+			eventfd_t	v;
+
+			(void) eventfd_read(busy_efd, &v);
+		}
+		if (p[2].revents & (POLLERR | POLLHUP | POLLNVAL))
 			break;
-		if (p[0].revents & (POLLERR | POLLHUP | POLLNVAL))
-			break;
-		if (p[0].revents & POLLIN)
-			accept_one(lfd);
+		if ((p[2].revents & POLLIN) && !add_worker())
+			refuse_overflow();
 	}
-	close(lfd);
 	finish();
+	close(lfd);
 	return 0;
 }

@@ -335,6 +335,11 @@ check_transport(PGconn *c)
 			   "Give the runner's role a SCRAM password (scram-sha-256 in pg_hba.conf).");
 }
 
+/*
+ * The one query of the runner that is not a step function: it asks the
+ * catalog whether the extension and the steps are there at all, so it
+ * cannot live in the extension's schema (a constant, pg_catalog only).
+ */
 static void
 check_connection(void)
 {

@@ -1,8 +1,12 @@
 #!/usr/bin/python3
 # The egress suite's fake internet (test/suites/egress.sh): run inside the
 # "internet" network namespace, it serves
-#   * a DNS resolver on RESOLVER:53 (UDP) answering from NAMES below;
-#     NAME.rebind.test answers a public address first, then 127.0.0.1;
+#   * a DNS resolver on RESOLVER:53 (UDP) answering from NAMES below with
+#     a TTL of 300 s; NAME.rebind.test answers a public address first, then
+#     127.0.0.1, with a TTL of 0 (as a rebinding attacker's does);
+#     NAME.rebindttl.test the same with a TTL of 2 s; NAME.many.test the
+#     public address (300 s); GET /dns-queries/NAME on the HTTP servers
+#     says how many queries NAME got;
 #   * HTTP on :80 and :8080, HTTPS on :443 and :8443 (a certificate of
 #     the suite's test CA for every name below), on every address of the
 #     namespace.  GET /... answers "hello <Host> <path> from <local address>";
@@ -32,9 +36,13 @@ def dns_answer(q):
     name = ".".join(labels)
     question = q[12:off + 5]
     queries[name] = queries.get(name, 0) + 1
-    if name.endswith(".rebind.test"):
+    ttl = 300
+    if name.endswith(".rebind.test") or name.endswith(".rebindttl.test"):
         # each such name: a public answer first, the host's loopback after
         addrs = ([PUB] if queries[name] == 1 else ["127.0.0.1"]) if qtype == 1 else []
+        ttl = 0 if name.endswith(".rebind.test") else 2
+    elif name.endswith(".many.test"):
+        addrs = [PUB] if qtype == 1 else []
     else:
         addrs = NAMES.get(name, []) if qtype == 1 else AAAA.get(name, []) if qtype == 28 else []
     # a hostile resolver: malformed answers the proxy must refuse, not trust
@@ -52,12 +60,12 @@ def dns_answer(q):
         other = b"\x05other\x04test\x00"
         return struct.pack(">HHHHHH", qid, 0x8180, 1, 1, 0, 0) + question + \
             other + struct.pack(">HHIH", 1, 1, 0, 4) + b"\x5d\xb8\xd8\x22"
-    known = name in NAMES or name in AAAA or name.endswith(".rebind.test")
+    known = name in NAMES or name in AAAA or name.endswith((".rebind.test", ".rebindttl.test", ".many.test"))
     rcode = 0 if known else 3
     ans = b""
     for a in addrs:
         rdata = socket.inet_pton(socket.AF_INET if qtype == 1 else socket.AF_INET6, a)
-        ans += b"\xc0\x0c" + struct.pack(">HHIH", qtype, 1, 0, len(rdata)) + rdata
+        ans += b"\xc0\x0c" + struct.pack(">HHIH", qtype, 1, ttl, len(rdata)) + rdata
     return struct.pack(">HHHHHH", qid, 0x8180 | rcode, 1, len(addrs), 0, 0) + question + ans
 
 def dns(resolver):
@@ -80,6 +88,9 @@ class H(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
     def do_GET(self):
+        if self.path.startswith("/dns-queries/"):
+            self.reply(b"%d\n" % queries.get(self.path[13:], 0))
+            return
         if self.path.startswith("/bytes/"):
             n = int(self.path[7:])
             self.send_response(200)

@@ -13,6 +13,7 @@ EGR_RESOLVER=93.184.0.53
 EGR_DIR=${EGR_DIR:-/tmp/${EGR_PREFIX}}
 EGR_FAKENET_PID=
 EGR_HOSTSVC_PID=
+EGR_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 # Run a command in the host namespace.  nsenter --net switches only the
 # network namespace; ip netns exec would also remount /sys, hiding the
@@ -63,6 +64,18 @@ h.HTTPServer(("127.0.0.1", 80), S).serve_forever()' &
 	done
 	echo "fakenet did not start: $(cat "$EGR_DIR/fakenet.out")" >&2
 	return 1
+}
+
+# egr_cluster start|stop DIR PORT [MORE_CONF]: a cluster (scripts/cluster.sh)
+# run inside the host namespace, so that its supervisor's jails and their
+# proxies reach the fake internet (resolving with its resolver, trusting
+# its test CA); MORE_CONF lines go into its postgresql.conf too.
+egr_cluster() {
+	local cmd=$1 dir=$2 port=$3
+	[ "$cmd" != start ] || { chmod 0755 "$EGR_DIR" && chmod 0644 "$EGR_DIR/ca.pem"; } || return 1
+	SANDBOX_CLUSTER_DIR=$dir SANDBOX_PGPORT=$port SANDBOX_EXTRA_CONF="sandbox.egress_resolver = '$EGR_RESOLVER'
+sandbox.egress_ca_file = '$EGR_DIR/ca.pem'${4:+
+$4}" egr_in_host "$EGR_TOP/scripts/cluster.sh" "$cmd"
 }
 
 egr_down() {

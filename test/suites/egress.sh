@@ -40,6 +40,8 @@ sandbox-egress/1
 rule exact host allowed.test 443,80
 rule wild host *.allowed.test 443
 rule reb host *.rebind.test 80,443
+rule rebttl host *.rebindttl.test 80,443
+rule many host *.many.test 443
 rule loop host loop.test 80,443
 rule meta host meta.test 80,443
 rule priv host private.test 80,443
@@ -216,6 +218,56 @@ t_rebinding() {
 	has "first connection: the vetted public address" "http://r$$.rebind.test/ GOT 200 hello r$$.rebind.test / from 93.184.216.34"
 	has "after the rebind: refused" "egress denied: r$$.rebind.test resolves to 127.0.0.1, a loopback address"
 	hasnt "the host's loopback service never answered" "HOST-SECRET"
+	check "a TTL of 0 is never kept: the second connection looked the name up again" 2 \
+		"$(dns_queries "r$$.rebind.test")"
+}
+
+# How many queries the fake resolver got for a name (asked directly, from
+# the host namespace: the fake servers count them).
+dns_queries() { egr_in_host curl -sS --max-time 5 "http://93.184.216.34/dns-queries/$1"; }
+
+t_dns_cache() {
+	local before name=rt$$.rebindttl.test
+	# an answer is kept for its TTL (300 s here): one lookup for three
+	# connections of one run; a new run (a new proxy) asks again
+	before=$(dns_queries www.allowed.test)
+	pyget https://www.allowed.test/a https://www.allowed.test/b https://www.allowed.test/c
+	has "three connections to one name" "https://www.allowed.test/c GOT 200 hello www.allowed.test /c from 93.184.216.34"
+	check "one lookup for them (the answer's TTL is 300 s)" 1 "$(($(dns_queries www.allowed.test) - before))"
+	check "each dialed the vetted address" 3 "$(grep -c '"host":"www.allowed.test","port":443,"address":"93.184.216.34","decision":"allowed"' "$log")"
+	# kept for its TTL only, and vetted again when asked again: a
+	# rebinding name with a TTL of 2 s answers public, then 127.0.0.1
+	jrun python "
+import time, requests
+def get(p):
+    try:
+        print(p, 'GOT', requests.get('http://$name' + p, timeout=20).text.strip())
+    except Exception as e:
+        print(p, 'ERR', str(e))
+get('/one'); get('/two'); time.sleep(3); get('/three')"
+	has "within the TTL: the kept public answer" "/two GOT hello $name /two from 93.184.216.34"
+	has "after it: looked up again, vetted again, refused" "/three GOT egress denied: $name resolves to 127.0.0.1, a loopback address"
+	check "two lookups in all" 2 "$(dns_queries "$name")"
+	hasnt "the host's loopback service never answered" "HOST-SECRET"
+	# bounded in size: 64 names, the one that expires first makes room
+	cat >"$EGR_DIR/pol.many" <<'P'
+sandbox-egress/1
+limit connections 200
+rule many host *.many.test 443
+P
+	jrun python "
+import socket
+def tunnel(h):
+    s = socket.create_connection(('127.0.0.1', 3128))
+    s.sendall(b'CONNECT %s:443 HTTP/1.1\\r\\nHost: %s:443\\r\\n\\r\\n' % (h, h))
+    r = s.recv(300).split(b'\\r\\n')[0].decode()
+    s.close()
+    return r
+names = [b'n%d.c$$.many.test' % i for i in range(65)]
+print('tunnels', sorted(set(tunnel(h) for h in names + [names[0], names[64]])))" "$EGR_DIR/pol.many"
+	has "67 tunnels to 65 names" "tunnels ['HTTP/1.1 200 Connection established']"
+	check "the first name was let go for the 65th: asked again" 2 "$(dns_queries "n0.c$$.many.test")"
+	check "the 65th was still kept" 1 "$(dns_queries "n64.c$$.many.test")"
 }
 
 t_sni_and_host() {
@@ -524,6 +576,89 @@ except OSError as e:
 	check "no policy: no egress fields in the verdict" "" "$(grep -o egress_attempts <<<"$verdict")"
 }
 
+# The proxy under its own seccomp allowlist (src/egress/confine.c): the
+# release build, as runs use it, serves the usual clients with every one of
+# its threads confined; and from the attacker's side, the calls a payload
+# that took the proxy over would make first each kill it.
+t_proxy_seccomp() {
+	local rel=$top/src/egress/sandbox-egress jpid ppid_ tasks confined rc t out2
+	rm -f "$EGR_DIR/ws/serving" "$EGR_DIR/sc.log"
+	printf '%s\n' '
+import requests, time
+print("A", requests.get("https://allowed.test/sc").text.strip())
+print("B", requests.post("http://allowed.test/sc", data=b"z" * 2000).text.strip())
+try:
+    requests.get("https://denied.test/", timeout=20)
+except Exception as e:
+    print("C", str(e))
+open("/workspace/serving", "w").close()
+time.sleep(3)' >"$EGR_DIR/sc.py"
+	egr_in_host "$JAIL" --language python --workspace "$EGR_DIR/ws" --code-file "$EGR_DIR/sc.py" \
+		--wall-time 60 --quiet --verdict-file "$EGR_DIR/sc.verdict" --egress-policy "$POLICY" \
+		--egress-log "$EGR_DIR/sc.log" --egress-resolver "$EGR_RESOLVER" --egress-ca "$EGR_DIR/ca.pem" \
+		--egress-proxy "$rel" >"$EGR_DIR/sc.out" 2>&1 &
+	local apid=$!
+	wait_for 30 '[ -f "$EGR_DIR/ws/serving" ]' || nok "the run reached its pause"
+	jpid=$(pgrep -f "^$JAIL --language python .*sc.py" | head -n 1)
+	ppid_=$(pgrep -P "${jpid:-0}" -x sandbox-egress | head -n 1)
+	tasks=$(ls "/proc/${ppid_:-0}/task" 2>/dev/null | wc -l)
+	confined=$(cat /proc/"${ppid_:-0}"/task/*/status 2>/dev/null | grep -c '^Seccomp:[[:space:]]*2$')
+	check "every thread of the serving proxy is under a seccomp filter (main and its workers)" \
+		"t|$tasks" "$([ "$tasks" -ge 3 ] && echo t)|$confined"
+	wait $apid
+	out=$(cat "$EGR_DIR/sc.out")
+	verdict=$(cat "$EGR_DIR/sc.verdict" 2>/dev/null)
+	has "under its filter the proxy serves https" "A hello allowed.test /sc from 93.184.216.34"
+	has "and plain http with a body" "B got 2000"
+	has "and refuses, saying why" "egress denied: denied.test:443 is not in the allowlist"
+	check "and its summary reaches the verdict" "3|2|1" "$(vfield egress_attempts)|$(vfield egress_allowed)|$(vfield egress_denied)"
+	rm -f "$EGR_DIR/ws/serving"
+	# the attacker's side: after "ready", one call the allowlist refuses
+	for t in openat execve fork socket_unix socket_netlink socket_packet \
+		mprotect_exec mmap_exec ptrace kill setuid unshare; do
+		out2=$(egr_in_host timeout 10 "$rel" --policy "$POLICY" --listen 127.0.0.1:13999 \
+			--resolver "$EGR_RESOLVER" --summary-fd 1 --selftest-syscall "$t" 2>&1)
+		rc=$?
+		check "a proxy that tries $t after it serves is killed (SIGSYS)" "ready|159" \
+			"$(head -n 1 <<<"$out2")|$rc"
+	done
+	# the control: the same start without the call serves until SIGTERM
+	# (nsenter execs the proxy: $! is the proxy)
+	nsenter --net="/run/netns/$EGR_H" -- "$rel" --policy "$POLICY" --listen 127.0.0.1:13999 \
+		--resolver "$EGR_RESOLVER" --summary-fd 1 >"$EGR_DIR/sc.ctl" 2>&1 &
+	local cpid=$!
+	wait_for 10 'grep -q ready "$EGR_DIR/sc.ctl"'
+	out2=$(egr_in_host python3 -c '
+import socket
+s = socket.create_connection(("127.0.0.1", 13999))
+s.sendall(b"CONNECT denied.test:443 HTTP/1.1\r\n\r\n")
+print(s.recv(200).split(b"\r\n")[0].decode())')
+	kill -TERM "$cpid"
+	wait "$cpid"
+	rc=$?
+	check "without it, the confined proxy serves and ends on SIGTERM with its summary" \
+		"HTTP/1.1 403 egress denied: denied.test:443 is not in the allowlist|0|1" \
+		"$out2|$rc|$(grep -c '"attempts":1,' "$EGR_DIR/sc.ctl")"
+	# the suite's sanitizer build is confined too, and its reports still get out
+	out2=$(egr_in_host timeout 10 "$PROXY" --policy "$POLICY" --listen 127.0.0.1:13999 \
+		--resolver "$EGR_RESOLVER" --summary-fd 1 --selftest-syscall execve 2>&1)
+	rc=$?
+	check "the sanitizer build is killed for execve too" "ready|159" "$(head -n 1 <<<"$out2")|$rc"
+	rm -f "$EGR_DIR"/asan/selftest.*
+	egr_in_host env ASAN_OPTIONS=log_path=$EGR_DIR/asan/selftest timeout 10 "$PROXY" --policy "$POLICY" \
+		--listen 127.0.0.1:13999 --resolver "$EGR_RESOLVER" --summary-fd 1 \
+		--selftest-syscall asan_report >/dev/null 2>&1
+	check "and a sanitizer report gets out from under the filter (so t_sanitizers can see one)" 1 \
+		"$(cat "$EGR_DIR"/asan/selftest.* 2>/dev/null | grep -c '^SUMMARY: AddressSanitizer: heap-buffer-overflow')"
+	rm -f "$EGR_DIR"/asan/selftest.*
+	egr_in_host env ASAN_OPTIONS=log_path=$EGR_DIR/asan/selftest timeout 10 "$PROXY" --policy "$POLICY" \
+		--listen 127.0.0.1:13999 --resolver "$EGR_RESOLVER" --summary-fd 1 \
+		--selftest-syscall lsan_report >/dev/null 2>&1
+	check "so does LeakSanitizer's, from its check at exit" 1 \
+		"$(cat "$EGR_DIR"/asan/selftest.* 2>/dev/null | grep -c 'ERROR: LeakSanitizer: detected memory leaks')"
+	rm -f "$EGR_DIR"/asan/selftest.*
+}
+
 t_sanitizers() {
 	check "no ASan/UBSan report from the proxy" "" \
 		"$(cat "$ASAN_LOG".* 2>/dev/null | grep -m3 -E 'ERROR: AddressSanitizer|runtime error|LeakSanitizer')"
@@ -536,9 +671,7 @@ t_sanitizers() {
 EPG_DIR=$EGR_DIR/pg
 EPG_PORT=$((SANDBOX_PGPORT + 7))
 db_up() {
-	chmod 0755 "$EGR_DIR" && chmod 0644 "$EGR_DIR/ca.pem"
-	PGBIN=$PGBIN SANDBOX_CLUSTER_DIR=$EPG_DIR SANDBOX_PGPORT=$EPG_PORT SANDBOX_EXTRA_CONF="sandbox.egress_resolver = '$EGR_RESOLVER'
-sandbox.egress_ca_file = '$EGR_DIR/ca.pem'" egr_in_host "$top/scripts/cluster.sh" start >"$EGR_DIR/db_up.log" 2>&1 || {
+	PGBIN=$PGBIN egr_cluster start "$EPG_DIR" "$EPG_PORT" >"$EGR_DIR/db_up.log" 2>&1 || {
 		nok "egress cluster up" "$(tail -n 5 "$EGR_DIR/db_up.log")"
 		return 1
 	}
@@ -551,12 +684,6 @@ db_down() {
 }
 trap 'db_down; egr_down' EXIT
 
-aq() {				# org sql [psql options]: as agent_admin of the org
-	local org=$1 sql=$2
-	shift 2
-	printf "BEGIN;\nSET LOCAL ROLE agent_admin;\nSELECT agent.set_tenant('%s', NULL);\n%s\nCOMMIT;\n" \
-		"$org" "$sql" | q "$@" -f - | sed '/^$/d'
-}
 aq_error() {
 	local err
 	err=$(aq "$1" "\\set VERBOSITY verbose
@@ -802,9 +929,9 @@ if [ -z "${T:-}" ] || [[ t_db_ =~ $T ]] || [[ $T == *t_db* ]]; then
 fi
 
 run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_wildcard_apex \
-	t_wrong_port t_ip_literal t_forbidden_names t_rebinding t_sni_and_host t_ipv6 \
+	t_wrong_port t_ip_literal t_forbidden_names t_rebinding t_dns_cache t_sni_and_host t_ipv6 \
 	t_no_route_no_dns t_proxy_own_ports t_flood_and_slow t_caps t_runtime_installs \
-	t_hostile_inputs t_served t_no_policy_no_proxy t_sanitizers
+	t_hostile_inputs t_served t_no_policy_no_proxy t_proxy_seccomp t_sanitizers
 if [ -n "${EPG_UP:-}" ]; then
 	run_tests t_db_default_deny t_db_allowed_run t_db_policy_changed_after_request \
 		t_db_narrowing t_db_roles_and_rls t_db_limits t_db_runner_without_conversation \

@@ -6,6 +6,9 @@
 # what a user of the ClickHouse table would notice: values, exactly-once
 # after ClickHouse outages, exporter kills and PostgreSQL crashes, the
 # error state on a permanent failure, and the resync after a lost slot.
+# The egress rows of real runs (t_egress_*) need runs that reach a server:
+# those tests start the egress suite's fake internet (test/egress/net.sh),
+# a cluster and a ClickHouse server of their own inside its host namespace.
 # The set-up (the export switched on, the existing rows copied) always runs;
 # T=REGEX runs only the matching tests after it (test/lib.sh).  Prints one
 # line per test and ends with "N passed, N failed".
@@ -25,7 +28,11 @@ export CLICKHOUSE_DIR=${CLICKHOUSE_DIR:-/tmp/sandbox_ch_test.$PORT}
 CH="$top/scripts/clickhouse.sh"
 
 sql() { q -c "$1"; }
-chq() { "$CH" query "$1" 2>&1; }
+# The ClickHouse server of the tests running now: the suite's, or (t_egress_*)
+# the one in the fake internet's host namespace.
+CH_IN_HOST=
+ch() { if [ -n "$CH_IN_HOST" ]; then egr_in_host "$CH" "$@"; else "$CH" "$@"; fi; }
+chq() { ch query "$1" 2>&1; }
 
 state() { sql "SELECT state FROM agent.export_status()"; }
 pg_count() { sql "SELECT count(*) FROM agent.tool_invocations"; }
@@ -43,6 +50,7 @@ chmod 0755 "$work"
 # Leave the shared cluster as later suites expect it: exporter off, no
 # slot holding WAL, none of our rows.
 cleanup() {
+	egress_down
 	sql "ALTER SYSTEM RESET sandbox.clickhouse_url" >/dev/null 2>&1
 	sql "ALTER SYSTEM RESET sandbox.export_fault" >/dev/null 2>&1
 	sql "ALTER SYSTEM RESET sandbox.export_poll_interval" >/dev/null 2>&1
@@ -53,6 +61,7 @@ cleanup() {
 	sql "ALTER TABLE agent.tool_invocations RENAME COLUMN cpu_ms_renamed TO cpu_ms" >/dev/null 2>&1
 	sql "DELETE FROM agent.tool_invocations WHERE org_id = '11111111-1111-1111-1111-111111111111'" >/dev/null 2>&1
 	sql "ALTER TABLE agent.tool_invocations REPLICA IDENTITY DEFAULT" >/dev/null 2>&1
+	sql "ALTER TABLE agent.egress_connections REPLICA IDENTITY DEFAULT" >/dev/null 2>&1
 	"$CH" stop >/dev/null 2>&1
 	rm -rf "$work"
 }
@@ -98,10 +107,13 @@ else
 	nok "setting the URL creates the slot and copies existing rows" \
 		"state=$(state) pg=$(pg_count) ch=$(ch_final_count) err=$(sql "SELECT last_error FROM agent.export_status()")"
 fi
-check "publication, replica identity and trigger are in place" "t|f|1" \
-	"$(sql "SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = 'sandbox_ext_tool_invocations'),
-	              (SELECT relreplident <> 'f' FROM pg_class WHERE oid = 'agent.tool_invocations'::regclass),
-	              (SELECT count(*) FROM pg_trigger WHERE tgname = 'tool_invocations_export_wake')")"
+check "publication, replica identity and triggers are in place for both tables" "egress_connections,tool_invocations|0|2" \
+	"$(sql "SELECT (SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_publication_tables
+	                 WHERE pubname = 'sandbox_ext_tool_invocations' AND schemaname = 'agent'),
+	              (SELECT count(*) FROM pg_class WHERE oid IN ('agent.tool_invocations'::regclass,
+	                 'agent.egress_connections'::regclass) AND relreplident <> 'f'),
+	              (SELECT count(*) FROM pg_trigger WHERE tgname IN ('tool_invocations_export_wake',
+	                 'egress_connections_export_wake'))")"
 check "slot uses pgoutput" "pgoutput|logical" \
 	"$(sql "SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = 'sandbox_ext_export'")"
 
@@ -385,5 +397,243 @@ t_turn_off() {
 		"$(sql "SELECT (SELECT count(*) FROM pg_replication_slots), (SELECT count(*) FROM pg_publication)")"
 }
 
-run_tests t_values t_update_delete t_clickhouse_down t_exporter_killed t_pg_crash t_permanent_error t_lost_slot_resync t_kills_under_load t_pg_schema_change t_slot_invalidated t_turn_off
+# ---- the egress rows of real runs (issue 14) -------------------------------------
+# A cluster of its own inside the egress suite's fake internet, so that its
+# runs reach the fake servers through the proxy, exporting to a ClickHouse
+# server in the same network namespace (same ports: another namespace).
+# Started by the first t_egress_ test; the tests before it keep the suite's
+# cluster and server.
+EGR_PREFIX=exp${SANDBOX_PGPORT}
+EGR_DIR=/tmp/sbx_export_egress_$SANDBOX_PGPORT
+# shellcheck source=../egress/net.sh
+. "$top/test/egress/net.sh"
+EX_DIR=$EGR_DIR/pg
+EX_PORT=$((SANDBOX_PGPORT + 8))
+EX_UP=
+EX_FAILED=
+HOME_CLICKHOUSE_DIR=$CLICKHOUSE_DIR
+EGRESS_CODE='
+import requests
+for u in ["https://allowed.test/one", "https://www.allowed.test/two", "https://denied.test/three"]:
+    try:
+        print(u, requests.post(u, data=b"x" * 3000, timeout=20).text.strip())
+    except Exception as e:
+        print(u, "ERR", str(e))'
+
+egress_up() {
+	[ -n "$EX_FAILED" ] && return 1
+	[ -n "$EX_UP" ] && return 0
+	EX_FAILED=1
+	if ! egr_up; then
+		nok "the fake internet is up"
+		return 1
+	fi
+	EX_UP=1
+	if ! PGBIN=$PGBIN egr_cluster start "$EX_DIR" "$EX_PORT" "sandbox.export_poll_interval = '1s'" \
+		>"$EGR_DIR/cluster.log" 2>&1; then
+		nok "a cluster starts in the fake internet's host namespace" "$(tail -n 5 "$EGR_DIR/cluster.log")"
+		return 1
+	fi
+	CLUSTER_DIR=$EX_DIR
+	PORT=$EX_PORT
+	CH_IN_HOST=1
+	export CLICKHOUSE_DIR=$EGR_DIR/ch
+	if ! ch start >/dev/null; then
+		nok "a ClickHouse server starts in the fake internet's host namespace"
+		return 1
+	fi
+	sql "ALTER SYSTEM SET sandbox.clickhouse_url = 'http://127.0.0.1:$CLICKHOUSE_HTTP_PORT'" >/dev/null
+	sql "SELECT pg_reload_conf()" >/dev/null
+	if ! wait_for 60 egress_caught_up; then
+		nok "the export of the fake internet's cluster starts" "state=$(state) err=$(sql "SELECT last_error FROM agent.export_status()")"
+		return 1
+	fi
+	EX_FAILED=
+}
+
+egress_down() {
+	[ -n "$EX_UP" ] || return 0
+	ch stop >/dev/null 2>&1
+	PGBIN=$PGBIN egr_cluster stop "$EX_DIR" "$EX_PORT" >/dev/null 2>&1
+	egr_down
+	EX_UP=
+	CLUSTER_DIR=$HOME_CLUSTER_DIR
+	PORT=$HOME_PORT
+	CH_IN_HOST=
+	CLICKHOUSE_DIR=$HOME_CLICKHOUSE_DIR
+}
+
+# Caught up with both tables: nothing committed waits, and ClickHouse's
+# deduplicated rows number the database's.
+egress_caught_up() {
+	caught_up &&
+		[ "$(chq "SELECT count() FROM egress_connections FINAL WHERE _deleted = 0")" = \
+			"$(sql "SELECT count(*) FROM agent.egress_connections")" ]
+}
+
+# An org's connection rows, one line each in key order, as the database
+# holds them and as a reader of ClickHouse's deduplicated table sees them.
+pg_egress_rows() {
+	sql "SELECT string_agg(concat_ws('|', org_id, workspace_id, invocation_id, seq, kind, host, port,
+	            coalesce(host(address), 'NULL'), allowed::int, coalesce(rule_id::text, 'NULL'),
+	            coalesce(reason, 'NULL'), bytes_up, bytes_down, duration_ms,
+	            floor(extract(epoch FROM created_at) * 1000)::bigint), E'\n' ORDER BY invocation_id::text, seq)
+	       FROM agent.egress_connections WHERE org_id = '$1'"
+}
+ch_egress_rows() {
+	chq "SELECT org_id, workspace_id, invocation_id, seq, kind, host, port, ifNull(address, 'NULL'), allowed,
+	            ifNull(toString(rule_id), 'NULL'), ifNull(reason, 'NULL'), bytes_up, bytes_down, duration_ms,
+	            created_at_ms
+	       FROM egress_connections FINAL WHERE _deleted = 0 AND org_id = toUUID('$1')
+	      ORDER BY toString(invocation_id), seq FORMAT TabSeparated" | tr '\t' '|'
+}
+# "rows|distinct keys" of an org's connection rows in ClickHouse, raw or FINAL.
+ch_egress_once() {
+	chq "SELECT count(), uniqExact(invocation_id, seq) FROM egress_connections ${2:-} WHERE org_id = toUUID('$1') FORMAT TabSeparated" | tr '\t' '|'
+}
+egress_tenant() {	# → "org ws agent conv" with allowed.test and *.allowed.test on 443
+	local T org
+	T=$(new_tenant 100)
+	read -r org _ <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');
+SELECT agent.add_egress_rule('*.allowed.test', '{443}', 'admin');" >/dev/null
+	echo "$T"
+}
+
+t_egress_runs() {
+	egress_up || return
+	local T org ws agent conv invs=() i states
+	T=$(egress_tenant)
+	read -r org ws agent conv <<<"$T"
+	for i in 1 2 3; do invs+=("$(run "$T" python "$EGRESS_CODE")"); done
+	states=$(for i in "${invs[@]}"; do field "$i" state; done | tr '\n' ' ')
+	check "three runs with egress succeeded" "succeeded succeeded succeeded " "$states"
+	check "each logged three attempts, two allowed, with bytes both ways" "9|6|6" \
+		"$(sql "SELECT count(*) || '|' || count(*) FILTER (WHERE allowed) || '|' || count(*) FILTER (WHERE bytes_up >= 3000 AND bytes_down > 0) FROM agent.egress_connections WHERE org_id = '$org'")"
+	if wait_for 30 egress_caught_up; then
+		ok "the runs' connection rows reach ClickHouse"
+	else
+		nok "the runs' connection rows reach ClickHouse" "state=$(state) err=$(sql "SELECT last_error FROM agent.export_status()")"
+	fi
+	check "with the database's content (host, address, rule, reason, bytes, times)" \
+		"$(pg_egress_rows "$org")" "$(ch_egress_rows "$org")"
+	check "exactly once, even in the raw table" "9|9" "$(ch_egress_once "$org")"
+	# One transaction (the run's finish) wrote the invocation row and its
+	# connection rows: one commit LSN, one version, beside each other.
+	check "beside each run's invocation row, with its version" \
+		"$(chq "SELECT toString(invocation_id), _version FROM tool_invocations WHERE org_id = toUUID('$org') FORMAT TabSeparated" | sort)" \
+		"$(chq "SELECT DISTINCT toString(invocation_id), _version FROM egress_connections WHERE org_id = toUUID('$org') FORMAT TabSeparated" | sort)"
+}
+
+# Killed with SIGKILL in the middle of a batch: the invocation rows are in
+# ClickHouse, the connection rows of the same transactions are not, no
+# watermark; the whole cluster restarts (a backend killed by a signal is a
+# crash to the postmaster) and the slot replays the batch.
+t_egress_kill9_mid_batch() {
+	egress_up || return
+	local T org ws agent conv inv pid
+	T=$(egress_tenant)
+	read -r org ws agent conv <<<"$T"
+	sql "ALTER SYSTEM SET sandbox.export_fault = 'pause_between_tables'" >/dev/null
+	sql "SELECT pg_reload_conf()" >/dev/null
+	sleep 0.5
+	inv=$(run "$T" python "$EGRESS_CODE")
+	check "the run succeeded" succeeded "$(field "$inv" state)"
+	if ! wait_for 30 '[ "$(state)" = paused ]'; then
+		nok "fault pause_between_tables reached" "state=$(state)"
+		sql "ALTER SYSTEM RESET sandbox.export_fault" >/dev/null
+		sql "SELECT pg_reload_conf()" >/dev/null
+		return
+	fi
+	check "paused between the tables: the invocation row is in ClickHouse, its connection rows not yet" "1|0" \
+		"$(chq "SELECT count() FROM tool_invocations WHERE invocation_id = toUUID('$inv')")|$(chq "SELECT count() FROM egress_connections WHERE invocation_id = toUUID('$inv')")"
+	pid=$(sql "SELECT exporter_pid FROM agent.export_status()")
+	# (a reload does not end the pause; the restarted exporter must not pause)
+	sql "ALTER SYSTEM RESET sandbox.export_fault" >/dev/null
+	sql "SELECT pg_reload_conf()" >/dev/null
+	sleep 0.5
+	kill -KILL "$pid"
+	if wait_for 90 "egress_caught_up && [ \"\$(sql 'SELECT exporter_pid FROM agent.export_status()')\" != $pid ]"; then
+		ok "after kill -9 of the exporter, a new one catches up"
+	else
+		nok "after kill -9 of the exporter, a new one catches up" "state=$(state) err=$(sql "SELECT last_error FROM agent.export_status()")"
+	fi
+	if grep -q "(PID $pid) was terminated by signal 9" "$EX_DIR/server.log"; then
+		ok "the postmaster saw the exporter killed and restarted the cluster"
+	else
+		nok "the postmaster saw the exporter killed and restarted the cluster"
+	fi
+	check "the run's connection rows arrived, with the database's content" \
+		"$(pg_egress_rows "$org")" "$(ch_egress_rows "$org")"
+	check "exactly once in the deduplicated table" "3|3" "$(ch_egress_once "$org" FINAL)"
+	check "and so is its invocation row" 1 \
+		"$(chq "SELECT count() FROM tool_invocations FINAL WHERE invocation_id = toUUID('$inv')")"
+}
+
+# Runs finishing while the exporter is killed (SIGKILL) again and again.
+t_egress_kill9_under_load() {
+	egress_up || return
+	local T org ws agent conv invs=() i pid n
+	T=$(egress_tenant)
+	read -r org ws agent conv <<<"$T"
+	for i in 1 2 3 4 5 6; do invs+=("$(start "$T" python "$EGRESS_CODE")"); done
+	for i in 1 2 3; do
+		sleep 2
+		pid=$(sql "SELECT exporter_pid FROM agent.export_status()" 2>/dev/null)
+		[ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
+		wait_for 30 '[ -n "$(sql "SELECT exporter_pid FROM agent.export_status()" 2>/dev/null)" ]'
+	done
+	for i in "${invs[@]}"; do await "$T" "$i" 120 >/dev/null 2>&1; done
+	wait_for 120 "[ \"\$(sql \"SELECT count(*) FROM agent.invocations WHERE org_id = '$org' AND state IN ('approved', 'provisioning', 'running')\")\" = 0 ]"
+	n=$(sql "SELECT count(*) FROM agent.egress_connections WHERE org_id = '$org'")
+	[ "${n:-0}" -gt 0 ] || nok "(runs wrote connection rows during the kills)" "states: $(sql "SELECT string_agg(state, ',') FROM agent.invocations WHERE org_id = '$org'")"
+	if wait_for 90 egress_caught_up; then
+		ok "three kill -9 of the exporter while runs finish: export catches up"
+	else
+		nok "three kill -9 of the exporter while runs finish: export catches up" "state=$(state) err=$(sql "SELECT last_error FROM agent.export_status()")"
+	fi
+	check "every connection row of the runs, with the database's content" \
+		"$(pg_egress_rows "$org")" "$(ch_egress_rows "$org")"
+	check "exactly once in the deduplicated table" "$n|$n" "$(ch_egress_once "$org" FINAL)"
+}
+
+# A running export whose publication lacks agent.egress_connections (an
+# upgrade from 0.1.0): the setup adds the table and copies what it holds.
+t_egress_table_added() {
+	egress_up || return
+	local T org ws agent conv inv inv2 copied streamed
+	T=$(egress_tenant)
+	read -r org ws agent conv <<<"$T"
+	sql "ALTER SYSTEM RESET sandbox.clickhouse_url" >/dev/null
+	sql "SELECT pg_reload_conf()" >/dev/null
+	wait_for 10 '[ "$(state)" = disabled ]'
+	sql "ALTER PUBLICATION sandbox_ext_tool_invocations DROP TABLE agent.egress_connections" >/dev/null
+	inv=$(run "$T" python "$EGRESS_CODE")
+	check "a run while the table is not published" "succeeded|3" \
+		"$(field "$inv" state)|$(sql "SELECT count(*) FROM agent.egress_connections WHERE invocation_id = '$inv'")"
+	sql "ALTER SYSTEM SET sandbox.clickhouse_url = 'http://127.0.0.1:$CLICKHOUSE_HTTP_PORT'" >/dev/null
+	sql "SELECT pg_reload_conf()" >/dev/null
+	if wait_for 60 egress_caught_up; then
+		ok "the exporter puts the table back and catches up"
+	else
+		nok "the exporter puts the table back and catches up" "state=$(state) err=$(sql "SELECT last_error FROM agent.export_status()")"
+	fi
+	check "the table is published again" 1 \
+		"$(sql "SELECT count(*) FROM pg_publication_tables WHERE pubname = 'sandbox_ext_tool_invocations' AND tablename = 'egress_connections'")"
+	check "the rows written while it was not published were copied" \
+		"$(pg_egress_rows "$org")" "$(ch_egress_rows "$org")"
+	check "once each" "3|3" "$(ch_egress_once "$org" FINAL)"
+	check "the copy is over" f "$(sql "SELECT copy_pending FROM agent.export_status()")"
+	inv2=$(run "$T" python "$EGRESS_CODE")
+	wait_for 30 egress_caught_up
+	check "and a later run's rows stream again" "6|6" "$(ch_egress_once "$org" FINAL)"
+	check "with the database's content" "$(pg_egress_rows "$org")" "$(ch_egress_rows "$org")"
+	copied=$(chq "SELECT max(_version) FROM egress_connections FINAL WHERE invocation_id = toUUID('$inv')")
+	streamed=$(chq "SELECT min(_version) FROM egress_connections FINAL WHERE invocation_id = toUUID('$inv2')")
+	check "the later run's rows carry its commit's version, above the copy's" t \
+		"$([ "${copied:-0}" -gt 0 ] 2>/dev/null && [ "${streamed:-0}" -gt "$copied" ] && echo t || echo "copied $copied, streamed $streamed")"
+}
+
+run_tests t_values t_update_delete t_clickhouse_down t_exporter_killed t_pg_crash t_permanent_error t_lost_slot_resync t_kills_under_load t_pg_schema_change t_slot_invalidated t_turn_off \
+	t_egress_runs t_egress_kill9_mid_batch t_egress_kill9_under_load t_egress_table_added
 finish_suite

@@ -229,6 +229,23 @@ COMMENT ON FUNCTION agent._run_outcome(jsonb, text, boolean, text) IS
 
 -- ---- claim ---------------------------------------------------------------
 
+-- The orgs that have approved work, each once, in a loose index scan of
+-- invocations_approved_org_idx (one probe per org, not one per row).
+-- SQL without a SET clause so that the claim's queries inline it.
+CREATE FUNCTION agent._orgs_with_approved() RETURNS SETOF uuid
+	LANGUAGE sql STABLE
+AS $$
+	WITH RECURSIVE orgs AS (
+		(SELECT i.org_id FROM agent.invocations i WHERE i.state = 'approved'
+		  ORDER BY i.org_id LIMIT 1)
+		UNION ALL
+		SELECT (SELECT i.org_id FROM agent.invocations i
+				 WHERE i.state = 'approved' AND i.org_id > o.org_id
+				 ORDER BY i.org_id LIMIT 1)
+		  FROM orgs o WHERE o.org_id IS NOT NULL)
+	SELECT o.org_id FROM orgs o WHERE o.org_id IS NOT NULL
+$$;
+
 -- Claim up to max_rows approved invocations: check that the code is the
 -- code that was approved, charge the credits, move to provisioning.  Runs
 -- in the supervisor's short claim transaction, which commits before any
@@ -292,14 +309,7 @@ BEGIN
 	v_live_since := now() - v_lease;
 
 	FOR c IN
-		WITH RECURSIVE orgs AS (	-- orgs with approved work (a loose index scan)
-			(SELECT i.org_id FROM agent.invocations i WHERE i.state = 'approved'
-			  ORDER BY i.org_id LIMIT 1)
-			UNION ALL
-			SELECT (SELECT i.org_id FROM agent.invocations i
-					 WHERE i.state = 'approved' AND i.org_id > o.org_id
-					 ORDER BY i.org_id LIMIT 1)
-			  FROM orgs o WHERE o.org_id IS NOT NULL),
+		WITH orgs AS (SELECT x AS org_id FROM agent._orgs_with_approved() x),
 		org_info AS MATERIALIZED (	-- once per org: funded, its limit, its runs in flight
 			SELECT o.org_id, agent._org_run_limit(o.org_id) AS org_limit,
 				   (SELECT count(*) FROM agent.invocations j
@@ -308,8 +318,7 @@ BEGIN
 			  JOIN agent.orgs og ON og.id = o.org_id
 			  JOIN agent.plans p ON p.plan = og.plan
 			  LEFT JOIN agent.credit_balances b ON b.org_id = o.org_id
-			 WHERE o.org_id IS NOT NULL
-			   AND coalesce(b.balance, 0) >= p.credits_per_invocation),
+			 WHERE coalesce(b.balance, 0) >= p.credits_per_invocation),
 		queue AS (					-- the oldest approved rows of each org below its limit
 			SELECT q.*, oi.org_limit, oi.org_load
 			  FROM org_info oi
@@ -510,25 +519,17 @@ BEGIN
 	END LOOP;
 
 	-- Refuse the approved rows of orgs that cannot pay: no slot, no wait.
-	-- (The orgs with approved work, as above, then the rows of those that
-	-- cannot pay: not every approved row of every org.)
+	-- (The orgs with approved work, then the rows of those that cannot
+	-- pay: not every approved row of every org.)
 	FOR c IN
-		WITH RECURSIVE orgs AS (
-			(SELECT i.org_id FROM agent.invocations i WHERE i.state = 'approved'
-			  ORDER BY i.org_id LIMIT 1)
-			UNION ALL
-			SELECT (SELECT i.org_id FROM agent.invocations i
-					 WHERE i.state = 'approved' AND i.org_id > o.org_id
-					 ORDER BY i.org_id LIMIT 1)
-			  FROM orgs o WHERE o.org_id IS NOT NULL),
+		WITH orgs AS (SELECT x AS org_id FROM agent._orgs_with_approved() x),
 		unfunded AS MATERIALIZED (
 			SELECT o.org_id, p.credits_per_invocation AS price
 			  FROM orgs o
 			  JOIN agent.orgs og ON og.id = o.org_id
 			  JOIN agent.plans p ON p.plan = og.plan
 			  LEFT JOIN agent.credit_balances b ON b.org_id = o.org_id
-			 WHERE o.org_id IS NOT NULL
-			   AND coalesce(b.balance, 0) < p.credits_per_invocation)
+			 WHERE coalesce(b.balance, 0) < p.credits_per_invocation)
 		SELECT i.id, i.org_id, u.price
 		  FROM unfunded u
 		  JOIN agent.invocations i ON i.org_id = u.org_id AND i.state = 'approved'

@@ -11,6 +11,9 @@
 #                             a trivial payload
 #   bench_start_cluster       scripts/cluster.sh start, or refuse with the end
 #                             of its output
+#   bench_tenant              a pro org with a workspace, a model and an
+#                             agent that may run code, and 100,000,000
+#                             credits; prints "ORG WS AGENT" (test/lib.sh's q)
 #
 # Uses PGBIN (the PostgreSQL binaries) and top (the repository).
 
@@ -69,4 +72,20 @@ bench_start_cluster() {
 		bench_die "could not start the cluster in $SANDBOX_CLUSTER_DIR: $why"
 	fi
 	rm -f "$log"
+}
+
+bench_tenant() {
+	local org ws agent
+	read -r org ws agent < <(q -F ' ' <<'SQL' | tail -n 1
+WITH o AS (INSERT INTO agent.orgs (name, plan) VALUES ('bench', 'pro') RETURNING id),
+	 w AS (INSERT INTO agent.workspaces (org_id, name) SELECT id, 'bench' FROM o RETURNING id, org_id),
+	 m AS (INSERT INTO agent.models (name, supports_code_execution) VALUES ('bench-model', true) RETURNING id),
+	 a AS (INSERT INTO agent.agents (org_id, workspace_id, name, kind, model_id, code_execution_enabled)
+		   SELECT w.org_id, w.id, 'bench', 'specialist', m.id, true FROM w, m RETURNING id, org_id, workspace_id)
+SELECT org_id, workspace_id, id FROM a;
+SQL
+)
+	[ -n "$agent" ] || bench_die "could not create the benchmark's tenant"
+	q -c "SELECT agent.grant_credits('$org', 100000000, 'bench')" >/dev/null
+	echo "$org $ws $agent"
 }

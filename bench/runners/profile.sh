@@ -41,16 +41,7 @@ cc -O2 -Wall -o "$tmp/client" "$top/bench/e2e/client.c" -I"$("$PGBIN/pg_config" 
 "$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true
 bench_start_cluster
 q -c "CREATE EXTENSION pg_stat_statements" >/dev/null
-read -r ORG WS AGENT < <(q -F ' ' <<'SQL' | tail -n 1
-WITH o AS (INSERT INTO agent.orgs (name, plan) VALUES ('bench', 'pro') RETURNING id),
-	 w AS (INSERT INTO agent.workspaces (org_id, name) SELECT id, 'bench' FROM o RETURNING id, org_id),
-	 m AS (INSERT INTO agent.models (name, supports_code_execution) VALUES ('bench-model', true) RETURNING id),
-	 a AS (INSERT INTO agent.agents (org_id, workspace_id, name, kind, model_id, code_execution_enabled)
-		   SELECT w.org_id, w.id, 'bench', 'specialist', m.id, true FROM w, m RETURNING id, org_id, workspace_id)
-SELECT org_id, workspace_id, id FROM a;
-SQL
-)
-q -c "SELECT agent.grant_credits('$ORG', 100000000, 'bench')" >/dev/null
+read -r ORG WS AGENT < <(bench_tenant)
 conninfo="host=$SANDBOX_CLUSTER_DIR port=$SANDBOX_PGPORT user=postgres dbname=$SANDBOX_DB"
 "$tmp/client" latency "$conninfo" "$ORG" "$WS" "$AGENT" shell true 5 >/dev/null ||
 	bench_die "the warm-up runs failed"

@@ -74,16 +74,7 @@ bench_start_cluster
 if $PGSS; then q -c "CREATE EXTENSION pg_stat_statements" >/dev/null; fi
 rh_setup 3 >"$tmp/setup.log" 2>&1 || bench_die "could not set up the runner hosts: $(tail -n 5 "$tmp/setup.log")"
 
-read -r ORG WS AGENT < <(q -F ' ' <<'SQL' | tail -n 1
-WITH o AS (INSERT INTO agent.orgs (name, plan) VALUES ('bench', 'pro') RETURNING id),
-	 w AS (INSERT INTO agent.workspaces (org_id, name) SELECT id, 'bench' FROM o RETURNING id, org_id),
-	 m AS (INSERT INTO agent.models (name, supports_code_execution) VALUES ('bench-model', true) RETURNING id),
-	 a AS (INSERT INTO agent.agents (org_id, workspace_id, name, kind, model_id, code_execution_enabled)
-		   SELECT w.org_id, w.id, 'bench', 'specialist', m.id, true FROM w, m RETURNING id, org_id, workspace_id)
-SELECT org_id, workspace_id, id FROM a;
-SQL
-)
-q -c "SELECT agent.grant_credits('$ORG', 100000000, 'bench')" >/dev/null
+read -r ORG WS AGENT < <(bench_tenant)
 # One org drives every client: its limit is the operator's to raise.
 q -c "SELECT agent.set_org_limits('$ORG', $((CLIENTS > 3 * SLOTS ? CLIENTS : 3 * SLOTS)), NULL)" >/dev/null
 conninfo="host=$SANDBOX_CLUSTER_DIR port=$SANDBOX_PGPORT user=postgres dbname=$SANDBOX_DB"

@@ -19,8 +19,9 @@ EGR_DIR=/tmp/sbx_egress_suite_$SANDBOX_PGPORT
 
 JAIL=$top/src/jail/sandbox-jail
 PROXY=$top/src/egress/sandbox-egress-asan
-[ -x "$PROXY" ] || make -s -C "$top/src/egress" SANITIZE=1 >/dev/null
-[ -x "$top/src/egress/sandbox-egress" ] || make -s -C "$top/src/egress" >/dev/null
+# (make itself decides: a build older than its sources is rebuilt, not used)
+make -s -C "$top/src/egress" SANITIZE=1 >/dev/null
+make -s -C "$top/src/egress" >/dev/null
 
 trap 'egr_down' EXIT
 if ! egr_up; then

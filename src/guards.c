@@ -73,7 +73,9 @@ typedef struct Transition
 static const Transition transitions[] = {
 	{"pending_approval", {"approved", "denied", "expired", "cancelled", NULL}},
 	{"approved", {"provisioning", "cancelled", "insufficient_credits", "provision_failed", NULL}},
-	{"provisioning", {"running", "provision_failed", "failed", "killed", "cancelled", NULL}},
+	/* to its end directly: a run reported by its finish (docs/execution.md) */
+	{"provisioning", {"running", "succeeded", "failed", "timed_out", "killed", "cancelled",
+	"provision_failed", NULL}},
 	/* provision_failed: a failure of ours after the start (docs/execution.md) */
 	{"running", {"succeeded", "failed", "timed_out", "killed", "cancelled", "provision_failed", NULL}},
 	{NULL, {NULL}}

@@ -69,6 +69,7 @@ int			sandbox_default_memory_mb = 512;
 int			sandbox_max_memory_mb = 2048;
 int			sandbox_default_pids = 64;
 int			sandbox_output_limit_kb = 1024;
+int			sandbox_start_report_delay_ms = 20;
 int			sandbox_preview_bytes = 4096;
 int			sandbox_workspace_size_mb = 256;
 int			sandbox_workspace_entries = 10000;
@@ -318,6 +319,12 @@ sandbox_define_gucs(void)
 							"Output beyond it is discarded and the run is flagged output_truncated.",
 							&sandbox_output_limit_kb, 1024, 1, 1024 * 1024,
 							PGC_SIGHUP, GUC_UNIT_KB,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("sandbox.start_report_delay",
+							"How long after its start a run is reported running.",
+							"A run that ends sooner is recorded once, by its finish; 0 reports every run at its start.",
+							&sandbox_start_report_delay_ms, 20, 0, 60000,
+							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("sandbox.preview_size",
 							"Bytes of output kept as the tool call's preview.",

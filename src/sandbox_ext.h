@@ -35,6 +35,7 @@ extern int	sandbox_default_memory_mb;
 extern int	sandbox_max_memory_mb;
 extern int	sandbox_default_pids;
 extern int	sandbox_output_limit_kb;
+extern int	sandbox_start_report_delay_ms;
 extern int	sandbox_preview_bytes;
 extern int	sandbox_workspace_size_mb;
 extern int	sandbox_workspace_entries;

@@ -303,10 +303,11 @@ write_runner_config(void)
 	appendStringInfo(&buf,
 					 "workspace_size = %dMB\nworkspace_entries = %d\noutput_limit = %dkB\n"
 					 "default_wall_time = %ds\nmax_wall_time = %ds\ndefault_memory = %dMB\n"
-					 "max_memory = %dMB\ndefault_pids = %d\n",
+					 "max_memory = %dMB\ndefault_pids = %d\nstart_report_delay = %dms\n",
 					 sandbox_workspace_size_mb, sandbox_workspace_entries, sandbox_output_limit_kb,
 					 sandbox_default_wall_time_s, sandbox_max_wall_time_s,
-					 sandbox_default_memory_mb, sandbox_max_memory_mb, sandbox_default_pids);
+					 sandbox_default_memory_mb, sandbox_max_memory_mb, sandbox_default_pids,
+					 sandbox_start_report_delay_ms);
 	appendStringInfo(&buf, "warm_python = %d\nwarm_node = %d\nwarm_memory = %dMB\nwarm_modules = ",
 					 sandbox_warm_python, sandbox_warm_node, sandbox_warm_memory_mb);
 	append_quoted(&buf, sandbox_warm_modules ? sandbox_warm_modules : "");

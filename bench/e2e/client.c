@@ -129,19 +129,29 @@ succeeded(PGconn *conn, const char *inv)
 	return ok;
 }
 
-/* LISTEN or UNLISTEN on the invocation's channel. */
 static void
-listen_channel(PGconn *conn, const char *inv, const char *verb)
+listen_verb(PGconn *conn, const char *verb, const char *ident)
+{
+	char		sql[160];
+
+	snprintf(sql, sizeof(sql), "%s %s", verb, ident);
+	PQclear(exec_ok(conn, sql, 0, NULL));
+}
+
+/*
+ * LISTEN on the invocation's channel; its quoted name, for the UNLISTEN
+ * (PQfreemem it), as a client that keeps what it learned would.
+ */
+static char *
+listen_channel(PGconn *conn, const char *inv)
 {
 	const char *p[1] = {inv};
 	PGresult   *res = exec_ok(conn, "SELECT agent.output_channel($1::uuid)", 1, p);
 	char	   *ident = PQescapeIdentifier(conn, PQgetvalue(res, 0, 0), strlen(PQgetvalue(res, 0, 0)));
-	char		sql[160];
 
-	snprintf(sql, sizeof(sql), "%s %s", verb, ident);
-	PQfreemem(ident);
 	PQclear(res);
-	PQclear(exec_ok(conn, sql, 0, NULL));
+	listen_verb(conn, "LISTEN", ident);
+	return ident;
 }
 
 static int
@@ -207,9 +217,10 @@ latency(char **argv)
 					appr[37];
 		double		t0;
 		int			done = 0;
+		char	   *channel;
 
 		request(conn, ws, agent, lang, code, inv, appr);
-		listen_channel(conn, inv, "LISTEN");
+		channel = listen_channel(conn, inv);
 		wait_warm();
 		approve(conn, appr);
 		t0 = now_ms();
@@ -265,7 +276,8 @@ latency(char **argv)
 			ms[i] = now_ms() - t0;
 			sum += ms[i];
 		}
-		listen_channel(conn, inv, "UNLISTEN");
+		listen_verb(conn, "UNLISTEN", channel);
+		PQfreemem(channel);
 		if (!succeeded(conn, inv))
 			return 1;
 	}

@@ -857,10 +857,6 @@ AS $$
 DECLARE
 	res		agent.run_results;
 	r		agent.invocations;
-	v		jsonb;
-	o		record;
-	f		agent.run_result_files;
-	out_bytes bigint;
 BEGIN
 	SELECT * INTO res FROM agent.run_results x WHERE x.invocation_id = invocation FOR UPDATE NOWAIT;
 	IF NOT FOUND THEN
@@ -873,7 +869,29 @@ BEGIN
 		DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;
 		RETURN r.state;
 	END IF;
+	RETURN agent._apply_run_result(r, res, true);
+END
+$$;
 
+-- Apply a result to its invocation r, in flight and locked by
+-- agent._lock_for_finish(): the body of agent._apply_result(), also called
+-- by a runner's finish with its result before it is staged
+-- (agent.runner_finish: staged, false, is applied at once or staged
+-- then).  Returns the final state.
+CREATE FUNCTION agent._apply_run_result(r agent.invocations, res agent.run_results,
+										staged boolean)
+	RETURNS text
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	invocation uuid := r.id;
+	v		jsonb;
+	o		record;
+	f		agent.run_result_files;
+	out_bytes bigint;
+	v_started boolean;
+BEGIN
 	BEGIN
 		v := res.verdict::jsonb;
 	EXCEPTION WHEN others THEN
@@ -885,16 +903,20 @@ BEGIN
 		o.reason := o.reason || ': ' || r.cancel_reason;
 	END IF;
 
-	-- The jail ran but the row was never marked running (that step was
-	-- skipped, or the run ended first): it did start.
-	IF r.state = 'provisioning' AND o.state NOT IN ('provision_failed', 'killed', 'cancelled') THEN
-		UPDATE agent.invocations i SET state = 'running', started_at = coalesce(i.started_at, now())
-		 WHERE i.id = invocation;
-	END IF;
-
+	-- The jail ran but the row was never marked running (a run that ends
+	-- within its runner's start report delay is reported by its finish;
+	-- or that step was skipped): it did start, wall_ms before it ended, as
+	-- its verdict says (never before its claim), with its audit event; in
+	-- the same UPDATE as its end (provisioning -> its end: src/guards.c).
+	v_started := r.state = 'provisioning' AND o.state NOT IN ('provision_failed', 'killed', 'cancelled');
 	UPDATE agent.invocations i
 	   SET state = o.state,
 		   state_reason = o.reason,
+		   started_at = CASE WHEN v_started
+							 THEN greatest(i.provisioned_at,
+										   now() - make_interval(secs => least(greatest(
+											   coalesce((v ->> 'wall_ms')::numeric, 0), 0), 1e9) / 1000))
+							 ELSE i.started_at END,
 		   exit_code = (v ->> 'exit_code')::integer,
 		   signal = (v ->> 'signal')::integer,
 		   timed_out = coalesce((v ->> 'timed_out')::boolean, false),
@@ -907,6 +929,11 @@ BEGIN
 		   finished_at = now()
 	 WHERE i.id = invocation
 	RETURNING * INTO r;
+	IF v_started THEN
+		PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.started', r.id,
+							 'supervisor', jsonb_build_object('language', r.language,
+															  'reported_with_finish', true));
+	END IF;
 
 	-- The files it returned (a run of ours that failed returns none).
 	IF o.charged THEN
@@ -953,7 +980,9 @@ BEGIN
 	PERFORM agent._notify_invocation(invocation, '{"done":true}');
 	PERFORM agent._wake_for_org(r.org_id);
 	DELETE FROM agent.run_result_files x WHERE x.invocation_id = invocation;
-	DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;
+	IF staged THEN
+		DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;
+	END IF;
 	RETURN o.state;
 END
 $$;
@@ -1316,6 +1345,7 @@ REVOKE ALL ON FUNCTION agent._claim_invocations(integer, uuid), agent._mark_runn
 	agent._append_output(uuid, text, text),
 	agent._finish_invocation(uuid, text, integer, text, boolean, boolean, bigint, integer, text),
 	agent._finish_pending(integer), agent._try_apply(uuid), agent._apply_result(uuid),
+	agent._apply_run_result(agent.invocations, agent.run_results, boolean),
 	agent._apply_failure(uuid, text), agent._lock_for_finish(uuid),
 	agent._prepare_invocation(uuid, boolean), agent._skill_files(uuid), agent._produced_caps(),
 	agent._cancel_requested(uuid[]), agent._refuse_unfunded(agent.invocations),

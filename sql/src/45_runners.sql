@@ -838,9 +838,9 @@ END
 $$;
 
 -- Finish an invocation this runner holds from the jail's verdict
--- (agent._finish_invocation's contract): stage the result under the
--- lease, then apply it if its locks are free.  Returns the final state, or
--- NULL when it stays staged (applied later by the supervisor).
+-- (agent._finish_invocation's contract): apply the result at once if its
+-- locks are free, else stage it under the lease.  Returns the final
+-- state, or NULL when it stays staged (applied later by the supervisor).
 CREATE FUNCTION agent.runner_finish(runner uuid, token uuid, invocation uuid, verdict text,
 									jail_status integer, error text, spawned boolean,
 									truncated boolean DEFAULT false,
@@ -853,13 +853,39 @@ CREATE FUNCTION agent.runner_finish(runner uuid, token uuid, invocation uuid, ve
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	v uuid;
+	v		uuid;
+	r		agent.invocations;
+	res		agent.run_results;
 BEGIN
 	PERFORM agent._runner_self(runner);
 	PERFORM agent._runner_lease_of(runner, token, invocation);
 	PERFORM agent._runner_arg_fits(verdict, 'verdict', 65536);
 	PERFORM agent._runner_arg_fits(error, 'error', 4096);
 	PERFORM agent._runner_arg_fits(workspace_reset, 'workspace_reset', 4096);
+	-- At once, without staging, when its locks are free and, under them,
+	-- the lease is still ours and no other result (the reaper's) is
+	-- staged.  Anything else (a lock held elsewhere, a result that cannot
+	-- be applied, a lease lost meanwhile) is rolled back and takes the
+	-- staged way below, which decides it as before.
+	res.invocation_id := invocation;
+	res.verdict := verdict;
+	res.jail_status := jail_status;
+	res.error := error;
+	res.spawned := coalesce(spawned, false);
+	res.truncated := coalesce(truncated, false);
+	res.workspace_bytes := workspace_bytes;
+	res.workspace_entries := workspace_entries;
+	res.workspace_reset := workspace_reset;
+	BEGIN
+		r := agent._lock_for_finish(invocation);
+		IF r.state IN ('provisioning', 'running') AND r.runner_id = runner AND r.lease_token = token
+		   AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = invocation) THEN
+			RETURN agent._apply_run_result(r, res, false);
+		END IF;
+	EXCEPTION
+		WHEN others THEN
+			NULL;
+	END;
 	INSERT INTO agent.run_results AS x (invocation_id, verdict, jail_status, error, spawned,
 										truncated, workspace_bytes, workspace_entries,
 										workspace_reset)

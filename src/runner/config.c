@@ -29,7 +29,8 @@ typedef enum ConfUnit
 	UNIT_NONE,
 	UNIT_MB,					/* the value is in MB */
 	UNIT_KB,					/* in kB */
-	UNIT_S						/* in seconds */
+	UNIT_S,						/* in seconds */
+	UNIT_MS						/* in milliseconds */
 } ConfUnit;
 
 typedef enum ConfKind
@@ -70,6 +71,7 @@ static const ConfVar conf_vars[] = {
 	{"default_memory", "sandbox.default_memory", CONF_INT, UNIT_MB, 16, 1024 * 1024, OFF(default_memory_mb)},
 	{"max_memory", "sandbox.max_memory", CONF_INT, UNIT_MB, 16, 1024 * 1024, OFF(max_memory_mb)},
 	{"default_pids", "sandbox.default_pids", CONF_INT, UNIT_NONE, 4, 4096, OFF(default_pids)},
+	{"start_report_delay", "sandbox.start_report_delay", CONF_INT, UNIT_MS, 0, 60000, OFF(start_report_delay_ms)},
 	{"protect", "sandbox.work_dir_on_data_fs", CONF_LIST, UNIT_NONE, 0, 0, OFF(protect)},
 	{"warm_python", "sandbox.warm_python", CONF_INT, UNIT_NONE, 0, JAIL_WARM_MAX, OFF(warm_python)},
 	{"warm_node", "sandbox.warm_node", CONF_INT, UNIT_NONE, 0, JAIL_WARM_MAX, OFF(warm_node)},
@@ -129,6 +131,7 @@ runner_config_defaults(RunnerConfig *c)
 	c->default_memory_mb = 512;
 	c->max_memory_mb = 2048;
 	c->default_pids = 64;
+	c->start_report_delay_ms = 20;
 	c->warm_python = 2;
 	c->warm_node = 1;
 	c->warm_modules = pg_strdup("numpy,pandas,requests");
@@ -206,6 +209,15 @@ parse_int(const char *v, ConfUnit unit, int64 *out)
 		else
 			mult = kb;
 	}
+	else if (unit == UNIT_MS)
+	{
+		if (strcmp(end, "ms") == 0)
+			mult = 1;
+		else if (strcmp(end, "s") == 0)
+			mult = 1000;
+		else
+			return false;
+	}
 	else if (unit == UNIT_S)
 	{
 		if (strcmp(end, "s") == 0)
@@ -257,7 +269,7 @@ set_var(RunnerConfig *c, const ConfVar *var, const char *v, char **err, int line
 				*err = psprintf("line %d: \"%s\" wants an integer from %d to %d%s, not \"%s\"",
 								line, var->name, var->min, var->max,
 								var->unit == UNIT_MB ? " MB" : var->unit == UNIT_KB ? " kB" :
-								var->unit == UNIT_S ? " s" : "", v);
+								var->unit == UNIT_S ? " s" : var->unit == UNIT_MS ? " ms" : "", v);
 				return false;
 			}
 			*(int *) field = (int) n;

@@ -112,7 +112,6 @@ fill_slots(void)
 	{
 		int			want = free_slots();
 		int			got;
-		bool		started = false;
 
 		if (want <= 0)
 			backlog_possible = true;	/* woken while full */
@@ -127,14 +126,9 @@ fill_slots(void)
 			Run		   *run = run_claim(&claimed[i]);
 
 			if (run)
-			{
-				run_start(run, &claimed[i]);
-				started |= (run->phase == RUN_STARTED);
-			}
+				run_start(run, &claimed[i]);	/* reported running later */
 			free(claimed[i].code);
 		}
-		if (started)
-			step_mark_started();
 		if (got > 0)
 			sweep_wanted = true;
 		if (got < want)

@@ -159,13 +159,27 @@ output_read(Run *run, int st)
 	}
 }
 
+/*
+ * Does a run's output wait for its start report?  Until the run is due to
+ * be reported running (start_report_delay after its start) its output waits
+ * (unless it is large), so that the output of a run that ends before that
+ * goes with its finish (steps.c) and a short run is recorded in one
+ * transaction.
+ */
+static bool
+waits_for_report(Run *run, int st, msec now)
+{
+	return !run->marked && run->out.pending[st].len < OUTPUT_COALESCE_BYTES &&
+		(run->phase == RUN_STARTED || run->phase == RUN_EXITED) && now < run->report_at;
+}
+
 /* Is a stream's pending output ready to be stored? */
 static bool
 stream_ready(Run *run, int st, msec now)
 {
 	StringInfo	p = &run->out.pending[st];
 
-	if (p->len == 0 || now < run->out.retry_at)
+	if (p->len == 0 || now < run->out.retry_at || waits_for_report(run, st, now))
 		return false;
 	return run->out.fd[st] < 0 || run->phase != RUN_STARTED ||
 		p->data[p->len - 1] == '\n' ||
@@ -186,7 +200,10 @@ output_due_ms(Run *run, msec now)
 
 		if (run->out.pending[st].len == 0)
 			continue;
-		at = Max(run->out.pending_at[st] + OUTPUT_COALESCE_MS, run->out.retry_at);
+		if (waits_for_report(run, st, now))
+			at = run->report_at;
+		else
+			at = Max(run->out.pending_at[st] + OUTPUT_COALESCE_MS, run->out.retry_at);
 		ms = (long) Max(at - now, 0);
 		due = (due < 0) ? ms : Min(due, ms);
 	}
@@ -207,15 +224,26 @@ output_flush(void)
 	bool		ready[RUNNER_MAX_SLOTS][NSTREAMS];
 	bool		stored[RUNNER_MAX_SLOTS];
 	bool		any = false;
+	bool		unreported = false;
 
 	for (int i = 0; i < nruns; i++)
+	{
 		for (int st = 0; st < NSTREAMS; st++)
 		{
 			ready[i][st] = runs[i].phase != RUN_FREE && stream_ready(&runs[i], st, now);
 			any |= ready[i][st];
 		}
+		/* output that cannot wait for the report: the report first */
+		if ((ready[i][0] || ready[i][1]) && !runs[i].marked && runs[i].phase == RUN_STARTED)
+		{
+			runs[i].mark_retry_at = Min(runs[i].mark_retry_at, now);
+			unreported = true;
+		}
+	}
 	if (!any || !db_connected())
 		return;
+	if (unreported)
+		step_mark_started();
 
 	if (!step_store_output(ready, stored))
 		return;					/* the connection broke: it all waits */

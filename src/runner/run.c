@@ -53,6 +53,7 @@ run_reset(Run *run)
 	run->marked = false;
 	run->mark_skips = 0;
 	run->mark_retry_at = 0;
+	run->report_at = 0;
 	run->start_error = NULL;
 	run->retry_at = 0;
 	run->id[0] = run->lease[0] = run->language[0] = '\0';
@@ -166,7 +167,10 @@ run_start(Run *run, const ClaimedRun *c)
 					Min(Max(c->wall_s, 1), runner_conf.max_wall_time_s),
 					Min(Max(c->memory_mb, 16), runner_conf.max_memory_mb),
 					runner_conf.default_pids))
+	{
 		run->phase = RUN_STARTED;
+		run->report_at = run->mark_retry_at = now_ms() + runner_conf.start_report_delay_ms;
+	}
 	else if (run->phase == RUN_CLAIMED)
 		run->phase = RUN_UNSTARTED;
 	status_dirty = true;
@@ -230,10 +234,8 @@ run_finish(Run *run)
 	collect_run(run, error != NULL);
 	egress_collect(run);
 	release_disk(run);
-	/* Output that could not be stored is missing from the record. */
-	if (run->out.pending[0].len > 0 || run->out.pending[1].len > 0)
-		run->out.truncated = true;
 
+	/* (with the output that waited for the start report) */
 	o = step_record_result(run, error, jail_status, true, &applied, &err);
 	if (o == DB_FAILED)
 	{
@@ -241,6 +243,9 @@ run_finish(Run *run)
 
 		free(err);
 		err = NULL;
+		/* Output that could not be stored is missing from the record. */
+		if (run->out.pending[0].len > 0 || run->out.pending[1].len > 0)
+			run->out.truncated = true;
 		o = step_record_result(run, why, jail_status, false, &applied, &err);
 	}
 	free(err);

@@ -52,6 +52,13 @@
 #define OUTPUT_READ_SIZE	65536
 /* How long to wait for a run's pipes to drain after its jail has exited. */
 #define DRAIN_GRACE_MS		2000
+/*
+ * START_REPORT: a started run is reported running
+ * (agent.runner_mark_running) start_report_delay ms after its start, or
+ * sooner when its output cannot wait; a run that ends first is reported
+ * once, by its finish, which records the start (and the output that
+ * waited) in the same transaction (steps.c).
+ */
 #define UUID_STR_LEN		37	/* 36 and the NUL */
 /* A run's egress files in its own directory (never the workspace). */
 #define EGRESS_POLICY_FILE	"egress-policy"
@@ -124,6 +131,7 @@ typedef struct RunnerConfig
 	int			default_memory_mb;
 	int			max_memory_mb;
 	int			default_pids;
+	int			start_report_delay_ms;	/* START_REPORT above */
 	StrList		protect;		/* the work dir must not share their filesystem */
 	int			warm_python;	/* the launcher's warm interpreters (jail.md) */
 	int			warm_node;
@@ -296,7 +304,9 @@ typedef struct Run
 	char		language[16];
 	bool		marked;			/* the mark-running step was tried */
 	int			mark_skips;		/* ... and skipped (locks held elsewhere) */
-	msec		mark_retry_at;	/* a skipped mark is tried again then */
+	msec		mark_retry_at;	/* the mark is due then (a skipped one:
+								 * tried again then) */
+	msec		report_at;		/* start_report_delay after the start */
 	char	   *start_error;	/* a failure of ours before or at the start */
 	msec		retry_at;		/* RUN_RECORD_RETRY: try again after this */
 	RunJail		jail;

@@ -544,8 +544,10 @@ step_prepare(Run *run, bool workspace_is_new)
 /* ---- mark started ---- */
 
 /*
- * Mark every started jail as running, each in a transaction of its own
- * (one round trip); a run whose lease is gone is fenced.  The step skips a
+ * Mark every started jail whose report is due (start_report_delay after
+ * its start, runner.h) as running, each in a transaction of its own (one round trip); a
+ * run whose lease is gone is fenced.  A run that ended before its report
+ * was due is not marked: its finish records the start.  The step skips a
  * row whose lock, or whose org's audit head, is held elsewhere (a claim
  * of the same org on another runner, a tenant's open transaction): it is
  * tried again after a backoff (mark_due), so that a run that is running
@@ -611,8 +613,8 @@ step_mark_started(void)
 }
 
 /*
- * When a skipped mark is due again: the earliest retry time of a started
- * run not yet marked, or -1 for none.
+ * When a mark is due: the earliest report time of a started run not yet
+ * marked, or -1 for none.
  */
 msec
 mark_due(void)
@@ -623,7 +625,7 @@ mark_due(void)
 	{
 		Run		   *run = &runs[i];
 
-		if (run->marked || run->phase != RUN_STARTED || run->mark_skips == 0)
+		if (run->marked || run->phase != RUN_STARTED)
 			continue;
 		if (due < 0 || run->mark_retry_at < due)
 			due = run->mark_retry_at;
@@ -737,11 +739,12 @@ append_array_elem(StringInfo buf, const char *v)
 }
 
 /*
- * Record the run's result in one transaction: the files it produced (with
- * files) and the finish step.  DB_OK when it committed; *applied then
- * says whether the result was also applied (false: it is staged).
- * DB_FENCED when the lease is not ours.  On failure *err (malloc'd) says
- * why.
+ * Record the run's result in one transaction: with files, the output that
+ * waited (a run that ended before its start report, output.c) and the
+ * files it produced; then the finish step.  DB_OK when it committed;
+ * *applied then says whether the result was also applied (false: it is
+ * staged).  DB_FENCED when the lease is not ours.  On failure *err
+ * (malloc'd) says why.
  */
 DbOutcome
 step_record_result(Run *run, const char *error, int jail_status, bool with_files,
@@ -752,6 +755,8 @@ step_record_result(Run *run, const char *error, int jail_status, bool with_files
 	DbParam    *fp = pg_malloc0(sizeof(DbParam) * 7 * Max(nfiles, 1));
 	DbParam		sp[6];
 	DbParam		ep[5];
+	DbParam		op[NSTREAMS][5];
+	bool		out_ready[NSTREAMS] = {false, false};
 	DbParam		p[11];
 	StringInfoData names,
 				statuses,
@@ -764,6 +769,7 @@ step_record_result(Run *run, const char *error, int jail_status, bool with_files
 	const DbResult *fin;
 	const DbResult *bad = NULL;
 	int			nskipped = 0;
+	int			nfin;
 
 	/* saved files one call each (at most max_files); the rest in one call */
 	initStringInfo(&names);
@@ -773,6 +779,12 @@ step_record_result(Run *run, const char *error, int jail_status, bool with_files
 	appendStringInfoChar(&statuses, '{');
 	appendStringInfoChar(&reasons, '{');
 	db_batch_init(&b);
+	if (with_files)
+	{
+		for (int st = 0; st < NSTREAMS; st++)
+			out_ready[st] = run->out.pending[st].len > 0;
+		add_output(&b, run, out_ready, op);
+	}
 	for (int i = 0; i < nfiles; i++)
 	{
 		ProducedFile *pf = &d->produced.v[i];
@@ -831,9 +843,10 @@ step_record_result(Run *run, const char *error, int jail_status, bool with_files
 	p[9] = text_param(d->measured ? entries : NULL);
 	p[10] = text_param(d->ws_reset);
 	db_batch_add(&b, SQL_FINISH, 11, p);
+	nfin = b.n - 1;				/* (db_batch_run appends a sync point after it) */
 
 	o = db_batch_run(&b);
-	fin = &b.items[b.n - 1].r;
+	fin = &b.items[nfin].r;
 	if (o == DB_OK)
 		*applied = db_value(fin, 0, 0) != NULL;
 	else

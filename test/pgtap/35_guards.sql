@@ -79,7 +79,8 @@ CREATE FUNCTION pg_temp.transition_sql(from_state text, to_state text) RETURNS b
 	RETURN from_state = to_state OR CASE from_state
 		WHEN 'pending_approval' THEN to_state IN ('approved', 'denied', 'expired', 'cancelled')
 		WHEN 'approved' THEN to_state IN ('provisioning', 'cancelled', 'insufficient_credits', 'provision_failed')
-		WHEN 'provisioning' THEN to_state IN ('running', 'provision_failed', 'failed', 'killed', 'cancelled')
+		WHEN 'provisioning' THEN to_state IN ('running', 'succeeded', 'failed', 'timed_out', 'killed',
+											  'cancelled', 'provision_failed')
 		WHEN 'running' THEN to_state IN ('succeeded', 'failed', 'timed_out', 'killed', 'cancelled', 'provision_failed')
 		ELSE false
 	END;

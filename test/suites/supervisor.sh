@@ -108,6 +108,55 @@ t_outcomes() {
 	fi
 }
 
+# The start report (sandbox.start_report_delay, docs/execution.md step 2).
+# With a delay longer than the run, it is never reported running while it
+# runs and its finish records everything in one transaction: the output
+# that waited, the start (from the verdict's wall time) and its audit
+# event, the end.  With no delay it is reported at its start and its output
+# streams.  The durations here are the runs' own sleeps, not timings of
+# ours: the checks hold however slow the machine is.
+report_delay() {		# VALUE|reset AS-WRITTEN: the runner has it once its file does
+	if [ "$1" = reset ]; then resetconf sandbox.start_report_delay; else setconf sandbox.start_report_delay "$1"; fi
+	wait_for 10 "grep -qx 'start_report_delay = $2' '$CLUSTER_DIR/data/sandbox_runner/runner.conf'" ||
+		nok "the runner's file has start_report_delay = $2"
+	sleep 0.5			# (read by the runner at its next turn)
+}
+t_start_report() {
+	local inv seen
+	report_delay 60s 60000ms
+	inv=$(start "$A" shell 'sleep 4; echo done')
+	wait_state "$inv" provisioning 100
+	seen=$(for _ in $(seq 1 5); do field "$inv" state; sleep 0.1; done | sort -u | tr '\n' ' ')
+	await "$A" "$inv" >/dev/null
+	check "a run shorter than the delay is not reported running while it runs" "provisioning " "$seen"
+	check "... and ends succeeded, its output stored" "succeeded|done" "$(field "$inv" state)|$(output "$inv")"
+	# (finished_at is its transaction's start, an output row's created_at
+	# the clock at its insert: one stored by an earlier transaction is older)
+	check "... its output, start and end in one transaction (its finish)" 1 \
+		"$(q -c "SELECT count(*) FROM agent.invocation_output o JOIN agent.invocations i ON i.id = o.invocation_id WHERE i.id = '$inv' AND o.created_at >= i.finished_at")"
+	check "... started when its verdict says: the run's own 4 s before its end, after its claim" t \
+		"$(field "$inv" "started_at >= provisioned_at AND finished_at - started_at >= interval '3.9 s' AND started_at <= finished_at")"
+	check "... audited in order, the start reported with the finish" \
+		"invocation.provisioned,invocation.started:true,invocation.finished" \
+		"$(q -c "SELECT string_agg(event_type || coalesce(':' || (details ->> 'reported_with_finish'), ''), ',' ORDER BY id) FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type LIKE 'invocation.%'")"
+	check "... its analytics row has the run's duration" t \
+		"$(q -c "SELECT duration_ms >= 3900 FROM agent.tool_invocations WHERE invocation_id = '$inv'")"
+
+	report_delay 0 0ms
+	inv=$(start "$A" shell 'echo early; sleep 3; echo late')
+	if wait_state "$inv" running 100; then
+		ok "with no delay, a run is reported running while it runs"
+	else
+		nok "with no delay, a run is reported running while it runs" "$(field "$inv" state)"
+	fi
+	await "$A" "$inv" >/dev/null
+	check "... its first line stored before its end (streamed)" t \
+		"$(q -c "SELECT min(o.created_at) < i.finished_at FROM agent.invocation_output o JOIN agent.invocations i ON i.id = o.invocation_id WHERE i.id = '$inv' GROUP BY i.finished_at")"
+	check "... its start audited once, by the report" "invocation.provisioned,invocation.started,invocation.finished" \
+		"$(q -c "SELECT string_agg(event_type || coalesce(':' || (details ->> 'reported_with_finish'), ''), ',' ORDER BY id) FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type LIKE 'invocation.%'")"
+	report_delay reset 20ms
+}
+
 # Provisioning failure: the jail cannot be executed → refunded.
 t_missing_jail() {
 	local before inv
@@ -484,7 +533,7 @@ t_not_preloaded() {
 	check "preloaded again, the supervisor is back" t "$(q -c 'SELECT running FROM agent.worker_status()')"
 }
 
-run_tests t_worker t_languages t_launcher t_outcomes t_missing_jail t_unusable_work_dir \
+run_tests t_worker t_languages t_launcher t_outcomes t_start_report t_missing_jail t_unusable_work_dir \
 	t_insufficient_credits t_hash_mismatch t_cancel t_streaming t_forged_notify t_tenancy \
 	t_concurrency_cap t_lease_lost t_drain t_remove t_check t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
 
@@ -497,6 +546,15 @@ SELECT count(*) FROM agent.invocations i
    AND (SELECT count(*) FROM agent.audit_events e
 		 WHERE e.invocation_id = i.id
 		   AND e.event_type IN ('invocation.finished', 'invocation.provision_failed', 'invocation.hash_mismatch')) <> 1;
+SQL
+)"
+check "every run that started has one start event, after its claim and before its end" 0 "$(q <<SQL
+SELECT count(*) FROM agent.invocations i
+ WHERE i.created_at >= '$SINCE' AND i.started_at IS NOT NULL
+   AND agent._state_is_terminal(i.state)
+   AND ((SELECT count(*) FROM agent.audit_events e
+		  WHERE e.invocation_id = i.id AND e.event_type = 'invocation.started') <> 1
+		OR NOT i.started_at BETWEEN i.provisioned_at AND i.finished_at);
 SQL
 )"
 check "every run has its tool call and analytics row" 0 "$(q <<SQL

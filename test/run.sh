@@ -93,7 +93,7 @@ cleanup() {
 	if $started_cluster; then
 		"$top/scripts/cluster.sh" stop >/dev/null 2>&1
 	fi
-	rm -rf "$work"
+	[ -n "${KEEP_WORK:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 

@@ -64,6 +64,7 @@ t1=$(ticks)
 w1=$(q -c "SELECT pg_current_wal_lsn()")
 echo "shell true, $N sequential runs through the local runner: approve -> done p50 $p50 ms, p99 $p99 ms"
 echo "server CPU per run: $(awk -v a="$t0" -v b="$t1" -v n="$N" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (b - a) * 1e6 / hz / n }') µs; WAL per run: $(q -c "SELECT round(pg_wal_lsn_diff('$w1', '$w0') / $N)") bytes"
+echo "statements per run: $(q -c "SELECT round(sum(calls)::numeric / $N, 1) || ' (top-level ' || round((sum(calls) FILTER (WHERE toplevel))::numeric / $N, 1) || ')' FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%'")"
 echo
 echo "statements by server time (µs per run | calls per run | top-level | statement):"
 q -F ' | ' -c "SELECT lpad(round((total_exec_time * 1000 / $N)::numeric)::text, 6), lpad(round(calls::numeric / $N, 2)::text, 5), CASE WHEN toplevel THEN 'top' ELSE '   ' END, left(regexp_replace(query, '\s+', ' ', 'g'), 100) FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC LIMIT $TOPN"

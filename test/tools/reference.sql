@@ -12,9 +12,12 @@
 -- Run as the owner: psql -At -F '|' -f reference.sql
 WITH RECURSIVE fn AS (
 	-- code: the source without its string literals (a hint that names a
-	-- function is not a call of it)
+	-- function is not a call of it) and comments, read left to right in
+	-- one pass, so that an apostrophe in a comment starts no literal and
+	-- a -- in a literal starts no comment
 	SELECT p.oid, p.proname, p.prosrc, l.lanname,
-		   pg_catalog.regexp_replace(p.prosrc, $re$'([^']|'')*'$re$, '''''', 'g') AS code
+		   pg_catalog.regexp_replace(p.prosrc, $re$'([^']|'')*'|--[^\n]*|/\*([^*]|\*+[^*/])*\*+/$re$,
+									 '''''', 'g') AS code
 	  FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
 	 WHERE p.pronamespace = 'agent'::regnamespace
 ),

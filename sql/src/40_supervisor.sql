@@ -300,6 +300,8 @@ DECLARE
 	claimed		integer := 0;
 	taken		uuid[] := '{}'::uuid[];		-- conversations claimed in this call
 	locked_orgs uuid[] := '{}'::uuid[];		-- orgs whose lock this call holds
+	head_orgs	uuid[] := '{}'::uuid[];		-- orgs whose audit head it holds
+	v_new_head	boolean;
 	skip_orgs	uuid[] := '{}'::uuid[];		-- orgs locked elsewhere: next time
 BEGIN
 	IF max_rows IS NULL OR max_rows < 0 THEN
@@ -379,13 +381,6 @@ BEGIN
 				skip_orgs := skip_orgs || c.org_id;
 				CONTINUE;
 			END IF;
-			-- The audit head is appended to below: skip an org whose head
-			-- is held (by a backend's open transaction).
-			PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id FOR UPDATE SKIP LOCKED;
-			IF NOT FOUND AND EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id) THEN
-				skip_orgs := skip_orgs || c.org_id;
-				CONTINUE;
-			END IF;
 			locked_orgs := locked_orgs || c.org_id;
 		END IF;
 		-- Under the org's lock, the in-flight count is exact (it includes
@@ -394,43 +389,60 @@ BEGIN
 		 WHERE j.org_id = c.org_id AND j.state IN ('provisioning', 'running');
 		CONTINUE WHEN v_load >= c.org_limit;
 
-		SELECT * INTO r FROM agent.invocations i
-		 WHERE i.id = c.id AND i.state = 'approved'
-		   FOR NO KEY UPDATE SKIP LOCKED;
-		CONTINUE WHEN NOT FOUND;
-		IF c.ws_limit IS NOT NULL THEN
-			SELECT count(*) INTO v_load FROM agent.invocations j
-			 WHERE j.org_id = r.org_id AND j.workspace_id = r.workspace_id
-			   AND j.state IN ('provisioning', 'running');
-			CONTINUE WHEN v_load >= c.ws_limit;
-		END IF;
-		-- Another claimer may be starting this conversation: its lock on
-		-- the conversation row says so.
-		IF r.conversation_id IS NOT NULL THEN
-			CONTINUE WHEN r.conversation_id = ANY (taken);
-			PERFORM 1 FROM agent.conversations cv WHERE cv.id = r.conversation_id
+		-- The row is locked, checked and written in one subtransaction:
+		-- the rows it updates (the invocation, the org's audit head) are
+		-- then locked by the subtransaction that updates them, which
+		-- needs no multixact (a lock of the parent's would).
+		r := NULL;
+		v_new_head := false;
+		BEGIN
+			SELECT * INTO r FROM agent.invocations i
+			 WHERE i.id = c.id AND i.state = 'approved'
 			   FOR NO KEY UPDATE SKIP LOCKED;
 			CONTINUE WHEN NOT FOUND;
-			CONTINUE WHEN EXISTS (SELECT 1 FROM agent.invocations j
-								   WHERE j.conversation_id = r.conversation_id
-									 AND j.state IN ('provisioning', 'running'));
-			-- Its session may have moved to another live runner since the
-			-- queue was read (that runner's last run of it has ended).
-			CONTINUE WHEN agent._session_elsewhere(r.conversation_id, runner);
-		END IF;
+			-- The audit head is appended to below: skip an org whose head
+			-- is held (by a backend's open transaction).
+			IF NOT c.org_id = ANY (head_orgs) THEN
+				PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id FOR UPDATE SKIP LOCKED;
+				IF NOT FOUND AND EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id) THEN
+					skip_orgs := skip_orgs || c.org_id;
+					CONTINUE;
+				END IF;
+				head_orgs := head_orgs || c.org_id;
+				v_new_head := true;
+			END IF;
+			IF c.ws_limit IS NOT NULL THEN
+				SELECT count(*) INTO v_load FROM agent.invocations j
+				 WHERE j.org_id = r.org_id AND j.workspace_id = r.workspace_id
+				   AND j.state IN ('provisioning', 'running');
+				CONTINUE WHEN v_load >= c.ws_limit;
+			END IF;
+			-- Another claimer may be starting this conversation: its lock on
+			-- the conversation row says so.
+			IF r.conversation_id IS NOT NULL THEN
+				CONTINUE WHEN r.conversation_id = ANY (taken);
+				PERFORM 1 FROM agent.conversations cv WHERE cv.id = r.conversation_id
+				   FOR NO KEY UPDATE SKIP LOCKED;
+				CONTINUE WHEN NOT FOUND;
+				CONTINUE WHEN EXISTS (SELECT 1 FROM agent.invocations j
+									   WHERE j.conversation_id = r.conversation_id
+										 AND j.state IN ('provisioning', 'running'));
+				-- Its session may have moved to another live runner since the
+				-- queue was read (that runner's last run of it has ended).
+				CONTINUE WHEN agent._session_elsewhere(r.conversation_id, runner);
+			END IF;
 
-		SELECT a.approved_code_sha256 INTO approved
-		  FROM agent.approval_requests a
-		 WHERE a.id = r.approval_id AND a.invocation_id = r.id AND a.status = 'approved';
-		-- The hash the audit trail recorded at approval: a change of the
-		-- card and the code together (bypassing every trigger) still
-		-- disagrees with the chain, which is anchored outside the database.
-		SELECT e.details ->> 'code_sha256' INTO audited
-		  FROM agent.audit_events e
-		 WHERE e.invocation_id = r.id AND e.event_type = 'approval.approved'
-		 ORDER BY e.id DESC LIMIT 1;
+			SELECT a.approved_code_sha256 INTO approved
+			  FROM agent.approval_requests a
+			 WHERE a.id = r.approval_id AND a.invocation_id = r.id AND a.status = 'approved';
+			-- The hash the audit trail recorded at approval: a change of the
+			-- card and the code together (bypassing every trigger) still
+			-- disagrees with the chain, which is anchored outside the database.
+			SELECT e.details ->> 'code_sha256' INTO audited
+			  FROM agent.audit_events e
+			 WHERE e.invocation_id = r.id AND e.event_type = 'approval.approved'
+			 ORDER BY e.id DESC LIMIT 1;
 
-		BEGIN
 			-- The code about to run must be, byte for byte, the code approved.
 			IF approved IS NULL OR audited IS DISTINCT FROM approved
 			   OR approved <> agent.code_sha256(r.code)
@@ -483,22 +495,44 @@ BEGIN
 		EXCEPTION
 			WHEN lock_not_available THEN
 				-- a lock not foreseen above: not this row's fault; next time
+				-- (what the subtransaction locked is free again)
+				IF v_new_head THEN
+					head_orgs := array_remove(head_orgs, c.org_id);
+				END IF;
 				skip_orgs := skip_orgs || c.org_id;
 				CONTINUE;
 			WHEN others THEN
 				-- One row that cannot be claimed (a bug, a broken catalog
 				-- row) must not block the queue: everything above for this
 				-- row is rolled back (uncharged) and the row fails with the
-				-- reason.
+				-- reason, under its locks taken again without waiting (held
+				-- elsewhere meanwhile: next time).
 				GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
-				UPDATE agent.invocations i
-				   SET state = 'provision_failed',
-					   state_reason = 'could not provision: ' || err,
-					   finished_at = now()
-				 WHERE i.id = r.id;
-				PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
-									 'supervisor', jsonb_build_object('reason', 'could not provision: ' || err));
-				PERFORM agent._notify_invocation(r.id, '{"done":true}');
+				IF v_new_head THEN
+					head_orgs := array_remove(head_orgs, c.org_id);
+				END IF;
+				IF r.id IS DISTINCT FROM c.id THEN
+					skip_orgs := skip_orgs || c.org_id;
+					CONTINUE;
+				END IF;
+				BEGIN
+					PERFORM 1 FROM agent.invocations i
+					 WHERE i.id = r.id AND i.state = 'approved' FOR NO KEY UPDATE NOWAIT;
+					IF FOUND THEN
+						PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = r.org_id FOR UPDATE NOWAIT;
+						UPDATE agent.invocations i
+						   SET state = 'provision_failed',
+							   state_reason = 'could not provision: ' || err,
+							   finished_at = now()
+						 WHERE i.id = r.id;
+						PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
+											 'supervisor', jsonb_build_object('reason', 'could not provision: ' || err));
+						PERFORM agent._notify_invocation(r.id, '{"done":true}');
+					END IF;
+				EXCEPTION
+					WHEN lock_not_available THEN
+						skip_orgs := skip_orgs || c.org_id;
+				END;
 				CONTINUE;
 		END;
 
@@ -537,13 +571,13 @@ BEGIN
 		 LIMIT 100
 	LOOP
 		CONTINUE WHEN c.org_id = ANY (skip_orgs);
-		IF NOT c.org_id = ANY (locked_orgs) THEN
+		IF NOT c.org_id = ANY (head_orgs) THEN
 			PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id FOR UPDATE SKIP LOCKED;
 			IF NOT FOUND AND EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id) THEN
 				skip_orgs := skip_orgs || c.org_id;
 				CONTINUE;
 			END IF;
-			locked_orgs := locked_orgs || c.org_id;
+			head_orgs := head_orgs || c.org_id;
 		END IF;
 		-- Decide on the balance as it is, under its lock (a grant may be
 		-- committing right now): funded after all, a later claim takes it.

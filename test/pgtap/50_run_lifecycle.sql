@@ -10,7 +10,7 @@ BEGIN;
 -- the length of this transaction, so the claims below see only this file's.
 UPDATE agent.invocations SET state = 'cancelled', state_reason = 'set aside by 50_run_lifecycle'
  WHERE state = 'approved';
-SELECT plan(39);
+SELECT plan(44);
 
 -- ---- the billing rule ----------------------------------------------------
 CREATE TEMP TABLE outcomes AS
@@ -152,6 +152,37 @@ SELECT is(pg_temp.state('w2'), 'approved', 'the workspace''s next run waits');
 SELECT is((SELECT count(*) FROM agent.invocations
 			WHERE org_id = '5a000000-0000-4000-8000-00000000000a' AND state = 'provisioning'),
 		  6::bigint, 'the org has six in flight (a2 to a6 and w1), below its limit of 10');
+-- A row that cannot be claimed fails alone (fault injection: a trigger
+-- stands in for a bug or a broken row, raising when the claim moves that
+-- row to provisioning): it ends provision_failed with the reason,
+-- uncharged and audited, and the same claim goes on to the next org's.
+SELECT pg_temp.queue('b', 1, 'x');
+SELECT pg_temp.queue('d', 1, 'e');
+CREATE FUNCTION pg_temp.broken_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.state = 'provisioning' AND NEW.idempotency_key = 'x1' THEN
+		RAISE EXCEPTION 'injected fault';
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER tap_broken_row BEFORE UPDATE ON agent.invocations
+	FOR EACH ROW EXECUTE FUNCTION pg_temp.broken_row();
+SELECT is((SELECT string_agg(pg_temp.tag(id), ',') FROM agent._claim_invocations(10)), 'e1',
+		  'a row whose claim fails does not stop the claim: the next org''s run is claimed');
+DROP TRIGGER tap_broken_row ON agent.invocations;
+SELECT is((SELECT state || ': ' || state_reason FROM agent.invocations WHERE idempotency_key = 'x1'
+			 AND org_id = '5a000000-0000-4000-8000-00000000000b'),
+		  'provision_failed: could not provision: injected fault', '... it ends provision_failed, with the reason');
+SELECT is((SELECT count(*) FROM agent.credit_ledger l JOIN agent.invocations i ON i.id = l.invocation_id
+			WHERE i.idempotency_key = 'x1' AND i.org_id = '5a000000-0000-4000-8000-00000000000b'),
+		  0::bigint, '... uncharged (its charge rolled back with the rest)');
+SELECT is((SELECT string_agg(e.event_type, ',' ORDER BY e.id) FROM agent.audit_events e
+			 JOIN agent.invocations i ON i.id = e.invocation_id
+			WHERE i.idempotency_key = 'x1' AND i.org_id = '5a000000-0000-4000-8000-00000000000b'
+			  AND e.event_type NOT LIKE 'capability.%' AND e.event_type <> 'approval.approved'),
+		  'invocation.provision_failed', '... audited once, nothing of the claim left');
+SELECT is((SELECT credits_charged FROM agent.invocations WHERE idempotency_key = 'e1'
+			 AND org_id = '5a000000-0000-4000-8000-00000000000d'), 2, '... the other run charged as usual');
 SELECT ok(agent.invocation_transition_allowed('running', 'provision_failed'),
 		  'running -> provision_failed is a legal transition (a failure of ours after the start)');
 

@@ -246,6 +246,20 @@ AS $$
 	SELECT o.org_id FROM orgs o WHERE o.org_id IS NOT NULL
 $$;
 
+-- Lock an org's audit head for the appends to come, without waiting, in
+-- the caller's (sub)transaction: false when it is held elsewhere (a
+-- backend's open transaction after an audited call); an org without a
+-- head yet has nothing to lock (its first append makes it).
+CREATE FUNCTION agent._try_audit_head(org uuid) RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = org FOR UPDATE SKIP LOCKED;
+	RETURN FOUND OR NOT EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id = org);
+END
+$$;
+
 -- Claim up to max_rows approved invocations: check that the code is the
 -- code that was approved, charge the credits, move to provisioning.  Runs
 -- in the supervisor's short claim transaction, which commits before any
@@ -403,8 +417,7 @@ BEGIN
 			-- The audit head is appended to below: skip an org whose head
 			-- is held (by a backend's open transaction).
 			IF NOT c.org_id = ANY (head_orgs) THEN
-				PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id FOR UPDATE SKIP LOCKED;
-				IF NOT FOUND AND EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id) THEN
+				IF NOT agent._try_audit_head(c.org_id) THEN
 					skip_orgs := skip_orgs || c.org_id;
 					CONTINUE;
 				END IF;
@@ -572,8 +585,7 @@ BEGIN
 	LOOP
 		CONTINUE WHEN c.org_id = ANY (skip_orgs);
 		IF NOT c.org_id = ANY (head_orgs) THEN
-			PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id FOR UPDATE SKIP LOCKED;
-			IF NOT FOUND AND EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id = c.org_id) THEN
+			IF NOT agent._try_audit_head(c.org_id) THEN
 				skip_orgs := skip_orgs || c.org_id;
 				CONTINUE;
 			END IF;
@@ -1375,7 +1387,8 @@ CREATE FUNCTION agent._supervisor_status(
 COMMENT ON FUNCTION agent._supervisor_status() IS
 	'the supervisor: whether it runs, its pid, the local runner''s slots in use and their invocations, its work directory, and why it claims nothing (problem); the local launcher''s warm interpreters: how many wait, the memory they hold, its bound, why the last did not start';
 
-REVOKE ALL ON FUNCTION agent._claim_invocations(integer, uuid), agent._mark_running(uuid, integer),
+REVOKE ALL ON FUNCTION agent._claim_invocations(integer, uuid), agent._try_audit_head(uuid),
+	agent._mark_running(uuid, integer),
 	agent._append_output(uuid, text, text),
 	agent._finish_invocation(uuid, text, integer, text, boolean, boolean, bigint, integer, text),
 	agent._finish_pending(integer), agent._try_apply(uuid), agent._apply_result(uuid),

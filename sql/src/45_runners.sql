@@ -220,11 +220,14 @@ BEGIN
 END
 $$;
 
--- The invocation if `runner` holds its lease under `token`; otherwise 55000
--- (also for an invocation that does not exist or is another runner's).
--- With staged_ok, the caller has just staged its own result: the lease
--- must still name it and the run still be in flight (the deadline no longer
--- matters: the result was staged under the lease).
+-- The invocation if `runner`, the calling role's (agent._runner_self),
+-- holds its lease under `token`; otherwise 42501 when the runner is not the
+-- caller's, else 55000 (also for an invocation that does not exist or is
+-- another runner's).  With staged_ok, the caller has just staged its own
+-- result: the lease must still name it and the run still be in flight (the
+-- deadline no longer matters: the result was staged under the lease).
+-- Every invocation step starts with it: the runner's identity and its
+-- lease in one lookup.
 CREATE FUNCTION agent._runner_lease_of(runner uuid, token uuid, invocation uuid,
 									   staged_ok boolean DEFAULT false)
 	RETURNS agent.invocations
@@ -240,6 +243,7 @@ BEGIN
 	  JOIN agent.runners rn ON rn.id = i.runner_id
 	 WHERE i.id = invocation
 	   AND i.runner_id = runner
+	   AND rn.login_role = agent._runner_role()
 	   AND i.lease_token = token
 	   AND i.state IN ('provisioning', 'running')
 	   AND rn.state <> 'removed'
@@ -248,6 +252,7 @@ BEGIN
 					> pg_catalog.clock_timestamp()
 				AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id)));
 	IF NOT FOUND THEN
+		PERFORM agent._runner_self(runner);		-- not the caller's runner: 42501
 		RAISE EXCEPTION 'lease of invocation % is not held by this runner', coalesce(invocation::text, 'NULL')
 			USING ERRCODE = 'object_not_in_prerequisite_state',
 				  DETAIL = 'The lease expired, was taken over, or was never this runner''s; the invocation has ended or will end without this runner.',
@@ -644,7 +649,6 @@ CREATE FUNCTION agent.runner_prepare(runner uuid, token uuid, invocation uuid,
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
-	PERFORM agent._runner_self(runner);
 	PERFORM agent._runner_lease_of(runner, token, invocation);
 	RETURN QUERY SELECT p.kind, p.name, p.content, p.skill_id
 				   FROM agent._prepare_invocation(invocation, coalesce(workspace_is_new, false)) p;
@@ -663,7 +667,6 @@ AS $$
 DECLARE
 	r agent.invocations;
 BEGIN
-	PERFORM agent._runner_self(runner);
 	r := agent._runner_lease_of(runner, token, invocation);
 	IF NOT EXISTS (SELECT 1 FROM agent.agent_skills a WHERE a.agent_id = r.agent_id AND a.skill_id = skill) THEN
 		RAISE EXCEPTION 'skill % is not mounted for invocation %', coalesce(skill::text, 'NULL'), invocation
@@ -684,7 +687,6 @@ AS $$
 DECLARE
 	v boolean;
 BEGIN
-	PERFORM agent._runner_self(runner);
 	PERFORM agent._runner_lease_of(runner, token, invocation);
 	v := agent._mark_running(invocation, pid);
 	PERFORM agent._runner_lease_of(runner, token, invocation);
@@ -706,7 +708,6 @@ DECLARE
 	v		integer;
 	v_limit bigint;
 BEGIN
-	PERFORM agent._runner_self(runner);
 	PERFORM agent._runner_lease_of(runner, token, invocation);
 	IF stream IS NULL OR stream NOT IN ('stdout', 'stderr') OR data IS NULL THEN
 		RAISE EXCEPTION 'stream must be stdout or stderr, and data not null'
@@ -743,7 +744,6 @@ DECLARE
 	n		integer;
 	v_bytes bigint;
 BEGIN
-	PERFORM agent._runner_self(runner);
 	PERFORM agent._runner_lease_of(runner, token, invocation);
 	IF status IS NULL OR status NOT IN ('saved', 'skipped', 'failed')
 	   OR (status = 'saved') <> (content IS NOT NULL) THEN
@@ -803,7 +803,6 @@ DECLARE
 	n		integer;
 	v_long	text;
 BEGIN
-	PERFORM agent._runner_self(runner);
 	PERFORM agent._runner_lease_of(runner, token, invocation);
 	IF names IS NULL OR pg_catalog.array_ndims(names) > 1
 	   OR pg_catalog.cardinality(statuses) IS DISTINCT FROM k
@@ -857,7 +856,6 @@ DECLARE
 	r		agent.invocations;
 	res		agent.run_results;
 BEGIN
-	PERFORM agent._runner_self(runner);
 	PERFORM agent._runner_lease_of(runner, token, invocation);
 	PERFORM agent._runner_arg_fits(verdict, 'verdict', 65536);
 	PERFORM agent._runner_arg_fits(error, 'error', 4096);

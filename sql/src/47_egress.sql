@@ -579,7 +579,6 @@ CREATE FUNCTION agent.runner_record_egress(runner uuid, token uuid, invocation u
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
-	PERFORM agent._runner_self(runner);
 	PERFORM agent._runner_lease_of(runner, token, invocation);
 	RETURN agent._record_egress(invocation, log, verdict);
 END

@@ -23,6 +23,8 @@
 #                            (T=50_run_lifecycle), script suites by test function
 #                            (T=t_cancel SUITES=supervisor); the suites list their
 #                            test functions in their run_tests line
+#   KEEP_WORK=1              keep the run's work directory (/tmp/sandbox_ext_test.*:
+#                            pg_regress and isolation results and diffs)
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)

@@ -51,8 +51,8 @@ status_problem(void)
 {
 	static char buf[512];
 
-	if (work_problem())
-		return work_problem();
+	if (workdir_problem())
+		return workdir_problem();
 	if (!me.registered && me.refused[0])
 		return me.refused;
 	if (strncmp(db_status(), "not connected:", 14) == 0 || strncmp(db_status(), "invalid", 7) == 0)
@@ -82,7 +82,7 @@ link_send_status(void)
 	add_field(&s, num);
 	snprintf(num, sizeof(num), "%d", nactive);
 	add_field(&s, num);
-	add_field(&s, work_root());
+	add_field(&s, workdir_root());
 	add_field(&s, status_problem() ? status_problem() : "");
 	for (int i = 0; i < nruns; i++)
 	{

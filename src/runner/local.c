@@ -86,12 +86,8 @@ link_send_status(void)
 	add_field(&s, status_problem() ? status_problem() : "");
 	for (int i = 0; i < nruns; i++)
 	{
-		char		run[UUID_STR_LEN + 16];
-
-		if (runs[i].phase == RUN_FREE)
-			continue;
-		snprintf(run, sizeof(run), "%s:%d", runs[i].id, (int) runs[i].jail.pid);
-		add_field(&s, run);
+		if (runs[i].phase != RUN_FREE)
+			add_field(&s, runs[i].id);
 	}
 	/* a full link: the state is sent again after the next turn */
 	if (s.len <= LINK_MAX && !link_write(s.data, s.len))

@@ -57,6 +57,7 @@ rule h1 host ptrloop.test 443
 rule h2 host overlong.test 443
 rule h3 host wrongid.test 443
 rule h4 host othername.test 443
+rule hself host hostself.test 80
 P
 
 # jrun LANG CODE [POLICY|none] [extra jail options...]: one run in the
@@ -377,6 +378,53 @@ for p in (22, 80, 5432, 3129):
 	has "the resolver through the proxy" "C HTTP/1.1 403 egress denied: IP address 93.184.0.53 is not in the allowlist"
 	has "an allowed host on the proxy's port" "D HTTP/1.1 403 egress denied: port 3128 is not allowed for allowed.test"
 	hasnt "no other port of the host is reachable from inside" "OPEN"
+}
+
+t_host_own_addresses() {
+	# The proxy runs in the host's network namespace: the host's own
+	# public-looking address (93.184.0.1, where the host's service listens
+	# too) must stay out of reach, by a CIDR rule covering it and by an
+	# allowed name that resolves to it.
+	cat >"$EGR_DIR/pol.self" <<'P'
+sandbox-egress/1
+rule self cidr 93.184.0.0/24 80
+rule hself host hostself.test 80
+P
+	jrun python "URLS = ['http://93.184.0.1/', 'http://hostself.test/']$PYGET" "$EGR_DIR/pol.self"
+	has "a CIDR rule cannot open the host's own address" \
+		"GOT 403 egress denied: 93.184.0.1 is an address of the sandbox's host"
+	has "nor a name resolving to it" \
+		"GOT 403 egress denied: hostself.test resolves to 93.184.0.1, an address of the sandbox's host"
+	hasnt "the host's service never answered" "HOST-SECRET"
+	check "both logged with the reason" 2 "$(logrows "an address of the sandbox's host")"
+	# An address the host gains while the run goes on (not in the list the
+	# proxy read at its start): the connection reaches the host itself,
+	# which the proxy sees after the connect and refuses before a byte.
+	rm -f "$EGR_DIR/ws/addr-wait" "$EGR_DIR/ws/addr-added"
+	rm -f "$EGR_DIR/late.out"
+	(jrun python '
+import os, time
+open("/workspace/addr-wait", "w").close()
+while not os.path.exists("/workspace/addr-added"):
+    time.sleep(0.05)
+URLS = ["http://93.184.0.9/"]'"$PYGET" "$EGR_DIR/pol.self"
+		printf '%s\n' "$out" >"$EGR_DIR/late.out") &
+	local rpid=$!
+	if wait_for 30 '[ -f "$EGR_DIR/ws/addr-wait" ]'; then
+		ip -n "$EGR_H" addr add 93.184.0.9/32 dev "${EGR_PREFIX}a"
+		: >"$EGR_DIR/ws/addr-added"
+	else
+		nok "the late-address run started"
+		: >"$EGR_DIR/ws/addr-added"
+	fi
+	wait $rpid
+	ip -n "$EGR_H" addr del 93.184.0.9/32 dev "${EGR_PREFIX}a" 2>/dev/null
+	rm -f "$EGR_DIR/ws/addr-wait" "$EGR_DIR/ws/addr-added"
+	nrun=$((nrun + 1))		# the subshell's jrun took this number
+	out=$(cat "$EGR_DIR/late.out" 2>/dev/null)
+	has "an address the host gained during the run: refused after the connect" \
+		"GOT 403 egress denied: 93.184.0.9:80 (93.184.0.9) reached an address of the sandbox's host"
+	hasnt "the host's service never answered" "HOST-SECRET"
 }
 
 t_flood_and_slow() {
@@ -931,7 +979,7 @@ fi
 
 run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_wildcard_apex \
 	t_wrong_port t_ip_literal t_forbidden_names t_rebinding t_dns_cache t_sni_and_host t_ipv6 \
-	t_no_route_no_dns t_proxy_own_ports t_flood_and_slow t_caps t_runtime_installs \
+	t_no_route_no_dns t_proxy_own_ports t_host_own_addresses t_flood_and_slow t_caps t_runtime_installs \
 	t_hostile_inputs t_served t_no_policy_no_proxy t_proxy_seccomp t_sanitizers
 if [ -n "${EPG_UP:-}" ]; then
 	run_tests t_db_default_deny t_db_allowed_run t_db_policy_changed_after_request \

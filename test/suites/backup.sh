@@ -171,11 +171,15 @@ t_cron_runs_here() {
 		"$(q -c "SELECT count(*) FROM cron.job_run_details d JOIN cron.job j USING (jobid) WHERE j.jobname LIKE 'sandbox_ext_%' AND d.start_time > '$T_REPOINT' AND d.status <> 'succeeded' AND d.end_time IS NOT NULL")"
 }
 
-# The monitoring queries of docs/operations.md run (on the restored cluster).
+# The monitoring queries of docs/operations.md run (on the restored
+# cluster); the first two ("what is running", "what is stuck") with two
+# runs in flight, the second made to look started ten minutes ago (past its
+# wall time of 120 s): it is listed first, and is the stuck one.
 t_monitoring_queries() {
-	local n=0 bad=0 block
+	local n=0 bad=0 block blocks=() X Y x y
 	while IFS= read -r -d '' block; do
 		n=$((n + 1))
+		blocks+=("$block")
 		if ! q -f - <<<"$block" >/dev/null 2>"$work_dir/mon.err"; then
 			bad=$((bad + 1))
 			echo "# query $n failed: $(head -c 300 "$work_dir/mon.err")"
@@ -183,6 +187,27 @@ t_monitoring_queries() {
 	done < <(awk '/^## Monitoring/ { on = 1 } on && /^```sql/ { b = 1; next } b && /^```/ { b = 0; printf "%c", 0; next } b { print }' \
 		"$top/docs/operations.md")
 	check "the $n monitoring queries of docs/operations.md run" "1|0" "$([ "$n" -ge 5 ] && echo 1)|$bad"
+
+	X=$(new_tenant 10)
+	Y=$(new_tenant 10)
+	x=$(start "$X" shell 'sleep 60' none 120)
+	wait_state "$x" running 300
+	y=$(start "$Y" shell 'sleep 60' none 120)
+	wait_state "$y" running 300
+	q -c "UPDATE agent.invocations SET started_at = now() - interval '10 minutes' WHERE id = '$y'" >/dev/null
+	check "what is running: both, the longest running first" "$y,$x" \
+		"$(q -F '|' -f - <<<"${blocks[0]}" | cut -d'|' -f1 | grep -E "^($x|$y)$" | paste -sd,)"
+	# (every run in flight here is the local runner's: a tie on the runner
+	# column leaves the order to the plan, so the sort key is checked too)
+	check "what is running sorts by how long it has run" 1 \
+		"$(q -c "CREATE TEMP VIEW mon_running AS $(sed 's/;[[:space:]]*$//' <<<"${blocks[0]}")" \
+			 -c "SELECT pg_get_viewdef('pg_temp.mon_running'::regclass)" | tr -s ' \n' ' ' |
+		   grep -ciE 'ORDER BY \(now\(\) - COALESCE\(i\.started_at, i\.provisioned_at\)\) DESC')"
+	check "what is stuck: the one past its wall time, and why" "$y|running past its wall time: the runner lost track of it" \
+		"$(q -F '|' -f - <<<"${blocks[1]}" | grep -E "^($x|$y)\|" | cut -d'|' -f1,4)"
+	tq "${X%% *}" "$(cut -d' ' -f2 <<<"$X")" "SELECT agent.cancel('$x', 'requester');" >/dev/null
+	tq "${Y%% *}" "$(cut -d' ' -f2 <<<"$Y")" "SELECT agent.cancel('$y', 'requester');" >/dev/null
+	check "both end when cancelled" "cancelled|cancelled" "$(await "$X" "$x")|$(await "$Y" "$y")"
 }
 
 work_dir=$(mktemp -d /tmp/sandbox_backup.XXXXXX)

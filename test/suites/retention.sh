@@ -114,7 +114,24 @@ t_audit_cost() {
 				   WHERE e.invocation_id IS NOT NULL GROUP BY e.invocation_id) x"
 	q -c "SELECT '# a pruned output chunk row: ' || round(avg(pg_column_size(o.*))) || ' bytes (' || count(*) || ' rows)'
 			FROM agent.invocation_output o WHERE o.pruned_at IS NOT NULL"
-	ok "audit cost measured"
+	# The index entries per event: a fill this small is a page or two per
+	# index, so the growth of each index over 10,000 events appended the
+	# way runs append them (agent._audit; 5 per random invocation id, an
+	# org of their own) is divided by 10,000.
+	local B before
+	B=$(new_tenant 0)
+	before=$(q -c "SELECT string_agg(c.relname || '=' || pg_relation_size(c.oid), ',' ORDER BY c.relname) FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid WHERE x.indrelid = 'agent.audit_events'::regclass")
+	q -c "SELECT count(agent._audit('${B%% *}', NULL, 'test.cost', u.inv, 'cost', '{}'))
+			FROM (SELECT gen_random_uuid() AS inv FROM generate_series(1, 2000)) u, generate_series(1, 5) k" >/dev/null
+	q -c "SELECT '# audit index bytes per event (pg_relation_size growth over 10000 events): '
+				 || string_agg(c.relname || ' ' || round((pg_relation_size(c.oid) - b.size) / 10000.0, 1), ', ' ORDER BY c.relname)
+				 || '; together ' || round(sum(pg_relation_size(c.oid) - b.size) / 10000.0, 1)
+			FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+			JOIN (SELECT split_part(e, '=', 1) AS relname, split_part(e, '=', 2)::bigint AS size
+					FROM unnest(string_to_array('$before', ',')) e) b ON b.relname = c.relname
+		   WHERE x.indrelid = 'agent.audit_events'::regclass"
+	check "the 10000 events measured are appended to their org's chain, which verifies" "10000|true" \
+		"$(q -c "SELECT count(*) || '|' || (SELECT bool_and(v.ok) FROM agent.verify_audit_chain('${B%% *}') v) FROM agent.audit_events WHERE org_id = '${B%% *}' AND event_type = 'test.cost'")"
 }
 
 trap 'stop_cluster 1' EXIT

@@ -434,8 +434,10 @@ DECLARE
 	rn		agent.runners;
 	w		record;
 BEGIN
+	-- (1 to 64 ASCII characters: text_limits()'s runner_name, which
+	-- drain_runner and remove_runner check)
 	IF runner_register.name IS NULL OR runner_register.name !~ '^[a-z0-9][a-z0-9_.-]{0,63}$' THEN
-		RAISE EXCEPTION 'invalid runner name "%"', coalesce(left(runner_register.name, 80), 'NULL')
+		RAISE EXCEPTION 'invalid runner name "%"', coalesce(agent._shown(runner_register.name), 'NULL')
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Use 1 to 64 characters: lower-case letters, digits, "_", "." and "-", starting with a letter or digit.';
 	END IF;
@@ -1006,9 +1008,10 @@ AS $$
 DECLARE
 	rn agent.runners;
 BEGIN
+	PERFORM agent._check_text(drain_runner.name, 'name', 'runner_name');
 	SELECT * INTO rn FROM agent.runners x WHERE x.name = drain_runner.name FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
-		RAISE EXCEPTION 'runner "%" does not exist', coalesce(drain_runner.name, 'NULL')
+		RAISE EXCEPTION 'runner "%" does not exist', coalesce(agent._shown(drain_runner.name), 'NULL')
 			USING ERRCODE = 'no_data_found';
 	END IF;
 	UPDATE agent.runners x
@@ -1045,9 +1048,10 @@ DECLARE
 	x	record;
 	n	integer := 0;
 BEGIN
+	PERFORM agent._check_text(remove_runner.name, 'name', 'runner_name');
 	SELECT * INTO rn FROM agent.runners r WHERE r.name = remove_runner.name FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
-		RAISE EXCEPTION 'runner "%" does not exist', coalesce(remove_runner.name, 'NULL')
+		RAISE EXCEPTION 'runner "%" does not exist', coalesce(agent._shown(remove_runner.name), 'NULL')
 			USING ERRCODE = 'no_data_found';
 	END IF;
 	UPDATE agent.runners r SET state = 'removed', removed_at = now() WHERE r.id = rn.id;

@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(68);
+SELECT plan(80);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -186,6 +186,27 @@ SELECT is(pg_temp.error_of($$UPDATE agent.settings SET value = '2 hours' WHERE k
 SELECT is((SELECT count(*) FROM pg_settings WHERE name = 'sandbox.export_fault'), 0::bigint,
 	'the exporter''s test knob is not a setting users see');
 
+-- ---- the operator's free text: limited, never echoed in full ---------------
+SELECT is(pg_temp.error_size($$SELECT agent.grant_credits('70a00000-0000-4000-8000-00000000000b', 1, repeat('r', 1048576))$$),
+	'22001 short', 'a 1 MB grant reason is 22001 (it would be stored in the ledger and the audit trail)');
+SELECT is(pg_temp.error_of($$SELECT agent.grant_credits('70a00000-0000-4000-8000-00000000000b', 1, repeat('r', 2000)) > 0$$),
+	'no error', '... a reason of the limit''s size is accepted');
+SELECT is(pg_temp.error_size($$SELECT agent.refund_invocation('70f00000-0000-4000-8000-000000000000', repeat('r', 1048576))$$),
+	'22001 short', 'a 1 MB refund reason is 22001');
+SELECT is(pg_temp.error_size($$SELECT agent.set_org_retention('70a00000-0000-4000-8000-00000000000a', previews => repeat('1 day ', 100000))$$),
+	'22001 short', 'a 600 KB retention value is 22001');
+SELECT is(pg_temp.error_of($$SELECT agent.set_org_retention('70a00000-0000-4000-8000-00000000000a', uploaded_files => repeat('y', 90))$$),
+	'22023: retention must be an interval or forever: "' || repeat('y', 61) || '..."',
+	'a malformed retention value within the limit is 22023, shown cut to 64 characters');
+SELECT is(pg_temp.error_size($$SELECT agent.retention_of('70a00000-0000-4000-8000-00000000000a', repeat('k', 100000))$$),
+	'22023 short', 'a 100 KB retention kind is refused without being echoed');
+SELECT is(pg_temp.error_size($$SELECT agent.drain_runner(repeat('n', 100000))$$),
+	'22001 short', 'a 100 KB runner name is 22001 for drain_runner');
+SELECT is(pg_temp.error_size($$SELECT agent.remove_runner(repeat('n', 100000))$$),
+	'22001 short', '... and for remove_runner');
+SELECT is(pg_temp.error_of($$SELECT agent.drain_runner(repeat('n', 64))$$),
+	'P0002: runner "' || repeat('n', 64) || '" does not exist', '... an unknown name of the limit''s length is P0002');
+
 -- ---- the approver's side ----------------------------------------------------
 SET ROLE agent_backend;
 SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
@@ -257,6 +278,24 @@ SELECT is(agent._finish_invocation((SELECT id FROM pg_temp.inv WHERE k = 'a1'),
 		'{"status":"signaled","signal":9,"killed":true}', 0, NULL, true), 'cancelled', 'the run ends cancelled');
 SELECT is((SELECT state_reason FROM agent.invocations WHERE id = (SELECT id FROM pg_temp.inv WHERE k = 'a1')),
 	'cancelled by erin: took too long', '... with the cancel''s reason in state_reason');
+
+-- A failure of ours whose reason is longer than an operator's may be (a
+-- runner's setup error): still refunded (the limit is refund_invocation's,
+-- not the supervisor's).
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+INSERT INTO pg_temp.inv
+	SELECT 'a3', r.invocation_id, r.approval_id
+	  FROM agent.request_execution('70b00000-0000-4000-8000-00000000000a', '70c00000-0000-4000-8000-00000000000a',
+								   NULL, 'shell', 'echo 3', 'alice') r;
+SELECT agent.approve((SELECT approval FROM pg_temp.inv WHERE k = 'a3'), 'bob');
+RESET ROLE;
+SELECT ok((SELECT id FROM pg_temp.inv WHERE k = 'a3') IN (SELECT id FROM agent._claim_invocations(1000)),
+	'another approved run is claimed');
+SELECT is(agent._finish_invocation((SELECT id FROM pg_temp.inv WHERE k = 'a3'), NULL, 1, repeat('e', 3000), false),
+	'provision_failed', 'it fails as ours with a 3000-byte error');
+SELECT is((SELECT sum(amount) FROM agent.credit_ledger WHERE invocation_id = (SELECT id FROM pg_temp.inv WHERE k = 'a3')),
+	0::numeric, '... and is refunded all the same');
 
 -- ---- operator views are scoped to the tenant -------------------------------
 SET ROLE agent_backend;

@@ -398,7 +398,8 @@ BEGIN
 END
 $$;
 
--- Refuse a text argument longer than `max_bytes` (22023).
+-- Refuse a text argument longer than `max_bytes`: 22001, with the sizes in
+-- the detail, as agent._check_text (docs/reference.md, "Conventions").
 CREATE FUNCTION agent._runner_arg_fits(value text, argument text, max_bytes integer)
 	RETURNS boolean
 	LANGUAGE plpgsql IMMUTABLE
@@ -406,9 +407,10 @@ CREATE FUNCTION agent._runner_arg_fits(value text, argument text, max_bytes inte
 AS $$
 BEGIN
 	IF octet_length(value) > max_bytes THEN
-		RAISE EXCEPTION '% is too long (% bytes)', argument, octet_length(value)
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = pg_catalog.format('It may have at most %s bytes.', max_bytes);
+		RAISE EXCEPTION '% is too long', argument
+			USING ERRCODE = 'string_data_right_truncation',
+				  DETAIL = pg_catalog.format('It is %s bytes; the limit is %s.',
+											 pg_catalog.octet_length(value), max_bytes);
 	END IF;
 	RETURN true;
 END

@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(80);
+SELECT plan(89);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -296,6 +296,87 @@ SELECT is(agent._finish_invocation((SELECT id FROM pg_temp.inv WHERE k = 'a3'), 
 	'provision_failed', 'it fails as ours with a 3000-byte error');
 SELECT is((SELECT sum(amount) FROM agent.credit_ledger WHERE invocation_id = (SELECT id FROM pg_temp.inv WHERE k = 'a3')),
 	0::numeric, '... and is refunded all the same');
+
+-- ---- spend per org and day ------------------------------------------------
+-- Org A so far: granted 100; a1 charged 2 (cancelled after its claim: the
+-- payload's, charged); a3 charged 2 and refunded 2 (ours).  Org B: granted
+-- 100 + 1 (the reason of the limit's size above).
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is((SELECT row(runs_charged, charged, refunded, net_spent, granted)::text FROM agent.spend_per_org_day
+			WHERE org_id = '70a00000-0000-4000-8000-00000000000a' AND day = (now() AT TIME ZONE 'UTC')::date),
+	'(2,4,2,2,100)', 'spend_per_org_day: runs charged, charged, refunded, net spent and granted of the backend''s org today');
+RESET ROLE;
+SET ROLE agent_auditor;
+SELECT is((SELECT array_agg(row(org_id, runs_charged, charged, refunded, net_spent, granted)::text ORDER BY org_id)
+			 FROM agent.spend_per_org_day WHERE org_id::text LIKE '70a00000-%' AND day = (now() AT TIME ZONE 'UTC')::date),
+	ARRAY['(70a00000-0000-4000-8000-00000000000a,2,4,2,2,100)', '(70a00000-0000-4000-8000-00000000000b,0,0,0,0,101)',
+		  '(70a00000-0000-4000-8000-00000000000c,0,0,0,0,1)'],
+	'... and every org''s for the auditor');
+RESET ROLE;
+
+-- ---- why an approved run waits (queue_status) -------------------------------
+-- The suite's local runner has no slot (sandbox.max_concurrent_runs = 0,
+-- test/run.sh); made certain for this transaction (its heartbeat waits for
+-- the row until the rollback).  Live and active, it has no slot: every
+-- approved run waits for that, not for a free slot.
+UPDATE agent.runners SET slots = 0;
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+INSERT INTO pg_temp.inv
+	SELECT 'q' || n, r.invocation_id, r.approval_id
+	  FROM generate_series(1, 3) n,
+		   LATERAL agent.request_execution('70b00000-0000-4000-8000-00000000000a', '70c00000-0000-4000-8000-00000000000a',
+										   CASE WHEN n < 3 THEN '70d00000-0000-4000-8000-00000000000a'::uuid END,
+										   'shell', 'echo q' || n, 'alice') r;
+SELECT agent.approve(approval, 'bob') FROM pg_temp.inv WHERE k IN ('q1', 'q2', 'q3') ORDER BY k;
+CREATE TEMP VIEW queued AS
+	SELECT i.k, q.waiting_for, q.detail FROM agent.queue_status() q JOIN pg_temp.inv i ON i.id = q.invocation_id;
+GRANT SELECT ON queued TO PUBLIC;
+SELECT is((SELECT array_agg(k || ':' || waiting_for ORDER BY k) FROM queued),
+	ARRAY['q1:supervisor_paused', 'q2:supervisor_paused', 'q3:supervisor_paused'],
+	'queue_status: no runner with a slot (the local runner''s are 0) is supervisor_paused');
+RESET ROLE;
+-- A runner host with free slots: the reasons of the queue itself.
+CREATE ROLE tap_queue_runner LOGIN IN ROLE agent_runner;
+SET SESSION AUTHORIZATION tap_queue_runner;
+CREATE TEMP TABLE qrunner AS SELECT r.runner_id, r.incarnation FROM agent.runner_register('tap-queue', 'h', '1', 2) r;
+RESET SESSION AUTHORIZATION;
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is((SELECT array_agg(k || ':' || waiting_for ORDER BY k) FROM queued), ARRAY['q1:next', 'q2:conversation_busy', 'q3:next'],
+	'two approved runs of one conversation: the first is next, the second conversation_busy');
+RESET ROLE;
+SELECT agent.set_org_limits('70a00000-0000-4000-8000-00000000000a', 0, NULL);
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is((SELECT array_agg(k || ':' || waiting_for || ':' || detail ORDER BY k) FROM queued),
+	ARRAY['q1:org_at_limit:0 of 0 runs in flight', 'q2:conversation_busy:runs of a conversation are serial',
+		  'q3:org_at_limit:0 of 0 runs in flight'],
+	'an org whose limit is 0: org_at_limit, with its load and limit');
+RESET ROLE;
+SELECT agent.set_org_limits('70a00000-0000-4000-8000-00000000000a', NULL, NULL);
+UPDATE agent.workspaces SET max_concurrent_runs = 0 WHERE id = '70b00000-0000-4000-8000-00000000000a';
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is((SELECT waiting_for FROM queued WHERE k = 'q3'), 'workspace_at_limit', 'a workspace whose limit is 0: workspace_at_limit');
+RESET ROLE;
+UPDATE agent.workspaces SET max_concurrent_runs = NULL WHERE id = '70b00000-0000-4000-8000-00000000000a';
+-- The runner host down to one slot, which it fills: no free slot.
+SET SESSION AUTHORIZATION tap_queue_runner;
+SELECT agent.runner_heartbeat(runner_id, incarnation, 0, NULL, 1) FROM qrunner;
+SELECT is((SELECT array_agg(c.id) FROM qrunner, LATERAL agent.runner_claim(runner_id, incarnation, 5) c),
+	ARRAY[(SELECT id FROM pg_temp.inv WHERE k = 'q1')], 'the runner host claims the first in line, into its one slot');
+RESET SESSION AUTHORIZATION;
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is((SELECT array_agg(k || ':' || waiting_for || ':' || detail ORDER BY k) FROM queued),
+	ARRAY['q2:conversation_busy:runs of a conversation are serial', 'q3:no_free_slot:every run slot is in use'],
+	'every slot taken: no_free_slot, without the platform''s numbers for a tenant');
+RESET ROLE;
+SELECT agent.set_tenant(NULL, NULL);
+SELECT is((SELECT waiting_for || ':' || detail FROM queued WHERE k = 'q3'),
+	'no_free_slot:1 of 1 run slots in use on 1 active runners', '... and with them for the owner');
 
 -- ---- operator views are scoped to the tenant -------------------------------
 SET ROLE agent_backend;

@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(89);
+SELECT plan(91);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -187,6 +187,9 @@ SELECT is((SELECT count(*) FROM pg_settings WHERE name = 'sandbox.export_fault')
 	'the exporter''s test knob is not a setting users see');
 
 -- ---- the operator's free text: limited, never echoed in full ---------------
+SELECT isnt(agent.create_model('tap-duplicate', NULL, false), NULL, 'the operator adds a model');
+SELECT is(pg_temp.error_of($$SELECT agent.create_model('tap-duplicate', 'again', true)$$),
+	'42710: model "tap-duplicate" already exists', '... and a second of the same name is 42710 (a race: test/isolation create-model-race)');
 SELECT is(pg_temp.error_size($$SELECT agent.grant_credits('70a00000-0000-4000-8000-00000000000b', 1, repeat('r', 1048576))$$),
 	'22001 short', 'a 1 MB grant reason is 22001 (it would be stored in the ledger and the audit trail)');
 SELECT is(pg_temp.error_of($$SELECT agent.grant_credits('70a00000-0000-4000-8000-00000000000b', 1, repeat('r', 2000)) > 0$$),

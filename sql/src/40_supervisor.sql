@@ -311,6 +311,7 @@ DECLARE
 	v_price		integer;
 	v_lease		interval;
 	v_live_since timestamptz;	-- a runner heartbeating since is live
+	v_store		record;
 	claimed		integer := 0;
 	taken		uuid[] := '{}'::uuid[];		-- conversations claimed in this call
 	locked_orgs uuid[] := '{}'::uuid[];		-- orgs whose lock this call holds
@@ -470,6 +471,26 @@ BEGIN
 									 jsonb_build_object('approved_sha256', approved,
 														'audited_sha256', audited,
 														'code_sha256', agent.code_sha256(r.code)));
+				PERFORM agent._notify_invocation(r.id, '{"done":true}');
+				CONTINUE;
+			END IF;
+
+			-- An org at its storage quota starts no new run: its output
+			-- would be kept past the quota (agent._storage_exhausted).
+			-- Nothing ran, nothing is charged.
+			SELECT * INTO v_store FROM agent._storage_exhausted(r.org_id);
+			IF v_store.exhausted THEN
+				UPDATE agent.invocations i
+				   SET state = 'provision_failed',
+					   state_reason = format('the organization''s storage quota is exhausted (%s of %s bytes); nothing ran',
+											 v_store.stored_bytes, v_store.max_stored_bytes),
+					   finished_at = now()
+				 WHERE i.id = r.id;
+				PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
+									 'supervisor',
+									 jsonb_build_object('reason', 'storage_quota_exhausted',
+														'stored_bytes', v_store.stored_bytes,
+														'max_stored_bytes', v_store.max_stored_bytes));
 				PERFORM agent._notify_invocation(r.id, '{"done":true}');
 				CONTINUE;
 			END IF;

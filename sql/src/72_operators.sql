@@ -29,6 +29,7 @@ COMMENT ON VIEW agent.run_slots IS
 --                         sandbox.max_concurrent_runs is 0 or it is off, and no
 --                         runner host with slots is active)
 --   insufficient_credits  the org cannot pay: the next claim refuses it
+--   storage_quota_exhausted  the org is at its storage quota: the next claim refuses it
 --   conversation_busy     a run of its conversation is in flight or queued before it
 --   session_elsewhere     its conversation's session is on another live runner host
 --   org_at_limit          the org has its limit of runs in flight
@@ -98,6 +99,9 @@ BEGIN
 		ELSIF x.balance < x.price THEN
 			waiting_for := 'insufficient_credits';
 			detail := pg_catalog.format('the org has %s credits; a run costs %s', x.balance, x.price);
+		ELSIF (SELECT q.exhausted FROM agent._storage_exhausted(x.org_id) q) THEN
+			waiting_for := 'storage_quota_exhausted';
+			detail := 'the org is at its storage quota';
 		ELSIF x.conversation_id IS NOT NULL AND EXISTS (
 				SELECT 1 FROM agent.invocations j
 				 WHERE j.conversation_id = x.conversation_id

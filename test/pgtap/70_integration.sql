@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(91);
+SELECT plan(93);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -152,6 +152,17 @@ SELECT is(pg_temp.error_size($$SELECT agent.create_skill(repeat('s', 100000), '{
 	'22023 short', 'a 100 KB skill name is refused without being echoed');
 SELECT is(pg_temp.error_size($$SELECT set_config('sandbox.org_id', repeat('x', 100000), true)$$),
 	'22P02 short', 'a 100 KB tenant id is refused without being echoed');
+RESET ROLE;
+SET ROLE agent_admin;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', NULL);
+SELECT is(pg_temp.error_size($$SELECT agent.add_egress_rule(repeat('h', 1048576), '{443}', 'admin')$$),
+	'22001 short', 'a 1 MB egress host pattern is 22001, and the error is short');
+SELECT is(pg_temp.error_of($$SELECT agent.add_egress_rule(repeat('!', 250), '{443}', 'admin')$$),
+	'22023: invalid host pattern "' || repeat('!', 61) || '..."',
+	'an invalid host pattern within the limit is 22023, shown cut to 64 characters');
+RESET ROLE;
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
 
 -- ---- one "not found" code ---------------------------------------------------
 SELECT is(ARRAY[left(pg_temp.error_of($$SELECT agent.approve('70f00000-0000-4000-8000-000000000000', 'bob')$$), 5),

@@ -13,8 +13,8 @@
 # sql/ and never change (docs/operations.md, "Releases and upgrades").
 
 EXTENSION = sandbox_ext
-EXTVERSION = 0.2.0
-PREVVERSION = 0.1.0
+EXTVERSION = 0.3.0
+PREVVERSION = 0.2.0
 MODULE_big = sandbox_ext
 OBJS = src/sandbox_ext.o src/shmem.o src/xact.o \
 	src/supervisor.o src/local_runner.o src/api.o \

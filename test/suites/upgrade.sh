@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# upgrade: the previous release's kept install script, filled with real runs,
-# brought to the current version by ALTER EXTENSION sandbox_ext UPDATE.
+# upgrade: each release's kept install script, filled with real runs,
+# brought to the current version by ALTER EXTENSION sandbox_ext UPDATE: from
+# the last release (one script) and from every earlier one (the chain of
+# released upgrade scripts, which ALTER EXTENSION walks by itself).
 #
-# Runs on an extra cluster of its own (lib.sh: cluster 1) started with
-# sandbox_ext at the previous version (sql/sandbox_ext--0.1.0.sql, installed
-# with the current library: the library must drive the previous catalog
-# until the update, docs/operations.md).  The update must keep every row,
+# Runs on an extra cluster of its own (lib.sh: cluster 1), started anew for
+# each release with sandbox_ext at that version (sql/sandbox_ext--V.sql,
+# installed with the current library: the library must drive the previous
+# catalogs until the update, docs/operations.md).  The update must keep every row,
 # leave a catalog identical to a fresh install's (test/tools/catalog.sql,
 # compared with diff: a schema change without its upgrade step fails here),
 # keep the invariants, and run a new invocation.
@@ -14,7 +16,9 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=../lib.sh
 source "$top/test/lib.sh"
 
-OLD=0.1.0
+# the releases, oldest first (their install scripts are kept in sql/)
+RELEASES="0.1.0 0.2.0"
+OLD=
 NEW=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" "$top/sandbox_ext.control")
 FRESH=sandbox_fresh
 A=
@@ -27,7 +31,11 @@ t_install_old() {
 	use_cluster 1
 	check "sandbox_ext is installed at $OLD from its kept script" "$OLD" \
 		"$(q -c "SELECT extversion FROM pg_extension WHERE extname = 'sandbox_ext'")"
-	check "the update path $OLD -> $NEW is one script" "$OLD--$NEW" \
+	local path="" v
+	for v in $RELEASES; do
+		[ -n "$path" ] || [ "$v" = "$OLD" ] && path="${path:+$path--}$v"
+	done
+	check "the update path $OLD -> $NEW is the released scripts' chain" "$path--$NEW" \
 		"$(q -c "SELECT path FROM pg_extension_update_paths('sandbox_ext') WHERE source = '$OLD' AND target = '$NEW'")"
 }
 
@@ -74,7 +82,7 @@ t_catalog_matches_fresh_install() {
 		ok "the upgraded catalog equals a fresh $NEW install's ($(wc -l <"$work_dir/fresh.txt") facts)"
 	else
 		nok "the upgraded catalog equals a fresh $NEW install's" \
-			"differences (< fresh, > upgraded; sql/upgrade/$OLD--$NEW.sql is missing a step):"
+			"differences (< fresh, > upgraded; sql/upgrade/${RELEASES##* }--$NEW.sql is missing a step):"
 		echo "$d" | grep '^[<>]' | cut -c 1-300 | head -n 40 | sed 's/^/#   /'
 	fi
 }
@@ -100,5 +108,9 @@ t_after_update() {
 
 work_dir=$(mktemp -d /tmp/sandbox_upgrade.XXXXXX)
 trap 'stop_cluster 1; rm -rf "$work_dir"' EXIT
-run_tests t_install_old t_fill_and_update t_catalog_matches_fresh_install t_after_update
+for OLD in $RELEASES; do
+	echo "# from $OLD"
+	run_tests t_install_old t_fill_and_update t_catalog_matches_fresh_install t_after_update
+	stop_cluster 1
+done
 finish_suite

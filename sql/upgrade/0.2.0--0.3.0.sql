@@ -1,0 +1,17 @@
+-- sandbox_ext upgrade 0.2.0 -> 0.3.0, hand-written head.
+--
+-- The Makefile appends to this file every definition of sql/src replayed
+-- by scripts/sql-replay.pl (functions, views, triggers, policies, grants,
+-- comments, extension config dumps) and installs the whole as
+-- sql/sandbox_ext--0.2.0--0.3.0.sql.  What belongs here is state, which
+-- cannot be replayed: new tables, columns (appended at the end of their
+-- CREATE TABLE in sql/src, so the column order matches a fresh install),
+-- indexes, constraints, types, sequences, rows of agent.settings (and other
+-- rows the install script writes), new roles, and a DROP of every function
+-- whose signature or result type changed (the replay then re-creates it)
+-- or that 0.3.0 no longer has.  test/suites/upgrade.sh compares the catalog
+-- this leaves with a fresh 0.3.0 install's: a missing step fails there.
+--
+-- Each change says which part of sql/src it follows, in sql/src order.
+
+\echo Use "ALTER EXTENSION sandbox_ext UPDATE TO '0.3.0'" to load this file. \quit

@@ -44,7 +44,7 @@ CREATE FUNCTION agent.queue_status()
 AS $$
 DECLARE
 	v_all		boolean := agent.current_workspace() IS NULL;
-	v_caller	name := agent._runner_role();	-- the role outside this function
+	v_caller	name := agent._outer_role();	-- the role outside this function
 	v_slots		integer := pg_catalog.current_setting('sandbox.max_concurrent_runs', true)::integer;
 	v_local		integer;
 	v_runner_free integer;

@@ -16,7 +16,13 @@ case $BIN in /*) ;; *) BIN=$(pwd)/$BIN ;; esac
 log=$(mktemp /tmp/cgroup-v2.XXXXXX)
 trap 'rm -f "$log"' EXIT
 start=$SECONDS
-"$here/guest.sh" "$here/checks.sh" "$BIN" 2>&1 | tee "$log"
+# what the checks take from this host's environment: the PostgreSQL whose
+# sandbox_ext the "postgres" part runs (as test/run.sh has it), and the
+# test knobs CG2_PARTS and CG2_ONLY
+pass_env=(PG_CONFIG="${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")
+[ -n "${CG2_PARTS:-}" ] && pass_env+=(CG2_PARTS="$CG2_PARTS")
+[ -n "${CG2_ONLY:-}" ] && pass_env+=(CG2_ONLY="$CG2_ONLY")
+"$here/guest.sh" env "${pass_env[@]}" "$here/checks.sh" "$BIN" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 echo "# cgroup-v2: the guest took $((SECONDS - start)) s"
 line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)

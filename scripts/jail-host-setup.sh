@@ -34,7 +34,7 @@
 #       cgroup not delegated) it says why on stderr and execs COMMAND
 #       anyway: its jails then report the reason (require_cgroup decides).
 #
-# Run as root; idempotent; harmless (exit 0, a note on stderr) when cgroups
+# Run as root (--enter-cgroup: as the unit's user); idempotent; harmless (exit 0, a note on stderr) when cgroups
 # or controllers are unavailable: the jail then falls back to rlimits and
 # reports "cgroup":"none" (or refuses to run with --require-cgroup).
 set -u

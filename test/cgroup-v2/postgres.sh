@@ -27,11 +27,19 @@ WD=/run/sbx-cg2-work
 mkdir -p "$WD"
 mountpoint -q "$WD" || mount -t tmpfs -o size=512m,mode=0700 sbx-cg2-work "$WD"
 chown postgres: "$WD"
-export SANDBOX_EXTRA_CONF="sandbox.jail_path = '$BIN'
+# sandbox_ext alone in the database: no pgtap, no pg_cron's jobs (nothing
+# here needs them; every statement of their install scripts runs emulated)
+export SANDBOX_DB_EXTENSIONS=
+# what this guest's server runs with (after the template's settings, so
+# these hold): no warm interpreters, one slot, the guest's own paths
+GUEST_CONF="sandbox.jail_path = '$BIN'
 sandbox.work_dir = '$WD'
 sandbox.warm_python = 0
 sandbox.warm_node = 0
-sandbox.max_concurrent_runs = 1"
+sandbox.max_concurrent_runs = 1
+sandbox.local_runner = on
+unix_socket_directories = '$SANDBOX_CLUSTER_DIR'
+cron.host = '$SANDBOX_CLUSTER_DIR'"
 
 stop() {
 	"$ROOT/scripts/cluster.sh" stop >/dev/null 2>&1
@@ -40,10 +48,28 @@ stop() {
 trap stop EXIT
 
 # the postmaster (and all it starts: the supervisor, the local runner, its
-# launcher) in SVC, as a service in the delegated subtree would be
-if ! sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$SVC" \
-		"$ROOT/scripts/cluster.sh" start > /tmp/sbx-cg2-cluster.log 2>&1; then
-	nok "cluster: started in $SVC with sandbox_ext" "$(tail -n 5 /tmp/sbx-cg2-cluster.log | tr '\n' '|')"
+# launcher) in SVC, as a service in the delegated subtree would be.
+# CG2_PG_TEMPLATE (test/cgroup-v2/run.sh makes it on the host: initdb and
+# CREATE EXTENSION natively, stopped cleanly) is copied and started here;
+# without one, scripts/cluster.sh makes the cluster here (minutes when
+# emulated).
+in_svc() { sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$SVC" "$@"; }
+started=no
+if [ -n "${CG2_PG_TEMPLATE:-}" ]; then
+	rm -rf "$SANDBOX_CLUSTER_DIR"
+	cp -a "$CG2_PG_TEMPLATE" "$SANDBOX_CLUSTER_DIR" &&
+		printf '%s\n' "$GUEST_CONF" >> "$SANDBOX_CLUSTER_DIR/data/postgresql.conf" &&
+		in_svc runuser -u postgres -- "$PGBIN/pg_ctl" -D "$SANDBOX_CLUSTER_DIR/data" \
+			-l "$SANDBOX_CLUSTER_DIR/server.log" -w -t 600 start > /tmp/sbx-cg2-cluster.log 2>&1 &&
+		started=yes
+	cat "$SANDBOX_CLUSTER_DIR/server.log" >> /tmp/sbx-cg2-cluster.log 2>/dev/null
+else
+	SANDBOX_EXTRA_CONF=$GUEST_CONF in_svc "$ROOT/scripts/cluster.sh" start > /tmp/sbx-cg2-cluster.log 2>&1 &&
+		started=yes
+fi
+if [ $started != yes ]; then
+	nok "cluster: started in $SVC with sandbox_ext${CG2_PG_TEMPLATE:+ (from $CG2_PG_TEMPLATE)}" \
+		"$(tail -n 5 /tmp/sbx-cg2-cluster.log | tr '\n' '|')"
 	finish_suite
 fi
 echo "# cluster started in $SECONDS s"

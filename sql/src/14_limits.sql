@@ -87,10 +87,20 @@ BEGIN
 			USING ERRCODE = 'configuration_limit_exceeded',
 				  DETAIL = format('Storing %s (%s bytes) would bring it to %s of %s bytes.',
 								  what, bytes, v_total, v_limit),
-				  HINT = 'Delete files the organization no longer needs, or ask the operator for a larger quota (agent.orgs.max_stored_bytes).';
+				  HINT = 'Delete files or skills the organization no longer needs (agent.delete_file(), agent.delete_skill()), or ask the operator for a larger quota (agent.orgs.max_stored_bytes).';
 	END IF;
 	RETURN v_total;
 END
+$$;
+
+-- Give bytes back to the org's storage (a deletion): never below zero.
+CREATE FUNCTION agent._free_storage(org uuid, bytes bigint) RETURNS void
+	LANGUAGE sql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	UPDATE agent.org_usage u
+	   SET stored_bytes = greatest(u.stored_bytes - coalesce(bytes, 0), 0), updated_at = now()
+	 WHERE u.org_id = org
 $$;
 
 -- Would storing bytes more fit the org's quota?  (No lock: the caller that
@@ -100,6 +110,22 @@ CREATE FUNCTION agent._storage_fits(org uuid, bytes bigint) RETURNS boolean
 	SET search_path = pg_catalog, agent, pg_temp
 	RETURN coalesce((SELECT u.stored_bytes FROM agent.org_usage u WHERE u.org_id = org), 0)
 		   + coalesce(bytes, 0) <= agent._org_storage_limit(org);
+
+-- Is the org at or past its storage quota?  Then it starts no new run: a
+-- run's output is kept past the quota (agent._use_storage allow_over,
+-- bounded by sandbox.output_limit), so runs that keep starting would grow
+-- its storage without bound.  The request is refused
+-- (storage_quota_exhausted), and so is an approved run at its claim.
+CREATE FUNCTION agent._storage_exhausted(org uuid, OUT exhausted boolean,
+										 OUT stored_bytes bigint, OUT max_stored_bytes bigint)
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+	SELECT u.stored_bytes >= l.max, u.stored_bytes, l.max
+	  FROM (SELECT coalesce((SELECT x.stored_bytes FROM agent.org_usage x WHERE x.org_id = org), 0)
+					 AS stored_bytes) u,
+		   (SELECT agent._org_storage_limit(org) AS max) l
+$$;
 
 -- The operator sets an org's limits (NULL: back to the defaults).  Owner
 -- only: not granted to any role.

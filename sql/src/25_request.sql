@@ -4,7 +4,8 @@
 -- Two kinds of "no" are kept apart.  A caller bug (a null argument, an id
 -- that does not exist in the caller's tenant, limits out of range) raises
 -- an error with a specific SQLSTATE and leaves no row behind.  A policy
--- refusal (plan, admin switch, toggles, model, language, code size) is a
+-- refusal (plan, admin switch, toggles, model, language, code size,
+-- credits, storage quota) is a
 -- returned status: the capability.invoke_denied audit event must survive,
 -- so raising (and rolling it back) is not an option.  The returned row
 -- still carries the SQLSTATE the refusal corresponds to, for callers that
@@ -102,12 +103,14 @@ BEGIN
 		   rt.interpreter || ' ' || rt.version AS runtime,
 		   p.credits_per_invocation AS price,
 		   coalesce((SELECT b.balance FROM agent.credit_balances b WHERE b.org_id = w.org_id), 0) AS balance,
+		   st.exhausted AS storage_exhausted, st.stored_bytes, st.max_stored_bytes,
 		   (SELECT s.value::integer FROM agent.settings s WHERE s.key = 'max_code_bytes') AS max_code_bytes,
 		   (SELECT s.value::interval FROM agent.settings s WHERE s.key = 'approval_timeout') AS approval_timeout
 	  INTO v_ctx
 	  FROM agent.workspaces w
 	  JOIN agent.orgs o ON o.id = w.org_id
 	  JOIN agent.plans p ON p.plan = o.plan
+	  CROSS JOIN LATERAL agent._storage_exhausted(o.id) st
 	  LEFT JOIN agent.agents a ON a.id = request_execution.agent
 							  AND a.org_id = w.org_id AND a.workspace_id = w.id
 	  LEFT JOIN agent.models m ON m.id = a.model_id
@@ -187,6 +190,11 @@ BEGIN
 			-- provisioned (a balance may fall between now and then).
 			v_reason := 'insufficient_credits'; v_sqlstate := '53000';
 			v_message := format('The organization has %s credits; a run costs %s.', v_ctx.balance, v_ctx.price);
+		ELSIF v_ctx.storage_exhausted THEN
+			-- Checked again when the run is claimed (agent._claim_invocations).
+			v_reason := 'storage_quota_exhausted'; v_sqlstate := '53400';
+			v_message := format('The organization stores %s of its %s bytes; delete files or skills it no longer needs.',
+								v_ctx.stored_bytes, v_ctx.max_stored_bytes);
 		END IF;
 	END IF;
 
@@ -200,6 +208,9 @@ BEGIN
 							   'idempotency_key', idempotency_key)
 			|| CASE WHEN v_reason = 'insufficient_credits'
 					THEN jsonb_build_object('balance', v_ctx.balance, 'price', v_ctx.price)
+					WHEN v_reason = 'storage_quota_exhausted'
+					THEN jsonb_build_object('stored_bytes', v_ctx.stored_bytes,
+											'max_stored_bytes', v_ctx.max_stored_bytes)
 					ELSE '{}'::jsonb END);
 		r := ROW(NULL::uuid, NULL::uuid, 'denied', v_reason, v_sqlstate, false);
 		RETURN r;

@@ -1,9 +1,15 @@
--- Execution: what the supervisor background worker (src/supervisor.c) calls,
--- and the API around a running invocation: output, cancel, wait, status.
+-- Execution: a run's steps in the database, and the API around a running
+-- invocation: output, cancel, wait, status.
 --
--- Every function the supervisor calls is one short step fenced on the state
--- it expects, so a supervisor that dies between two steps leaves rows that
--- agent._supervisor_recover() resolves at the next start.
+-- Every runner, the local one too, reaches the steps through the
+-- agent.runner_* wrappers of 45_runners.sql (called from
+-- src/runner/steps.c and steps_result.c), which check its identity and
+-- lease first.  The supervisor (src/supervisor.c) calls only
+-- _supervisor_recover() at its start and _finish_pending() (with
+-- agent.reap_expired_leases()).  Each step is one short transaction
+-- fenced on the state it expects, so a runner or supervisor that dies
+-- between two steps leaves rows that the lease reaper or
+-- agent._supervisor_recover() resolves.
 
 
 -- Terminal states: nothing happens to an invocation after these.  From the
@@ -95,7 +101,9 @@ CREATE POLICY invocation_output_auditor ON agent.invocation_output
 GRANT SELECT ON agent.invocation_output TO agent_backend, agent_auditor;
 
 -- ----------------------------------------------------------------------
--- Supervisor steps (owner only; never granted)
+-- Run steps (owner only; never granted: runners reach them through the
+-- agent.runner_* wrappers of 45_runners.sql, the supervisor calls the last
+-- two)
 --
 -- A run's life in the database, one named function per step, each fenced
 -- on the state it expects:
@@ -116,13 +124,13 @@ GRANT SELECT ON agent.invocation_output TO agent_backend, agent_auditor;
 -- Locks.  A backend acting for one tenant can hold row locks through the
 -- API for as long as its transaction lasts (an approval holds the org's
 -- audit head; an upload its usage row).  None of these steps may wait for
--- such a lock, or one tenant could stall the supervisor and so every other
+-- such a lock, or one tenant could stall a runner and so every other
 -- tenant: the claim skips what is locked (SKIP LOCKED), and applying a
 -- result takes its locks with NOWAIT; a result that cannot be applied now
 -- stays staged in agent.run_results, which is written without touching
--- any tenant row, and is applied on a later turn.  The supervisor also
--- runs with a short lock_timeout as a backstop for any lock not foreseen
--- here.
+-- any tenant row, and is applied on a later turn (by the supervisor,
+-- _finish_pending).  Runners and the supervisor also run with a short
+-- lock_timeout as a backstop for any lock not foreseen here.
 -- ----------------------------------------------------------------------
 
 -- Results waiting to be applied.  No foreign keys on purpose: a key check
@@ -311,6 +319,7 @@ DECLARE
 	v_price		integer;
 	v_lease		interval;
 	v_live_since timestamptz;	-- a runner heartbeating since is live
+	v_store		record;
 	claimed		integer := 0;
 	taken		uuid[] := '{}'::uuid[];		-- conversations claimed in this call
 	locked_orgs uuid[] := '{}'::uuid[];		-- orgs whose lock this call holds
@@ -470,6 +479,26 @@ BEGIN
 									 jsonb_build_object('approved_sha256', approved,
 														'audited_sha256', audited,
 														'code_sha256', agent.code_sha256(r.code)));
+				PERFORM agent._notify_invocation(r.id, '{"done":true}');
+				CONTINUE;
+			END IF;
+
+			-- An org at its storage quota starts no new run: its output
+			-- would be kept past the quota (agent._storage_exhausted).
+			-- Nothing ran, nothing is charged.
+			SELECT * INTO v_store FROM agent._storage_exhausted(r.org_id);
+			IF v_store.exhausted THEN
+				UPDATE agent.invocations i
+				   SET state = 'provision_failed',
+					   state_reason = format('the organization''s storage quota is exhausted (%s of %s bytes); nothing ran',
+											 v_store.stored_bytes, v_store.max_stored_bytes),
+					   finished_at = now()
+				 WHERE i.id = r.id;
+				PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
+									 'supervisor',
+									 jsonb_build_object('reason', 'storage_quota_exhausted',
+														'stored_bytes', v_store.stored_bytes,
+														'max_stored_bytes', v_store.max_stored_bytes));
 				PERFORM agent._notify_invocation(r.id, '{"done":true}');
 				CONTINUE;
 			END IF;
@@ -835,7 +864,7 @@ DECLARE
 BEGIN
 	SELECT -l.amount INTO amount FROM agent.credit_ledger l
 	 WHERE l.invocation_id = r.id AND l.kind = 'charge';
-	IF agent.refund_invocation(r.id, reason) THEN
+	IF agent._refund(r.id, reason) THEN
 		PERFORM agent._audit(r.org_id, r.workspace_id, 'credits.refunded', r.id, 'supervisor',
 							 jsonb_build_object('amount', amount, 'reason', reason));
 	END IF;

@@ -415,6 +415,138 @@ BEGIN
 END
 $$;
 
+-- Delete a file from a conversation: every saved version of the name
+-- loses its content (status pruned, size and sha256 kept, as retention
+-- does), the org's storage goes down by their size, and the conversation's
+-- session, if it holds one of them, ends, so that its next run starts in a
+-- workspace rebuilt from the files left (the file is gone from /workspace
+-- too).  Refused while a run of the conversation is in flight.  Returns the
+-- bytes freed.
+CREATE FUNCTION agent.delete_file(conversation uuid, name text, deleted_by text)
+	RETURNS bigint
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	c		agent.conversations;
+	s		agent.sessions;
+	v_ids	uuid[];
+	v_bytes	bigint;
+	v_sha	text;
+BEGIN
+	PERFORM agent._require_tenant();
+	IF conversation IS NULL OR name IS NULL OR deleted_by IS NULL THEN
+		RAISE EXCEPTION 'conversation, name and deleted_by must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM agent._require_person(deleted_by, 'deleted_by');
+	-- the lock uploads and the claim of the conversation's runs take
+	SELECT * INTO c FROM agent.conversations x
+	 WHERE x.id = conversation AND x.org_id = agent.current_org()
+	   AND x.workspace_id = agent.current_workspace()
+	   FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'conversation % does not exist', conversation
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the id and that the tenant set with agent.set_tenant() owns it.';
+	END IF;
+	IF EXISTS (SELECT 1 FROM agent.invocations i
+				WHERE i.conversation_id = c.id AND i.state IN ('provisioning', 'running')) THEN
+		RAISE EXCEPTION 'a run of conversation % is in flight', c.id
+			USING ERRCODE = 'object_in_use',
+				  HINT = 'Delete the file once the run has ended (agent.wait()).';
+	END IF;
+	WITH d AS (
+		SELECT f.id FROM agent.files f
+		 WHERE f.conversation_id = c.id AND f.name = delete_file.name AND f.status = 'saved'
+		   FOR UPDATE),
+	u AS (
+		UPDATE agent.files f
+		   SET status = 'pruned', content = NULL,
+			   reason = format('deleted by %s on %s', deleted_by, now()::date)
+		  FROM d WHERE f.id = d.id
+		RETURNING f.id, f.size, f.sha256, f.created_at)
+	SELECT array_agg(u.id ORDER BY u.created_at), coalesce(sum(u.size), 0)::bigint,
+		   (array_agg(u.sha256 ORDER BY u.created_at DESC))[1]
+	  INTO v_ids, v_bytes, v_sha
+	  FROM u;
+	IF v_ids IS NULL THEN
+		RAISE EXCEPTION 'file "%" does not exist in conversation %', agent._shown(name), c.id
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'agent.list_files() lists the files of a conversation.';
+	END IF;
+	PERFORM agent._free_storage(c.org_id, v_bytes);
+	PERFORM agent._audit(c.org_id, c.workspace_id, 'file.deleted', NULL, deleted_by,
+						 jsonb_build_object('conversation_id', c.id, 'name', name,
+											'file_ids', to_jsonb(v_ids), 'bytes', v_bytes,
+											'sha256', v_sha));
+	SELECT * INTO s FROM agent.sessions x
+	 WHERE x.conversation_id = c.id AND x.state = 'active'
+	   AND EXISTS (SELECT 1 FROM agent.session_files sf
+				   WHERE sf.session_id = x.id AND sf.file_id = ANY (v_ids))
+	   FOR UPDATE;
+	IF FOUND THEN
+		UPDATE agent.sessions x SET state = 'ended', end_reason = 'file_deleted', ended_at = now()
+		 WHERE x.id = s.id;
+		PERFORM agent._audit(s.org_id, s.workspace_id, 'session.ended', NULL, deleted_by,
+							 jsonb_build_object('session_id', s.id, 'generation', s.generation,
+												'conversation_id', s.conversation_id,
+												'reason', 'file_deleted'));
+		PERFORM agent._wake_supervisor();	-- it deletes the workspace
+	END IF;
+	RETURN v_bytes;
+END
+$$;
+COMMENT ON FUNCTION agent.delete_file(uuid, text, text) IS
+	'delete a file (every saved version of the name) from a conversation and its sandbox session; returns the bytes freed';
+
+-- Delete a version of a skill of the current org that no agent has
+-- attached: its files go, the org's storage goes down by their size.
+-- Returns the bytes freed.
+CREATE FUNCTION agent.delete_skill(skill uuid, deleted_by text)
+	RETURNS bigint
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	k		agent.skills;
+	v_bytes	bigint;
+	v_n		integer;
+BEGIN
+	PERFORM agent._require_tenant(false);
+	IF skill IS NULL OR deleted_by IS NULL THEN
+		RAISE EXCEPTION 'skill and deleted_by must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM agent._require_person(deleted_by, 'deleted_by');
+	SELECT * INTO k FROM agent.skills x
+	 WHERE x.id = skill AND x.org_id = agent.current_org() FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'skill % does not exist', skill
+			USING ERRCODE = 'no_data_found',
+				  HINT = 'Check the id and that the tenant set with agent.set_tenant() owns it.';
+	END IF;
+	-- (an attach takes the skill row's key share: it waits for this lock)
+	SELECT count(*)::integer INTO v_n FROM agent.agent_skills a WHERE a.skill_id = k.id;
+	IF v_n > 0 THEN
+		RAISE EXCEPTION 'skill "%" version % is attached to % agent(s)', k.name, k.version, v_n
+			USING ERRCODE = 'object_in_use',
+				  HINT = 'Detach it first with agent.set_agent_skill(agent, skill, false).';
+	END IF;
+	SELECT coalesce(sum(octet_length(f.content)), 0)::bigint INTO v_bytes
+	  FROM agent.skill_files f WHERE f.skill_id = k.id;
+	DELETE FROM agent.skills x WHERE x.id = k.id;	-- its files with it
+	PERFORM agent._free_storage(k.org_id, v_bytes);
+	PERFORM agent._audit(k.org_id, NULL, 'skill.deleted', NULL, deleted_by,
+						 jsonb_build_object('skill_id', k.id, 'name', k.name, 'version', k.version,
+											'bytes', v_bytes));
+	RETURN v_bytes;
+END
+$$;
+COMMENT ON FUNCTION agent.delete_skill(uuid, text) IS
+	'delete a skill version no agent has attached; returns the bytes freed';
+
 -- ----------------------------------------------------------------------
 -- Supervisor steps
 -- ----------------------------------------------------------------------
@@ -792,7 +924,8 @@ REVOKE ALL ON FUNCTION agent._session_for(agent.invocations, uuid), agent._files
 	agent._trim_session_disk(uuid, uuid), agent._skill_ids_in_use(),
 	agent._live_session_ids(), agent.expire_idle_sessions(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agent.upload_file(uuid, text, bytea, text, text),
-	agent.list_files(uuid), agent.download_file(uuid), agent.create_skill(text, jsonb, text),
+	agent.list_files(uuid), agent.download_file(uuid), agent.delete_file(uuid, text, text),
+	agent.delete_skill(uuid, text), agent.create_skill(text, jsonb, text),
 	agent.set_agent_skill(uuid, uuid, boolean), agent.valid_relative_path(text) TO agent_backend;
 
 -- ----------------------------------------------------------------------

@@ -126,7 +126,7 @@ build_rules(scmp_filter_ctx ctx, JailFilterKind kind, char *err)
 	 * process made for itself (rootfs.c, enter_payload_ns) on kernels
 	 * where it cannot enter the root ahead: setns with CLONE_NEWNS only,
 	 * which needs CAP_SYS_ADMIN, gone for good once init has mounted the
-	 * request (drop_held in sandbox.c).
+	 * request (jail_drop_held in sandbox.c).
 	 */
 	if (kind == FILTER_INIT)
 	{
@@ -318,7 +318,7 @@ fail:
  * With watch_sock >= 0 as well (a served payload's socket to its init),
  * the listener goes there too: it reports POLLHUP once no task uses the
  * program any more, which on Linux 6.3 and later is when the last of the
- * payload's tasks has entered its exit (sandbox.c, init_reap).
+ * payload's tasks has entered its exit (sandbox.c, jail_init_reap).
  */
 int
 jail_filter_load(const JailFilter *filter, int keep_sock, int watch_sock)

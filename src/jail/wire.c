@@ -127,6 +127,34 @@ jail_wire_recv(int sock, void *buf, size_t len, int *fds, int maxfds,
 	return n;
 }
 
+/* A request: its magic, NUL-terminated, first. */
+void
+jail_wire_request_init(JailWireRequest *r, char *buf)
+{
+	r->buf = buf;
+	r->len = sizeof(JAIL_WIRE_MAGIC);
+	r->nstrings = 0;
+	r->full = false;
+	memcpy(buf, JAIL_WIRE_MAGIC, sizeof(JAIL_WIRE_MAGIC));
+}
+
+/* One more string of the request, with its NUL; false once it is full. */
+bool
+jail_wire_request_add(JailWireRequest *r, const char *s)
+{
+	size_t		n = strlen(s) + 1;
+
+	if (r->full || n > JAIL_WIRE_MAX - r->len || r->nstrings >= JAIL_WIRE_MAX_ARGS)
+	{
+		r->full = true;
+		return false;
+	}
+	memcpy(r->buf + r->len, s, n);
+	r->len += n;
+	r->nstrings++;
+	return true;
+}
+
 /*
  * An answer: magic, rc, verdict (the JSON line, or ""), message (a setup
  * error or a refusal's reason, or ""), each NUL-terminated.  Its length,

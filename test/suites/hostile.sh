@@ -295,6 +295,93 @@ SELECT agent.upload_file('$conv', 'second.bin', decode(repeat('ab', 60000), 'hex
 	q -c "SELECT agent.set_org_limits('$org', NULL, NULL)" >/dev/null
 }
 
+# An org at its storage quota starts no new run: a run's output is kept
+# past the quota (bounded by sandbox.output_limit), so runs that kept
+# starting would grow its storage without bound.
+t_output_quota() {
+	local org ws agent conv t i1 a1 i2 a2 r
+	t=$(new_tenant 1000)
+	read -r org ws agent conv <<<"$t"
+	q -c "SELECT agent.set_org_limits('$org', NULL, (SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org') + 50000)" >/dev/null
+	# two runs of one conversation, both approved while the org is within
+	# its quota: the first writes 100 kB, the second waits behind it
+	read -r i1 a1 < <(req "$t" python 'import time; time.sleep(0.5); print("x" * 100000)')
+	read -r i2 a2 < <(req "$t" shell 'echo second')
+	approve "$t" "$a1"
+	approve "$t" "$a2"
+	await "$t" "$i1" >/dev/null
+	await "$t" "$i2" >/dev/null
+	check "a run's output is kept past its org's storage quota" "succeeded|100001" \
+		"$(field "$i1" state)|$(q -c "SELECT sum(octet_length(data)) FROM agent.invocation_output WHERE invocation_id = '$i1' AND stream = 'stdout'")"
+	check "... the run queued behind it is refused at its claim: nothing ran, nothing charged" \
+		"provision_failed|t|||" \
+		"$(field "$i2" state)|$(field "$i2" "state_reason LIKE 'the organization''s storage quota is exhausted%'")|$(ledger "$i2")|$(output "$i2")|$(field "$i2" started_at)"
+	check "... audited with the reason" 1 \
+		"$(q -c "SELECT count(*) FROM agent.audit_events WHERE invocation_id = '$i2' AND event_type = 'invocation.provision_failed' AND details ->> 'reason' = 'storage_quota_exhausted'")"
+	r=$(tq "$org" "$ws" "SELECT status || '|' || reason || '|' || sqlstate || '|' || (invocation_id IS NULL) FROM agent.request_execution('$ws', '$agent', NULL, 'shell', 'true', 'requester');" | tail -n 1)
+	check "a new request of the org is refused: storage_quota_exhausted, 53400, no invocation" \
+		"denied|storage_quota_exhausted|53400|true" "$r"
+	check "... audited as capability.invoke_denied with the figures" 1 \
+		"$(q -c "SELECT count(*) FROM agent.audit_events WHERE org_id = '$org' AND event_type = 'capability.invoke_denied' AND details ->> 'reason' = 'storage_quota_exhausted' AND (details ->> 'stored_bytes')::bigint >= (details ->> 'max_stored_bytes')::bigint")"
+	q -c "SELECT agent.set_org_limits('$org', NULL, NULL)" >/dev/null
+	r=$(run "$t" shell 'echo again' none)
+	check "... and with the quota raised it runs again" "succeeded|again" "$(field "$r" state)|$(output "$r")"
+}
+
+# A tenant can free its storage: delete a conversation's file (gone from the
+# database's content and from the sandbox session) or an unused skill.
+t_delete_files() {
+	local org ws agent conv t stored0 inv freed err skill borg bws rest s1
+	t=$(new_tenant 1000)
+	read -r org ws agent conv <<<"$t"
+	read -r borg bws rest <<<"$B"
+	stored() { q -c "SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org'"; }
+	tq "$org" "$ws" "SELECT agent.upload_file('$conv', 'gone.txt', convert_to('secret', 'UTF8'), 'requester');" >/dev/null
+	tq "$org" "$ws" "SELECT agent.upload_file('$conv', 'gone.txt', convert_to('secret2', 'UTF8'), 'requester');" >/dev/null
+	inv=$(run "$t" shell 'cat gone.txt' "$conv")
+	s1=$(field "$inv" session_id)
+	stored0=$(($(stored) - 13))
+	check "a conversation's file is in its session's workspace" "succeeded|secret2" "$(field "$inv" state)|$(output "$inv")"
+	freed=$(tq "$org" "$ws" "SELECT agent.delete_file('$conv', 'gone.txt', 'requester');" | tail -n 1)
+	check "delete_file frees what every version of the name held" "13|$stored0" "$freed|$(stored)"
+	check "... its rows keep size and sha256, not the content" "pruned|pruned|true" \
+		"$(q -c "SELECT string_agg(status, '|' ORDER BY created_at) || '|' || bool_and(content IS NULL AND size > 0 AND sha256 ~ '^[0-9a-f]{64}$' AND reason LIKE 'deleted by requester%') FROM agent.files WHERE conversation_id = '$conv' AND name = 'gone.txt'")"
+	check "... audited (file.deleted, with the bytes)" 13 \
+		"$(q -c "SELECT details ->> 'bytes' FROM agent.audit_events WHERE org_id = '$org' AND event_type = 'file.deleted'")"
+	check "... the session that held it ends" "ended|file_deleted" \
+		"$(q -c "SELECT state || '|' || end_reason FROM agent.sessions WHERE id = '$s1'")"
+	for _ in $(seq 1 50); do [ -d "$WORK/sessions/$s1" ] || break; sleep 0.1; done
+	check "... its workspace is deleted" gone "$([ -d "$WORK/sessions/$s1" ] && echo present || echo gone)"
+	inv=$(run "$t" shell 'cat gone.txt 2>/dev/null || echo absent' "$conv")
+	check "... and the next run no longer finds it in /workspace" "succeeded|absent" "$(field "$inv" state)|$(output "$inv")"
+	err=$(tq_error "$org" "$ws" "SELECT agent.delete_file('$conv', 'gone.txt', 'requester');")
+	check "deleting it again: P0002" "P0002 file \"gone.txt\" does not exist in conversation $conv" "$err"
+	err=$(tq_error "$borg" "$bws" "SELECT agent.delete_file('$conv', 'gone.txt', 'requester');")
+	check "another tenant cannot delete it (the conversation does not exist for it)" \
+		"P0002 conversation $conv does not exist" "$err"
+	err=$(tq_error "$org" "$ws" "SELECT agent.delete_file('$conv', 'x', 'supervisor');")
+	check "... nor under a reserved actor name" 42939 "${err%% *}"
+	tq "$org" "$ws" "SELECT agent.upload_file('$conv', 'keep.txt', convert_to('k', 'UTF8'), 'requester');" >/dev/null
+	inv=$(start "$t" shell 'sleep 3' "$conv")
+	wait_state "$inv" running
+	err=$(tq_error "$org" "$ws" "SELECT agent.delete_file('$conv', 'keep.txt', 'requester');")
+	check "a file is not deleted while a run of its conversation is in flight (55006)" \
+		"55006 a run of conversation $conv is in flight" "$err"
+	await "$t" "$inv" >/dev/null
+
+	stored0=$(stored)
+	skill=$(tq "$org" "$ws" "SELECT agent.create_skill('del-me', jsonb_build_object('a.sh', encode(convert_to('echo 12345', 'UTF8'), 'base64')));" | tail -n 1)
+	tq "$org" "$ws" "SELECT agent.set_agent_skill('$agent', '$skill');" >/dev/null
+	err=$(tq_error "$org" "$ws" "SELECT agent.delete_skill('$skill', 'requester');")
+	check "an attached skill is not deleted (55006)" "55006 skill \"del-me\" version 1 is attached to 1 agent(s)" "$err"
+	err=$(tq_error "$borg" "$bws" "SELECT agent.delete_skill('$skill', 'requester');")
+	check "another tenant cannot delete it" "P0002 skill $skill does not exist" "$err"
+	tq "$org" "$ws" "SELECT agent.set_agent_skill('$agent', '$skill', false);" >/dev/null
+	freed=$(tq "$org" "$ws" "SELECT agent.delete_skill('$skill', 'requester');" | tail -n 1)
+	check "a detached skill is deleted, its bytes freed and audited" "10|$stored0|0|1" \
+		"$freed|$(stored)|$(q -c "SELECT count(*) FROM agent.skill_files WHERE skill_id = '$skill'")|$(q -c "SELECT count(*) FROM agent.audit_events WHERE org_id = '$org' AND event_type = 'skill.deleted' AND details ->> 'skill_id' = '$skill'")"
+}
+
 t_skill_gc() {
 	local org ws agent conv skill inv
 	read -r org ws agent conv <<<"$A"
@@ -408,7 +495,7 @@ CONF
 
 run_tests t_launcher_killed t_oneshot_killed t_cancel_backend t_work_dir_moved t_many_entries \
 	t_unfunded_flood t_paying_flood t_lock_holder \
-	t_work_dir_on_data_fs t_storage_quota t_skill_gc t_session_disk_budget t_disk_full
+	t_work_dir_on_data_fs t_storage_quota t_output_quota t_delete_files t_skill_gc t_session_disk_budget t_disk_full
 
 check_invariants
 finish_suite

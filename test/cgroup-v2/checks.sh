@@ -22,8 +22,6 @@ CG=$(awk '{ for (i = 1; i <= NF; i++) if ($i == "-") break;
 D=$CG/sandbox_ext			# the delegated parent jail-host-setup.sh makes
 SVC=$D/service				# where postgres's own processes run
 
-PASS=0
-FAIL=0
 WORK=$(mktemp -d /tmp/cg2test.XXXXXX)
 chmod 755 "$WORK"
 MARK=$((RANDOM * 32768 + RANDOM + 100000))	# unique sleep durations
@@ -35,13 +33,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { PASS=$((PASS + 1)); echo "ok   - $*"; }
+# ok and nok: test/tap.sh (plain lines); a failure shows the last run's
+# verdict and output
+TAP_STYLE=plain
+. "$ROOT/test/tap.sh"
 fail() {
-	FAIL=$((FAIL + 1))
-	echo "FAIL - $*"
-	echo "       verdict: $(cat "$WORK/verdict" 2>/dev/null)"
-	echo "       rc=${RC:-} stdout: $(head -c 300 "$WORK/out" 2>/dev/null | tr '\n' '|')"
-	echo "       stderr: $(head -c 400 "$WORK/err" 2>/dev/null | tr '\n' '|')"
+	nok "$*" "verdict: $(cat "$WORK/verdict" 2>/dev/null)" \
+		"rc=${RC:-} stdout: $(head -c 300 "$WORK/out" 2>/dev/null | tr '\n' '|')" \
+		"stderr: $(head -c 400 "$WORK/err" 2>/dev/null | tr '\n' '|')"
 }
 # t NAME CONDITION: CONDITION is evaluated by the shell
 t() {
@@ -433,5 +432,5 @@ wait "$SERVER" 2>/dev/null
 wait_until '[ -z "$(cat "$S/sandbox_ext/service/cgroup.procs")" ]' 50
 rmdir "$S"/sandbox_ext/run-* "$S/sandbox_ext/service" "$S/sandbox_ext" "$S/.control" "$S" 2>/dev/null
 
-echo "$PASS passed, $FAIL failed"
+tap_summary
 [ "$FAIL" = 0 ]

@@ -28,8 +28,6 @@ CG=$(awk '{ for (i = 1; i <= NF; i++) if ($i == "-") break;
 D=$CG/sandbox_ext			# the delegated parent jail-host-setup.sh makes
 SVC=$D/service				# where postgres's own processes run
 
-PASS=0
-FAIL=0
 WORK=$(mktemp -d /tmp/cg2test.XXXXXX)
 chmod 755 "$WORK"
 MARK=$((RANDOM * 32768 + RANDOM + 100000))	# unique sleep durations
@@ -41,16 +39,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { PASS=$((PASS + 1)); echo "ok   - $*"; }
+# ok and nok: test/tap.sh (plain lines); a failure shows the last run's
+# verdict and output
+TAP_STYLE=plain
+. "$ROOT/test/tap.sh"
 part() { [ -z "${CG2_PARTS:-}" ] || [[ " $CG2_PARTS " == *" $1 "* ]]; }
 # where the guest's time goes (a note, never a check)
 stamp() { echo "# at $SECONDS s: $*"; }
 fail() {
-	FAIL=$((FAIL + 1))
-	echo "FAIL - $*"
-	echo "       verdict: $(cat "$WORK/verdict" 2>/dev/null)"
-	echo "       rc=${RC:-} stdout: $(head -c 300 "$WORK/out" 2>/dev/null | tr '\n' '|')"
-	echo "       stderr: $(head -c 400 "$WORK/err" 2>/dev/null | tr '\n' '|')"
+	nok "$*" "verdict: $(cat "$WORK/verdict" 2>/dev/null)" \
+		"rc=${RC:-} stdout: $(head -c 300 "$WORK/out" 2>/dev/null | tr '\n' '|')" \
+		"stderr: $(head -c 400 "$WORK/err" 2>/dev/null | tr '\n' '|')"
 }
 # t NAME CONDITION: CONDITION is evaluated by the shell
 t() {
@@ -573,5 +572,5 @@ if part postgres; then
 fi
 
 stamp "done"
-echo "$PASS passed, $FAIL failed"
+tap_summary
 [ "$FAIL" = 0 ]

@@ -32,7 +32,10 @@
  *	  client.c		the launcher's command-line client (--client)
  *	  egress.c		egress: the proxy's socket made in the sandbox's netns, the
  *					proxy process (sandbox-egress), a worker's stub for it
- *	  wire.c		the launcher's messages (wire_protocol.h)
+ *	  wire.c		one message with descriptors over a socket, and the
+ *					launcher's messages (wire_protocol.h)
+ *	  bpf_export.c	a libseccomp program as BPF (bpf_export.h; compiled into
+ *					the egress proxy too)
  *	  util.c		diagnostics, small file I/O, the clock, the code's read
  *
  * Who exits.  Only main.c decides the jail's exit code: every helper
@@ -498,6 +501,11 @@ extern int	jail_write_file(const char *path, const char *data);
 extern int	jail_write_fileat(int dirfd, const char *name, const char *data);
 extern int	jail_read_fileat(int dirfd, const char *name, char *buf, size_t len);
 extern int	jail_write_all(int fd, const void *buf, size_t len);
+struct iovec;
+extern int	jail_write_new(const char *path, const void *data, size_t len, mode_t mode,
+						   char *err);
+extern int	jail_write_new_parts(const char *path, const struct iovec *parts, int nparts,
+								 mode_t mode, char *err);
 extern void jail_close(int *fd);
 extern int	jail_die_with_parent(void);
 extern int	jail_send_fd(int sock, int fd);
@@ -623,7 +631,7 @@ extern void jail_egress_stop(JailEgress *e, JailResult *res);
 extern int	jail_egress_listen(int sock, char *err);
 extern pid_t jail_egress_stub_fork(int *sock);
 extern int	jail_egress_write_files(const JailChildArgs *args, const char *root, char *err);
-extern char *const *jail_egress_env(bool with_ca);
+extern int	jail_egress_env_add(char **env, int n, int room, bool with_ca);
 
 /* monitor.c */
 extern void jail_monitor(JailRun *run);

@@ -313,43 +313,82 @@ jail_payload_confine(const JailChildArgs *a, bool rlimits)
 		close(a->watch_sock);
 }
 
+/*
+ * The payload's whole environment: nothing of the jail's is inherited.
+ * A run with egress adds the proxy's variables (egress.c).
+ */
+static char *const payload_env_fixed[] = {
+	"PATH=/usr/local/bin:/usr/bin:/bin",
+	"HOME=/tmp",
+	"TMPDIR=/tmp",
+	"USER=sandbox",
+	"LOGNAME=sandbox",
+	"SHELL=/bin/bash",
+	"TERM=dumb",
+	"LANG=C.UTF-8",
+	"PYTHONDONTWRITEBYTECODE=1",
+	"PYTHONUNBUFFERED=1",
+	"PIP_NO_INDEX=1",
+	"PIP_DISABLE_PIP_VERSION_CHECK=1",
+	"PIP_NO_CACHE_DIR=1",
+	"npm_config_offline=true",
+	"npm_config_audit=false",
+	"npm_config_fund=false",
+	"npm_config_update_notifier=false",
+	"npm_config_cache=/tmp/.npm",
+	"MPLCONFIGDIR=/tmp",
+	NULL
+};
+
+#define PAYLOAD_ENV_MAX 64
+
+/*
+ * The environment payload_execve passes (built in the payload's process,
+ * its own copy of this memory, just before execve).  NULL when it does not
+ * fit.
+ */
+static char *const *
+payload_env(const JailChildArgs *a)
+{
+	static char *env[PAYLOAD_ENV_MAX];
+	int			n = 0;
+
+	for (size_t i = 0; payload_env_fixed[i]; i++)
+	{
+		if (n >= PAYLOAD_ENV_MAX - 1)
+			return NULL;
+		env[n++] = payload_env_fixed[i];
+	}
+	if (a->egress)
+		n = jail_egress_env_add(env, n, PAYLOAD_ENV_MAX - 1, a->egress_ca_pem != NULL);
+	if (n < 0)
+		return NULL;
+	env[n] = NULL;
+	return env;
+}
+
 void
 jail_payload_execve(const JailChildArgs *a)
 {
-	static char *const env[] = {
-		"PATH=/usr/local/bin:/usr/bin:/bin",
-		"HOME=/tmp",
-		"TMPDIR=/tmp",
-		"USER=sandbox",
-		"LOGNAME=sandbox",
-		"SHELL=/bin/bash",
-		"TERM=dumb",
-		"LANG=C.UTF-8",
-		"PYTHONDONTWRITEBYTECODE=1",
-		"PYTHONUNBUFFERED=1",
-		"PIP_NO_INDEX=1",
-		"PIP_DISABLE_PIP_VERSION_CHECK=1",
-		"PIP_NO_CACHE_DIR=1",
-		"npm_config_offline=true",
-		"npm_config_audit=false",
-		"npm_config_fund=false",
-		"npm_config_update_notifier=false",
-		"npm_config_cache=/tmp/.npm",
-		"MPLCONFIGDIR=/tmp",
-		NULL
-	};
 	static char *const argv_py[] = {"/usr/bin/python3", "-I", "-u", "/sandbox/main.py", NULL};
 	static char *const argv_js[] = {"/usr/bin/node", "/sandbox/main.js", NULL};
 	static char *const argv_sh[] = {"/bin/bash", "--noprofile", "--norc", "/sandbox/main.sh", NULL};
 	char	   *argv_exec[] = {(char *) a->opts->exec_path, NULL};
 	char *const *argv;
+	char *const *env = payload_env(a);
 	char		err[JAIL_ERRLEN] = "";
 
+	if (!env)
+	{
+		jail_seterr(err, "the payload's environment has more than %d entries",
+					PAYLOAD_ENV_MAX - 1);
+		jail_child_fail(a, err);
+	}
 	/* --exec: the program alone; its argv[0] is its path, nothing more */
 	argv = a->opts->language == LANG_PYTHON ? argv_py :
 		a->opts->language == LANG_NODE ? argv_js :
 		a->opts->language == LANG_EXEC ? argv_exec : argv_sh;
-	execve(argv[0], argv, a->egress ? jail_egress_env(a->egress_ca_pem != NULL) : env);
+	execve(argv[0], argv, env);
 	jail_seterr(err, "execve %s: %s", argv[0], strerror(errno));
 	jail_child_fail(a, err);
 }

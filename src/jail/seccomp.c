@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include <linux/seccomp.h>
 
+#include "bpf_export.h"
 #include "jail.h"
 
 #ifndef CLONE_NEWTIME
@@ -221,9 +222,6 @@ int
 jail_filter_build(JailFilter *filter, JailFilterKind kind, char *err)
 {
 	scmp_filter_ctx ctx;
-	int			memfd = -1;
-	int			rc;
-	off_t		size;
 
 	/*
 	 * libseccomp learns which actions the kernel supports by calling
@@ -263,44 +261,13 @@ jail_filter_build(JailFilter *filter, JailFilterKind kind, char *err)
 	seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
 
 	if (build_rules(ctx, kind, err) < 0)
-		goto fail;
-
-	/* libseccomp 2.5 exports only to an fd; a memfd keeps it in memory. */
-	memfd = memfd_create("seccomp-bpf", MFD_CLOEXEC);
-	if (memfd < 0)
 	{
-		jail_seterr(err, "memfd_create: %s", strerror(errno));
-		goto fail;
+		seccomp_release(ctx);
+		return -1;
 	}
-	rc = seccomp_export_bpf(ctx, memfd);
-	if (rc < 0)
-	{
-		jail_seterr(err, "seccomp_export_bpf: %s", strerror(-rc));
-		goto fail;
-	}
-	size = lseek(memfd, 0, SEEK_END);
-	if (size <= 0 || size % sizeof(struct sock_filter) != 0 ||
-		size / sizeof(struct sock_filter) > BPF_MAXINSNS)
-	{
-		jail_seterr(err, "seccomp program has a bad size (%ld)", (long) size);
-		goto fail;
-	}
-	filter->insns = malloc(size);
-	if (!filter->insns || pread(memfd, filter->insns, size, 0) != size)
-	{
-		jail_seterr(err, "could not read back the seccomp program");
-		goto fail;
-	}
-	filter->len = size / sizeof(struct sock_filter);
-	close(memfd);
-	seccomp_release(ctx);
-	return 0;
-
-fail:
-	if (memfd >= 0)
-		close(memfd);
-	seccomp_release(ctx);
-	return -1;
+	/* and releases ctx */
+	return jail_bpf_export(ctx, "seccomp-bpf", &filter->insns, &filter->len, err,
+						   JAIL_ERRLEN);
 }
 
 /*

@@ -45,6 +45,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <linux/mount.h>
 
@@ -203,22 +204,17 @@ modules_tuple(const char *list, char *out, size_t len)
 	}
 }
 
+/* The bootstrap file at path: head, then body (read-only, new). */
 static int
 write_file(const char *path, const char *head, size_t head_len, const char *body,
 		   char *err)
 {
-	int			fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0444);
+	const struct iovec parts[] = {
+		{.iov_base = (void *) head,.iov_len = head_len},
+		{.iov_base = (void *) body,.iov_len = strlen(body)},
+	};
 
-	if (fd < 0 || jail_write_all(fd, head, head_len) < 0 ||
-		jail_write_all(fd, body, strlen(body)) < 0)
-	{
-		jail_seterr(err, "write %s: %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	close(fd);
-	return 0;
+	return jail_write_new_parts(path, parts, 2, 0444, err);
 }
 
 /*

@@ -60,8 +60,11 @@ typedef enum JailWireAnswerField
  * wire.c: one message with descriptors, both ways (compiled into the jail
  * and, as src/jail_wire.c, into the extension).
  */
+#define JAIL_WIRE_FDS_MAX 16		/* descriptors one message may carry */
 extern ssize_t jail_wire_send(int sock, const void *buf, size_t len,
 							  const int *fds, int nfds);
+extern ssize_t jail_wire_send_flags(int sock, const void *buf, size_t len,
+									const int *fds, int nfds, int flags);
 extern ssize_t jail_wire_recv(int sock, void *buf, size_t len, int *fds,
 							  int maxfds, int *nfds, bool *truncated);
 

@@ -525,6 +525,7 @@ extern int	jail_cgroup_set_limits(JailCgroup *cg, const JailOptions *opts,
 								   uint64_t extra_pids, char *err);
 extern void jail_cgroup_reset_counters(const JailCgroup *cg);
 extern void jail_cgroup_open_stats(JailCgroup *cg);
+extern void jail_cgroup_counters_from_now(JailCgroup *cg);
 extern int	jail_cgroup_attach(JailCgroup *cg, pid_t pid, char *err);
 extern uint64_t jail_cgroup_cpu_ms(const JailCgroup *cg);
 extern uint64_t jail_cgroup_memory_now(const JailCgroup *cg);

@@ -125,12 +125,21 @@ run_init(JailRun *run, const JailOptions *opts, const char *code,
 	run->start = jail_now_ms();
 }
 
-/* The prespawned sandbox cannot serve this run: a fresh one is cloned. */
+/*
+ * The prespawned sandbox cannot serve this run: a fresh one is cloned.
+ * A warm interpreter thrown away leaves the slot's counters with its
+ * start (its memory in the peak, since the worker reset them while it
+ * waited): the run's count from here, as a cold worker's do.
+ */
 static void
 run_drop_prespawn(JailRun *run)
 {
+	bool		warm = run->pre->warm;
+
 	jail_prespawn_discard(run->pre);
 	run->pre = NULL;
+	if (warm && slot_serves(run->opts, run->env))
+		jail_cgroup_counters_from_now(run->env->slot);
 }
 
 /*

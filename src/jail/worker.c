@@ -304,12 +304,8 @@ fill_request(JailPrespawn *pre, const Request *rq, char *msg)
 static void
 slot_counters_from_now(JailCgroup *slot)
 {
-	if (!slot)
-		return;
-	jail_cgroup_reset_counters(slot);
-	jail_cgroup_open_stats(slot);
-	slot->cpu_base_ms = 0;
-	slot->cpu_base_ms = jail_cgroup_cpu_ms(slot);
+	if (slot)
+		jail_cgroup_counters_from_now(slot);
 }
 
 /*

@@ -387,7 +387,13 @@ launch_served(Run *run, const JailRequest *req, const char *code_path)
 	int			sock = -1;
 	bool		sent = false;
 
-	if (!launcher_ensure() || (sock = launcher_connect(request_language(req))) < 0)
+	/*
+	 * An egress run is never warm (its sandbox is cloned for it, docs/jail.md
+	 * "Warm interpreters"): claiming an interpreter for it would only drain
+	 * the pool.
+	 */
+	if (!launcher_ensure() ||
+		(sock = launcher_connect(run->disk.egress ? NULL : request_language(req))) < 0)
 		return false;
 	codefd = open(code_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (codefd >= 0 && pipe2(outp[0], O_CLOEXEC) == 0 && pipe2(outp[1], O_CLOEXEC) == 0)

@@ -44,6 +44,7 @@ if [ "$(id -u)" != 0 ] || [ ! -x "$BIN" ]; then
 	exit 1
 fi
 "$ROOT/scripts/jail-host-setup.sh" postgres >/dev/null 2>&1
+make -s -C "$ROOT/src/egress" >/dev/null	# the proxy of the egress runs
 
 TAG=				# "fallback " for the pass on the older kernels' path
 ok() { PASS=$((PASS + 1)); echo "ok   - $TAG$*"; }
@@ -116,6 +117,43 @@ print(struct.unpack_from("i", d, 16 + 4 * int(sys.argv[2]))[0])' "$1.warm" "$2")
 		n=$((n + 1))
 	done
 	return 1
+}
+# page_worker SOCK LANG: the pid of a worker whose LANG interpreter waits
+# (the page's held[]), or nothing; page_held SOCK LANG: what it holds
+page_worker() {
+	$PY -c '
+import struct, sys
+d = open(sys.argv[1], "rb").read()
+for i in range(16):
+    pid, lang, held = struct.unpack_from("iiQ", d, 40 + 16 * i)
+    if pid > 0 and lang == int(sys.argv[2]):
+        print(pid if sys.argv[3] == "pid" else held); break' "$1.warm" "$2" "${3:-pid}"
+}
+page_held() { page_worker "$1" "$2" held; }
+# page_take SOCK LANG: take one waiting interpreter off the page's count,
+# as a caller's claim does (the test's launchers have one place per
+# language: nothing else writes that count while it waits)
+page_take() {
+	$PY -c '
+import mmap, os, struct, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+m = mmap.mmap(fd, 0)
+off = 16 + 4 * int(sys.argv[2])
+n = struct.unpack_from("i", m, off)[0]
+struct.pack_into("i", m, off, n - 1 if n > 0 else 0)' "$1.warm" "$2"
+}
+EGR_N=0
+# egress_opts USER: EGR, a run's egress options (a policy allowing one
+# name, nothing resolvable: the run makes no connection; the proxy starts)
+egress_opts() {
+	local d=$WORK/egr-$1
+	mkdir -p "$d"
+	printf 'sandbox-egress/1\nrule a host allowed.test 443\n' > "$d/policy"
+	chmod 755 "$d"
+	chmod 644 "$d/policy"
+	if [ "$1" = root ]; then chmod 1777 "$d"; else chown "$1": "$d"; fi
+	EGR=(--egress-policy "$d/policy" --egress-log "$d/log.$((++EGR_N))" --egress-resolver 127.0.0.1:53
+		--egress-proxy "$ROOT/src/egress/sandbox-egress")
 }
 # ws_new USER DIR: an empty workspace the run's outer uid owns
 ws_new() {
@@ -567,6 +605,35 @@ True" ]; then ok "$u attacker: nothing of a warm run (module state, environment,
 	# the interpreter it did not take is gone; the next one comes up
 	if ready "$WARM" 0; then ok "$u the pool refills after that"; else nok "$u the pool did not refill"; fi
 
+	# an egress run is never warm (its sandbox is cloned for it, whose init
+	# makes the proxy's socket): it takes no interpreter from the pool (the
+	# one waiting still waits), and its peak is a cold run's, not the
+	# interpreter's
+	local w0 held
+	ready "$WARM" 0
+	w0=$(page_worker "$WARM" 0)
+	held=$(page_held "$WARM" 0)
+	egress_opts "$u"
+	runc "$u" "$WARM" "$WORK/p/egr" python "$WORK/p/small.code" "${EGR[@]}"
+	if [ "$(cat "$WORK/p/egr.out")" = small ] && [ "$(v "$WORK/p/egr.verdict" warm)" = false ] &&
+		[ -n "$w0" ] && [ "$(page_worker "$WARM" 0)" = "$w0" ] && kill -0 "$w0" 2>/dev/null &&
+		[ "$(v "$WORK/p/egr.verdict" peak_memory_bytes)" -lt $((held / 2)) ] 2>/dev/null; then
+		ok "$u an egress run takes no warm interpreter (the waiting one still waits) and its peak is a cold run's"
+	else nok "$u egress run and the pool" "waiting worker before $w0 after $(page_worker "$WARM" 0), held $held" \
+		"$(cat "$WORK/p/egr.verdict")" "$(head -c 300 "$WORK/p/egr.err")"; fi
+	# one that reaches a waiting interpreter anyway (a caller that claimed
+	# it: the page's count taken by hand here) is served by a fresh clone
+	# in that slot, whose counters then start after the interpreter's end
+	ready "$WARM" 0
+	held=$(page_held "$WARM" 0)
+	page_take "$WARM" 0
+	egress_opts "$u"
+	runc "$u" "$WARM.python" "$WORK/p/egr2" python "$WORK/p/small.code" "${EGR[@]}"
+	if [ "$(cat "$WORK/p/egr2.out")" = small ] && [ "$(v "$WORK/p/egr2.verdict" warm)" = false ] &&
+		[ "$(v "$WORK/p/egr2.verdict" peak_memory_bytes)" -lt $((held / 2)) ] 2>/dev/null; then
+		ok "$u a warm interpreter thrown away for an egress run: the run's peak memory is its own, not the interpreter's"
+	else nok "$u thrown-away interpreter's counters" "held $held" "$(cat "$WORK/p/egr2.verdict")" "$(head -c 300 "$WORK/p/egr2.err")"; fi
+
 	# a workspace on a file system mounted after the interpreter started is
 	# not in its copy of the host tree: a fresh sandbox, never a setup error
 	ready "$WARM" 0
@@ -581,8 +648,9 @@ True" ]; then ok "$u attacker: nothing of a warm run (module state, environment,
 		--workspace "$WORK/latermnt/ws" --code-file "$WORK/p/later.code" --verdict-fd 3 \
 		> "$WORK/p/later.out" 2> "$WORK/p/later.err" 3> "$WORK/p/later.verdict" < /dev/null
 	umount "$WORK/latermnt"
-	if [ "$(cat "$WORK/p/later.out")" = "['seen']" ] && [ "$(v "$WORK/p/later.verdict" warm)" = false ]; then
-		ok "$u a workspace on a file system mounted after the interpreter started gets a fresh sandbox"
+	if [ "$(cat "$WORK/p/later.out")" = "['seen']" ] && [ "$(v "$WORK/p/later.verdict" warm)" = false ] &&
+		[ "$(v "$WORK/p/later.verdict" peak_memory_bytes)" -lt $((held / 2)) ] 2>/dev/null; then
+		ok "$u a workspace on a file system mounted after the interpreter started gets a fresh sandbox (its peak its own)"
 	else nok "$u later mount" "$(cat "$WORK/p/later.verdict")" "$(cat "$WORK/p/later.err")"; fi
 	# while a mount elsewhere does not cost the warm interpreter
 	ready "$WARM" 0

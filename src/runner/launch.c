@@ -210,9 +210,9 @@ launcher_connect(const char *language)
 	 * one if one waits (taken from the page: its socket is then sure to
 	 * answer); otherwise, as every other run, to a cold sandbox.
 	 */
-	if (language && strcmp(language, "python") == 0)
+	if (language && strcmp(language, "python") == 0 && runner_conf.warm_python > 0)
 		lang = JAIL_WARM_PYTHON;
-	else if (language && strcmp(language, "node") == 0)
+	else if (language && strcmp(language, "node") == 0 && runner_conf.warm_node > 0)
 		lang = JAIL_WARM_NODE;
 	if (lang >= 0 && !warm_page && (runner_conf.warm_python > 0 || runner_conf.warm_node > 0))
 		warm_page = jail_wire_warm_map(launcher_sock, true);
@@ -307,9 +307,22 @@ launcher_ensure(void)
 			return false;
 		launcher_stop();
 	}
-	/* the warm settings changed on reload: a new pool once its runs end */
-	if (launcher_pid > 0 && strcmp(launcher_warm, warm) != 0 && served_runs() == 0)
+	/*
+	 * The warm settings changed on reload: none of its interpreters is
+	 * claimed from now on (they were started with the old settings, or
+	 * the pool is off now), and its runs drain while new ones use the
+	 * one-shot jail; then it is restarted with the new pool.  (Using its
+	 * cold socket meanwhile would keep it busy for ever on a busy runner.)
+	 */
+	if (launcher_pid > 0 && strcmp(launcher_warm, warm) != 0)
+	{
+		if (warm_page)
+			munmap(warm_page, sizeof(JailWarmPage));
+		warm_page = NULL;
+		if (served_runs() > 0)
+			return false;
 		launcher_stop();
+	}
 	if (launcher_alive())
 		return true;
 	strlcpy(launcher_path, runner_conf.jail_path, sizeof(launcher_path));

@@ -533,7 +533,35 @@ t_not_preloaded() {
 	check "preloaded again, the supervisor is back" t "$(q -c 'SELECT running FROM agent.worker_status()')"
 }
 
-run_tests t_worker t_languages t_launcher t_outcomes t_start_report t_missing_jail t_unusable_work_dir \
+# The verdict the run's finish recorded (its audit event), one field.
+verdict_of() {
+	q -c "SELECT details->'verdict'->>'$2' FROM agent.audit_events WHERE invocation_id = '$1' AND event_type = 'invocation.finished'"
+}
+
+# Turning the warm pool off takes effect at once, also on a busy runner:
+# while a run holds the launcher (which restarts only once its runs end),
+# the next Python run claims no warm interpreter of the old pool.
+t_warm_off() {
+	local long inv
+	wait_for 120 '[ "$(q -c "SELECT coalesce(warm_ready, 0) > 0 FROM agent.worker_status()")" = t ]'
+	inv=$(run "$A" python 'print("warm")')
+	check "with the pool on, a python run is warm" "succeeded|true" "$(field "$inv" state)|$(verdict_of "$inv" warm)"
+	wait_for 120 '[ "$(q -c "SELECT coalesce(warm_ready, 0) > 0 FROM agent.worker_status()")" = t ]'
+	long=$(start "$A" shell 'echo started; sleep 60')
+	wait_state "$long" running 100
+	setconf sandbox.warm_python 0
+	inv=$(run "$A" python 'print("after")')
+	check "sandbox.warm_python = 0 while a run holds the launcher: the next python run is cold" \
+		"succeeded|after|false" "$(field "$inv" state)|$(output "$inv")|$(verdict_of "$inv" warm)"
+	tq "$ORG" "$WS" "SELECT agent.cancel('$long', 'requester');" >/dev/null
+	await "$A" "$long" 20 >/dev/null
+	inv=$(run "$A" python 'print("restarted")')
+	check "once its runs ended, runs are served again (jail_pid 0), by a launcher without warm Python" "succeeded|0|false" \
+		"$(field "$inv" state)|$(field "$inv" "coalesce(jail_pid, 0)")|$(verdict_of "$inv" warm)"
+	resetconf sandbox.warm_python
+}
+
+run_tests t_worker t_languages t_launcher t_warm_off t_outcomes t_start_report t_missing_jail t_unusable_work_dir \
 	t_insufficient_credits t_hash_mismatch t_cancel t_streaming t_forged_notify t_tenancy \
 	t_concurrency_cap t_lease_lost t_drain t_remove t_check t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
 

@@ -538,6 +538,28 @@ verdict_of() {
 	q -c "SELECT details->'verdict'->>'$2' FROM agent.audit_events WHERE invocation_id = '$1' AND event_type = 'invocation.finished'"
 }
 
+# The warm pool as SQL shows it: a run's warm fields on its invocation,
+# the pool in worker_status(), and a module list the jail would refuse is
+# refused by the setting itself.
+t_warm_sql() {
+	local inv
+	wait_for 120 '[ "$(q -c "SELECT coalesce(warm_ready, 0) > 0 FROM agent.worker_status()")" = t ]'
+	check "worker_status(): interpreters wait, holding memory within the pool's bound" "t|t|t" \
+		"$(q -c "SELECT warm_ready > 0, warm_memory_bytes > 0, warm_memory_bytes <= warm_memory_limit FROM agent.worker_status()" | tr -d ' ')"
+	inv=$(run "$A" python 'import pandas; print("warm", pandas.__name__)')
+	check "a python run with the pool on is warm on its invocation (warm, warm_cpu_ms > 0, warm_memory_bytes > 0)" \
+		"succeeded|t|t|t" "$(field "$inv" "state || '|' || warm || '|' || (warm_cpu_ms > 0) || '|' || (warm_memory_bytes > 0)" | sed 's/true/t/g; s/false/f/g')"
+	check "... as its verdict says" "$(verdict_of "$inv" warm_cpu_ms)|$(verdict_of "$inv" warm_memory_bytes)" \
+		"$(field "$inv" "warm_cpu_ms || '|' || warm_memory_bytes")"
+	inv=$(run "$A" shell 'echo cold')
+	check "a shell run is not warm on its invocation" "f|0|0" \
+		"$(field "$inv" "warm::text || '|' || warm_cpu_ms || '|' || warm_memory_bytes" | sed 's/false/f/')"
+	check "an invalid sandbox.warm_modules is refused (22023)" 22023 \
+		"$(q -v VERBOSITY=verbose -c "ALTER SYSTEM SET sandbox.warm_modules = 'os;import x'" 2>&1 | sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\):.*/\1/p')"
+	check "... and nothing of it was written" "" \
+		"$(grep -s warm_modules "$CLUSTER_DIR/data/postgresql.auto.conf")"
+}
+
 # Turning the warm pool off takes effect at once, also on a busy runner:
 # while a run holds the launcher (which restarts only once its runs end),
 # the next Python run claims no warm interpreter of the old pool.
@@ -561,7 +583,7 @@ t_warm_off() {
 	resetconf sandbox.warm_python
 }
 
-run_tests t_worker t_languages t_launcher t_warm_off t_outcomes t_start_report t_missing_jail t_unusable_work_dir \
+run_tests t_worker t_languages t_launcher t_warm_sql t_warm_off t_outcomes t_start_report t_missing_jail t_unusable_work_dir \
 	t_insufficient_credits t_hash_mismatch t_cancel t_streaming t_forged_notify t_tenancy \
 	t_concurrency_cap t_lease_lost t_drain t_remove t_check t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
 

@@ -654,6 +654,15 @@ jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot,
 		jail_warn("worker: %s", err);
 		slot = NULL;
 	}
+	/* a warm interpreter outside a slot would hold unbounded memory (serve.c) */
+	if (warm && !slot)
+	{
+		if (lc->warm_page)
+			snprintf(lc->warm_page->problem[warm->lang], sizeof(lc->warm_page->problem[0]),
+					 "not started without a cgroup slot (its memory would be unbounded)%s%s",
+					 err[0] ? ": " : "", err);
+		return JAIL_WORKER_WARM_FAILED;
+	}
 	if (lc->netns_pool && (rc = prepare_netns(&netns_ready)) != 0)
 		return rc;
 	have_pre = prespawn_sandbox(&pre, netns_ready);

@@ -714,7 +714,7 @@ print(struct.unpack_from("i", d, 16)[0])' "$WARM.warm" "${wpid:-0}")
 
 # ------------------------------------------------------------ launcher
 launcher_checks() {
-	local u=$1 out
+	local u=$1 out s
 	out=$(runuser -u "$u" -- "$BIN" --serve "$WORK/bad.s" --warm-python 1 --warm-modules 'os;import x' 2>&1); rc=$?
 	if [ $rc -eq 2 ] && [[ $out == *"not a list of module names"* ]] && [ ! -e "$WORK/bad.s" ]; then
 		ok "$u --warm-modules with anything but module names is refused"
@@ -722,9 +722,33 @@ launcher_checks() {
 	out=$(runuser -u "$u" -- "$BIN" --serve "$WORK/bad.s" --warm-python 17 2>&1); rc=$?
 	check "$u --warm-python beyond the bound is refused" 2 "$rc"
 
+	# without a cgroup slot (a parent that does not exist) no warm
+	# interpreter starts: its memory would be bounded by nothing; the page
+	# says why, and runs are served cold
+	start "$u" "noslot$u" --warm-python 1 --cgroup-parent /nonexistent-sandbox-parent
+	s=$(eval echo "\$SOCK_noslot$u")
+	local why="" n=0
+	while [ -z "$why" ] && [ $n -lt 100 ]; do
+		why=$($PY -c '
+import sys
+d = open(sys.argv[1], "rb").read()
+print(d[296:496].split(b"\0")[0].decode())' "$s.warm" 2>/dev/null)
+		[ -n "$why" ] || sleep 0.1
+		n=$((n + 1))
+	done
+	mkdir -p "$WORK/p"
+	printf 'print("cold")\n' > "$WORK/p/noslot.code"
+	runc "$u" "$s" "$WORK/p/noslot" python "$WORK/p/noslot.code"
+	local l interp
+	l=$(launcher_of "$s")
+	interp=$(interpreters "$l")
+	if [[ $why == *"without a cgroup slot"* ]] && [ -z "$interp" ] &&
+		[ "$(v "$WORK/p/noslot.verdict" warm)" = false ] && [ "$(cat "$WORK/p/noslot.out")" = cold ]; then
+		ok "$u without a cgroup slot no warm interpreter starts (the page says why) and runs are served cold"
+	else nok "$u warm place without a slot" "problem [$why] interpreters [$interp]" "$(cat "$WORK/p/noslot.verdict")"; fi
+
 	# a module that does not import: warned, runs go cold, the launcher keeps serving
 	start "$u" "nomod$u" --warm-python 1 --warm-modules no_such_module_xyz
-	local s
 	s=$(eval echo "\$SOCK_nomod$u")
 	printf 'print("still runs")\n' > "$WORK/p/nomod.code"
 	local n=0

@@ -546,6 +546,7 @@ t_warm_sql() {
 	wait_for 120 '[ "$(q -c "SELECT coalesce(warm_ready, 0) > 0 FROM agent.worker_status()")" = t ]'
 	check "worker_status(): interpreters wait, holding memory within the pool's bound" "t|t|t" \
 		"$(q -c "SELECT warm_ready > 0, warm_memory_bytes > 0, warm_memory_bytes <= warm_memory_limit FROM agent.worker_status()" | tr -d ' ')"
+	wait_for 120 '[ "$(warm_page_ready 0)" -gt 0 ]'
 	inv=$(run "$A" python 'import pandas; print("warm", pandas.__name__)')
 	check "a python run with the pool on is warm on its invocation (warm, warm_cpu_ms > 0, warm_memory_bytes > 0)" \
 		"succeeded|t|t|t" "$(field "$inv" "state || '|' || warm || '|' || (warm_cpu_ms > 0) || '|' || (warm_memory_bytes > 0)" | sed 's/true/t/g; s/false/f/g')"
@@ -560,15 +561,44 @@ t_warm_sql() {
 		"$(grep -s warm_modules "$CLUSTER_DIR/data/postgresql.auto.conf")"
 }
 
+# The launcher's count of waiting interpreters of one language (its page).
+warm_page_ready() {
+	python3 -c '
+import struct, sys
+try:
+    print(struct.unpack_from("i", open(sys.argv[1], "rb").read(), 16 + 4 * int(sys.argv[2]))[0])
+except Exception:
+    print(0)' "$CLUSTER_DIR/data/sandbox_runner/jail.sock.warm" "$1"
+}
+
+# sandbox.warm_python and sandbox.warm_node are each at most 16, the
+# launcher takes at most 16 in all: more is clamped (Node gets what is
+# left, with a warning), never a launcher that refuses to start.
+t_warm_bound() {
+	local inv
+	setconf sandbox.warm_python 1
+	setconf sandbox.warm_node 16
+	run "$A" shell 'true' >/dev/null	# the launcher follows the settings at a run
+	wait_for 60 '[ "$(warm_page_ready 0)" -gt 0 ]'
+	inv=$(run "$A" python 'print("warm")')
+	check "warm_python 1 + warm_node 16: the launcher serves, with warm Python" "succeeded|0|true" \
+		"$(field "$inv" state)|$(field "$inv" "coalesce(jail_pid, 0)")|$(verdict_of "$inv" warm)"
+	check "... and the runner said what it took" 1 \
+		"$(grep -c 'sandbox.warm_python = 1 and sandbox.warm_node = 16: at most 16 warm interpreters in all; sandbox.warm_node is taken as 15' "$CLUSTER_DIR/server.log" | sed 's/^[1-9][0-9]*$/1/')"
+	resetconf sandbox.warm_python
+	resetconf sandbox.warm_node
+	run "$A" shell 'true' >/dev/null
+}
+
 # Turning the warm pool off takes effect at once, also on a busy runner:
 # while a run holds the launcher (which restarts only once its runs end),
 # the next Python run claims no warm interpreter of the old pool.
 t_warm_off() {
 	local long inv
-	wait_for 120 '[ "$(q -c "SELECT coalesce(warm_ready, 0) > 0 FROM agent.worker_status()")" = t ]'
+	wait_for 120 '[ "$(warm_page_ready 0)" -gt 0 ]'
 	inv=$(run "$A" python 'print("warm")')
 	check "with the pool on, a python run is warm" "succeeded|true" "$(field "$inv" state)|$(verdict_of "$inv" warm)"
-	wait_for 120 '[ "$(q -c "SELECT coalesce(warm_ready, 0) > 0 FROM agent.worker_status()")" = t ]'
+	wait_for 120 '[ "$(warm_page_ready 0)" -gt 0 ]'
 	long=$(start "$A" shell 'echo started; sleep 60')
 	wait_state "$long" running 100
 	setconf sandbox.warm_python 0
@@ -583,7 +613,7 @@ t_warm_off() {
 	resetconf sandbox.warm_python
 }
 
-run_tests t_worker t_languages t_launcher t_warm_sql t_warm_off t_outcomes t_start_report t_missing_jail t_unusable_work_dir \
+run_tests t_worker t_languages t_launcher t_warm_sql t_warm_bound t_warm_off t_outcomes t_start_report t_missing_jail t_unusable_work_dir \
 	t_insufficient_credits t_hash_mismatch t_cancel t_streaming t_forged_notify t_tenancy \
 	t_concurrency_cap t_lease_lost t_drain t_remove t_check t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
 

@@ -506,7 +506,7 @@ print([os.readlink("/proc/self/fd/%d" % f).split(":")[0] for f in (0, 1, 2)])'
 
 	probe "$u" status 'import re
 s = open("/proc/self/status").read()
-print([l for l in s.splitlines() if re.match(r"(Uid|Gid|Groups|NoNewPrivs|Seccomp|Cap\w+|NSpid|PPid):", l)])
+print([l for l in s.splitlines() if re.match(r"(Uid|Gid|Groups|NoNewPrivs|Seccomp|Seccomp_filters|Cap\w+|NSpid|PPid):", l)])
 print(open("/proc/self/cgroup").read().strip())
 import os; print(os.getpid(), os.getppid(), os.getsid(0) == os.getpid(), os.getpgrp() == os.getpid())
 print(sorted(p for p in os.listdir("/proc") if p.isdigit()))
@@ -519,7 +519,7 @@ try:
     print(len(open("/proc/1/maps").read()))
 except OSError as e:
     print("/proc/1/maps:", e.strerror)'
-	if warm_ok status && [ "$(pw status)" = "$(pc status)" ]; then ok "$u attacker: ids, capabilities, seccomp, no_new_privs, cgroup, session, pid 1 as a cold run's"
+	if warm_ok status && [ "$(pw status)" = "$(pc status)" ]; then ok "$u attacker: ids, capabilities, seccomp (and its number of filters), no_new_privs, cgroup, session, pid 1 as a cold run's"
 	else nok "$u attacker: confinement" "warm $(pw status | tr '\n' '|')" "cold $(pc status | tr '\n' '|')"; fi
 
 	probe "$u" mounts 'import os
@@ -541,6 +541,52 @@ s, h = r.getrlimit(r.RLIMIT_CPU)
 print("cpu soft >= 3:", s >= 3, "hard = soft + 1:", h == s + 1)' --cpu-time 3 --file-size 1M
 	if warm_ok rlimits && [ "$(pw rlimits)" = "$(pc rlimits)" ]; then ok "$u attacker: rlimits as a cold run's (RLIMIT_CPU counts the start's CPU on top)"
 	else nok "$u attacker: rlimits" "warm $(pw rlimits | tr '\n' '|')" "cold $(pc rlimits | tr '\n' '|')"; fi
+
+	# Node: what its process can look at, as a cold one's
+	probe "$u" env_js 'const fs = require("fs");
+console.log(JSON.stringify(Object.entries(process.env).sort()), JSON.stringify(fs.readFileSync("/proc/self/environ", "latin1")));
+console.log(fs.readdirSync("/proc/self/fd").map(Number).sort((a, b) => a - b).filter((fd) => { try { return !fs.readlinkSync("/proc/self/fd/" + fd).startsWith("anon_inode:"); } catch (e) { return false; } }).join(" "));
+for (const fd of [1000, 1001, 1002, 1003, 1004]) { try { fs.readlinkSync("/proc/self/fd/" + fd); console.log(fd, "open"); } catch (e) { console.log(fd, "closed"); } }
+console.log(fs.readFileSync("/proc/self/status", "utf8").split("\n").filter((l) => /^(Uid|Gid|Groups|NoNewPrivs|Seccomp|Seccomp_filters|Cap\w+|NSpid|PPid):/.test(l)).join("|"));
+console.log(fs.readFileSync("/proc/self/limits", "utf8").split("\n").filter((l) => !/^Max cpu time/.test(l)).join("|"));
+console.log(fs.readFileSync("/proc/self/cgroup", "utf8").trim(), process.getuid(), process.getgid(), process.ppid);' --file-size 1M
+	if warm_ok env_js && [ "$(pw env_js)" = "$(pc env_js)" ] && grep -q '^1000 closed' "$WORK/p/env_js-warm.out"; then
+		ok "$u attacker: node's environment, descriptors (1000-1004 closed), ids, capabilities, seccomp, rlimits but the CPU's, cgroup as a cold run's"
+	else nok "$u attacker: node's process" "warm $(pw env_js | tr '\n' '|' | head -c 900)" "cold $(pc env_js | tr '\n' '|' | head -c 900)"; fi
+
+	# two warm runs share nothing that was random at the start: each is
+	# its own interpreter (hash seed, random's and numpy's generators,
+	# where libc is mapped)
+	local rnd='import random, numpy
+print(hash("x"), random.getrandbits(64), numpy.random.get_state()[1][1:4].tolist())
+print([l.split("-")[0] for l in open("/proc/self/maps") if "libc.so" in l][:1])'
+	printf '%s\n' "$rnd" > "$WORK/p/rnd.code"
+	ready "$WARM" 0
+	runc "$u" "$WARM" "$WORK/p/rnd1" python "$WORK/p/rnd.code"
+	ready "$WARM" 0
+	runc "$u" "$WARM" "$WORK/p/rnd2" python "$WORK/p/rnd.code"
+	local r1 r2 same=0
+	r1=$(cat "$WORK/p/rnd1.out"); r2=$(cat "$WORK/p/rnd2.out")
+	if [ "$(v "$WORK/p/rnd1.verdict" warm)" = true ] && [ "$(v "$WORK/p/rnd2.verdict" warm)" = true ] &&
+		[ "$(wc -l < "$WORK/p/rnd1.out")" = 2 ] && [ "$(sed -n 2p "$WORK/p/rnd1.out")" != "[]" ]; then
+		# field by field: hash, getrandbits, numpy state, libc base
+		for i in 1 2 3; do
+			[ "$(sed -n 1p "$WORK/p/rnd1.out" | cut -d' ' -f$i)" = "$(sed -n 1p "$WORK/p/rnd2.out" | cut -d' ' -f$i)" ] && same=1
+		done
+		[ "$(sed -n 2p "$WORK/p/rnd1.out")" = "$(sed -n 2p "$WORK/p/rnd2.out")" ] && same=1
+		if [ $same = 0 ]; then ok "$u attacker: two warm runs differ in hash('x'), random, numpy's generator state and libc's address"
+		else nok "$u attacker: two warm runs share random state" "[$r1]" "[$r2]"; fi
+	else nok "$u attacker: random state probe" "[$r1]" "[$r2]" "$(cat "$WORK/p/rnd1.verdict")"; fi
+
+	# the start's CPU is not the run's: a warm `pass` reports less CPU
+	# than its interpreter's start used
+	printf 'pass\n' > "$WORK/p/pass.code"
+	ready "$WARM" 0
+	runc "$u" "$WARM" "$WORK/p/pass" python "$WORK/p/pass.code"
+	if [ "$(v "$WORK/p/pass.verdict" warm)" = true ] &&
+		[ "$(v "$WORK/p/pass.verdict" cpu_ms)" -lt "$(v "$WORK/p/pass.verdict" warm_cpu_ms)" ] 2>/dev/null; then
+		ok "$u verdict: a warm pass's cpu_ms is below its interpreter's warm_cpu_ms (the start is not the run's)"
+	else nok "$u verdict: a warm pass's CPU" "$(cat "$WORK/p/pass.verdict")"; fi
 
 	probe "$u" maps 'import os
 m = open("/proc/self/maps").read()

@@ -55,12 +55,11 @@ extern char *sandbox_egress_ca_file;
 extern bool sandbox_preloaded;
 
 /*
- * Shared memory: the supervisor's latch (for commit-time wake-ups), what
- * each slot runs (for agent.worker_status()), and condition variables that
- * waiting backends sleep on.
+ * Shared memory: the supervisor and what its local runner's slots run (for
+ * agent.worker_status()), and the condition variable that backends in
+ * agent.wait() sleep on.
  */
 #include "storage/condition_variable.h"
-#include "storage/latch.h"
 #include "storage/spin.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
@@ -69,28 +68,23 @@ typedef struct SandboxSlot
 {
 	bool		in_use;
 	pg_uuid_t	invocation_id;
-	int			jail_pid;
 } SandboxSlot;
 
 typedef struct SandboxShared
 {
 	slock_t		mutex;
 	int			supervisor_pid;
-	Latch	   *supervisor_latch;
-	bool		supervisor_wants_work;	/* a free run slot: wake it on approvals */
 	TimestampTz supervisor_started_at;
 	int			slots_in_use;
 	char		work_dir[1024];		/* the supervisor's work directory */
 	char		problem[256];	/* why it claims nothing, or "" */
 	SandboxSlot slots[SANDBOX_MAX_SLOTS];
-	uint64		cancel_generation;	/* bumped when a cancel request commits */
 	ConditionVariable finished_cv;
 } SandboxShared;
 
 extern SandboxShared *sandbox_shared;
 
 extern void sandbox_shmem_init(void);
-extern void sandbox_wake_supervisor_now(bool only_if_free);
 extern void sandbox_supervisor_register(void);
 extern void sandbox_register_worker(const char *function, const char *name);
 
@@ -102,11 +96,8 @@ extern void sandbox_xact_abort_log(int elevel, const char *doing);
 
 /*
  * The one commit-time wake-up (shmem.c): what a committing transaction
- * wakes.  A cancel also wakes the supervisor, even when it is full.
- * FINISHED broadcasts the condition variable of agent.wait().
+ * wakes.  FINISHED broadcasts the condition variable of agent.wait().
  */
-#define SANDBOX_WAKE_SUPERVISOR		0x01
-#define SANDBOX_WAKE_CANCEL			0x02
 #define SANDBOX_WAKE_EXPORTER		0x04
 #define SANDBOX_WAKE_EXPORT_RESET	0x08	/* and leave its error state */
 #define SANDBOX_WAKE_FINISHED		0x10	/* an invocation ended: agent.wait() */

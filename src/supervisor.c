@@ -62,7 +62,6 @@
 #include "postmaster/postmaster.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -139,21 +138,17 @@ static void
 publish_status(const char *const *field, int nfields)
 {
 	pg_uuid_t	ids[SANDBOX_MAX_SLOTS];
-	int			pids[SANDBOX_MAX_SLOTS];
 	int			n = 0;
 
 	if (nfields < LINK_STATUS_FIRST_RUN)
 		return;
 	for (int f = LINK_STATUS_FIRST_RUN; f < nfields && n < SANDBOX_MAX_SLOTS; f++)
 	{
-		char		id[UUID_LEN * 2 + 5];
-		const char *colon = strchr(field[f], ':');
+		const char *id = field[f];
 		int			b = 0;
 
-		if (colon == NULL || colon - field[f] != 36)
+		if (strlen(id) != 36)
 			continue;			/* not ours to complain about: skipped */
-		memcpy(id, field[f], 36);
-		id[36] = '\0';
 		for (int k = 0; k < 36 && b < UUID_LEN; k++)
 		{
 			char		pair[3] = {id[k], id[k + 1], '\0'};
@@ -170,17 +165,14 @@ publish_status(const char *const *field, int nfields)
 		}
 		if (b != UUID_LEN)
 			continue;
-		pids[n++] = atoi(colon + 1);
+		n++;
 	}
 	SpinLockAcquire(&sandbox_shared->mutex);
 	for (int i = 0; i < SANDBOX_MAX_SLOTS; i++)
 	{
 		sandbox_shared->slots[i].in_use = i < n;
 		if (i < n)
-		{
 			sandbox_shared->slots[i].invocation_id = ids[i];
-			sandbox_shared->slots[i].jail_pid = pids[i];
-		}
 	}
 	sandbox_shared->slots_in_use = atoi(field[LINK_STATUS_IN_USE]);
 	strlcpy(sandbox_shared->work_dir, field[LINK_STATUS_WORK_DIR], sizeof(sandbox_shared->work_dir));
@@ -664,7 +656,6 @@ supervisor_shmem_exit(int code, Datum arg)
 	runner_stop();
 	SpinLockAcquire(&sandbox_shared->mutex);
 	sandbox_shared->supervisor_pid = 0;
-	sandbox_shared->supervisor_latch = NULL;
 	sandbox_shared->slots_in_use = 0;
 	for (int i = 0; i < SANDBOX_MAX_SLOTS; i++)
 		sandbox_shared->slots[i].in_use = false;
@@ -739,9 +730,6 @@ supervisor_start(void)
 
 	SpinLockAcquire(&sandbox_shared->mutex);
 	sandbox_shared->supervisor_pid = MyProcPid;
-	sandbox_shared->supervisor_latch = &MyProc->procLatch;
-	/* approvals are the runners' (NOTIFY), not ours: no latch for them */
-	sandbox_shared->supervisor_wants_work = false;
 	sandbox_shared->supervisor_started_at = GetCurrentTimestamp();
 	SpinLockRelease(&sandbox_shared->mutex);
 	before_shmem_exit(supervisor_shmem_exit, (Datum) 0);

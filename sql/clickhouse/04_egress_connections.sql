@@ -17,7 +17,10 @@
 --   SELECT * FROM egress_connections FINAL WHERE _deleted = 0
 --
 -- address is the text of the PostgreSQL inet (NULL for a refused name,
--- never resolved); rule_id is NULL for a refusal.  created_at as in
+-- never resolved); rule_id is the rule that matched the host or address,
+-- also on a refusal after the match (a forbidden or the host's own
+-- address, a cap, a failed lookup or connect, a TLS server name that is
+-- not the host); NULL when no rule matched.  created_at as in
 -- tool_invocations: DateTime seconds plus the exact epoch milliseconds.
 CREATE TABLE IF NOT EXISTS egress_connections
 (

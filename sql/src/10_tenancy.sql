@@ -148,7 +148,8 @@ CREATE FUNCTION agent.text_limits() RETURNS TABLE (kind text, max_bytes integer)
 AS $$
 	VALUES ('person', 256), ('name', 200), ('title', 1000), ('description', 8192),
 		   ('reason', 2000), ('idempotency_key', 200), ('content_type', 255),
-		   ('language', 32), ('provider', 200)
+		   ('language', 32), ('provider', 200), ('host', 253), ('retention', 100),
+		   ('runner_name', 64)
 $$;
 COMMENT ON FUNCTION agent.text_limits() IS
 	'the longest value, in bytes, of each kind of free-text argument of the API';

@@ -94,7 +94,7 @@ INSERT INTO agent.runtimes (language, interpreter, version) VALUES
 -- read-only, src/jail/sandbox.c), so agent.refresh_runtimes() asks those
 -- binaries on the database host (COPY FROM PROGRAM: the owner only, as a
 -- superuser).  The install runs it once; run it again after upgrading an
--- interpreter.  A runner host with other versions is not reflected here
+-- interpreter (agent.after_restore() does, after a restore: 98_backup.sql).  A runner host with other versions is not reflected here
 -- (docs/control-plane.md, "Runtimes").
 CREATE TABLE agent._runtime_probe (
 	language	text NOT NULL,

@@ -113,6 +113,7 @@ BEGIN
 		RAISE EXCEPTION 'org and amount must not be null'
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	PERFORM agent._check_text(reason, 'reason', 'reason');
 	IF amount <= 0 THEN
 		RAISE EXCEPTION 'credit grant must be positive'
 			USING ERRCODE = 'invalid_parameter_value',
@@ -214,18 +215,33 @@ $$;
 
 -- Give back exactly what an invocation was charged (provisioning failed).
 -- Returns false when nothing was charged; true when refunded now or before.
+-- The operator's entry: the reason is free text from outside, limited like
+-- every other (22001); the supervisor's own reasons (which may quote a
+-- runner's error) take agent._refund directly.
 CREATE FUNCTION agent.refund_invocation(invocation uuid, reason text) RETURNS boolean
 	LANGUAGE plpgsql
 	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	IF invocation IS NULL THEN
+		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM agent._check_text(reason, 'reason', 'reason');
+	RETURN agent._refund(invocation, reason);
+END
+$$;
+
+-- The refund itself (refund_invocation's contract, for an invocation id
+-- that is not null; the reason unchecked).
+CREATE FUNCTION agent._refund(invocation uuid, reason text) RETURNS boolean
+	LANGUAGE plpgsql
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	v_inv	agent.invocations;
 	v_charged bigint;
 BEGIN
-	IF invocation IS NULL THEN
-		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
 	SELECT * INTO v_inv FROM agent.invocations i WHERE i.id = invocation FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'invocation % does not exist', invocation

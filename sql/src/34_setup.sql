@@ -594,6 +594,7 @@ AS $$
 #variable_conflict use_variable
 DECLARE
 	v_id	uuid;
+	v_constraint text;
 BEGIN
 	IF name IS NULL OR supports_code_execution IS NULL THEN
 		RAISE EXCEPTION 'name and supports_code_execution must not be null'
@@ -604,13 +605,26 @@ BEGIN
 	IF pg_catalog.btrim(name) = '' THEN
 		RAISE EXCEPTION 'name must not be empty' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
+	-- The check sees committed names; a concurrent create of the same name
+	-- passes it and then waits on the unique index, which reports it when
+	-- the other commits: the same error either way.
 	IF EXISTS (SELECT 1 FROM agent.models m WHERE m.name = name) THEN
 		RAISE EXCEPTION 'model "%" already exists', agent._shown(name)
 			USING ERRCODE = 'duplicate_object';
 	END IF;
-	INSERT INTO agent.models (name, provider, supports_code_execution)
-	VALUES (name, provider, supports_code_execution)
-	RETURNING models.id INTO v_id;
+	BEGIN
+		INSERT INTO agent.models (name, provider, supports_code_execution)
+		VALUES (name, provider, supports_code_execution)
+		RETURNING models.id INTO v_id;
+	EXCEPTION WHEN unique_violation THEN
+		GET STACKED DIAGNOSTICS v_constraint = CONSTRAINT_NAME;
+		IF v_constraint IS DISTINCT FROM 'models_name_key' THEN
+			RAISE;
+		END IF;
+		RAISE EXCEPTION 'model "%" already exists', agent._shown(name)
+			USING ERRCODE = 'duplicate_object',
+				  DETAIL = 'Another transaction created it at the same time.';
+	END;
 	RETURN v_id;
 END
 $$;

@@ -856,7 +856,7 @@ DECLARE
 BEGIN
 	SELECT -l.amount INTO amount FROM agent.credit_ledger l
 	 WHERE l.invocation_id = r.id AND l.kind = 'charge';
-	IF agent.refund_invocation(r.id, reason) THEN
+	IF agent._refund(r.id, reason) THEN
 		PERFORM agent._audit(r.org_id, r.workspace_id, 'credits.refunded', r.id, 'supervisor',
 							 jsonb_build_object('amount', amount, 'reason', reason));
 	END IF;

@@ -10,8 +10,9 @@
 -- transaction, so it reads the row as committed (a refund in the same
 -- transaction included).  An ending that rolls back logs nothing.
 --
--- A constraint trigger cannot be CREATE OR REPLACE'd: the upgrade head
--- (sql/upgrade/0.1.0--0.2.0.sql) creates it for an upgraded database.
+-- A constraint trigger cannot be CREATE OR REPLACE'd (so it is not
+-- replayed): the upgrade's hand-written tail
+-- (sql/upgrade/0.1.0--0.2.0.post.sql) creates it for an upgraded database.
 
 --
 -- The trigger runs at commit as the session's role (agent_runner on a runner

@@ -398,7 +398,8 @@ BEGIN
 END
 $$;
 
--- Refuse a text argument longer than `max_bytes` (22023).
+-- Refuse a text argument longer than `max_bytes`: 22001, with the sizes in
+-- the detail, as agent._check_text (docs/reference.md, "Conventions").
 CREATE FUNCTION agent._runner_arg_fits(value text, argument text, max_bytes integer)
 	RETURNS boolean
 	LANGUAGE plpgsql IMMUTABLE
@@ -406,9 +407,10 @@ CREATE FUNCTION agent._runner_arg_fits(value text, argument text, max_bytes inte
 AS $$
 BEGIN
 	IF octet_length(value) > max_bytes THEN
-		RAISE EXCEPTION '% is too long (% bytes)', argument, octet_length(value)
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = pg_catalog.format('It may have at most %s bytes.', max_bytes);
+		RAISE EXCEPTION '% is too long', argument
+			USING ERRCODE = 'string_data_right_truncation',
+				  DETAIL = pg_catalog.format('It is %s bytes; the limit is %s.',
+											 pg_catalog.octet_length(value), max_bytes);
 	END IF;
 	RETURN true;
 END
@@ -434,8 +436,10 @@ DECLARE
 	rn		agent.runners;
 	w		record;
 BEGIN
+	-- (1 to 64 ASCII characters: text_limits()'s runner_name, which
+	-- drain_runner and remove_runner check)
 	IF runner_register.name IS NULL OR runner_register.name !~ '^[a-z0-9][a-z0-9_.-]{0,63}$' THEN
-		RAISE EXCEPTION 'invalid runner name "%"', coalesce(left(runner_register.name, 80), 'NULL')
+		RAISE EXCEPTION 'invalid runner name "%"', coalesce(agent._shown(runner_register.name), 'NULL')
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Use 1 to 64 characters: lower-case letters, digits, "_", "." and "-", starting with a letter or digit.';
 	END IF;
@@ -1006,9 +1010,10 @@ AS $$
 DECLARE
 	rn agent.runners;
 BEGIN
+	PERFORM agent._check_text(drain_runner.name, 'name', 'runner_name');
 	SELECT * INTO rn FROM agent.runners x WHERE x.name = drain_runner.name FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
-		RAISE EXCEPTION 'runner "%" does not exist', coalesce(drain_runner.name, 'NULL')
+		RAISE EXCEPTION 'runner "%" does not exist', coalesce(agent._shown(drain_runner.name), 'NULL')
 			USING ERRCODE = 'no_data_found';
 	END IF;
 	UPDATE agent.runners x
@@ -1045,9 +1050,10 @@ DECLARE
 	x	record;
 	n	integer := 0;
 BEGIN
+	PERFORM agent._check_text(remove_runner.name, 'name', 'runner_name');
 	SELECT * INTO rn FROM agent.runners r WHERE r.name = remove_runner.name FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
-		RAISE EXCEPTION 'runner "%" does not exist', coalesce(remove_runner.name, 'NULL')
+		RAISE EXCEPTION 'runner "%" does not exist', coalesce(agent._shown(remove_runner.name), 'NULL')
 			USING ERRCODE = 'no_data_found';
 	END IF;
 	UPDATE agent.runners r SET state = 'removed', removed_at = now() WHERE r.id = rn.id;

@@ -167,11 +167,13 @@ CREATE FUNCTION agent.add_egress_rule(host text, ports integer[], actor text, ci
 AS $$
 #variable_conflict use_variable
 DECLARE
-	v_host	text := agent._egress_normalize_host(host);
+	v_host	text;
 	v_id	uuid;
 BEGIN
 	PERFORM agent._require_tenant(false);
 	PERFORM agent._require_person(actor, 'actor');
+	PERFORM agent._check_text(host, 'host', 'host');
+	v_host := agent._egress_normalize_host(host);
 	IF (v_host IS NULL) = (cidr IS NULL) THEN
 		RAISE EXCEPTION 'an egress rule needs exactly one of host and cidr'
 			USING ERRCODE = 'invalid_parameter_value';
@@ -184,12 +186,12 @@ BEGIN
 	END IF;
 	IF v_host IS NOT NULL AND (v_host !~ '^(\*\.)?([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$'
 							   OR length(v_host) > 253) THEN
-		RAISE EXCEPTION 'invalid host pattern "%"', host
+		RAISE EXCEPTION 'invalid host pattern "%"', agent._shown(host)
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Use a host name (api.example.com) or a wildcard (*.example.com, which does not match example.com itself).';
 	END IF;
 	IF v_host IS NOT NULL AND (v_host ~ '(^|\.)[0-9]+$' OR v_host ~ '(^|\.)0x') THEN
-		RAISE EXCEPTION 'host pattern "%" is an address, not a name', host
+		RAISE EXCEPTION 'host pattern "%" is an address, not a name', agent._shown(host)
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Allow addresses with a CIDR rule (cidr => ''203.0.113.7/32'').';
 	END IF;
@@ -256,10 +258,15 @@ END
 $$;
 
 -- Narrow an agent (conversation NULL) or one of its conversations to a
--- subset of what it has now (agent_backend or agent_admin): rules is a
--- list of rule ids of the org; a rule its agent does not have is refused,
--- so a narrowing can only take away.  rules NULL removes the narrowing
--- (the conversation gets its agent's set; the agent the org's).
+-- subset of what it has now: rules is a list of rule ids of the org; a
+-- rule its agent does not have is refused, so a narrowing can only take
+-- away.  rules NULL removes the narrowing (the conversation gets its
+-- agent's set; the agent the org's).  An agent's narrowing is org policy,
+-- the admin's (agent_admin; a backend gets 42501: it could otherwise
+-- remove or widen what an admin took away); a conversation's is the
+-- backend's or the admin's, and only selects from its agent's set (so a
+-- backend can narrow within what the admin left, never beyond it).  The
+-- admin's tenant needs no workspace: the agent is looked up in the org.
 CREATE FUNCTION agent.narrow_egress(agent uuid, conversation uuid, rules uuid[], actor text)
 	RETURNS void
 	LANGUAGE plpgsql VOLATILE
@@ -271,11 +278,23 @@ DECLARE
 	g		agent.agents;
 	v_have	jsonb;
 	v_bad	uuid;
+	v_caller name := agent._runner_role();	-- the role outside this function
+	v_admin	boolean;
 BEGIN
-	PERFORM agent._require_tenant(true);
+	v_admin := pg_catalog.pg_has_role(v_caller, 'agent_admin', 'USAGE')
+		OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = v_caller);
+	PERFORM agent._require_tenant(NOT v_admin);
 	PERFORM agent._require_person(actor, 'actor');
+	IF conversation IS NULL AND NOT v_admin THEN
+		RAISE EXCEPTION 'only an admin can narrow an agent''s egress'
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'An agent''s narrowing is org policy (agent_admin).',
+				  HINT = 'Narrow one conversation instead: agent.narrow_egress(agent, conversation, rules, actor), within its agent''s rules.';
+	END IF;
 	SELECT * INTO g FROM agent.agents a
-	 WHERE a.id = agent AND a.org_id = agent.current_org() AND a.workspace_id = agent.current_workspace();
+	 WHERE a.id = agent AND a.org_id = agent.current_org()
+	   AND (a.workspace_id = agent.current_workspace()
+			OR (v_admin AND agent.current_workspace() IS NULL));
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'agent % does not exist', agent USING ERRCODE = 'no_data_found';
 	END IF;

@@ -88,7 +88,7 @@ DECLARE
 	v	text;
 BEGIN
 	IF kind IS NULL OR kind NOT IN ('output', 'previews', 'produced_files', 'uploaded_files') THEN
-		RAISE EXCEPTION 'unknown retention kind "%"', kind
+		RAISE EXCEPTION 'unknown retention kind "%"', agent._shown(kind)
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'The kinds are output, previews, produced_files and uploaded_files.';
 	END IF;
@@ -101,7 +101,7 @@ BEGIN
 	END IF;
 	RETURN v::interval;
 EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
-	RAISE EXCEPTION 'retention of % is not an interval or forever: "%"', kind, v
+	RAISE EXCEPTION 'retention of % is not an interval or forever: "%"', kind, agent._shown(v)
 		USING ERRCODE = 'invalid_parameter_value';
 END
 $$;
@@ -124,15 +124,19 @@ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM agent.orgs o WHERE o.id = org) THEN
 		RAISE EXCEPTION 'org % does not exist', org USING ERRCODE = 'no_data_found';
 	END IF;
+	PERFORM agent._check_text(output, 'output', 'retention'),
+			agent._check_text(previews, 'previews', 'retention'),
+			agent._check_text(produced_files, 'produced_files', 'retention'),
+			agent._check_text(uploaded_files, 'uploaded_files', 'retention');
 	FOREACH v IN ARRAY ARRAY[output, previews, produced_files, uploaded_files] LOOP
 		CONTINUE WHEN v IS NULL OR v = 'forever';
 		BEGIN
 			IF v::interval < interval '0' THEN
-				RAISE EXCEPTION 'retention must not be negative: "%"', v
+				RAISE EXCEPTION 'retention must not be negative: "%"', agent._shown(v)
 					USING ERRCODE = 'invalid_parameter_value';
 			END IF;
 		EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
-			RAISE EXCEPTION 'retention must be an interval or forever: "%"', v
+			RAISE EXCEPTION 'retention must be an interval or forever: "%"', agent._shown(v)
 				USING ERRCODE = 'invalid_parameter_value';
 		END;
 	END LOOP;

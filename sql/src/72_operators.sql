@@ -21,15 +21,20 @@ COMMENT ON VIEW agent.run_slots IS
 	'runs in flight (one per occupied slot): org, language, since, jail pid, runner';
 
 -- Why an approved run waits, for each approved invocation the caller may
--- see: the first reason that holds, in the claim's own order.
---   supervisor_paused     sandbox.max_concurrent_runs is 0 and no runner host is active
+-- see: the first reason that holds, in the claim's own order.  Every run
+-- is a runner's (the local runner, whose slots are
+-- sandbox.max_concurrent_runs, or a runner host: runners.md); the
+-- supervisor runs none itself, so the slots are the live active runners'.
+--   supervisor_paused     no live active runner has a slot (the local runner's
+--                         sandbox.max_concurrent_runs is 0 or it is off, and no
+--                         runner host with slots is active)
 --   insufficient_credits  the org cannot pay: the next claim refuses it
 --   storage_quota_exhausted  the org is at its storage quota: the next claim refuses it
 --   conversation_busy     a run of its conversation is in flight or queued before it
 --   session_elsewhere     its conversation's session is on another live runner host
 --   org_at_limit          the org has its limit of runs in flight
 --   workspace_at_limit    the workspace has its limit of runs in flight
---   no_free_slot          every slot (supervisor and runner hosts) is taken
+--   no_free_slot          every slot of the live active runners is taken
 --   next                  nothing holds it: the next claim takes it
 -- Security definer, because the limits count runs the caller cannot see
 -- (other workspaces of its org, other orgs' use of the slots): it shows
@@ -45,9 +50,8 @@ AS $$
 DECLARE
 	v_all		boolean := agent.current_workspace() IS NULL;
 	v_caller	name := agent._runner_role();	-- the role outside this function
-	v_slots		integer := pg_catalog.current_setting('sandbox.max_concurrent_runs', true)::integer;
-	v_local		integer;
-	v_runner_free integer;
+	v_slots		integer;
+	v_free		integer;
 	v_runners	integer;
 	x			record;
 	v_org_load	integer;
@@ -58,12 +62,12 @@ BEGIN
 					  OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = v_caller)) THEN
 		PERFORM agent._require_tenant(true);	-- raises
 	END IF;
-	SELECT count(*)::integer INTO v_local FROM agent.invocations i
-	 WHERE i.state IN ('provisioning', 'running') AND i.runner_id IS NULL;
-	SELECT count(*)::integer, coalesce(sum(greatest(agent._runner_free_slots(rn), 0)), 0)::integer
-	  INTO v_runners, v_runner_free
+	SELECT count(*)::integer, coalesce(sum(rn.slots), 0)::integer,
+		   coalesce(sum(greatest(agent._runner_free_slots(rn), 0)), 0)::integer
+	  INTO v_runners, v_slots, v_free
 	  FROM agent.runners rn
-	 WHERE rn.state = 'active' AND rn.last_heartbeat >= now() - agent._runner_lease();
+	 WHERE rn.state = 'active' AND rn.slots > 0
+	   AND rn.last_heartbeat >= now() - agent._runner_lease();
 
 	FOR x IN
 		SELECT i.*, p.credits_per_invocation AS price,
@@ -89,9 +93,9 @@ BEGIN
 		 WHERE j.org_id = x.org_id AND j.workspace_id = x.workspace_id
 		   AND j.state IN ('provisioning', 'running');
 		v_limit := agent._org_run_limit(x.org_id);
-		IF coalesce(v_slots, 0) = 0 AND v_runners = 0 THEN
+		IF v_runners = 0 THEN
 			waiting_for := 'supervisor_paused';
-			detail := 'sandbox.max_concurrent_runs is 0 and no runner host is active';
+			detail := 'no active runner has a run slot (sandbox.max_concurrent_runs is 0 and no runner host with slots is active)';
 		ELSIF x.balance < x.price THEN
 			waiting_for := 'insufficient_credits';
 			detail := pg_catalog.format('the org has %s credits; a run costs %s', x.balance, x.price);
@@ -106,7 +110,7 @@ BEGIN
 			waiting_for := 'conversation_busy';
 			detail := 'runs of a conversation are serial';
 		ELSIF x.conversation_id IS NOT NULL AND agent._session_elsewhere(x.conversation_id, NULL)
-			  AND v_runner_free = 0 THEN
+			  AND v_free = 0 THEN
 			waiting_for := 'session_elsewhere';
 			detail := 'its session''s runner host has no free slot';
 		ELSIF v_org_load >= v_limit THEN
@@ -115,13 +119,13 @@ BEGIN
 		ELSIF x.ws_limit IS NOT NULL AND v_ws_load >= x.ws_limit THEN
 			waiting_for := 'workspace_at_limit';
 			detail := pg_catalog.format('%s of %s runs in flight', v_ws_load, x.ws_limit);
-		ELSIF v_local >= coalesce(v_slots, 0) AND v_runner_free = 0 THEN
+		ELSIF v_free = 0 THEN
 			waiting_for := 'no_free_slot';
 			-- How busy the platform is counts other orgs' runs: only the
 			-- auditor and the owner see the numbers.
 			detail := CASE WHEN v_all
-						   THEN pg_catalog.format('%s of %s supervisor slots in use; no runner host has a free slot',
-												  v_local, coalesce(v_slots, 0))
+						   THEN pg_catalog.format('%s of %s run slots in use on %s active runners',
+												  v_slots - v_free, v_slots, v_runners)
 						   ELSE 'every run slot is in use' END;
 		ELSE
 			waiting_for := 'next';

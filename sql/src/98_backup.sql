@@ -95,6 +95,78 @@ ALTER TABLE agent.settings ENABLE REPLICA TRIGGER settings_restore_replaces_row;
 ALTER TABLE agent.plans ENABLE REPLICA TRIGGER plans_restore_replaces_row;
 ALTER TABLE agent.runtimes ENABLE REPLICA TRIGGER runtimes_restore_replaces_row;
 
+-- After a restore (or a promotion, docs/operations.md): what the dump
+-- carries over from the source server but describes the source, not this
+-- one.
+--   * cron.job: pg_cron stores per job the server its task connects to
+--     (nodename, nodeport: cron.host and the port of the server that
+--     scheduled it) and the database.  The restored rows keep the source's,
+--     so the maintenance jobs would prune, expire and reap on the source
+--     server, or fail to connect.  They are re-pointed to this server; the
+--     schedule, command, user and active flag (an operator's choices) are
+--     kept.  pg_cron's cache trigger picks the change up.
+--   * agent.runtimes: the versions the source host probed; probed again
+--     here (agent.refresh_runtimes(): superuser, COPY FROM PROGRAM).
+-- The export's slot cannot be carried over: the last step only says
+-- whether agent.export_resync() is due.  Idempotent; the owner's.
+CREATE FUNCTION agent.after_restore()
+	RETURNS TABLE (step text, detail text)
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_host	text := coalesce(pg_catalog.current_setting('cron.host', true), 'localhost');
+	v_port	integer := pg_catalog.current_setting('port')::integer;
+	v_db	text := pg_catalog.current_database()::text;
+	v_moved	integer;
+	v_jobs	integer;
+BEGIN
+	IF pg_catalog.current_setting('session_replication_role') = 'replica' THEN
+		RAISE EXCEPTION 'cannot run agent.after_restore() in session_replication_role = replica'
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Run it in a new session after pg_restore has committed.';
+	END IF;
+
+	step := 'cron_jobs';
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension x WHERE x.extname = 'pg_cron') THEN
+		detail := 'pg_cron is not installed in this database';
+	ELSE
+		-- cron.* exists only with pg_cron: dynamic, as agent.schedule_maintenance().
+		EXECUTE $sql$WITH u AS (
+						 UPDATE cron.job j SET nodename = $1, nodeport = $2, database = $3
+						  WHERE j.jobname LIKE 'sandbox\_ext\_%'
+							AND (j.nodename, j.nodeport, j.database) IS DISTINCT FROM ($1, $2, $3)
+						 RETURNING 1)
+					 SELECT (SELECT count(*)::integer FROM u),
+							(SELECT count(*)::integer FROM cron.job j WHERE j.jobname LIKE 'sandbox\_ext\_%')$sql$
+			INTO v_moved, v_jobs USING v_host, v_port, v_db;
+		detail := pg_catalog.format('%s of %s maintenance jobs re-pointed to host %s port %s database %s',
+									v_moved, v_jobs, v_host, v_port, v_db);
+	END IF;
+	RETURN NEXT;
+
+	step := 'runtimes';
+	SELECT pg_catalog.string_agg(r.language || ' ' || r.version
+								 || CASE WHEN r.probed THEN '' ELSE ' (not probed: kept)' END,
+								 ', ' ORDER BY r.language)
+	  INTO detail FROM agent.refresh_runtimes() r;
+	RETURN NEXT;
+
+	step := 'export';
+	detail := CASE
+		WHEN NOT EXISTS (SELECT 1 FROM agent.export_state e) THEN 'not set up'
+		WHEN EXISTS (SELECT 1 FROM agent.export_state e
+					  WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s
+										 WHERE s.slot_name = e.slot_name))
+			THEN 'the export slot does not exist on this server: run SELECT agent.export_resync()'
+		ELSE 'the export slot exists' END;
+	RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION agent.after_restore() IS
+	'after a restore or a promotion: re-point the maintenance jobs to this server, probe the runtimes, say whether the export needs a resync';
+REVOKE ALL ON FUNCTION agent.after_restore() FROM PUBLIC;
+
 -- Mark every table and sequence of the extension for pg_dump.
 DO $replay$
 DECLARE

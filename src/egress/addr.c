@@ -5,12 +5,18 @@
  *	  normalised (lower case, one trailing dot dropped, DNS syntax), IP
  *	  literals told apart from names (inet_aton's decimal, octal and hex
  *	  forms included, which a resolver or libc would turn into an address),
- *	  and the ranges no connection may ever reach, whatever a rule says.
+ *	  the ranges no connection may ever reach, whatever a rule says, and
+ *	  the sandbox's host's own addresses (read once, when the proxy starts,
+ *	  before it confines itself: getifaddrs needs netlink, which the
+ *	  confined proxy cannot open; proxy.c's dial() is the backstop for an
+ *	  address the host gains later).
  *
  *-------------------------------------------------------------------------
  */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
+#include <ifaddrs.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -193,6 +199,69 @@ static const Range forbidden[] = {
 	{AF_INET6, {0xff}, 8, "a multicast address"},
 };
 
+/*
+ * The host's own addresses.  The proxy runs in the host's network
+ * namespace, so an address of the host that is not in a special-purpose
+ * range (a public address on an interface) would reach every service
+ * listening on 0.0.0.0 or [::] there: a CIDR rule covering it, or an
+ * allowed name whose DNS answers with it, must not open that.  Written
+ * once, by egress_own_addrs_load before any worker thread exists; only
+ * read afterwards.
+ */
+#define EGRESS_OWN_MAX	1024
+static EgressAddr own_addrs[EGRESS_OWN_MAX];
+static int	n_own_addrs;
+
+/*
+ * Read every address of every interface of the host's (our) network
+ * namespace.  -1 with err when they cannot all be read: the proxy then does
+ * not start (a partial list would let the rest through).
+ */
+int
+egress_own_addrs_load(char *err)
+{
+	struct ifaddrs *ifa;
+
+	if (getifaddrs(&ifa) < 0)
+	{
+		snprintf(err, EGRESS_ERRLEN, "could not read the host's addresses: %s",
+				 strerror(errno));
+		return -1;
+	}
+	n_own_addrs = 0;
+	for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
+	{
+		EgressAddr *a;
+
+		if (!i->ifa_addr ||
+			(i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+			continue;
+		if (n_own_addrs == EGRESS_OWN_MAX)
+		{
+			freeifaddrs(ifa);
+			snprintf(err, EGRESS_ERRLEN, "the host has more than %d addresses",
+					 EGRESS_OWN_MAX);
+			return -1;
+		}
+		a = &own_addrs[n_own_addrs++];
+		memset(a, 0, sizeof(*a));
+		a->family = i->ifa_addr->sa_family;
+		if (a->family == AF_INET)
+			memcpy(a->bytes, &((struct sockaddr_in *) i->ifa_addr)->sin_addr, 4);
+		else
+			memcpy(a->bytes, &((struct sockaddr_in6 *) i->ifa_addr)->sin6_addr, 16);
+	}
+	freeifaddrs(ifa);
+	return 0;
+}
+
+bool
+egress_addr_equal(const EgressAddr *a, const EgressAddr *b)
+{
+	return a->family == b->family &&
+		memcmp(a->bytes, b->bytes, a->family == AF_INET ? 4 : 16) == 0;
+}
+
 /* Why the address may never be reached, or NULL if it may. */
 const char *
 egress_forbidden(const EgressAddr *a)
@@ -204,6 +273,9 @@ egress_forbidden(const EgressAddr *a)
 	/* IPv6: only global unicast (2000::/3) is ever dialled */
 	if (a->family == AF_INET6 && (a->bytes[0] & 0xe0) != 0x20)
 		return "a reserved address";
+	for (int i = 0; i < n_own_addrs; i++)
+		if (egress_addr_equal(&own_addrs[i], a))
+			return EGRESS_OWN_ADDR_WHAT;
 	return NULL;
 }
 

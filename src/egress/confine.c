@@ -20,7 +20,9 @@
  *							a filter cannot see, fails with ENOSYS: glibc
  *							then uses clone), epoll_create1, epoll_ctl
  *	  a connection			socket (inet only), connect, setsockopt,
- *							getsockopt, shutdown, fcntl, pipe2, splice
+ *							getsockopt, getsockname, getpeername (the
+ *							host's own address check after a connect),
+ *							shutdown, fcntl, pipe2, splice
  *	  the resolver client	socket, connect, sendto, recvfrom, getrandom
  *	  threads, malloc		futex, mmap/mprotect (never PROT_EXEC), munmap,
  *							brk, madvise, mremap, rt_sigprocmask, rseq,
@@ -58,7 +60,8 @@
 
 static const char *const allowed[] = {
 	"read", "write", "close", "poll", "ppoll", "epoll_wait", "epoll_pwait",
-	"accept4", "connect", "setsockopt", "getsockopt", "shutdown", "fcntl",
+	"accept4", "connect", "setsockopt", "getsockopt", "getsockname", "getpeername",
+	"shutdown", "fcntl",
 	"pipe2", "splice", "sendto", "recvfrom", "getrandom", "futex",
 	"clock_gettime", "gettimeofday", "munmap", "brk", "madvise", "mremap",
 	"rt_sigprocmask", "rt_sigreturn", "restart_syscall", "exit", "exit_group",

@@ -6,7 +6,8 @@
  *	  PostgreSQL headers.  One module per concern:
  *	    policy.c	the policy file (one run's rules and limits) and matching
  *	    addr.c		host names and addresses: normalising, IP literals and
- *					numeric host names, the always-refused ranges
+ *					numeric host names, the always-refused ranges, the
+ *					host's own addresses
  *	    dns.c		the proxy's own resolver client (UDP, A/AAAA) and its
  *					answer cache (TTL and size bounded, one run's)
  *	    tls.c		the server name of a TLS ClientHello
@@ -91,6 +92,12 @@ extern int	egress_normalize_host(const char *in, size_t len, char *out, char *er
 extern bool egress_is_numeric_host(const char *host);
 extern bool egress_parse_literal(const char *host, EgressAddr *a, bool *canonical);
 extern const char *egress_forbidden(const EgressAddr *a);
+extern int	egress_own_addrs_load(char *err);
+extern bool egress_addr_equal(const EgressAddr *a, const EgressAddr *b);
+
+/* why an address of the sandbox's host is refused (a log row's reason) */
+#define EGRESS_OWN_ADDR_WHAT "an address of the sandbox's host"
+
 extern void egress_addr_str(const EgressAddr *a, char *buf, size_t len);
 extern bool egress_cidr_contains(int family, const uint8_t *net, int prefix,
 								 const EgressAddr *a);

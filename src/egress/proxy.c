@@ -412,6 +412,49 @@ find_header(const Conn *c, const char *name, size_t *vlen, int *count)
 	return found;
 }
 
+/* dial()'s answer for a connection that reached the host itself */
+#define DIAL_SELF	(-100000)
+
+/*
+ * The backstop for the host's own addresses: vet() refuses those the host
+ * had when the proxy started (egress_forbidden), but one it gained since
+ * is not in that list.  A connection to one of the host's own addresses
+ * has that address as its source too (the kernel's local route names it
+ * as the preferred source, and we never bind), so a connected socket whose
+ * local address is its peer's reached the host.  The host's service has
+ * then seen a connection opened, and closed before any byte.
+ */
+static bool
+dialled_self(int fd)
+{
+	struct sockaddr_storage l,
+				p;
+	socklen_t	ll = sizeof(l),
+				pl = sizeof(p);
+	EgressAddr	la,
+				pa;
+
+	if (getsockname(fd, (struct sockaddr *) &l, &ll) < 0 ||
+		getpeername(fd, (struct sockaddr *) &p, &pl) < 0)
+		return true;			/* cannot tell: refuse */
+	if (l.ss_family != p.ss_family)
+		return false;
+	memset(&la, 0, sizeof(la));
+	memset(&pa, 0, sizeof(pa));
+	la.family = pa.family = l.ss_family;
+	if (l.ss_family == AF_INET)
+	{
+		memcpy(la.bytes, &((struct sockaddr_in *) &l)->sin_addr, 4);
+		memcpy(pa.bytes, &((struct sockaddr_in *) &p)->sin_addr, 4);
+	}
+	else
+	{
+		memcpy(la.bytes, &((struct sockaddr_in6 *) &l)->sin6_addr, 16);
+		memcpy(pa.bytes, &((struct sockaddr_in6 *) &p)->sin6_addr, 16);
+	}
+	return egress_addr_equal(&la, &pa);
+}
+
 /* Connect to the vetted address, with a deadline. */
 static int
 dial(Conn *c, const EgressAddr *a)
@@ -464,6 +507,11 @@ dial(Conn *c, const EgressAddr *a)
 	{
 		close(fd);
 		return -(soerr ? soerr : EIO);
+	}
+	if (dialled_self(fd))
+	{
+		close(fd);
+		return DIAL_SELF;
 	}
 	/* blocking from here: the relay polls */
 	fcntl(fd, F_SETFL, 0);
@@ -589,6 +637,28 @@ vet(Conn *c, const char *rawhost, EgressAddr *dst)
 	}
 	*dst = addrs[0];
 	egress_addr_str(dst, c->address, sizeof(c->address));
+	return true;
+}
+
+/* Dial the vetted address into c->ufd; false after a refusal was sent. */
+static bool
+dial_vetted(Conn *c, const EgressAddr *dst)
+{
+	int			fd = dial(c, dst);
+
+	if (fd == DIAL_SELF)
+	{
+		refuse(c, 403, "%s:%u (%s) reached %s", c->host, c->port, c->address,
+			   EGRESS_OWN_ADDR_WHAT);
+		return false;
+	}
+	if (fd < 0)
+	{
+		refuse(c, 502, "could not connect to %s:%u (%s): %s", c->host, c->port,
+			   c->address, strerror(-fd));
+		return false;
+	}
+	c->ufd = fd;
 	return true;
 }
 
@@ -761,16 +831,8 @@ serve_connect(Conn *c, const char *target, size_t tlen)
 	}
 	if (!vet(c, raw, &dst))
 		return;
-	c->ufd = dial(c, &dst);
-	if (c->ufd < 0)
-	{
-		int			e = -c->ufd;
-
-		c->ufd = -1;
-		refuse(c, 502, "could not connect to %s:%u (%s): %s", c->host, c->port,
-			   c->address, strerror(e));
+	if (!dial_vetted(c, &dst))
 		return;
-	}
 	if (write_all(c->cfd, ok, sizeof(ok) - 1) < 0)
 		return;
 
@@ -919,16 +981,8 @@ serve_http(Conn *c, const char *method, size_t mlen, const char *target, size_t 
 	}
 	if (!vet(c, raw, &dst))
 		return;
-	c->ufd = dial(c, &dst);
-	if (c->ufd < 0)
-	{
-		int			e = -c->ufd;
-
-		c->ufd = -1;
-		refuse(c, 502, "could not connect to %s:%u (%s): %s", c->host, c->port,
-			   c->address, strerror(e));
+	if (!dial_vetted(c, &dst))
 		return;
-	}
 
 	/* the head in origin form, hop-by-hop and proxy headers dropped */
 	out = malloc(EGRESS_HEAD_MAX + 256);
@@ -1392,6 +1446,9 @@ main(int argc, char **argv)
 		close(policy_fd);
 	if (resolver_spec ? egress_resolver_parse(resolver_spec, &resolver, err) < 0
 		: egress_resolver_default(&resolver, err) < 0)
+		die("%s", err);
+	/* before the filter: getifaddrs needs a netlink socket */
+	if (egress_own_addrs_load(err) < 0)
 		die("%s", err);
 	if (listen_spec)
 		lfd = listen_on(listen_spec);

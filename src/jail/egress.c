@@ -39,7 +39,21 @@
 
 #include "jail.h"
 
-#define EGRESS_CA_MAX		(256 * 1024)
+#define EGRESS_CA_MAX		(256 * 1024)	/* the --egress-ca file */
+#define EGRESS_SYSTEM_CA_MAX (1024 * 1024)	/* the system's bundle */
+
+/*
+ * The system's CA bundle (Debian's first, then the other usual places):
+ * what the payload's clients trust without --egress-ca, and still trust
+ * with it (the extra CA is added to it, not put in its place).
+ */
+static const char *const system_ca_bundles[] = {
+	"/etc/ssl/certs/ca-certificates.crt",
+	"/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/ssl/ca-bundle.pem",
+	"/etc/ssl/cert.pem",
+	NULL
+};
 #define EGRESS_WAIT_MS		5000	/* init's socket, the proxy's summary */
 
 /*
@@ -134,7 +148,8 @@ static const char node_shim[] =
 	"          resolve(new Response(nobody ? null : Buffer.concat(chunks), { status: res.statusCode, statusText: res.statusMessage, headers: h }));\n"
 	"        });\n"
 	"      });\n"
-	"      r.on('error', (e) => { const t = new TypeError('fetch failed'); t.cause = e; reject(t); });\n"
+	"      // undici's message is 'fetch failed' (the why in e.cause); a refusal's reason goes in the message too\n"
+	"      r.on('error', (e) => { const t = new TypeError(e && e.code === 'EGRESS_DENIED' ? 'fetch failed: ' + e.message : 'fetch failed'); t.cause = e; reject(t); });\n"
 	"      if (init.signal) init.signal.addEventListener('abort', () => r.destroy(new Error('aborted')));\n"
 	"      r.end(body ? Buffer.from(body) : undefined);\n"
 	"    }));\n"
@@ -191,6 +206,78 @@ jail_egress_init(JailEgress *e)
 }
 
 /*
+ * The bundle the sandbox's clients get with --egress-ca (e->ca): the
+ * system's bundle, then the extra CA.  SSL_CERT_FILE and the others name
+ * one file and replace the default, so the extra CA alone would make
+ * every other certificate untrusted.  A host without a system bundle
+ * gets the extra CA alone.
+ */
+static int
+read_ca_bundle(JailEgress *e, const char *extra_path, char *err)
+{
+	char	   *sys = NULL,
+			   *extra,
+			   *all;
+	size_t		sys_len = 0,
+				extra_len;
+	int			fd;
+
+	fd = open(extra_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+	{
+		jail_seterr(err, "egress CA %s: %s", extra_path, strerror(errno));
+		return -1;
+	}
+	extra = jail_read_code(fd, &extra_len, err);
+	close(fd);
+	if (!extra)
+		return -1;
+	if (extra_len > EGRESS_CA_MAX)
+	{
+		jail_seterr(err, "egress CA %s is larger than %d bytes", extra_path, EGRESS_CA_MAX);
+		free(extra);
+		return -1;
+	}
+	for (int i = 0; system_ca_bundles[i]; i++)
+	{
+		fd = open(system_ca_bundles[i], O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		sys = jail_read_code(fd, &sys_len, err);
+		close(fd);
+		if (!sys || sys_len > EGRESS_SYSTEM_CA_MAX)
+		{
+			jail_seterr(err, "the system's CA bundle %s is unreadable or larger than %d bytes",
+						system_ca_bundles[i], EGRESS_SYSTEM_CA_MAX);
+			free(sys);
+			free(extra);
+			return -1;
+		}
+		break;
+	}
+	all = malloc(sys_len + 1 + extra_len + 1);
+	if (!all)
+	{
+		jail_seterr(err, "out of memory");
+		free(sys);
+		free(extra);
+		return -1;
+	}
+	if (sys_len)
+		memcpy(all, sys, sys_len);
+	e->ca_len = sys_len;
+	if (sys_len && all[sys_len - 1] != '\n')
+		all[e->ca_len++] = '\n';
+	memcpy(all + e->ca_len, extra, extra_len);
+	e->ca_len += extra_len;
+	all[e->ca_len] = '\0';
+	e->ca = all;
+	free(sys);
+	free(extra);
+	return 0;
+}
+
+/*
  * Before the clone: the socket pair, the log (created, never followed:
  * O_NOFOLLOW | O_EXCL), the CA's text.  The policy itself is the proxy's
  * to read and judge; it must at least be a regular file we can open.
@@ -224,25 +311,8 @@ jail_egress_prepare(JailEgress *e, const JailOptions *opts, char *err)
 			return -1;
 		}
 	}
-	if (opts->egress_ca)
-	{
-		fd = open(opts->egress_ca, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
-		{
-			jail_seterr(err, "egress CA %s: %s", opts->egress_ca, strerror(errno));
-			return -1;
-		}
-		e->ca = jail_read_code(fd, &e->ca_len, err);
-		close(fd);
-		if (!e->ca)
-			return -1;
-		if (e->ca_len > EGRESS_CA_MAX)
-		{
-			jail_seterr(err, "egress CA %s is larger than %d bytes", opts->egress_ca,
-						EGRESS_CA_MAX);
-			return -1;
-		}
-	}
+	if (opts->egress_ca && read_ca_bundle(e, opts->egress_ca, err) < 0)
+		return -1;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, e->sock) < 0)
 	{
 		jail_seterr(err, "socketpair: %s", strerror(errno));

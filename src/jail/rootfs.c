@@ -7,6 +7,9 @@
  *
  * Layout (docs/jail.md):
  *	  /usr, /bin, /sbin, /lib, /lib64 ...	host, read-only, nosuid, nodev
+ *	  (pip, npm, ...)	the package installers masked: their directories
+ *				under empty read-only tmpfs, their commands under a script
+ *				that refuses (hide_installers)
  *	  /etc		a tmpfs-backed directory with generated passwd/group/hosts/
  *				nsswitch/pip.conf and a few host files bound read-only
  *				(loader cache, certificates, time zone, python config);
@@ -41,6 +44,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -358,6 +362,97 @@ setup_etc(char *err)
 	return 0;
 }
 
+/*
+ * Runtime installs are off (docs/egress.md, "Clients"): with an allowed
+ * registry host, pip's and npm's own switches (PIP_NO_INDEX, pip.conf,
+ * npm's offline mode) are the payload's to turn back on
+ * (PIP_CONFIG_FILE=/dev/null, --index-url, --offline=false).  So the
+ * installers are not in the sandbox at all: each directory below is
+ * covered by an empty read-only tmpfs (python3 -m pip, -m ensurepip, the
+ * wheels venv would install, npm's and corepack's code), and each command
+ * that is a file of its own by INSTALLER_STUB, which says so and exits
+ * 127.  A command that is a symlink into a covered directory (npm, npx,
+ * corepack) is left dangling: "command not found".  Patterns are globbed
+ * on the host (python3.11, pip3.11); what a host lacks is skipped.
+ * Python's and Node's own libraries (requests, numpy, http) are not
+ * touched: downloading a file from an allowed host stays possible, as
+ * data.
+ */
+static const char *const installer_paths[] = {
+	"/usr/bin/pip", "/usr/bin/pip[0-9]*", "/usr/local/bin/pip", "/usr/local/bin/pip[0-9]*",
+	"/usr/lib/python3/dist-packages/pip", "/usr/lib/python3*/ensurepip",
+	"/usr/lib/python3*/site-packages/pip", "/usr/local/lib/python3*/dist-packages/pip",
+	"/usr/share/python-wheels",
+	"/usr/bin/npm", "/usr/bin/npx", "/usr/bin/corepack",
+	"/usr/lib/node_modules/npm", "/usr/lib/node_modules/corepack",
+	"/usr/local/lib/node_modules/npm", "/usr/local/lib/node_modules/corepack",
+	"/usr/share/nodejs/npm", "/usr/share/nodejs/corepack",
+	NULL
+};
+
+#define INSTALLER_STUB "/etc/sandbox-no-install"
+
+static int
+hide_one_installer(const char *host, char *err)
+{
+	char		dst[512];
+	struct stat st;
+
+	if (lstat(host, &st) < 0 || S_ISLNK(st.st_mode))
+		return 0;				/* gone, or a link into what is covered */
+	snprintf(dst, sizeof(dst), NEWROOT "%s", host);
+	if (S_ISDIR(st.st_mode))
+	{
+		if (tmpfs_at(dst, "size=4k,nr_inodes=1,mode=0555",
+					 MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, err) < 0)
+			return -1;
+		return 0;
+	}
+	if (!S_ISREG(st.st_mode))
+		return 0;
+	if (mount(NEWROOT INSTALLER_STUB, dst, NULL, MS_BIND, NULL) < 0)
+	{
+		jail_seterr(err, "bind mount onto %s: %s", dst, strerror(errno));
+		return -1;
+	}
+	return set_attr(dst, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+					false, err);
+}
+
+static int
+hide_installers(char *err)
+{
+	static const char stub[] =
+		"#!/bin/sh\n"
+		"# sandbox-jail: runtime package installs are disabled\n"
+		"echo \"${0##*/}: not available in the sandbox (runtime package installs are disabled)\" >&2\n"
+		"exit 127\n";
+
+	if (write_new(NEWROOT INSTALLER_STUB, stub, 0555, err) < 0)
+		return -1;
+	for (int i = 0; installer_paths[i]; i++)
+	{
+		glob_t		g;
+		int			rc = glob(installer_paths[i], GLOB_NOSORT, NULL, &g);
+
+		if (rc == GLOB_NOMATCH)
+			continue;
+		if (rc != 0)
+		{
+			jail_seterr(err, "glob %s failed", installer_paths[i]);
+			return -1;
+		}
+		for (size_t j = 0; j < g.gl_pathc; j++)
+			if (hide_one_installer(g.gl_pathv[j], err) < 0)
+			{
+				globfree(&g);
+				return -1;
+			}
+		globfree(&g);
+	}
+	return 0;
+}
+
 /* /dev/shm: POSIX shm and semaphores (multiprocessing) want one. */
 static int
 mount_dev_shm(const JailOptions *opts, const char *root, char *err)
@@ -521,7 +616,8 @@ rootfs_common(uint64_t root_size, char *err)
 	for (int i = 0; sysdirs[i]; i++)
 		if (bind_host(sysdirs[i], strcmp(sysdirs[i], "/usr") == 0, err) < 0)
 			return -1;
-	if (setup_etc(err) < 0 || setup_dev(NULL, err) < 0 || setup_proc(err) < 0)
+	if (setup_etc(err) < 0 || hide_installers(err) < 0 || setup_dev(NULL, err) < 0 ||
+		setup_proc(err) < 0)
 		return -1;
 	return 0;
 }
@@ -655,7 +751,7 @@ jail_rootfs_setup(const JailChildArgs *args, char *err)
 
 	if (make_private(err) < 0 ||
 		open_sources(args->opts, false, &wsfd, bindfds, err) < 0 ||
-		rootfs_common(args->code_len + 1024 * 1024, err) < 0 ||
+		rootfs_common(args->code_len + args->egress_ca_len + 1024 * 1024, err) < 0 ||
 		mount_dev_shm(args->opts, NEWROOT, err) < 0)
 		return -1;
 	return rootfs_finish(args, wsfd, bindfds, err);

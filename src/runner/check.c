@@ -104,8 +104,8 @@ probe(const char *dir, const char *language, const char *code, char *verdict, si
 	snprintf(vfile, sizeof(vfile), "%s/verdict-%s", dir, language);
 	snprintf(ofile, sizeof(ofile), "%s/out-%s", dir, language);
 	verdict[0] = out[0] = '\0';
-	if (mkdir(ws, S_IRWXU) != 0 || !place_file(dir, strrchr(codef, '/') + 1, code, strlen(code),
-											   0600, &err))
+	if (mkdir(ws, S_IRWXU) != 0 || !files_place(dir, strrchr(codef, '/') + 1, code, strlen(code),
+												0600, &err))
 	{
 		snprintf(verdict, vlen, "could not prepare the probe: %s", err ? err : strerror(errno));
 		free(err);
@@ -193,12 +193,12 @@ check_jail_and_cgroups(void)
 		else
 			report("ok", psprintf("interpreter for %s", langs[i].language), langs[i].interpreter, NULL);
 
-	if (work_problem() != NULL)
+	if (workdir_problem() != NULL)
 	{
 		report("warn", "sandbox probes", "skipped: the work directory is unusable", NULL);
 		return;
 	}
-	snprintf(dir, sizeof(dir), "%s/.check.%d", work_root(), (int) getpid());
+	snprintf(dir, sizeof(dir), "%s/.check.%d", workdir_root(), (int) getpid());
 	if (mkdir(dir, S_IRWXU) != 0)
 	{
 		report("FAIL", "sandbox probes", psprintf("could not create \"%s\": %m", dir), NULL);
@@ -247,7 +247,7 @@ check_jail_and_cgroups(void)
 			cgroup_reported = true;
 		}
 	}
-	remove_work_dir(dir);
+	files_remove_dir(dir);
 }
 
 static void
@@ -258,22 +258,22 @@ check_work_dir(void)
 	struct stat st,
 				rootst;
 
-	if (work_problem())
+	if (workdir_problem())
 	{
-		report("FAIL", "the work directory", work_problem(), NULL);
+		report("FAIL", "the work directory", workdir_problem(), NULL);
 		return;
 	}
-	if (statfs(work_root(), &sfs) != 0 || statvfs(work_root(), &svfs) != 0)
+	if (statfs(workdir_root(), &sfs) != 0 || statvfs(workdir_root(), &svfs) != 0)
 	{
-		report("FAIL", "the work directory", psprintf("could not stat \"%s\": %m", work_root()), NULL);
+		report("FAIL", "the work directory", psprintf("could not stat \"%s\": %m", workdir_root()), NULL);
 		return;
 	}
 	report("ok", "the work directory",
-		   psprintf("%s (%s, %llu MB free)", work_root(),
+		   psprintf("%s (%s, %llu MB free)", workdir_root(),
 					(long) sfs.f_type == (long) TMPFS_MAGIC_ ? "tmpfs" : "a disk filesystem",
 					(unsigned long long) svfs.f_bavail * svfs.f_frsize / (1024 * 1024)),
 		   NULL);
-	if (stat(work_root(), &st) == 0 && stat("/", &rootst) == 0 && st.st_dev == rootst.st_dev)
+	if (stat(workdir_root(), &st) == 0 && stat("/", &rootst) == 0 && st.st_dev == rootst.st_dev)
 		report("warn", "the work directory's filesystem", "it is the root filesystem",
 			   "A run that fills its workspace then fills the host's root: mount a filesystem of its own there.");
 	if ((int64) (svfs.f_bavail * svfs.f_frsize) <
@@ -419,7 +419,7 @@ runner_check(void)
 {
 	printf("sandbox-runner %s, runner \"%s\", %d slots, configuration from this file\n\n",
 		   RUNNER_VERSION, runner_conf.name, runner_conf.slots);
-	(void) work_dir_usable(true);
+	(void) workdir_usable(true);
 	check_jail_and_cgroups();
 	check_work_dir();
 	check_run_dir();

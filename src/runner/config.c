@@ -12,7 +12,7 @@
  *
  * The local runner's file is written by the supervisor from the sandbox.*
  * settings (src/supervisor.c) and its names are those of this file, so a
- * message names a setting as the operator sets it (setting_name()).
+ * message names a setting as the operator sets it (runner_setting_name()).
  *
  *-------------------------------------------------------------------------
  */
@@ -82,7 +82,7 @@ static const ConfVar conf_vars[] = {
 };
 
 const char *
-setting_name(const char *key)
+runner_setting_name(const char *key)
 {
 	for (size_t i = 0; i < lengthof(conf_vars); i++)
 		if (strcmp(conf_vars[i].name, key) == 0)

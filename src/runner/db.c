@@ -115,12 +115,12 @@ db_disconnect(const char *why)
 	{
 		if (state == DBS_UP)
 			runner_log(RLOG_WARNING, "lost the connection to the database: %s", reason);
-		else if (strcmp(reason, last_failure) != 0 || now_ms() - last_failure_at > 60000)
+		else if (strcmp(reason, last_failure) != 0 || runner_now_ms() - last_failure_at > 60000)
 		{
 			/* once per reason and minute, not once per attempt */
 			runner_log(RLOG_WARNING, "could not connect to the database: %s", reason);
 			strlcpy(last_failure, reason, sizeof(last_failure));
-			last_failure_at = now_ms();
+			last_failure_at = runner_now_ms();
 		}
 		PQfinish(conn);
 	}
@@ -128,7 +128,7 @@ db_disconnect(const char *why)
 	state = DBS_DOWN;
 	snprintf(status_text, sizeof(status_text), "not connected: %s", reason);
 	status_dirty = true;
-	next_attempt = now_ms() + backoff_ms;
+	next_attempt = runner_now_ms() + backoff_ms;
 	backoff_ms = Min(backoff_ms * 2, BACKOFF_MAX_MS);
 }
 
@@ -219,7 +219,7 @@ db_start_connect(void)
 				 err ? err : "out of memory");
 		runner_log(RLOG_ERROR, "%s", status_text);
 		PQfreemem(err);
-		next_attempt = now_ms() + BACKOFF_MAX_MS;
+		next_attempt = runner_now_ms() + BACKOFF_MAX_MS;
 		return;
 	}
 	conn = PQconnectStartParams(kw, val, 0);
@@ -231,7 +231,7 @@ db_start_connect(void)
 	}
 	state = DBS_CONNECTING;
 	poll_status = PGRES_POLLING_WRITING;
-	connect_deadline = now_ms() + CONNECT_TIMEOUT_MS;
+	connect_deadline = runner_now_ms() + CONNECT_TIMEOUT_MS;
 	snprintf(status_text, sizeof(status_text), "connecting");
 }
 
@@ -278,13 +278,13 @@ db_progress(short revents, bool *connected_now, bool *work, bool *cancel)
 	*connected_now = false;
 	if (state == DBS_DOWN)
 	{
-		if (now_ms() >= next_attempt)
+		if (runner_now_ms() >= next_attempt)
 			db_start_connect();
 		return;
 	}
 	if (state == DBS_CONNECTING)
 	{
-		if (revents == 0 && now_ms() >= connect_deadline)
+		if (revents == 0 && runner_now_ms() >= connect_deadline)
 		{
 			db_disconnect("timeout while connecting");
 			return;
@@ -365,7 +365,7 @@ wait_socket(short events, msec deadline)
 	p.events = events;
 	do
 	{
-		long		left = (long) Max(deadline - now_ms(), 0);
+		long		left = (long) Max(deadline - runner_now_ms(), 0);
 
 		rc = poll(&p, 1, left);
 	} while (rc < 0 && errno == EINTR);
@@ -612,7 +612,7 @@ db_batch_run(DbBatch *b)
 				set_lost(&b->items[i].r, status_text);
 		return DB_LOST;
 	}
-	deadline = now_ms() + STEP_TIMEOUT_MS + (msec) (b->bytes / 1000) + (msec) b->n * STEP_CALL_MS;
+	deadline = runner_now_ms() + STEP_TIMEOUT_MS + (msec) (b->bytes / 1000) + (msec) b->n * STEP_CALL_MS;
 	if (!PQenterPipelineMode(conn))
 	{
 		why = PQerrorMessage(conn);

@@ -57,7 +57,7 @@ safe_openat(int rootfd, const char *path, int flags, mode_t mode)
  */
 
 int
-remove_tree_at(int parentfd, const char *name, int depth)
+files_remove_tree_at(int parentfd, const char *name, int depth)
 {
 	int			fd;
 	DIR		   *d;
@@ -100,7 +100,7 @@ remove_tree_at(int parentfd, const char *name, int depth)
 	{
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (remove_tree_at(dirfd(d), de->d_name, depth + 1) != 0)
+		if (files_remove_tree_at(dirfd(d), de->d_name, depth + 1) != 0)
 			rc = -1;
 	}
 	closedir(d);
@@ -111,7 +111,7 @@ remove_tree_at(int parentfd, const char *name, int depth)
 
 /* Remove a directory tree under the work directory; logs and goes on. */
 void
-remove_work_dir(const char *path)
+files_remove_dir(const char *path)
 {
 	char		parent[MAXPGPATH];
 	const char *slash = strrchr(path, '/');
@@ -127,7 +127,7 @@ remove_work_dir(const char *path)
 	pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (pfd < 0)
 		return;
-	if (remove_tree_at(pfd, slash + 1, 0) != 0)
+	if (files_remove_tree_at(pfd, slash + 1, 0) != 0)
 		runner_log(RLOG_WARNING, "could not remove sandbox work directory \"%s\": %m", path);
 	close(pfd);
 }
@@ -220,7 +220,7 @@ entry_cmp(const void *a, const void *b)
 }
 
 Manifest *
-manifest_scan(const char *root, int max_entries)
+files_manifest_scan(const char *root, int max_entries)
 {
 	Manifest   *m = pg_malloc0(sizeof(Manifest));
 	int			fd;
@@ -239,7 +239,7 @@ manifest_scan(const char *root, int max_entries)
 }
 
 void
-manifest_free(Manifest *m)
+files_manifest_free(Manifest *m)
 {
 	if (m == NULL)
 		return;
@@ -286,7 +286,7 @@ produced_add(ProducedList *out, const char *name, const char *status, const char
 }
 
 void
-produced_free(ProducedList *l)
+files_produced_free(ProducedList *l)
 {
 	for (int i = 0; i < l->n; i++)
 	{
@@ -399,10 +399,10 @@ unchanged(const Manifest *before, const ManifestEntry *e)
  * caller frees it), or it is freed here when after_out is NULL.
  */
 void
-collect_produced(const char *root, const Manifest *before, const ProducedCaps *caps,
-				 ProducedList *out, Manifest **after_out)
+files_collect_produced(const char *root, const Manifest *before, const ProducedCaps *caps,
+					   ProducedList *out, Manifest **after_out)
 {
-	Manifest   *after = manifest_scan(root, caps->max_scan_entries);
+	Manifest   *after = files_manifest_scan(root, caps->max_scan_entries);
 	int			rootfd;
 	int			nsaved = 0;
 	int64		total = 0;
@@ -414,7 +414,7 @@ collect_produced(const char *root, const Manifest *before, const ProducedCaps *c
 	{
 		produced_add(out, "/workspace", "failed", "the workspace could not be opened", NULL, 0);
 		if (!after_out)
-			manifest_free(after);
+			files_manifest_free(after);
 		return;
 	}
 	for (int i = 0; i < after->n; i++)
@@ -445,7 +445,7 @@ collect_produced(const char *root, const Manifest *before, const ProducedCaps *c
 					 NULL, 0);
 	close(rootfd);
 	if (!after_out)
-		manifest_free(after);
+		files_manifest_free(after);
 }
 
 /* ----------------------------------------------------------------
@@ -460,7 +460,7 @@ remove_entry(int dfd, const char *name)
 	if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
 		return;
 	if (errno == EISDIR || errno == EPERM)
-		(void) remove_tree_at(dfd, name, 0);
+		(void) files_remove_tree_at(dfd, name, 0);
 }
 
 /*
@@ -469,8 +469,8 @@ remove_entry(int dfd, const char *name)
  * On failure *err (malloc'd, the caller frees it) says why.
  */
 bool
-place_file(const char *root, const char *relpath, const char *data, size_t len,
-		   mode_t mode, char **err)
+files_place(const char *root, const char *relpath, const char *data, size_t len,
+			mode_t mode, char **err)
 {
 	char	   *path = pg_strdup(relpath);
 	char	   *slash;

@@ -301,7 +301,7 @@ launcher_ensure(void)
 	/* jail_path changed on reload: the launcher must follow. */
 	if (launcher_pid > 0 && strcmp(launcher_path, runner_conf.jail_path) != 0)
 		launcher_stop();
-	if (launcher_pid > 0 && strcmp(launcher_root, work_root()) != 0)
+	if (launcher_pid > 0 && strcmp(launcher_root, workdir_root()) != 0)
 	{
 		if (served_runs() > 0)
 			return false;
@@ -326,7 +326,7 @@ launcher_ensure(void)
 	if (launcher_alive())
 		return true;
 	strlcpy(launcher_path, runner_conf.jail_path, sizeof(launcher_path));
-	strlcpy(launcher_root, work_root(), sizeof(launcher_root));
+	strlcpy(launcher_root, workdir_root(), sizeof(launcher_root));
 	strlcpy(launcher_warm, warm, sizeof(launcher_warm));
 
 	strlcpy(dir, runner_conf.run_dir, sizeof(dir));
@@ -478,7 +478,7 @@ launch_oneshot(Run *run, const JailRequest *req, const char *code_path)
 	{
 		errno = rc;
 		run->start_error = arena_printf(&run->arena, "could not execute %s \"%s\": %m",
-										setting_name("jail_path"), runner_conf.jail_path);
+										runner_setting_name("jail_path"), runner_conf.jail_path);
 		goto out;
 	}
 	run->jail.pidfd = pidfd_open(run->jail.pid, 0);
@@ -515,7 +515,7 @@ jail_launch(Run *run, const char *code_path, int wall_s, int memory_mb, int pids
 	for (int st = 0; st < NSTREAMS; st++)
 		(void) fcntl(run->out.fd[st], F_SETFL, O_NONBLOCK);
 	(void) fcntl(run->jail.verdict_fd, F_SETFL, O_NONBLOCK);
-	run->jail.backstop = now_ms() + (msec) wall_s * 1000 + BACKSTOP_GRACE_MS;
+	run->jail.backstop = runner_now_ms() + (msec) wall_s * 1000 + BACKSTOP_GRACE_MS;
 	return true;
 }
 

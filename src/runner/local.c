@@ -51,8 +51,8 @@ status_problem(void)
 {
 	static char buf[512];
 
-	if (work_problem())
-		return work_problem();
+	if (workdir_problem())
+		return workdir_problem();
 	if (!me.registered && me.refused[0])
 		return me.refused;
 	if (strncmp(db_status(), "not connected:", 14) == 0 || strncmp(db_status(), "invalid", 7) == 0)
@@ -82,16 +82,12 @@ link_send_status(void)
 	add_field(&s, num);
 	snprintf(num, sizeof(num), "%d", nactive);
 	add_field(&s, num);
-	add_field(&s, work_root());
+	add_field(&s, workdir_root());
 	add_field(&s, status_problem() ? status_problem() : "");
 	for (int i = 0; i < nruns; i++)
 	{
-		char		run[UUID_STR_LEN + 16];
-
-		if (runs[i].phase == RUN_FREE)
-			continue;
-		snprintf(run, sizeof(run), "%s:%d", runs[i].id, (int) runs[i].jail.pid);
-		add_field(&s, run);
+		if (runs[i].phase != RUN_FREE)
+			add_field(&s, runs[i].id);
 	}
 	/* a full link: the state is sent again after the next turn */
 	if (s.len <= LINK_MAX && !link_write(s.data, s.len))

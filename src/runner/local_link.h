@@ -15,7 +15,7 @@
  *
  *	runner -> supervisor
  *	  status	slots, in use, work dir, problem (or ""), then one
- *				"invocation:jail pid" field per run in a slot; sent when
+ *				invocation id field per run in a slot; sent when
  *				any of it changes (agent.worker_status() shows it)
  *	  staged	a result waits behind a lock (apply it now:
  *				agent._finish_pending)
@@ -47,7 +47,7 @@ typedef enum LinkStatusField
 	LINK_STATUS_IN_USE = 1,
 	LINK_STATUS_WORK_DIR = 2,
 	LINK_STATUS_PROBLEM = 3,
-	LINK_STATUS_FIRST_RUN = 4	/* then "uuid:pid" per run */
+	LINK_STATUS_FIRST_RUN = 4	/* then an invocation id per run */
 } LinkStatusField;
 
 /* The local runner's name (agent.runners) and its files in the data directory. */

@@ -91,7 +91,7 @@ runner_reload(void)
 	runner_conf = c;
 	if (!runner_conf.jail_launcher)
 		launcher_stop();
-	(void) work_dir_usable(true);
+	(void) workdir_usable(true);
 	status_dirty = true;
 	claim_wanted = true;		/* more slots, or a usable work directory */
 }
@@ -110,12 +110,12 @@ fill_slots(void)
 	claim_wanted = false;
 	for (;;)
 	{
-		int			want = free_slots();
+		int			want = run_free_slots();
 		int			got;
 
 		if (want <= 0)
 			backlog_possible = true;	/* woken while full */
-		if (want <= 0 || !db_connected() || !work_dir_usable(false))
+		if (want <= 0 || !db_connected() || !workdir_usable(false))
 			break;
 		got = step_claim(want, claimed);
 		/* (a failed claim: what waits is still there) */
@@ -140,7 +140,7 @@ fill_slots(void)
 static int
 wait_timeout(void)
 {
-	msec		now = now_ms();
+	msec		now = runner_now_ms();
 	msec		timeout = Max(next_poll - now, 0);
 
 	if (!db_connected())
@@ -156,7 +156,7 @@ wait_timeout(void)
 		if (ms >= 0)
 			timeout = Min(timeout, ms);
 		if (me.lease_ms > 0)
-			timeout = Min(timeout, Max(lease_deadline(run) - now, 0));
+			timeout = Min(timeout, Max(step_lease_deadline(run) - now, 0));
 		if (run->phase == RUN_STARTED && !run->jail.served && run->jail.pidfd < 0)
 			timeout = Min(timeout, REAP_POLL_MS);
 		switch (run->phase)
@@ -178,11 +178,11 @@ wait_timeout(void)
 	}
 	if (sweep_wanted)
 		timeout = Min(timeout, Max(last_sweep + SWEEP_INTERVAL_MS - now, 0));
-	if (mark_due() >= 0 && db_connected())
-		timeout = Min(timeout, Max(mark_due() - now, 0));
+	if (step_mark_due() >= 0 && db_connected())
+		timeout = Min(timeout, Max(step_mark_due() - now, 0));
 	if (me.registered && db_connected())
 		timeout = Min(timeout, Max(me.next_heartbeat - now, 0));
-	if (db_connected() && claim_wanted && free_slots() > 0)
+	if (db_connected() && claim_wanted && run_free_slots() > 0)
 		timeout = 0;
 	if (db_connected() && cancel_wanted)
 		timeout = Min(timeout, Max(cancel_retry_at - now, 0));
@@ -321,7 +321,7 @@ wait_and_read(int *nevents)
 static void
 check_runs(void)
 {
-	msec		now = now_ms();
+	msec		now = runner_now_ms();
 
 	for (int i = 0; i < nruns; i++)
 	{
@@ -356,7 +356,7 @@ finish_and_sweep(bool woken)
 	for (int i = 0; i < nruns; i++)
 	{
 		/* a finish may take seconds (a flood of files): renew between them */
-		if (me.registered && db_connected() && now_ms() >= me.next_heartbeat)
+		if (me.registered && db_connected() && runner_now_ms() >= me.next_heartbeat)
 			(void) step_heartbeat();
 		if (run_complete(&runs[i]) && run_finish(&runs[i]))
 		{
@@ -367,12 +367,12 @@ finish_and_sweep(bool woken)
 	}
 	if (woken)
 		sweep_wanted = true;
-	if (!sweep_wanted || now_ms() - last_sweep < SWEEP_INTERVAL_MS || !db_connected())
+	if (!sweep_wanted || runner_now_ms() - last_sweep < SWEEP_INTERVAL_MS || !db_connected())
 		return;
-	last_sweep = now_ms();
+	last_sweep = runner_now_ms();
 	sweep_wanted = false;
 	if (step_sweep_lists(&live, &skills))
-		sweep(&live, &skills);
+		workdir_sweep(&live, &skills);
 	strlist_free(&live);
 	strlist_free(&skills);
 }
@@ -381,7 +381,7 @@ void
 runner_loop(void)
 {
 	db_start_connect();
-	next_poll = now_ms() + IDLE_POLL_MS;
+	next_poll = runner_now_ms() + IDLE_POLL_MS;
 	while (!shutdown_requested)
 	{
 		bool		woken;
@@ -390,14 +390,14 @@ runner_loop(void)
 		if (reload_requested)
 			runner_reload();
 		/* renew our leases; kill our sandboxes if we could not for too long */
-		if (me.registered && db_connected() && now_ms() >= me.next_heartbeat)
+		if (me.registered && db_connected() && runner_now_ms() >= me.next_heartbeat)
 			(void) step_heartbeat();
 		step_self_fence();
 		if (!me.registered && db_connected() && !step_register())
 			db_disconnect("the runner could not register");
-		if (now_ms() >= next_poll)
+		if (runner_now_ms() >= next_poll)
 		{
-			next_poll = now_ms() + IDLE_POLL_MS;
+			next_poll = runner_now_ms() + IDLE_POLL_MS;
 			claim_wanted = cancel_wanted = true;
 		}
 		if (claim_wanted)
@@ -409,15 +409,15 @@ runner_loop(void)
 		if (shutdown_requested)
 			break;
 		check_runs();
-		if (mark_due() >= 0 && mark_due() <= now_ms() && db_connected())
+		if (step_mark_due() >= 0 && step_mark_due() <= runner_now_ms() && db_connected())
 			step_mark_started();
 		output_flush();
-		if (cancel_wanted && db_connected() && now_ms() >= cancel_retry_at)
+		if (cancel_wanted && db_connected() && runner_now_ms() >= cancel_retry_at)
 		{
 			if (step_check_cancellations())
 				cancel_wanted = false;
 			else
-				cancel_retry_at = now_ms() + 1000;
+				cancel_retry_at = runner_now_ms() + 1000;
 		}
 		finish_and_sweep(woken || nevents == 0);
 		link_send_status();

@@ -186,12 +186,12 @@ main(int argc, char **argv)
 		setup_local();
 	(void) umask(0077);
 
-	(void) work_dir_usable(true);
-	clean_work_root();
+	(void) workdir_usable(true);
+	workdir_clean_root();
 	runs_init();
 	(void) launcher_ensure();
 	runner_log(RLOG_LOG, "runner \"%s\" started (%d slots, jail \"%s\", work directory \"%s\")",
-			   runner_conf.name, runner_conf.slots, runner_conf.jail_path, work_root());
+			   runner_conf.name, runner_conf.slots, runner_conf.jail_path, workdir_root());
 
 	runner_loop();
 

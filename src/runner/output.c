@@ -151,7 +151,7 @@ output_read(Run *run, int st)
 			continue;
 		}
 		if (out->pending[st].len == 0)
-			out->pending_at[st] = now_ms();
+			out->pending_at[st] = runner_now_ms();
 		append_utf8(out, st, buf, (int) r, false);
 		fit_limit(out, st, before);
 		if (out->pending[st].len >= OUTPUT_READ_SIZE)
@@ -220,7 +220,7 @@ output_due_ms(Run *run, msec now)
 void
 output_flush(void)
 {
-	msec		now = now_ms();
+	msec		now = runner_now_ms();
 	bool		ready[RUNNER_MAX_SLOTS][NSTREAMS];
 	bool		stored[RUNNER_MAX_SLOTS];
 	bool		any = false;

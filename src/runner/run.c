@@ -84,9 +84,9 @@ run_reset(Run *run)
 	d->dir[0] = d->workspace[0] = d->session[0] = '\0';
 	d->has_session = false;
 	d->nbinds = 0;
-	manifest_free(d->before);
+	files_manifest_free(d->before);
 	d->before = NULL;
-	produced_free(&d->produced);
+	files_produced_free(&d->produced);
 	d->collected = d->measured = false;
 	d->ws_bytes = 0;
 	d->ws_entries = 0;
@@ -116,12 +116,12 @@ runs_init(void)
 
 /* Slots free for new runs (slots may be lowered on reload). */
 int
-free_slots(void)
+run_free_slots(void)
 {
 	return Max(Min(runner_conf.slots, nruns) - nactive, 0);
 }
 
-/* claim: FREE -> CLAIMED (the caller claimed no more than free_slots()). */
+/* claim: FREE -> CLAIMED (the caller claimed no more than run_free_slots()). */
 Run *
 run_claim(const ClaimedRun *c)
 {
@@ -159,17 +159,17 @@ run_start(Run *run, const ClaimedRun *c)
 	bool		workspace_is_new;
 	char		code_path[MAXPGPATH];
 
-	if (prepare_dirs(run, c, &workspace_is_new) &&
+	if (workdir_prepare(run, c, &workspace_is_new) &&
 		((!c->has_session && !c->has_skills && !c->has_egress) ||
 		 step_prepare(run, workspace_is_new)) &&
-		write_code(run, c->code ? c->code : "", code_path, sizeof(code_path)) &&
+		workdir_write_code(run, c->code ? c->code : "", code_path, sizeof(code_path)) &&
 		jail_launch(run, code_path,
 					Min(Max(c->wall_s, 1), runner_conf.max_wall_time_s),
 					Min(Max(c->memory_mb, 16), runner_conf.max_memory_mb),
 					runner_conf.default_pids))
 	{
 		run->phase = RUN_STARTED;
-		run->report_at = run->mark_retry_at = now_ms() + runner_conf.start_report_delay_ms;
+		run->report_at = run->mark_retry_at = runner_now_ms() + runner_conf.start_report_delay_ms;
 	}
 	else if (run->phase == RUN_CLAIMED)
 		run->phase = RUN_UNSTARTED;
@@ -183,7 +183,7 @@ run_exited(Run *run)
 	if (run->phase != RUN_STARTED)
 		return;
 	run->phase = RUN_EXITED;
-	run->jail.exited_at = now_ms();
+	run->jail.exited_at = runner_now_ms();
 }
 
 /* Is the run ready to be finished (now)? */
@@ -195,12 +195,12 @@ run_complete(Run *run)
 		case RUN_UNSTARTED:
 			return true;
 		case RUN_RECORD_RETRY:
-			return now_ms() >= run->retry_at;
+			return runner_now_ms() >= run->retry_at;
 		case RUN_EXITED:
 			if (run->out.fd[0] < 0 && run->out.fd[1] < 0 && run->jail.verdict_fd < 0)
 				return true;
 			/* A grandchild holding a pipe open must not keep the run alive. */
-			return now_ms() - run->jail.exited_at >= DRAIN_GRACE_MS;
+			return runner_now_ms() - run->jail.exited_at >= DRAIN_GRACE_MS;
 		default:
 			return false;
 	}
@@ -231,9 +231,9 @@ run_finish(Run *run)
 	if (run->phase == RUN_RECORD_RETRY)
 		run->phase = run->start_error ? RUN_UNSTARTED : RUN_EXITED;
 	error = jail_failure(run, &jail_status);
-	collect_run(run, error != NULL);
+	workdir_collect(run, error != NULL);
 	egress_collect(run);
-	release_disk(run);
+	workdir_release(run);
 
 	/* (with the output that waited for the start report) */
 	o = step_record_result(run, error, jail_status, true, &applied, &err);
@@ -258,7 +258,7 @@ run_finish(Run *run)
 	{
 		/* Nothing commits: keep the slot and try again (the reaper would too). */
 		run->phase = RUN_RECORD_RETRY;
-		run->retry_at = now_ms() + RECORD_RETRY_MS;
+		run->retry_at = runner_now_ms() + RECORD_RETRY_MS;
 		return false;
 	}
 	/* the supervisor applies a staged result (the local one, now) */
@@ -283,7 +283,7 @@ run_fence(Run *run, const char *why)
 	runner_log(RLOG_WARNING, "invocation %s is not ours any more (%s): its sandbox is killed and its result dropped",
 			   run->id, why);
 	jail_kill_wait(run);
-	release_disk(run);
+	workdir_release(run);
 	run_release(run);
 }
 

@@ -68,7 +68,7 @@
 
 typedef int64 msec;				/* CLOCK_MONOTONIC, milliseconds */
 
-extern msec now_ms(void);
+extern msec runner_now_ms(void);
 
 typedef enum RunnerLogLevel
 {
@@ -146,7 +146,7 @@ extern bool runner_config_load(const char *path, RunnerConfig *out, char **err);
 extern void runner_config_free(RunnerConfig *c);
 extern void runner_config_defaults(RunnerConfig *c);
 /* A setting's name as the operator sets it: sandbox.X (local) or X. */
-extern const char *setting_name(const char *key);
+extern const char *runner_setting_name(const char *key);
 
 /* ---- files.c ---- */
 
@@ -195,15 +195,15 @@ typedef struct ProducedList
 	int			cap;
 } ProducedList;
 
-extern Manifest *manifest_scan(const char *root, int max_entries);
-extern void manifest_free(Manifest *m);
-extern void collect_produced(const char *root, const Manifest *before, const ProducedCaps *caps,
-							 ProducedList *out, Manifest **after_out);
-extern void produced_free(ProducedList *l);
-extern bool place_file(const char *root, const char *relpath, const char *data, size_t len,
-					   mode_t mode, char **err);
-extern int	remove_tree_at(int parentfd, const char *name, int depth);
-extern void remove_work_dir(const char *path);
+extern Manifest *files_manifest_scan(const char *root, int max_entries);
+extern void files_manifest_free(Manifest *m);
+extern void files_collect_produced(const char *root, const Manifest *before, const ProducedCaps *caps,
+								   ProducedList *out, Manifest **after_out);
+extern void files_produced_free(ProducedList *l);
+extern bool files_place(const char *root, const char *relpath, const char *data, size_t len,
+						mode_t mode, char **err);
+extern int	files_remove_tree_at(int parentfd, const char *name, int depth);
+extern void files_remove_dir(const char *path);
 
 /* ---- run.c: a run and its phases ---- */
 
@@ -339,7 +339,7 @@ extern int	nruns;				/* entries of runs */
 extern int	nactive;			/* of them, not RUN_FREE */
 extern bool status_dirty;		/* what the slots run changed (local.c reports it) */
 extern void runs_init(void);
-extern int	free_slots(void);
+extern int	run_free_slots(void);
 extern Run *run_claim(const ClaimedRun *c);
 extern void run_start(Run *run, const ClaimedRun *c);
 extern void run_exited(Run *run);
@@ -365,23 +365,23 @@ extern void output_flush(void);
 extern long output_due_ms(Run *run, msec now);
 
 /* ---- workdir.c ---- */
-extern const char *work_root(void);
-extern const char *work_problem(void);
-extern bool work_dir_usable(bool force);
-extern void clean_work_root(void);
-extern bool prepare_dirs(Run *run, const ClaimedRun *c, bool *workspace_is_new);
-extern bool write_code(Run *run, const char *code, char *path, size_t pathlen);
+extern const char *workdir_root(void);
+extern const char *workdir_problem(void);
+extern bool workdir_usable(bool force);
+extern void workdir_clean_root(void);
+extern bool workdir_prepare(Run *run, const ClaimedRun *c, bool *workspace_is_new);
+extern bool workdir_write_code(Run *run, const char *code, char *path, size_t pathlen);
 extern bool workspace_place(Run *run, const char *name, const char *data, size_t len, char **err);
 extern char *skill_dir(const char *skill_id, bool *installed);
 extern char *skill_begin(const char *skill_id, char **err);
 extern bool skill_add(const char *tmp, const char *path, const char *data, size_t len,
 					  bool executable, char **err);
 extern bool skill_install(const char *tmp, const char *final, char **err);
-extern void collect_run(Run *run, bool failed);
+extern void workdir_collect(Run *run, bool failed);
 extern bool egress_place_policy(Run *run, const char *data, size_t len, char **err);
 extern void egress_collect(Run *run);
-extern void release_disk(Run *run);
-extern void sweep(const StrList *live_sessions, const StrList *skills_in_use);
+extern void workdir_release(Run *run);
+extern void workdir_sweep(const StrList *live_sessions, const StrList *skills_in_use);
 
 /* ---- db.c ---- */
 
@@ -475,10 +475,10 @@ typedef struct RunnerIdentity
 extern RunnerIdentity me;
 extern bool step_register(void);
 extern bool step_heartbeat(void);
-extern msec lease_deadline(const Run *run);
+extern msec step_lease_deadline(const Run *run);
 extern void step_self_fence(void);
 extern int	step_claim(int want, ClaimedRun *out);
-extern msec mark_due(void);
+extern msec step_mark_due(void);
 extern bool step_prepare(Run *run, bool workspace_is_new);
 extern void step_mark_started(void);
 extern bool step_store_output(const bool ready[][NSTREAMS], bool *stored);

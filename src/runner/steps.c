@@ -146,7 +146,7 @@ step_register(void)
 	char		slots[16];
 	DbParam		p[4];
 	DbResult	r;
-	msec		sent = now_ms();
+	msec		sent = runner_now_ms();
 	bool		ok;
 
 	(void) gethostname(host, sizeof(host) - 1);
@@ -167,7 +167,7 @@ step_register(void)
 		me.registered = true;
 		me.refused[0] = '\0';
 		me.renewed_at = sent;
-		me.next_heartbeat = now_ms() + me.heartbeat_ms;
+		me.next_heartbeat = runner_now_ms() + me.heartbeat_ms;
 		runner_log(RLOG_LOG, "registered as runner \"%s\" (%s, incarnation %s, %s); lease %d s%s",
 				   runner_conf.name, me.id, me.incarnation, me.state, (int) (me.lease_ms / 1000),
 				   atoi(or_empty(db_value(&r, 0, 5))) > 0 ?
@@ -198,7 +198,7 @@ step_heartbeat(void)
 	char		slots[16];
 	DbParam		p[5];
 	DbResult	r;
-	msec		sent = now_ms();
+	msec		sent = runner_now_ms();
 	bool		ok = false;
 	int			n = 0;
 
@@ -222,7 +222,7 @@ step_heartbeat(void)
 		me.lease_ms = (msec) atoi(or_empty(db_value(&r, 0, 3))) * 1000;
 		me.heartbeat_ms = (msec) Max(atoi(or_empty(db_value(&r, 0, 4))), 1) * 1000;
 	}
-	me.next_heartbeat = now_ms() + (r.outcome == DB_OK ? me.heartbeat_ms : 1000);
+	me.next_heartbeat = runner_now_ms() + (r.outcome == DB_OK ? me.heartbeat_ms : 1000);
 	if (r.outcome == DB_OK && db_ntuples(&r) == 1)
 	{
 		const char *state = or_empty(db_value(&r, 0, 0));
@@ -270,7 +270,7 @@ step_heartbeat(void)
  * sent, so never later than the database's deadline), less a margin.
  */
 msec
-lease_deadline(const Run *run)
+step_lease_deadline(const Run *run)
 {
 	return Max(run->leased_at, me.renewed_at) + me.lease_ms - SELF_FENCE_MARGIN_MS;
 }
@@ -284,7 +284,7 @@ lease_deadline(const Run *run)
 void
 step_self_fence(void)
 {
-	msec		now = now_ms();
+	msec		now = runner_now_ms();
 
 	if (!me.registered || nactive == 0 || me.lease_ms <= 0)
 		return;
@@ -292,7 +292,7 @@ step_self_fence(void)
 	{
 		Run		   *run = &runs[i];
 
-		if (run->phase == RUN_FREE || now < lease_deadline(run))
+		if (run->phase == RUN_FREE || now < step_lease_deadline(run))
 			continue;
 		runner_log(RLOG_WARNING, "could not renew the lease of invocation %s for %d s",
 				   run->id, (int) ((now - Max(run->leased_at, me.renewed_at)) / 1000));
@@ -342,7 +342,7 @@ step_claim(int want, ClaimedRun *out)
 	char		nbuf[16];
 	DbParam		p[3];
 	DbResult	r;
-	msec		sent = now_ms();
+	msec		sent = runner_now_ms();
 	int			n = 0;
 
 	if (!me.registered || strcmp(me.state, "active") != 0)
@@ -427,7 +427,7 @@ materialize_skill(Run *run, const char *skill_id, char **err, bool *fence)
 	if (ok)
 		ok = skill_install(tmp, final, err);
 	else
-		remove_work_dir(tmp);
+		files_remove_dir(tmp);
 	free(tmp);
 	if (!ok)
 	{
@@ -550,7 +550,7 @@ step_prepare(Run *run, bool workspace_is_new)
  * was due is not marked: its finish records the start.  The step skips a
  * row whose lock, or whose org's audit head, is held elsewhere (a claim
  * of the same org on another runner, a tenant's open transaction): it is
- * tried again after a backoff (mark_due), so that a run that is running
+ * tried again after a backoff (step_mark_due), so that a run that is running
  * says so; one that ends first is moved through running by its finish.
  */
 void
@@ -561,7 +561,7 @@ step_mark_started(void)
 	char		pid[RUNNER_MAX_SLOTS][16];
 	Run		   *marked[RUNNER_MAX_SLOTS];
 	int			n = 0;
-	msec		now = now_ms();
+	msec		now = runner_now_ms();
 
 	db_batch_init(&b);
 	for (int i = 0; i < nruns; i++)
@@ -603,7 +603,7 @@ step_mark_started(void)
 				Run		   *run = marked[i];
 
 				run->marked = false;
-				run->mark_retry_at = now_ms() + Min(50L << Min(run->mark_skips, 5), 1000L);
+				run->mark_retry_at = runner_now_ms() + Min(50L << Min(run->mark_skips, 5), 1000L);
 				run->mark_skips++;
 			}
 			i++;
@@ -617,7 +617,7 @@ step_mark_started(void)
  * marked, or -1 for none.
  */
 msec
-mark_due(void)
+step_mark_due(void)
 {
 	msec		due = -1;
 

@@ -21,7 +21,7 @@
 bool		runner_log_debug = false;
 
 msec
-now_ms(void)
+runner_now_ms(void)
 {
 	struct timespec ts;
 

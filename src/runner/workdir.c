@@ -41,13 +41,13 @@ static bool checked = false;
  */
 
 const char *
-work_root(void)
+workdir_root(void)
 {
 	return runner_conf.work_dir;
 }
 
 const char *
-work_problem(void)
+workdir_problem(void)
 {
 	return problem;
 }
@@ -71,7 +71,7 @@ same_filesystem(const struct stat *st, const char *other)
 static char *
 work_dir_problem(void)
 {
-	const char *root = work_root();
+	const char *root = workdir_root();
 	char		parent[MAXPGPATH];
 	char	   *slash;
 	struct stat st;
@@ -83,15 +83,15 @@ work_dir_problem(void)
 	if (stat(parent, &st) != 0)
 		return psprintf("the parent directory of %s \"%s\" does not exist; run "
 						"scripts/jail-host-setup.sh as root (it mounts a filesystem there), or set %s",
-						setting_name("work_dir"), root, setting_name("work_dir"));
+						runner_setting_name("work_dir"), root, runner_setting_name("work_dir"));
 	if (mkdir(root, S_IRWXU) != 0 && errno != EEXIST)
-		return psprintf("could not create %s \"%s\": %m", setting_name("work_dir"), root);
+		return psprintf("could not create %s \"%s\": %m", runner_setting_name("work_dir"), root);
 	if (lstat(root, &st) != 0)
-		return psprintf("could not stat %s \"%s\": %m", setting_name("work_dir"), root);
+		return psprintf("could not stat %s \"%s\": %m", runner_setting_name("work_dir"), root);
 	if (!S_ISDIR(st.st_mode))
-		return psprintf("%s \"%s\" is not a directory", setting_name("work_dir"), root);
+		return psprintf("%s \"%s\" is not a directory", runner_setting_name("work_dir"), root);
 	if (access(root, W_OK | X_OK) != 0)
-		return psprintf("%s \"%s\" is not writable: %m", setting_name("work_dir"), root);
+		return psprintf("%s \"%s\" is not writable: %m", runner_setting_name("work_dir"), root);
 	for (int i = 0; i < runner_conf.protect.n; i++)
 	{
 		if (!same_filesystem(&st, runner_conf.protect.v[i]))
@@ -112,17 +112,17 @@ work_dir_problem(void)
  * it) and log a change.  True when usable.
  */
 bool
-work_dir_usable(bool force)
+workdir_usable(bool force)
 {
 	char	   *p;
 	bool		changed;
 
 	if (!force && checked && problem == NULL)
 		return true;
-	if (!force && checked && now_ms() - checked_at < WORK_DIR_CHECK_MS)
+	if (!force && checked && runner_now_ms() - checked_at < WORK_DIR_CHECK_MS)
 		return false;
 	checked = true;
-	checked_at = now_ms();
+	checked_at = runner_now_ms();
 	p = work_dir_problem();
 	changed = (p == NULL) != (problem == NULL) || (p && strcmp(p, problem) != 0);
 	free(problem);
@@ -130,7 +130,7 @@ work_dir_usable(bool force)
 	if (changed && p)
 		runner_log(RLOG_WARNING, "the sandbox runner claims no work: %s", p);
 	else if (changed)
-		runner_log(RLOG_LOG, "the sandbox work directory \"%s\" is usable", work_root());
+		runner_log(RLOG_LOG, "the sandbox work directory \"%s\" is usable", workdir_root());
 	status_dirty = true;
 	return p == NULL;
 }
@@ -140,13 +140,13 @@ work_dir_usable(bool force)
  * Called at start, when no run of ours exists yet.
  */
 void
-clean_work_root(void)
+workdir_clean_root(void)
 {
 	DIR		   *d;
 	struct dirent *de;
 	char		path[MAXPGPATH];
 
-	d = opendir(work_root());
+	d = opendir(workdir_root());
 	if (d == NULL)
 		return;
 	while ((de = readdir(d)) != NULL)
@@ -154,9 +154,9 @@ clean_work_root(void)
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
 			strcmp(de->d_name, "sessions") == 0 || strcmp(de->d_name, "skills") == 0)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", work_root(), de->d_name);
+		snprintf(path, sizeof(path), "%s/%s", workdir_root(), de->d_name);
 		runner_log(RLOG_LOG, "removing leftover work directory \"%s\"", path);
-		remove_work_dir(path);
+		files_remove_dir(path);
 	}
 	closedir(d);
 }
@@ -202,14 +202,14 @@ mkdir_p(Run *run, const char *path)
 static const char *
 workspace_over_limits(const char *path)
 {
-	Manifest   *m = manifest_scan(path, runner_conf.workspace_entries + 1);
+	Manifest   *m = files_manifest_scan(path, runner_conf.workspace_entries + 1);
 	const char *why = NULL;
 
 	if (m->incomplete)
 		why = "more entries than the workspace_entries limit, or too deep a tree";
 	else if (m->disk_bytes > (int64) runner_conf.workspace_size_mb * 1024 * 1024)
 		why = "more bytes than the workspace_size limit";
-	manifest_free(m);
+	files_manifest_free(m);
 	return why;
 }
 
@@ -221,15 +221,15 @@ workspace_over_limits(const char *path)
  * failure.
  */
 bool
-prepare_dirs(Run *run, const ClaimedRun *c, bool *workspace_is_new)
+workdir_prepare(Run *run, const ClaimedRun *c, bool *workspace_is_new)
 {
 	RunDisk    *d = &run->disk;
 	struct stat st;
 	const char *why;
 
 	*workspace_is_new = true;
-	snprintf(d->dir, sizeof(d->dir), "%s/%s", work_root(), run->id);
-	if (!mkdir_p(run, work_root()))
+	snprintf(d->dir, sizeof(d->dir), "%s/%s", workdir_root(), run->id);
+	if (!mkdir_p(run, workdir_root()))
 		return false;
 	if (mkdir(d->dir, S_IRWXU) != 0)
 	{
@@ -244,19 +244,19 @@ prepare_dirs(Run *run, const ClaimedRun *c, bool *workspace_is_new)
 	}
 	d->has_session = true;
 	strlcpy(d->session, c->session, sizeof(d->session));
-	snprintf(d->workspace, sizeof(d->workspace), "%s/sessions/%s/workspace", work_root(),
+	snprintf(d->workspace, sizeof(d->workspace), "%s/sessions/%s/workspace", workdir_root(),
 			 c->session);
 	*workspace_is_new = (stat(d->workspace, &st) != 0);
 	if (!*workspace_is_new && c->fresh_session)
 	{
-		remove_work_dir(d->workspace);
+		files_remove_dir(d->workspace);
 		*workspace_is_new = true;
 	}
 	else if (!*workspace_is_new && (why = workspace_over_limits(d->workspace)) != NULL)
 	{
 		runner_log(RLOG_LOG, "rebuilding the workspace of session %s before invocation %s: it holds %s",
 				   c->session, run->id, why);
-		remove_work_dir(d->workspace);
+		files_remove_dir(d->workspace);
 		*workspace_is_new = true;
 	}
 	return mkdir_p(run, d->workspace);
@@ -267,18 +267,18 @@ prepare_dirs(Run *run, const ClaimedRun *c, bool *workspace_is_new)
  * the manifest of the workspace: what differs after the run was produced.
  */
 bool
-write_code(Run *run, const char *code, char *path, size_t pathlen)
+workdir_write_code(Run *run, const char *code, char *path, size_t pathlen)
 {
 	char	   *err = NULL;
 
 	snprintf(path, pathlen, "%s/code", run->disk.dir);
-	if (!place_file(run->disk.dir, "code", code, strlen(code), 0600, &err))
+	if (!files_place(run->disk.dir, "code", code, strlen(code), 0600, &err))
 	{
 		run->start_error = arena_strdup(&run->arena, err);
 		free(err);
 		return false;
 	}
-	run->disk.before = manifest_scan(run->disk.workspace, runner_conf.workspace_entries + 1);
+	run->disk.before = files_manifest_scan(run->disk.workspace, runner_conf.workspace_entries + 1);
 	return true;
 }
 
@@ -288,7 +288,7 @@ workspace_place(Run *run, const char *name, const char *data, size_t len, char *
 {
 	char	   *why = NULL;
 
-	if (place_file(run->disk.workspace, name, data, len, 0644, &why))
+	if (files_place(run->disk.workspace, name, data, len, 0644, &why))
 		return true;
 	*err = psprintf("could not place file \"%s\" in the workspace: %s", name, why);
 	free(why);
@@ -307,7 +307,7 @@ workspace_place(Run *run, const char *name, const char *data, size_t len, char *
 char *
 skill_dir(const char *skill_id, bool *installed)
 {
-	char	   *path = psprintf("%s/skills/%s", work_root(), skill_id);
+	char	   *path = psprintf("%s/skills/%s", workdir_root(), skill_id);
 	struct stat st;
 
 	*installed = (stat(path, &st) == 0 && S_ISDIR(st.st_mode));
@@ -318,10 +318,10 @@ skill_dir(const char *skill_id, bool *installed)
 char *
 skill_begin(const char *skill_id, char **err)
 {
-	char	   *tmp = psprintf("%s/skills/.%s.%d", work_root(), skill_id, (int) getpid());
-	char	   *skills = psprintf("%s/skills", work_root());
+	char	   *tmp = psprintf("%s/skills/.%s.%d", workdir_root(), skill_id, (int) getpid());
+	char	   *skills = psprintf("%s/skills", workdir_root());
 
-	remove_work_dir(tmp);
+	files_remove_dir(tmp);
 	if ((mkdir(skills, S_IRWXU) != 0 && errno != EEXIST) ||
 		mkdir(tmp, S_IRWXU) != 0)
 	{
@@ -339,7 +339,7 @@ skill_add(const char *tmp, const char *path, const char *data, size_t len, bool 
 {
 	char	   *why = NULL;
 
-	if (place_file(tmp, path, data, len, executable ? 0755 : 0644, &why))
+	if (files_place(tmp, path, data, len, executable ? 0755 : 0644, &why))
 		return true;
 	*err = psprintf("could not materialise skill file \"%s\": %s", path, why);
 	free(why);
@@ -356,7 +356,7 @@ skill_install(const char *tmp, const char *final, char **err)
 		*err = psprintf("could not install skill directory \"%s\": %m", final);
 		ok = false;
 	}
-	remove_work_dir(tmp);
+	files_remove_dir(tmp);
 	return ok;
 }
 
@@ -371,7 +371,7 @@ skill_install(const char *tmp, const char *final, char **err)
  * workspace holds now and whether it must be rebuilt before the next run.
  */
 void
-collect_run(Run *run, bool failed)
+workdir_collect(Run *run, bool failed)
 {
 	RunDisk    *d = &run->disk;
 	Manifest   *after = NULL;
@@ -380,9 +380,9 @@ collect_run(Run *run, bool failed)
 		return;
 	d->collected = true;
 	if (!failed)
-		collect_produced(d->workspace, d->before, &d->caps, &d->produced, &after);
+		files_collect_produced(d->workspace, d->before, &d->caps, &d->produced, &after);
 	else if (d->has_session)
-		after = manifest_scan(d->workspace, runner_conf.workspace_entries + 1);
+		after = files_manifest_scan(d->workspace, runner_conf.workspace_entries + 1);
 	if (d->has_session && after)
 	{
 		d->measured = true;
@@ -392,13 +392,13 @@ collect_run(Run *run, bool failed)
 			d->ws_reset = arena_printf(&run->arena,
 									   "more than %d entries (%s) or a tree deeper than 64",
 									   runner_conf.workspace_entries,
-									   setting_name("workspace_entries"));
+									   runner_setting_name("workspace_entries"));
 		else if (after->disk_bytes > (int64) runner_conf.workspace_size_mb * 1024 * 1024)
 			d->ws_reset = arena_printf(&run->arena, "%lld bytes, more than %s",
 									   (long long) after->disk_bytes,
-									   setting_name("workspace_size"));
+									   runner_setting_name("workspace_size"));
 	}
-	manifest_free(after);
+	files_manifest_free(after);
 }
 
 /*
@@ -408,21 +408,21 @@ collect_run(Run *run, bool failed)
  * memory by now, and a finish that cannot commit must not keep the space.
  */
 void
-release_disk(Run *run)
+workdir_release(Run *run)
 {
 	RunDisk    *d = &run->disk;
 
 	if (d->dir[0])
 	{
-		remove_work_dir(d->dir);
+		files_remove_dir(d->dir);
 		d->dir[0] = '\0';
 	}
 	if (d->has_session && d->ws_reset)
 	{
 		char		path[MAXPGPATH];
 
-		snprintf(path, sizeof(path), "%s/sessions/%s", work_root(), d->session);
-		remove_work_dir(path);
+		snprintf(path, sizeof(path), "%s/sessions/%s", workdir_root(), d->session);
+		files_remove_dir(path);
 	}
 }
 
@@ -442,7 +442,7 @@ egress_place_policy(Run *run, const char *data, size_t len, char **err)
 {
 	char	   *why = NULL;
 
-	if (!place_file(run->disk.dir, EGRESS_POLICY_FILE, data, len, 0600, &why))
+	if (!files_place(run->disk.dir, EGRESS_POLICY_FILE, data, len, 0600, &why))
 	{
 		*err = psprintf("could not place the egress policy: %s", why);
 		free(why);
@@ -496,14 +496,14 @@ egress_collect(Run *run)
  * ----------------------------------------------------------------
  */
 
-/* Is work_root/<sub>/<name> used by a run of ours? */
+/* Is workdir_root()/<sub>/<name> used by a run of ours? */
 static bool
 used_by_a_run(const char *sub, const char *name)
 {
 	char		path[MAXPGPATH];
 	size_t		len;
 
-	snprintf(path, sizeof(path), "%s/%s/%s", work_root(), sub, name);
+	snprintf(path, sizeof(path), "%s/%s/%s", workdir_root(), sub, name);
 	len = strlen(path);
 	for (int i = 0; i < nruns; i++)
 	{
@@ -522,7 +522,7 @@ used_by_a_run(const char *sub, const char *name)
 }
 
 /*
- * Remove every entry of work_root/<sub> that is neither kept nor in use.  A
+ * Remove every entry of workdir_root()/<sub> that is neither kept nor in use.  A
  * skill's temporary copy (.ID.PID) exists only while this process
  * materialises it, never during a sweep.
  */
@@ -533,7 +533,7 @@ sweep_dir(const char *sub, const StrList *keep)
 	DIR		   *d;
 	struct dirent *de;
 
-	snprintf(dir, sizeof(dir), "%s/%s", work_root(), sub);
+	snprintf(dir, sizeof(dir), "%s/%s", workdir_root(), sub);
 	d = opendir(dir);
 	if (d == NULL)
 		return;
@@ -549,14 +549,14 @@ sweep_dir(const char *sub, const StrList *keep)
 		runner_log(RLOG_LOG, "removing %s \"%s\", no longer used",
 				   strcmp(sub, "sessions") == 0 ? "the workspace of ended session" : "materialised skill",
 				   path);
-		remove_work_dir(path);
+		files_remove_dir(path);
 	}
 	closedir(d);
 }
 
 /* Delete session workspaces not live and skill copies not in use. */
 void
-sweep(const StrList *live_sessions, const StrList *skills_in_use)
+workdir_sweep(const StrList *live_sessions, const StrList *skills_in_use)
 {
 	sweep_dir("sessions", live_sessions);
 	sweep_dir("skills", skills_in_use);

@@ -22,6 +22,7 @@ NAMES = {
     "loop.test": ["127.0.0.1"], "meta.test": ["169.254.169.254"],
     "private.test": ["10.0.0.5"], "cgnat.test": ["100.64.0.1"],
     "mixed.test": [PUB, "192.168.1.1"], "127.0.0.1.nip.test": ["127.0.0.1"],
+    "hostself.test": ["93.184.0.1"],     # the sandbox's host's own address
     "pypi.org": [PUB], "files.pythonhosted.org": [PUB], "registry.npmjs.org": [PUB],
 }
 AAAA = {"v6ula.test": ["fd00::1"], "v6loop.test": ["::1"]}

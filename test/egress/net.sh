@@ -46,14 +46,16 @@ egr_up() {
 	ip -n "$EGR_I" link set "${EGR_PREFIX}b" up
 	ip -n "$EGR_H" route add default via 93.184.0.2
 	ip -n "$EGR_I" route add 93.184.0.0/16 dev "${EGR_PREFIX}b" 2>/dev/null
-	# the host's own loopback service: what a refused name must never reach
+	# the host's own service, listening on every address of the host (as
+	# many do: 0.0.0.0): what a refused name or literal must never reach,
+	# neither by loopback nor by the host's own address 93.184.0.1
 	ip netns exec "$EGR_H" /usr/bin/python3 -c '
 import http.server as h
 class S(h.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200); self.end_headers(); self.wfile.write(b"HOST-SECRET\n")
     def log_message(self, *a): pass
-h.HTTPServer(("127.0.0.1", 80), S).serve_forever()' &
+h.HTTPServer(("0.0.0.0", 80), S).serve_forever()' &
 	EGR_HOSTSVC_PID=$!
 	ip netns exec "$EGR_I" /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/fakenet.py" \
 		"$EGR_RESOLVER" "$EGR_DIR/srv.pem" "$EGR_DIR/srv.key" >"$EGR_DIR/fakenet.out" 2>&1 &

@@ -415,10 +415,13 @@ except OSError as e:
 
 	# --- runtime installs ---------------------------------------------------
 	jr "$u" shell 'python3 -m pip install six 2>&1; echo "pip=$?"' --wall-time 60
-	t "$u: pip install fails clearly" 'out_has "pip=1" && grep -Eq "(Could not find a version|No matching distribution|externally-managed)" "$WORK/out"'
-	if [ -x /usr/bin/npm ]; then
+	# the installers are not in the sandbox (rootfs.c, hide_installers)
+	t "$u: pip install fails clearly" 'out_has "pip=1" && out_has "No module named pip"'
+	jr "$u" shell 'pip install six 2>&1; echo "pip=$?"' --wall-time 60
+	t "$u: the pip command says installs are disabled" 'out_has "pip=127" && out_has "pip: not available in the sandbox (runtime package installs are disabled)"'
+	if [ -e /usr/bin/npm ]; then
 		jr "$u" shell 'cd /tmp && npm install left-pad 2>&1; echo "npm=$?"' --wall-time 60
-		t "$u: npm install fails clearly" '! out_has "npm=0" && grep -Eq "(ENOTCACHED|offline|EAI_AGAIN|ENOTFOUND)" "$WORK/out"'
+		t "$u: npm install fails clearly" 'out_has "npm=127" && out_has "npm: command not found"'
 	fi
 
 	# --- fds and environment -----------------------------------------------

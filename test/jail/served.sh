@@ -65,10 +65,15 @@ wait_for() {
 	while ! grep -q -- "$2" "$1" 2>/dev/null && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
 }
 # served_bg USER NAME LANG CODEFILE [opts]: a client run in the background,
-# files $WORK/NAME.{out,err,verdict}; sets BGPID
+# files $WORK/NAME.{out,err,verdict}; sets BGPID.  The files are emptied
+# here, before the job starts: a wait_for on NAME.out must never find what
+# the previous run of that name wrote there (the background job's own
+# redirections may run only after the wait has looked).
 served_bg() {
 	local u=$1 name=$2 lang=$3 code=$4
 	shift 4
+	: > "$WORK/$name.out"
+	: > "$WORK/$name.err"
 	: > "$WORK/$name.verdict"
 	runuser -u "$u" -- "$WORK/client-$u" --language "$lang" --verdict-fd 3 \
 		"${CGOPT[@]}" "$@" < "$code" > "$WORK/$name.out" 2> "$WORK/$name.err" 3> "$WORK/$name.verdict" &

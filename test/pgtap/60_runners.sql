@@ -117,7 +117,7 @@ CREATE FUNCTION pg_temp.claim(name text, n integer) RETURNS text LANGUAGE sql AS
 	SELECT coalesce(string_agg(tag, ',' ORDER BY tag), '') FROM ins
 $$;
 
-SELECT plan(128);
+SELECT plan(132);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -268,6 +268,8 @@ SELECT is(pg_temp.error_of($$SELECT agent.runner_register('Bad Name', 'h', 'v', 
 		  '22023: invalid runner name "Bad Name"', 'a bad runner name is refused');
 SELECT is(left(pg_temp.error_of($$SELECT agent.runner_register('tap-a', 'h', 'v', 5000)$$), 5),
 		  '22023', 'slots out of range are refused');
+SELECT is(pg_temp.error_of($$SELECT agent.runner_register('tap-a', repeat('h', 256), 'v', 2)$$),
+		  '22001: host is too long', 'a host longer than 255 bytes is 22001, as every argument over its limit');
 SET SESSION AUTHORIZATION tap_runner_b;
 SELECT is(pg_temp.error_of($$SELECT agent.runner_register('tap-a', 'host-b', '1.0', 2)$$),
 		  '42710: runner name "tap-a" is registered by another role',
@@ -402,6 +404,15 @@ SELECT is(pg_temp.error_of(format('SELECT agent.runner_store_skipped_files(%L, %
 SELECT is(pg_temp.error_of(format('SELECT agent.runner_store_produced_file(%L, %L, %L, ''f'', ''skipped'', NULL, NULL)',
 			pg_temp.rid('tap-a'), pg_temp.tok('x1'), pg_temp.cid('x1'))),
 		  '22023: a file that is not saved needs a reason', '... one by one too');
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_store_produced_file(%L, %L, %L, repeat(''n'', 4097), ''skipped'', ''r'', NULL)',
+			pg_temp.rid('tap-a'), pg_temp.tok('x1'), pg_temp.cid('x1'))),
+		  '22001: name is too long', '... a name over 4096 bytes is 22001');
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_store_skipped_files(%L, %L, %L, ''{f}'', ''{skipped}'', ARRAY[repeat(''r'', 4097)])',
+			pg_temp.rid('tap-a'), pg_temp.tok('x1'), pg_temp.cid('x1'))),
+		  '22001: a name or reason is too long', '... and so is a reason in a list');
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_finish(%L, %L, %L, NULL, 1, repeat(''e'', 4097), false)',
+			pg_temp.rid('tap-a'), pg_temp.tok('x1'), pg_temp.cid('x1'))),
+		  '22001: error is too long', '... and a finish''s error over 4096 bytes');
 SELECT is(pg_temp.error_of(format('SELECT agent.runner_store_skipped_files(%L, %L, %L, array_fill(''f''::text, ARRAY[20000]), array_fill(''skipped''::text, ARRAY[20000]), array_fill(''r''::text, ARRAY[20000]))',
 			pg_temp.rid('tap-a'), pg_temp.tok('x1'), pg_temp.cid('x1'))),
 		  '54000: the files of invocation <id> exceed the caps of a run', '... within the caps of a run');

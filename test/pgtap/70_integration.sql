@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(68);
+SELECT plan(93);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -152,6 +152,17 @@ SELECT is(pg_temp.error_size($$SELECT agent.create_skill(repeat('s', 100000), '{
 	'22023 short', 'a 100 KB skill name is refused without being echoed');
 SELECT is(pg_temp.error_size($$SELECT set_config('sandbox.org_id', repeat('x', 100000), true)$$),
 	'22P02 short', 'a 100 KB tenant id is refused without being echoed');
+RESET ROLE;
+SET ROLE agent_admin;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', NULL);
+SELECT is(pg_temp.error_size($$SELECT agent.add_egress_rule(repeat('h', 1048576), '{443}', 'admin')$$),
+	'22001 short', 'a 1 MB egress host pattern is 22001, and the error is short');
+SELECT is(pg_temp.error_of($$SELECT agent.add_egress_rule(repeat('!', 250), '{443}', 'admin')$$),
+	'22023: invalid host pattern "' || repeat('!', 61) || '..."',
+	'an invalid host pattern within the limit is 22023, shown cut to 64 characters');
+RESET ROLE;
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
 
 -- ---- one "not found" code ---------------------------------------------------
 SELECT is(ARRAY[left(pg_temp.error_of($$SELECT agent.approve('70f00000-0000-4000-8000-000000000000', 'bob')$$), 5),
@@ -185,6 +196,30 @@ SELECT is(pg_temp.error_of($$UPDATE agent.settings SET value = '2 hours' WHERE k
 	'no error', 'a valid value is accepted');
 SELECT is((SELECT count(*) FROM pg_settings WHERE name = 'sandbox.export_fault'), 0::bigint,
 	'the exporter''s test knob is not a setting users see');
+
+-- ---- the operator's free text: limited, never echoed in full ---------------
+SELECT isnt(agent.create_model('tap-duplicate', NULL, false), NULL, 'the operator adds a model');
+SELECT is(pg_temp.error_of($$SELECT agent.create_model('tap-duplicate', 'again', true)$$),
+	'42710: model "tap-duplicate" already exists', '... and a second of the same name is 42710 (a race: test/isolation create-model-race)');
+SELECT is(pg_temp.error_size($$SELECT agent.grant_credits('70a00000-0000-4000-8000-00000000000b', 1, repeat('r', 1048576))$$),
+	'22001 short', 'a 1 MB grant reason is 22001 (it would be stored in the ledger and the audit trail)');
+SELECT is(pg_temp.error_of($$SELECT agent.grant_credits('70a00000-0000-4000-8000-00000000000b', 1, repeat('r', 2000)) > 0$$),
+	'no error', '... a reason of the limit''s size is accepted');
+SELECT is(pg_temp.error_size($$SELECT agent.refund_invocation('70f00000-0000-4000-8000-000000000000', repeat('r', 1048576))$$),
+	'22001 short', 'a 1 MB refund reason is 22001');
+SELECT is(pg_temp.error_size($$SELECT agent.set_org_retention('70a00000-0000-4000-8000-00000000000a', previews => repeat('1 day ', 100000))$$),
+	'22001 short', 'a 600 KB retention value is 22001');
+SELECT is(pg_temp.error_of($$SELECT agent.set_org_retention('70a00000-0000-4000-8000-00000000000a', uploaded_files => repeat('y', 90))$$),
+	'22023: retention must be an interval or forever: "' || repeat('y', 61) || '..."',
+	'a malformed retention value within the limit is 22023, shown cut to 64 characters');
+SELECT is(pg_temp.error_size($$SELECT agent.retention_of('70a00000-0000-4000-8000-00000000000a', repeat('k', 100000))$$),
+	'22023 short', 'a 100 KB retention kind is refused without being echoed');
+SELECT is(pg_temp.error_size($$SELECT agent.drain_runner(repeat('n', 100000))$$),
+	'22001 short', 'a 100 KB runner name is 22001 for drain_runner');
+SELECT is(pg_temp.error_size($$SELECT agent.remove_runner(repeat('n', 100000))$$),
+	'22001 short', '... and for remove_runner');
+SELECT is(pg_temp.error_of($$SELECT agent.drain_runner(repeat('n', 64))$$),
+	'P0002: runner "' || repeat('n', 64) || '" does not exist', '... an unknown name of the limit''s length is P0002');
 
 -- ---- the approver's side ----------------------------------------------------
 SET ROLE agent_backend;
@@ -257,6 +292,105 @@ SELECT is(agent._finish_invocation((SELECT id FROM pg_temp.inv WHERE k = 'a1'),
 		'{"status":"signaled","signal":9,"killed":true}', 0, NULL, true), 'cancelled', 'the run ends cancelled');
 SELECT is((SELECT state_reason FROM agent.invocations WHERE id = (SELECT id FROM pg_temp.inv WHERE k = 'a1')),
 	'cancelled by erin: took too long', '... with the cancel''s reason in state_reason');
+
+-- A failure of ours whose reason is longer than an operator's may be (a
+-- runner's setup error): still refunded (the limit is refund_invocation's,
+-- not the supervisor's).
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+INSERT INTO pg_temp.inv
+	SELECT 'a3', r.invocation_id, r.approval_id
+	  FROM agent.request_execution('70b00000-0000-4000-8000-00000000000a', '70c00000-0000-4000-8000-00000000000a',
+								   NULL, 'shell', 'echo 3', 'alice') r;
+SELECT agent.approve((SELECT approval FROM pg_temp.inv WHERE k = 'a3'), 'bob');
+RESET ROLE;
+SELECT ok((SELECT id FROM pg_temp.inv WHERE k = 'a3') IN (SELECT id FROM agent._claim_invocations(1000)),
+	'another approved run is claimed');
+SELECT is(agent._finish_invocation((SELECT id FROM pg_temp.inv WHERE k = 'a3'), NULL, 1, repeat('e', 3000), false),
+	'provision_failed', 'it fails as ours with a 3000-byte error');
+SELECT is((SELECT sum(amount) FROM agent.credit_ledger WHERE invocation_id = (SELECT id FROM pg_temp.inv WHERE k = 'a3')),
+	0::numeric, '... and is refunded all the same');
+
+-- ---- spend per org and day ------------------------------------------------
+-- Org A so far: granted 100; a1 charged 2 (cancelled after its claim: the
+-- payload's, charged); a3 charged 2 and refunded 2 (ours).  Org B: granted
+-- 100 + 1 (the reason of the limit's size above).
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is((SELECT row(runs_charged, charged, refunded, net_spent, granted)::text FROM agent.spend_per_org_day
+			WHERE org_id = '70a00000-0000-4000-8000-00000000000a' AND day = (now() AT TIME ZONE 'UTC')::date),
+	'(2,4,2,2,100)', 'spend_per_org_day: runs charged, charged, refunded, net spent and granted of the backend''s org today');
+RESET ROLE;
+SET ROLE agent_auditor;
+SELECT is((SELECT array_agg(row(org_id, runs_charged, charged, refunded, net_spent, granted)::text ORDER BY org_id)
+			 FROM agent.spend_per_org_day WHERE org_id::text LIKE '70a00000-%' AND day = (now() AT TIME ZONE 'UTC')::date),
+	ARRAY['(70a00000-0000-4000-8000-00000000000a,2,4,2,2,100)', '(70a00000-0000-4000-8000-00000000000b,0,0,0,0,101)',
+		  '(70a00000-0000-4000-8000-00000000000c,0,0,0,0,1)'],
+	'... and every org''s for the auditor');
+RESET ROLE;
+
+-- ---- why an approved run waits (queue_status) -------------------------------
+-- The suite's local runner has no slot (sandbox.max_concurrent_runs = 0,
+-- test/run.sh); made certain for this transaction (its heartbeat waits for
+-- the row until the rollback).  Live and active, it has no slot: every
+-- approved run waits for that, not for a free slot.
+UPDATE agent.runners SET slots = 0;
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+INSERT INTO pg_temp.inv
+	SELECT 'q' || n, r.invocation_id, r.approval_id
+	  FROM generate_series(1, 3) n,
+		   LATERAL agent.request_execution('70b00000-0000-4000-8000-00000000000a', '70c00000-0000-4000-8000-00000000000a',
+										   CASE WHEN n < 3 THEN '70d00000-0000-4000-8000-00000000000a'::uuid END,
+										   'shell', 'echo q' || n, 'alice') r;
+SELECT agent.approve(approval, 'bob') FROM pg_temp.inv WHERE k IN ('q1', 'q2', 'q3') ORDER BY k;
+CREATE TEMP VIEW queued AS
+	SELECT i.k, q.waiting_for, q.detail FROM agent.queue_status() q JOIN pg_temp.inv i ON i.id = q.invocation_id;
+GRANT SELECT ON queued TO PUBLIC;
+SELECT is((SELECT array_agg(k || ':' || waiting_for ORDER BY k) FROM queued),
+	ARRAY['q1:supervisor_paused', 'q2:supervisor_paused', 'q3:supervisor_paused'],
+	'queue_status: no runner with a slot (the local runner''s are 0) is supervisor_paused');
+RESET ROLE;
+-- A runner host with free slots: the reasons of the queue itself.
+CREATE ROLE tap_queue_runner LOGIN IN ROLE agent_runner;
+SET SESSION AUTHORIZATION tap_queue_runner;
+CREATE TEMP TABLE qrunner AS SELECT r.runner_id, r.incarnation FROM agent.runner_register('tap-queue', 'h', '1', 2) r;
+RESET SESSION AUTHORIZATION;
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is((SELECT array_agg(k || ':' || waiting_for ORDER BY k) FROM queued), ARRAY['q1:next', 'q2:conversation_busy', 'q3:next'],
+	'two approved runs of one conversation: the first is next, the second conversation_busy');
+RESET ROLE;
+SELECT agent.set_org_limits('70a00000-0000-4000-8000-00000000000a', 0, NULL);
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is((SELECT array_agg(k || ':' || waiting_for || ':' || detail ORDER BY k) FROM queued),
+	ARRAY['q1:org_at_limit:0 of 0 runs in flight', 'q2:conversation_busy:runs of a conversation are serial',
+		  'q3:org_at_limit:0 of 0 runs in flight'],
+	'an org whose limit is 0: org_at_limit, with its load and limit');
+RESET ROLE;
+SELECT agent.set_org_limits('70a00000-0000-4000-8000-00000000000a', NULL, NULL);
+UPDATE agent.workspaces SET max_concurrent_runs = 0 WHERE id = '70b00000-0000-4000-8000-00000000000a';
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is((SELECT waiting_for FROM queued WHERE k = 'q3'), 'workspace_at_limit', 'a workspace whose limit is 0: workspace_at_limit');
+RESET ROLE;
+UPDATE agent.workspaces SET max_concurrent_runs = NULL WHERE id = '70b00000-0000-4000-8000-00000000000a';
+-- The runner host down to one slot, which it fills: no free slot.
+SET SESSION AUTHORIZATION tap_queue_runner;
+SELECT agent.runner_heartbeat(runner_id, incarnation, 0, NULL, 1) FROM qrunner;
+SELECT is((SELECT array_agg(c.id) FROM qrunner, LATERAL agent.runner_claim(runner_id, incarnation, 5) c),
+	ARRAY[(SELECT id FROM pg_temp.inv WHERE k = 'q1')], 'the runner host claims the first in line, into its one slot');
+RESET SESSION AUTHORIZATION;
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is((SELECT array_agg(k || ':' || waiting_for || ':' || detail ORDER BY k) FROM queued),
+	ARRAY['q2:conversation_busy:runs of a conversation are serial', 'q3:no_free_slot:every run slot is in use'],
+	'every slot taken: no_free_slot, without the platform''s numbers for a tenant');
+RESET ROLE;
+SELECT agent.set_tenant(NULL, NULL);
+SELECT is((SELECT waiting_for || ':' || detail FROM queued WHERE k = 'q3'),
+	'no_free_slot:1 of 1 run slots in use on 1 active runners', '... and with them for the owner');
 
 -- ---- operator views are scoped to the tenant -------------------------------
 SET ROLE agent_backend;

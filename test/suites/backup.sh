@@ -13,8 +13,11 @@ source "$top/test/lib.sh"
 
 A=
 SRC_DIGEST=
+SRC_DIGEST_SQL=
+SRC_ROWS=
 DUMP=
 LIVE=
+T_REPOINT=
 
 seq_values() { q -c "SELECT string_agg(c.relname || '=' || coalesce(s.last_value::text, 'null'), ',' ORDER BY c.relname) FROM pg_class c JOIN pg_sequences s ON s.schemaname = 'agent' AND s.sequencename = c.relname WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind = 'S'"; }
 max_ids() { q -c "SELECT (SELECT max(id) FROM agent.audit_events) || '|' || (SELECT max(id) FROM agent.credit_ledger)"; }
@@ -29,6 +32,9 @@ t_fill_source() {
 	# An operator's values in the rows the install script writes.
 	setting approval_timeout '20 minutes'
 	q -c "UPDATE agent.plans SET credits_per_invocation = 3 WHERE plan = 'growth'" >/dev/null
+	# The source host's probed interpreter version, which this host does
+	# not have (agent.after_restore probes the target's).
+	q -c "UPDATE agent.runtimes SET version = '1.0' WHERE language = 'node'" >/dev/null
 	check "the source ran every kind of run" \
 		"cancelled:1,denied:1,expired:1,failed:1,insufficient_credits:1,provision_failed:1,succeeded:2,timed_out:1" \
 		"$(fill_states)"
@@ -53,6 +59,8 @@ t_dump() {
 	# comparison, so its rows are compared by count too.
 	case " $LIVE " in *" runners "*) ;; *) LIVE="${LIVE}runners " ;; esac
 	SRC_DIGEST=$after
+	SRC_DIGEST_SQL=$sql
+	SRC_ROWS=$(q -c "SELECT (SELECT count(*) FROM agent.settings) || '|' || (SELECT count(*) FROM agent.plans) || '|' || (SELECT count(*) FROM agent.runtimes)")
 	ntables=$(q -c "SELECT count(*) FROM pg_class WHERE relnamespace = 'agent'::regnamespace AND relkind IN ('r', 'p')")
 	check "the dump holds the data of every table of schema agent" "$ntables" \
 		"$(as_pg "$PGBIN/pg_restore" -l "$DUMP" | grep -c ' TABLE DATA agent ')"
@@ -88,7 +96,7 @@ t_restore() {
 
 t_compare() {
 	local got d t
-	got=$(q -c "$(use_cluster 1; table_digest_sql)")
+	got=$(q -c "$SRC_DIGEST_SQL")
 	d=$(diff <(echo "$SRC_DIGEST") <(echo "$got") | grep '^[<>]')
 	for t in $LIVE; do d=$(grep -v "^[<>] $t|" <<<"$d"); done
 	check "every table is restored row for row${LIVE:+ (by row count only, changed during the dump: $LIVE)}" "" "$d"
@@ -99,16 +107,40 @@ t_compare() {
 	check "the sequences continue where they were" "$SRC_SEQ" "$(seq_values)"
 	check "an operator's setting and plan price survive" "20 minutes|3" \
 		"$(q -c "SELECT (SELECT value FROM agent.settings WHERE key = 'approval_timeout') || '|' || (SELECT credits_per_invocation FROM agent.plans WHERE plan = 'growth')")"
-	check "the settings, plans and runtimes are there once each" \
-		"$(use_cluster 1; q -c "SELECT (SELECT count(*) FROM agent.settings) || '|' || (SELECT count(*) FROM agent.plans) || '|' || (SELECT count(*) FROM agent.runtimes)")" \
+	check "the settings, plans and runtimes are there once each" "$SRC_ROWS" \
 		"$(q -c "SELECT (SELECT count(*) FROM agent.settings) || '|' || (SELECT count(*) FROM agent.plans) || '|' || (SELECT count(*) FROM agent.runtimes)")"
 	check "the maintenance jobs are there once each" 4 \
 		"$(q -c "SELECT count(*) FROM cron.job WHERE jobname LIKE 'sandbox_ext_%'")"
+	# What the next step is for: pg_cron's rows name the server that
+	# scheduled them.
+	check "as dumped, they name the source server" "4|$(cluster_dir 1)|$(cluster_port 1)" \
+		"$(q -c "SELECT count(*) || '|' || min(nodename) || '|' || min(nodeport) FROM cron.job WHERE jobname LIKE 'sandbox_ext_%'")"
 	# (pg_cron's launcher has the same race, not ours: only our workers count)
 	check "no worker of ours tried the database before it existed" 0 \
 		"$(grep 'sandbox_ext' "$CLUSTER_DIR/server.log" | grep -c 'database "'"$DB"'" does not exist')"
 	check "the starter said it was waiting for the database" 1 \
 		"$(grep -c 'sandbox_ext is waiting for database "'"$DB"'" to be created' "$CLUSTER_DIR/server.log")"
+}
+
+# The post-restore step (docs/operations.md, "Restore"): the maintenance
+# jobs run on this server, the runtimes are this host's.  The source is
+# stopped first: a job still pointed at it fails to connect.
+t_after_restore() {
+	local out node
+	stop_cluster 1
+	T_REPOINT=$(q -c "SELECT clock_timestamp()")
+	out=$(q -F ' ' -c "SELECT step, detail FROM agent.after_restore()" 2>&1)
+	echo "$out" | sed 's/^/#   /'
+	check "agent.after_restore() re-points the four jobs" 1 "$(grep -c '^cron_jobs 4 of 4 maintenance jobs re-pointed' <<<"$out")"
+	check "every maintenance job now targets this server and database (schedule kept)" "4|$(cluster_dir 2)|$(cluster_port 2)|$DB|17 * * * *" \
+		"$(q -c "SELECT count(*) || '|' || min(nodename) || '|' || max(nodeport) || '|' || min(database) || '|' || (SELECT schedule FROM cron.job WHERE jobname = 'sandbox_ext_prune_retention') FROM cron.job WHERE jobname LIKE 'sandbox_ext_%' AND nodename = '$(cluster_dir 2)' AND nodeport = $(cluster_port 2)")"
+	check "run again, it has nothing to re-point" "0 of 4" \
+		"$(q -c "SELECT substr(detail, 1, 6) FROM agent.after_restore() WHERE step = 'cron_jobs'")"
+	node=$(/usr/bin/node -e "process.stdout.write(process.versions.node)")
+	check "the runtimes are probed on this host (not the source's)" "$node" \
+		"$(q -c "SELECT version FROM agent.runtimes WHERE language = 'node'")"
+	check "it says whether the export needs a resync" 1 \
+		"$(grep -cE '^export (not set up|the export slot)' <<<"$out")"
 }
 
 t_restored_works() {
@@ -126,11 +158,28 @@ t_restored_works() {
 		"$(q -c "SELECT count(*) FROM agent.credit_balances b WHERE b.balance <> (SELECT coalesce(sum(amount), 0) FROM agent.credit_ledger l WHERE l.org_id = b.org_id)")"
 }
 
-# The monitoring queries of docs/operations.md run (on the restored cluster).
+# A maintenance job runs on the restored cluster after the post-restore
+# step (pg_cron 1.4 schedules by the minute: up to a minute's wait) and
+# none of its runs since failed.
+t_cron_runs_here() {
+	local cond="[ \"\$(q -c \"SELECT count(*) FROM cron.job_run_details d JOIN cron.job j USING (jobid) WHERE j.jobname LIKE 'sandbox_ext_%' AND d.start_time > '$T_REPOINT' AND d.status = 'succeeded'\")\" -gt 0 ]"
+	if wait_for 90 "$cond"; then ok "a maintenance job ran on the restored cluster and succeeded"; else
+		nok "a maintenance job ran on the restored cluster and succeeded" \
+			"$(q -c "SELECT string_agg(j.jobname || ': ' || d.status || ' ' || coalesce(d.return_message, ''), '; ') FROM cron.job_run_details d JOIN cron.job j USING (jobid) WHERE d.start_time > '$T_REPOINT'")"
+	fi
+	check "none of their runs since the step failed" 0 \
+		"$(q -c "SELECT count(*) FROM cron.job_run_details d JOIN cron.job j USING (jobid) WHERE j.jobname LIKE 'sandbox_ext_%' AND d.start_time > '$T_REPOINT' AND d.status <> 'succeeded' AND d.end_time IS NOT NULL")"
+}
+
+# The monitoring queries of docs/operations.md run (on the restored
+# cluster); the first two ("what is running", "what is stuck") with two
+# runs in flight, the second made to look started ten minutes ago (past its
+# wall time of 120 s): it is listed first, and is the stuck one.
 t_monitoring_queries() {
-	local n=0 bad=0 block
+	local n=0 bad=0 block blocks=() X Y x y
 	while IFS= read -r -d '' block; do
 		n=$((n + 1))
+		blocks+=("$block")
 		if ! q -f - <<<"$block" >/dev/null 2>"$work_dir/mon.err"; then
 			bad=$((bad + 1))
 			echo "# query $n failed: $(head -c 300 "$work_dir/mon.err")"
@@ -138,10 +187,31 @@ t_monitoring_queries() {
 	done < <(awk '/^## Monitoring/ { on = 1 } on && /^```sql/ { b = 1; next } b && /^```/ { b = 0; printf "%c", 0; next } b { print }' \
 		"$top/docs/operations.md")
 	check "the $n monitoring queries of docs/operations.md run" "1|0" "$([ "$n" -ge 5 ] && echo 1)|$bad"
+
+	X=$(new_tenant 10)
+	Y=$(new_tenant 10)
+	x=$(start "$X" shell 'sleep 60' none 120)
+	wait_state "$x" running 300
+	y=$(start "$Y" shell 'sleep 60' none 120)
+	wait_state "$y" running 300
+	q -c "UPDATE agent.invocations SET started_at = now() - interval '10 minutes' WHERE id = '$y'" >/dev/null
+	check "what is running: both, the longest running first" "$y,$x" \
+		"$(q -F '|' -f - <<<"${blocks[0]}" | cut -d'|' -f1 | grep -E "^($x|$y)$" | paste -sd,)"
+	# (every run in flight here is the local runner's: a tie on the runner
+	# column leaves the order to the plan, so the sort key is checked too)
+	check "what is running sorts by how long it has run" 1 \
+		"$(q -c "CREATE TEMP VIEW mon_running AS $(sed 's/;[[:space:]]*$//' <<<"${blocks[0]}")" \
+			 -c "SELECT pg_get_viewdef('pg_temp.mon_running'::regclass)" | tr -s ' \n' ' ' |
+		   grep -ciE 'ORDER BY \(now\(\) - COALESCE\(i\.started_at, i\.provisioned_at\)\) DESC')"
+	check "what is stuck: the one past its wall time, and why" "$y|running past its wall time: the runner lost track of it" \
+		"$(q -F '|' -f - <<<"${blocks[1]}" | grep -E "^($x|$y)\|" | cut -d'|' -f1,4)"
+	tq "${X%% *}" "$(cut -d' ' -f2 <<<"$X")" "SELECT agent.cancel('$x', 'requester');" >/dev/null
+	tq "${Y%% *}" "$(cut -d' ' -f2 <<<"$Y")" "SELECT agent.cancel('$y', 'requester');" >/dev/null
+	check "both end when cancelled" "cancelled|cancelled" "$(await "$X" "$x")|$(await "$Y" "$y")"
 }
 
 work_dir=$(mktemp -d /tmp/sandbox_backup.XXXXXX)
 chmod 0777 "$work_dir"
 trap 'stop_cluster 1; stop_cluster 2; rm -rf "$work_dir"' EXIT
-run_tests t_fill_source t_dump t_restore t_compare t_restored_works t_monitoring_queries
+run_tests t_fill_source t_dump t_restore t_compare t_after_restore t_restored_works t_monitoring_queries t_cron_runs_here
 finish_suite

@@ -57,6 +57,7 @@ rule h1 host ptrloop.test 443
 rule h2 host overlong.test 443
 rule h3 host wrongid.test 443
 rule h4 host othername.test 443
+rule hself host hostself.test 80
 P
 
 # jrun LANG CODE [POLICY|none] [extra jail options...]: one run in the
@@ -150,6 +151,27 @@ t_denied_host() {
 	has "other.test too" "egress denied: other.test:443 is not in the allowlist"
 	hasnt "nothing reached the server" "GOT 200"
 	check "logged, with no address (never resolved)" 2 "$(grep -c '"address":null,"decision":"denied"' "$log")"
+}
+
+t_refusal_messages() {
+	# what each client shows of a refusal (docs/egress.md, "What a refusal says")
+	jrun node '
+const https = require("https");
+https.get("https://denied.test/x", (r) => console.log("A GOT", r.statusCode)).on("error", (e) => console.log("A", e.code, e.message));
+fetch("https://denied.test/y").then((r) => console.log("B GOT", r.status),
+  (e) => console.log("B", e.message, "| cause:", e.cause && e.cause.message));
+fetch("http://denied.test/z").then((r) => console.log("C", r.status, r.statusText), (e) => console.log("C ERR", e.message));'
+	has "node https.get: the reason in the error" "A EGRESS_DENIED egress denied: denied.test:443 is not in the allowlist"
+	has "node fetch over https: the reason in the message" "B fetch failed: egress denied: denied.test:443 is not in the allowlist |"
+	has "and in e.cause.message" "cause: egress denied: denied.test:443 is not in the allowlist"
+	has "node fetch over plain http: a 403 with the reason" "C 403 egress denied: denied.test:80 is not in the allowlist"
+	jrun shell '
+wget -O- https://denied.test/ 2>&1 | sed "s/^/W /"
+wget -O- http://denied.test/ 2>&1 | sed "s/^/X /"
+curl -sS http://denied.test/ 2>&1 | sed "s/^/Y /"'
+	has "wget over https: the reason" "W Proxy tunneling failed: egress denied: denied.test:443 is not in the allowlist"
+	has "wget over plain http: the reason" "ERROR 403: egress denied: denied.test:80 is not in the allowlist"
+	has "curl over plain http: the body says why" "Y egress denied: denied.test:80 is not in the allowlist"
 }
 
 t_wildcard_apex() {
@@ -327,6 +349,28 @@ P
 	has "nor ULA" "egress denied: fd00::1 is a unique local (ULA) address"
 }
 
+t_ca_bundle() {
+	# --egress-ca adds a CA to the system's (runners.md egress_ca_file):
+	# the one file every client variable names holds both
+	local sys=/etc/ssl/certs/ca-certificates.crt nsys
+	nsys=$(grep -c 'BEGIN CERTIFICATE' "$sys")
+	jrun python "EXTRA = '''$(cat "$EGR_DIR/ca.pem")'''"'
+import os, ssl
+f = os.environ["SSL_CERT_FILE"]
+print("same file for all", len({os.environ[v] for v in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")}))
+text = open(f).read()
+print("system bundle first", text.startswith(open("/etc/ssl/certs/ca-certificates.crt").read()))
+print("extra CA in it", EXTRA.strip() in text)
+ctx = ssl.create_default_context(cafile=f)
+print("certificates", len(ctx.get_ca_certs()))
+print("subjects", any(dict(x[0] for x in c["subject"]).get("commonName") == "sandbox_ext egress test CA" for c in ctx.get_ca_certs()))'
+	has "one bundle for every client" "same file for all 1"
+	has "it starts with the system's bundle" "system bundle first True"
+	has "and holds the extra CA" "extra CA in it True"
+	has "all of them load: the system's and the extra one" "certificates $((nsys + 1))"
+	has "the test CA among them" "subjects True"
+}
+
 t_no_route_no_dns() {
 	jrun python '
 import socket, errno
@@ -377,6 +421,53 @@ for p in (22, 80, 5432, 3129):
 	has "the resolver through the proxy" "C HTTP/1.1 403 egress denied: IP address 93.184.0.53 is not in the allowlist"
 	has "an allowed host on the proxy's port" "D HTTP/1.1 403 egress denied: port 3128 is not allowed for allowed.test"
 	hasnt "no other port of the host is reachable from inside" "OPEN"
+}
+
+t_host_own_addresses() {
+	# The proxy runs in the host's network namespace: the host's own
+	# public-looking address (93.184.0.1, where the host's service listens
+	# too) must stay out of reach, by a CIDR rule covering it and by an
+	# allowed name that resolves to it.
+	cat >"$EGR_DIR/pol.self" <<'P'
+sandbox-egress/1
+rule self cidr 93.184.0.0/24 80
+rule hself host hostself.test 80
+P
+	jrun python "URLS = ['http://93.184.0.1/', 'http://hostself.test/']$PYGET" "$EGR_DIR/pol.self"
+	has "a CIDR rule cannot open the host's own address" \
+		"GOT 403 egress denied: 93.184.0.1 is an address of the sandbox's host"
+	has "nor a name resolving to it" \
+		"GOT 403 egress denied: hostself.test resolves to 93.184.0.1, an address of the sandbox's host"
+	hasnt "the host's service never answered" "HOST-SECRET"
+	check "both logged with the reason" 2 "$(logrows "an address of the sandbox's host")"
+	# An address the host gains while the run goes on (not in the list the
+	# proxy read at its start): the connection reaches the host itself,
+	# which the proxy sees after the connect and refuses before a byte.
+	rm -f "$EGR_DIR/ws/addr-wait" "$EGR_DIR/ws/addr-added"
+	rm -f "$EGR_DIR/late.out"
+	(jrun python '
+import os, time
+open("/workspace/addr-wait", "w").close()
+while not os.path.exists("/workspace/addr-added"):
+    time.sleep(0.05)
+URLS = ["http://93.184.0.9/"]'"$PYGET" "$EGR_DIR/pol.self"
+		printf '%s\n' "$out" >"$EGR_DIR/late.out") &
+	local rpid=$!
+	if wait_for 30 '[ -f "$EGR_DIR/ws/addr-wait" ]'; then
+		ip -n "$EGR_H" addr add 93.184.0.9/32 dev "${EGR_PREFIX}a"
+		: >"$EGR_DIR/ws/addr-added"
+	else
+		nok "the late-address run started"
+		: >"$EGR_DIR/ws/addr-added"
+	fi
+	wait $rpid
+	ip -n "$EGR_H" addr del 93.184.0.9/32 dev "${EGR_PREFIX}a" 2>/dev/null
+	rm -f "$EGR_DIR/ws/addr-wait" "$EGR_DIR/ws/addr-added"
+	nrun=$((nrun + 1))		# the subshell's jrun took this number
+	out=$(cat "$EGR_DIR/late.out" 2>/dev/null)
+	has "an address the host gained during the run: refused after the connect" \
+		"GOT 403 egress denied: 93.184.0.9:80 (93.184.0.9) reached an address of the sandbox's host"
+	hasnt "the host's service never answered" "HOST-SECRET"
 }
 
 t_flood_and_slow() {
@@ -442,6 +533,29 @@ for u in ["https://allowed.test/bytes/1000", "https://allowed.test/bytes/1000000
 	check "the verdict flags the limit" true "$(vfield egress_limit_hit)"
 	check "bytes down at most the cap" 1 "$([ "$(vfield egress_bytes_down)" -le 200000 ] && echo 1)"
 	check "logged with the reason" 1 "$(logrows "the run's byte limit (down) was reached")"
+	# the upload cap: a POST larger than it is cut mid-body (the server
+	# never gets it whole, so never answers), and the run is flagged
+	cat >"$EGR_DIR/pol.capsup" <<'P'
+sandbox-egress/1
+limit bytes_up 100000
+rule a host allowed.test 443,80
+P
+	jrun python '
+import requests
+for name, f in [("small", lambda: requests.post("https://allowed.test/post", data=b"s" * 1000, timeout=20)),
+                ("big", lambda: requests.post("https://allowed.test/post", data=b"b" * 500000, timeout=20)),
+                ("after", lambda: requests.get("http://allowed.test/after", timeout=20))]:
+    try:
+        r = f(); print(name, "GOT", r.status_code, r.text.strip()[:200])
+    except Exception as e:
+        print(name, "ERR", type(e).__name__)' "$EGR_DIR/pol.capsup"
+	has "a small upload passes" "small GOT 200 got 1000"
+	has "the upload past the byte cap is cut (the request fails)" "big ERR"
+	hasnt "the server never got it whole" "got 500000"
+	has "then the run's connections are refused" "after GOT 403 egress denied: the run's byte limit is used up"
+	check "the verdict flags the limit" true "$(vfield egress_limit_hit)"
+	check "bytes up at most the cap" 1 "$([ "$(vfield egress_bytes_up)" -le 100000 ] && echo 1)"
+	check "logged with the reason" 1 "$(logrows "the run's byte limit (up) was reached")"
 	# many at once: the cap counts admissions, not finished connections
 	jrun python '
 import socket, threading
@@ -458,12 +572,33 @@ print("admitted", sum(r.startswith("HTTP/1.1 200") for r in res), "refused", sum
 }
 
 t_runtime_installs() {
+	# Every switch the payload owns turned back on (config file, index,
+	# npm's offline mode) with the registry hosts allowed and answering
+	# (G): the installers are not in the sandbox, so nothing installs and
+	# none of them contacts the proxy.
 	jrun shell '
-pip install --break-system-packages left-pad 2>&1 | tail -n 2
-cd /tmp && npm install left-pad 2>&1 | grep -m1 -o "ENOTCACHED\|EACCES\|ENETUNREACH\|403"'
-	has "pip stays off with the registry allowlisted" "from versions: none"
-	has "npm stays offline" "ENOTCACHED"
-	check "neither even tried the proxy" 0 "$(vfield egress_attempts)"
+PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX= pip install --index-url https://pypi.org/simple --target /tmp/x left-pad 2>&1 | tail -n 1 | sed "s/^/A /"
+PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX= python3 -m pip install --index-url https://pypi.org/simple --target /tmp/x left-pad 2>&1 | tail -n 1 | sed "s/^/B /"
+python3 -m ensurepip --root /tmp/e 2>&1 | tail -n 1 | sed "s/^/C /"
+pip3 --version 2>&1 | sed "s/^/D /"
+cd /tmp && npm_config_offline=false npm install --offline=false --registry https://registry.npmjs.org/ left-pad 2>&1 | tail -n 1 | sed "s/^/E /"
+npx --yes left-pad 2>&1 | tail -n 1 | sed "s/^/F /"
+python3 -c "import requests; print(\"G\", requests.get(\"https://pypi.org/simple/left-pad/\").status_code)"
+python3 -c "import requests, urllib3, json, ssl, setuptools; print(\"H imports ok\")" 2>&1
+node -e "require(\"https\"); require(\"http\"); console.log(\"I node ok\")"
+ls /tmp/x /tmp/e 2>&1 | sed "s/^/J /"'
+	has "pip with its config and index switched back on: not there" \
+		"A pip: not available in the sandbox (runtime package installs are disabled)"
+	has "python3 -m pip: no pip module" "B /usr/bin/python3: No module named pip"
+	has "python3 -m ensurepip: no ensurepip" "C /usr/bin/python3: No module named ensurepip"
+	has "pip3 refuses too" "D pip3: not available in the sandbox"
+	has "npm with offline switched off: not there" "npm: command not found"
+	has "npx: not there" "npx: command not found"
+	has "the registry host itself is reachable (data, not an install)" "G 200"
+	has "Python's libraries still import" "H imports ok"
+	has "node still runs" "I node ok"
+	hasnt "nothing was installed" "J /tmp/x:"
+	check "only the requests download contacted the proxy" 1 "$(vfield egress_attempts)"
 }
 
 t_hostile_inputs() {
@@ -846,14 +981,27 @@ t_db_narrowing() {
 	T2=$(new_tenant 0)
 	read -r org2 _ <<<"$T2"
 	rc=$(aq "$org2" "SELECT agent.add_egress_rule('denied.test', '{443}', 'admin');" | tail -n 1)
-	tq "$org" "$ws" "SELECT agent.narrow_egress('$agent', NULL, ARRAY['$ra']::uuid[], 'owner');" >/dev/null
-	check "an agent narrowed to one rule" "allowed.test:443" \
+	# an agent's narrowing is the admin's; the backend can neither set one
+	check "the backend cannot narrow an agent" "42501 only an admin can narrow an agent's egress" \
+		"$(tq_error "$org" "$ws" "SELECT agent.narrow_egress('$agent', NULL, ARRAY['$ra']::uuid[], 'owner');")"
+	aq "$org" "SELECT agent.narrow_egress('$agent', NULL, ARRAY['$ra']::uuid[], 'admin');" >/dev/null
+	check "an agent narrowed to one rule by the admin" "allowed.test:443" \
 		"$(tq "$org" "$ws" "SELECT may_reach FROM agent.effective_egress('$agent');" | tail -n 1)"
-	check "a conversation cannot take a rule its agent does not have" \
+	# ... nor remove nor widen the admin's
+	check "the backend cannot remove the admin's narrowing" "42501 only an admin can narrow an agent's egress" \
+		"$(tq_error "$org" "$ws" "SELECT agent.narrow_egress('$agent', NULL, NULL, 'owner');")"
+	check "nor widen it" "42501 only an admin can narrow an agent's egress" \
+		"$(tq_error "$org" "$ws" "SELECT agent.narrow_egress('$agent', NULL, ARRAY['$ra', '$rb']::uuid[], 'owner');")"
+	check "the agent still reaches only what the admin left" "allowed.test:443" \
+		"$(tq "$org" "$ws" "SELECT may_reach FROM agent.effective_egress('$agent');" | tail -n 1)"
+	check "a conversation (the backend's) cannot take a rule its agent does not have" \
 		"42501 egress rule $rb is not available to narrow to" \
 		"$(tq_error "$org" "$ws" "SELECT agent.narrow_egress('$agent', '$conv', ARRAY['$rb']::uuid[], 'owner');")"
 	check "nor a rule of another org" "42501 egress rule $rc is not available to narrow to" \
-		"$(tq_error "$org" "$ws" "SELECT agent.narrow_egress('$agent', NULL, ARRAY['$rc']::uuid[], 'owner');")"
+		"$(aq_error "$org" "SELECT agent.narrow_egress('$agent', NULL, ARRAY['$rc']::uuid[], 'admin');")"
+	tq "$org" "$ws" "SELECT agent.narrow_egress('$agent', '$conv', ARRAY['$ra']::uuid[], 'owner');" >/dev/null
+	check "the backend narrows a conversation within its agent's rules" "allowed.test:443" \
+		"$(tq "$org" "$ws" "SELECT may_reach FROM agent.effective_egress('$agent', '$conv');" | tail -n 1)"
 	tq "$org" "$ws" "SELECT agent.narrow_egress('$agent', '$conv', '{}'::uuid[], 'owner');" >/dev/null
 	read -r inv appr < <(req "$T" python 'print(1)')
 	check "a conversation narrowed to nothing has no network" "nothing (no network)" "$(card "$org" "$ws" "$appr")"
@@ -973,9 +1121,9 @@ if [ -z "${T:-}" ] || [[ t_db_ =~ $T ]] || [[ $T == *t_db* ]]; then
 	db_up && EPG_UP=1
 fi
 
-run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_wildcard_apex \
+run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_refusal_messages t_wildcard_apex \
 	t_wrong_port t_ip_literal t_forbidden_names t_rebinding t_dns_cache t_sni_and_host t_ipv6 \
-	t_no_route_no_dns t_proxy_own_ports t_flood_and_slow t_caps t_runtime_installs \
+	t_ca_bundle t_no_route_no_dns t_proxy_own_ports t_host_own_addresses t_flood_and_slow t_caps t_runtime_installs \
 	t_hostile_inputs t_served t_no_policy_no_proxy t_proxy_seccomp t_sanitizers
 if [ -n "${EPG_UP:-}" ]; then
 	run_tests t_db_default_deny t_db_allowed_run t_db_egress_not_warm t_db_policy_changed_after_request \

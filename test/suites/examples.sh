@@ -5,6 +5,7 @@
 #   t_python   examples/python/run_once.py (psycopg 3, Debian's python3-psycopg)
 #   t_node     examples/node/run_once.js (node-postgres, installed by scripts/deps.sh)
 #   t_cluster_env  scripts/cluster.sh env reaches the cluster
+#   t_runtimes the versions cards show are those of the interpreters the jail runs
 # The examples connect as a login role of their own granted agent_backend,
 # for a tenant the operator made through the setup API.
 set -uo pipefail
@@ -93,6 +94,28 @@ t_cluster_env() {
 		"$(eval "$envs"; as_pg env PGHOST="$PGHOST" PGPORT="$PGPORT" PGDATABASE="$PGDATABASE" "$PGBIN/psql" -X -At -c 'SELECT current_database()')"
 }
 
-run_tests t_readme t_python t_node t_cluster_env
+# The runtimes a card shows (agent.runtimes) are the versions of the very
+# binaries the jail runs, as they report themselves (`--version`, another
+# way than refresh_runtimes() asks them): what the install stored, and what
+# refresh_runtimes() stores again over wrong values (rolled back).
+t_runtimes() {
+	local real py node sh out
+	py=$(/usr/bin/python3 --version 2>&1 | sed -n 's/^Python \([0-9.]*\)$/\1/p')
+	node=$(/usr/bin/node --version | sed -n 's/^v\([0-9.]*\)$/\1/p')
+	sh=$(/bin/bash --version | sed -n '1s/^GNU bash, version \([0-9.]*\)(.*$/\1/p')
+	real="node=$node python=$py shell=$sh"
+	check "the real interpreters report a version each" 3 \
+		"$(tr ' ' '\n' <<<"$real" | grep -cE '^[a-z]+=[0-9]+\.[0-9]+\.[0-9]+$')"
+	check "agent.runtimes holds the versions of the installed interpreters" "$real" \
+		"$(q -c "SELECT string_agg(language || '=' || version, ' ' ORDER BY language) FROM agent.runtimes
+				  WHERE language IN ('python', 'node', 'shell')")"
+	out=$(q -c "BEGIN" -c "UPDATE agent.runtimes SET version = '0.0.0'" \
+		-c "SELECT string_agg(language || '=' || version || ':' || probed, ' ' ORDER BY language)
+			  FROM agent.refresh_runtimes() WHERE language IN ('python', 'node', 'shell')" -c "ROLLBACK")
+	check "refresh_runtimes() stores them again, each probed" \
+		"node=$node:true python=$py:true shell=$sh:true" "$out"
+}
+
+run_tests t_readme t_python t_node t_cluster_env t_runtimes
 check_invariants
 finish_suite

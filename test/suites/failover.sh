@@ -11,6 +11,9 @@
 # export (PostgreSQL 15 has no failover slots: the slot is gone) is in
 # error until agent.export_resync(), after which ClickHouse holds every row
 # once; the audit chains verify against their anchors; a new run works.
+# Before the crash the primary's export is turned off (its slot stays) and
+# runs are made: a backlog the old primary never sent, which only the
+# resync's copy can bring to ClickHouse.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=../lib.sh
@@ -33,6 +36,11 @@ caught_up() {
 standby_work=
 A=
 INV=
+BACKLOG=
+AFTER_RESYNC=
+PROMOTED_MS=
+ids_sql() { printf "'%s'," "$@" | sed 's/,$//'; }	# uuid literals for IN (...)
+ch_ids() { printf "toUUID('%s')," "$@" | sed 's/,$//'; }
 
 t_primary() {
 	if ! command -v clickhouse-server >/dev/null || ! "$CH" start >/dev/null; then
@@ -82,7 +90,16 @@ CONF
 }
 
 t_promote_with_a_run_in_flight() {
-	local lsn
+	local lsn b
+	# The backlog: the export off on the primary (the standby keeps its
+	# copy of the setting, taken by pg_basebackup), runs it never sends.
+	q -c "ALTER SYSTEM RESET sandbox.clickhouse_url" -c "SELECT pg_reload_conf()" >/dev/null
+	if wait_for 30 '[ "$(state)" = disabled ]'; then ok "the primary's export is off"; else
+		nok "the primary's export is off" "state=$(state)"; fi
+	for b in 1 2; do BACKLOG="$BACKLOG $(run "$A" shell "echo backlog $b" none)"; done
+	# shellcheck disable=SC2086
+	check "a backlog of 2 finished runs the old primary never exported" "2|0" \
+		"$(q -c "SELECT count(*) FROM agent.tool_invocations WHERE invocation_id IN ($(ids_sql $BACKLOG))")|$(chq "SELECT count() FROM tool_invocations WHERE invocation_id IN ($(ch_ids $BACKLOG))")"
 	INV=$(start "$A" shell 'sleep 60; echo never printed' none 120)
 	if wait_state "$INV" running 300; then ok "a run is in flight on the primary (charged)"; else
 		nok "a run is in flight on the primary" "state=$(field "$INV" state)"; fi
@@ -98,6 +115,20 @@ t_promote_with_a_run_in_flight() {
 	as_pg "$PGBIN/pg_ctl" -D "$(cluster_dir $P)/data" -m immediate -w stop >/dev/null
 	as_pg "$PGBIN/pg_ctl" -D "$(cluster_dir $S)/data" -w promote >/dev/null
 	check "the standby is promoted" f "$(q -c "SELECT pg_is_in_recovery()")"
+	PROMOTED_MS=$(q -c "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+}
+
+# The promoted standby's cron.job is the old primary's: its jobs name the
+# old primary's socket and port until agent.after_restore().
+t_after_promotion_step() {
+	local out
+	check "as replicated, the maintenance jobs name the old primary" "4|$(cluster_port $P)" \
+		"$(q -c "SELECT count(*) || '|' || max(nodeport) FROM cron.job WHERE jobname LIKE 'sandbox_ext_%'")"
+	out=$(q -F ' ' -c "SELECT step, detail FROM agent.after_restore()")
+	check "agent.after_restore() re-points them to the new primary" "4|$(cluster_dir $S)|$(cluster_port $S)" \
+		"$(q -c "SELECT count(*) || '|' || min(nodename) || '|' || max(nodeport) FROM cron.job WHERE jobname LIKE 'sandbox_ext_%' AND nodename = '$(cluster_dir $S)'")"
+	check "and says the export needs a resync" 1 \
+		"$(grep -c '^export the export slot does not exist on this server' <<<"$out")"
 }
 
 t_new_primary_resolves() {
@@ -123,14 +154,69 @@ t_export_resync() {
 	q -c "SELECT agent.export_resync()" >/dev/null
 	if wait_for 60 caught_up; then ok "after agent.export_resync() ClickHouse has every row"; else
 		nok "after agent.export_resync() ClickHouse has every row" "state=$(state) pg=$(pg_count) ch=$(ch_final_count)"; fi
-	check "each exactly once (deduplicated), none extra" "$(pg_count)|0" \
-		"$(chq "SELECT uniqExact(invocation_id) FROM tool_invocations FINAL WHERE _deleted = 0")|$(chq "SELECT count() FROM (SELECT invocation_id FROM tool_invocations FINAL WHERE _deleted = 0 GROUP BY invocation_id HAVING count() > 1)")"
+	check_exactly_once
 	check "the resolved run's row says it was refunded" "provision_failed|0" \
 		"$(chq "SELECT status, credits_charged FROM tool_invocations FINAL WHERE invocation_id = toUUID('$(q -c "SELECT id FROM agent.invocations WHERE state = 'provision_failed'")') FORMAT CSV" | tr -d '"' | tr ',' '|')"
+	# Streaming resumes on the new slot: a run made now reaches ClickHouse
+	# once, with a version above the copy's.
+	AFTER_RESYNC=$(run "$A" python 'print("after the resync")' none)
+	if wait_for 60 "caught_up && [ \"\$(chq \"SELECT count() FROM tool_invocations WHERE invocation_id = toUUID('$AFTER_RESYNC')\")\" = 1 ]"; then
+		ok "a run after the resync is exported by the new slot"
+	else
+		nok "a run after the resync is exported by the new slot" "state=$(state) rows=$(chq "SELECT count() FROM tool_invocations WHERE invocation_id = toUUID('$AFTER_RESYNC')")"
+	fi
+	check "once, above the copy's version, as succeeded" "1|1|succeeded" \
+		"$(chq "SELECT count(), min(_version) > $COPY_VERSION, any(status) FROM tool_invocations WHERE invocation_id = toUUID('$AFTER_RESYNC') FORMAT CSV" | tr -d '"' | tr ',' '|')"
+	check_exactly_once
 	# Anchors: those of the old primary and the new ones agree with the chain.
 	wait_for 20 "[ \"\$(q -c \"SELECT count(*) FROM agent.orgs o, LATERAL agent.verify_audit_chain(o.id) v WHERE v.anchors_checked = 0\")\" = 0 ]"
 	check "every chain verifies against its anchors" "0|0" \
 		"$(q -c "SELECT count(*) FILTER (WHERE NOT v.ok) || '|' || count(*) FILTER (WHERE v.anchors_checked = 0) FROM agent.orgs o, LATERAL agent.verify_audit_chain(o.id) v")"
+	# The new primary publishes anchors of its own: one that covers the
+	# last event of the run made after the resync (written after the
+	# promotion, so the old primary never saw it), with that chain's hash.
+	local org last got
+	org=${A%% *}
+	last=$(q -c "SELECT max(id) FROM agent.audit_events WHERE org_id = '$org' AND invocation_id = '$AFTER_RESYNC'")
+	if wait_for 30 "[ \"\$(chq \"SELECT count() FROM audit_anchors WHERE org_id = toUUID('$org') AND last_id >= $last\")\" -gt 0 ]"; then
+		ok "the new primary publishes an anchor past an event written after the promotion"
+	else
+		nok "the new primary publishes an anchor past an event written after the promotion" "event $last"
+	fi
+	got=$(chq "SELECT last_id, last_hash, read_at_ms > $PROMOTED_MS FROM audit_anchors WHERE org_id = toUUID('$org') ORDER BY last_id DESC LIMIT 1 FORMAT CSV" | tr -d '"' | tr ',' '|')
+	check "it names that chain's event and hash, read after the promotion" \
+		"$(q -c "SELECT id || '|' || hash FROM agent.audit_events WHERE id = (SELECT max(id) FROM agent.audit_events WHERE org_id = '$org')")|1" "$got"
+	check "the chain verifies against it" t \
+		"$(q -c "SELECT v.ok AND v.anchors_checked > 0 FROM agent.verify_audit_chain('$org') v")"
+}
+
+# "Exactly once" for a ReplacingMergeTree copy, on the raw table (FINAL
+# would hide what this looks for).  Each PostgreSQL row is inserted once
+# (at the run's finish), so it is streamed at most once, with its commit
+# LSN as version; the resync copies every row once more with one version
+# C - 1, below all the new slot streams.  Background merges may fold a
+# key's older version into the copy, never the copy away.  So, per key:
+# no version twice; exactly one row with the copy's version, for every row
+# PostgreSQL had at the resync; the backlog (never streamed) only that
+# one; a later row once, above it; and the highest version of each key is
+# PostgreSQL's row.
+COPY_VERSION=
+check_exactly_once() {
+	local pg ch copied
+	# shellcheck disable=SC2086
+	COPY_VERSION=$(chq "SELECT if(uniqExact(_version) = 1 AND count() = $(wc -w <<<"$BACKLOG"), any(_version), 0) FROM tool_invocations WHERE invocation_id IN ($(ch_ids $BACKLOG))")
+	check "the backlog arrived once each, all with one (the copy's) version" 1 \
+		"$([ "${COPY_VERSION:-0}" -gt 0 ] 2>/dev/null && echo 1 || echo "0 ($COPY_VERSION)")"
+	copied=$(q -c "SELECT count(*) FROM agent.tool_invocations WHERE invocation_id <> '${AFTER_RESYNC:-00000000-0000-0000-0000-000000000000}'")
+	check "the copy carried every row PostgreSQL had, once" "$copied|$copied" \
+		"$(chq "SELECT count(), uniqExact(invocation_id) FROM tool_invocations WHERE _version = $COPY_VERSION FORMAT CSV" | tr ',' '|')"
+	check "no row arrived twice with one version (raw table)" 0 \
+		"$(chq "SELECT count() FROM (SELECT invocation_id, _version FROM tool_invocations GROUP BY invocation_id, _version HAVING count() > 1)")"
+	check "no key has more than its stream and its copy (raw table)" 0 \
+		"$(chq "SELECT count() FROM (SELECT invocation_id FROM tool_invocations GROUP BY invocation_id HAVING count() > 2 OR (count() = 2 AND countIf(_version = $COPY_VERSION) = 0))")"
+	pg=$(q -c "SELECT string_agg(invocation_id || ':' || status || ':' || credits_charged, ',' ORDER BY invocation_id::text) FROM agent.tool_invocations")
+	ch=$(chq "SELECT arrayStringConcat(groupArray(r), ',') FROM (SELECT concat(toString(invocation_id), ':', argMax(status, _version), ':', toString(argMax(credits_charged, _version))) AS r FROM tool_invocations WHERE _deleted = 0 GROUP BY invocation_id ORDER BY toString(invocation_id))")
+	check "each key's highest version is PostgreSQL's row (raw table, argMax)" "$pg" "$ch"
 }
 
 cleanup() {
@@ -140,5 +226,5 @@ cleanup() {
 	"$CH" stop >/dev/null 2>&1
 }
 trap cleanup EXIT
-run_tests t_primary t_standby t_promote_with_a_run_in_flight t_new_primary_resolves t_export_resync
+run_tests t_primary t_standby t_promote_with_a_run_in_flight t_after_promotion_step t_new_primary_resolves t_export_resync
 finish_suite

@@ -43,7 +43,15 @@ t_prune() {
 	want=$(q -c "SELECT (SELECT count(*) FROM agent.invocation_output WHERE org_id = '$org') + (SELECT count(*) FROM agent.agent_tool_calls WHERE org_id = '$org' AND output_preview IS NOT NULL) + 1")
 	n=$(q -c "CALL agent.prune_retention(NULL, now() + interval '2 days')")
 	check "pruning two days later empties the org's output chunks, previews and produced file ($want rows)" "$want" "$n"
-	check "in batches: a second round finds nothing" 0 "$(q -c "CALL agent.prune_retention(NULL, now() + interval '2 days')")"
+	check "a second round finds nothing" 0 "$(q -c "CALL agent.prune_retention(NULL, now() + interval '2 days')")"
+	# In batches of retention_batch (2) rows, each its own transaction:
+	# the transaction that pruned a row is its xmin now.
+	check "in batches: at most 2 chunks per transaction, and n chunks in at least ceil(n/2) transactions" "1|2|1" \
+		"$(q -c "SELECT (count(*) > 2)::int || '|' || max(per_xact) || '|' || (count(DISTINCT x) >= ceil(count(*) / 2.0))::int
+				   FROM (SELECT o.xmin::text AS x, count(*) OVER (PARTITION BY o.xmin::text) AS per_xact
+						   FROM agent.invocation_output o WHERE o.org_id = '$org') c")"
+	check "and previews too (at most 2 per transaction)" 2 \
+		"$(q -c "SELECT max(n) FROM (SELECT count(*) n FROM agent.agent_tool_calls WHERE org_id = '$org' AND preview_pruned_at IS NOT NULL GROUP BY xmin::text) c")"
 
 	check "each output chunk keeps its size and sha256, and reads as empty" "$before_out|0" \
 		"$(q -c "SELECT string_agg(invocation_id || '/' || seq || ':' || data_bytes || ':' || data_sha256, ',' ORDER BY invocation_id, seq) FROM agent.invocation_output WHERE org_id = '$org'")|$(q -c "SELECT count(*) FROM agent.invocation_output WHERE org_id = '$org' AND (data <> '' OR pruned_at IS NULL)")"
@@ -71,6 +79,33 @@ t_prune() {
 		"$(q -c "SELECT count(*) || '|' || min(schedule) FROM cron.job WHERE jobname = 'sandbox_ext_prune_retention'")"
 }
 
+# Uploaded (conversation) files, pruned by the pg_cron job's own command
+# (as pg_cron runs it, without as_of): the file is older than its org's
+# retention of a day.
+t_uploaded_files_by_the_job() {
+	local B org ws agent conv cmd fid before used
+	B=$(new_tenant 10)
+	read -r org ws agent conv <<<"$B"
+	fid=$(tq "$org" "$ws" "SELECT agent.upload_file('$conv', 'notes.txt', convert_to('uploaded a while ago', 'UTF8'), 'bob', 'text/plain');")
+	q -c "SELECT agent.set_org_retention('$org', uploaded_files => '1 day')" >/dev/null
+	check "the org keeps uploads for a day" "1 day" "$(q -c "SELECT agent.retention_of('$org', 'uploaded_files')")"
+	before=$(q -c "SELECT size || ':' || sha256 FROM agent.files WHERE id = '$fid'")
+	used=$(q -c "SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org'")
+	cmd=$(q -c "SELECT command FROM cron.job WHERE jobname = 'sandbox_ext_prune_retention'")
+	check "the job's command" "CALL agent.prune_retention()" "$cmd"
+	q -c "$cmd" >/dev/null
+	check "a fresh upload is kept" saved "$(q -c "SELECT status FROM agent.files WHERE id = '$fid'")"
+	q -c "UPDATE agent.files SET created_at = now() - interval '25 hours' WHERE id = '$fid'" >/dev/null
+	q -c "$cmd" >/dev/null
+	check "an upload older than a day is pruned by it, keeping its size and sha256" "pruned|true|$before" \
+		"$(q -c "SELECT status || '|' || (content IS NULL) || '|' || size || ':' || sha256 FROM agent.files WHERE id = '$fid'")"
+	check "its bytes are given back to the org's storage count" "$((used - 20))" \
+		"$(q -c "SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org'")"
+	check "the first org's upload (forever) is still saved" saved \
+		"$(q -c "SELECT status FROM agent.files WHERE org_id = '$ORG' AND origin = 'uploaded'")"
+	check_invariants
+}
+
 # What the audit trail costs per invocation (kept, not pruned): printed,
 # not checked (sizes depend on the content of the events).
 t_audit_cost() {
@@ -79,9 +114,26 @@ t_audit_cost() {
 				   WHERE e.invocation_id IS NOT NULL GROUP BY e.invocation_id) x"
 	q -c "SELECT '# a pruned output chunk row: ' || round(avg(pg_column_size(o.*))) || ' bytes (' || count(*) || ' rows)'
 			FROM agent.invocation_output o WHERE o.pruned_at IS NOT NULL"
-	ok "audit cost measured"
+	# The index entries per event: a fill this small is a page or two per
+	# index, so the growth of each index over 10,000 events appended the
+	# way runs append them (agent._audit; 5 per random invocation id, an
+	# org of their own) is divided by 10,000.
+	local B before
+	B=$(new_tenant 0)
+	before=$(q -c "SELECT string_agg(c.relname || '=' || pg_relation_size(c.oid), ',' ORDER BY c.relname) FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid WHERE x.indrelid = 'agent.audit_events'::regclass")
+	q -c "SELECT count(agent._audit('${B%% *}', NULL, 'test.cost', u.inv, 'cost', '{}'))
+			FROM (SELECT gen_random_uuid() AS inv FROM generate_series(1, 2000)) u, generate_series(1, 5) k" >/dev/null
+	q -c "SELECT '# audit index bytes per event (pg_relation_size growth over 10000 events): '
+				 || string_agg(c.relname || ' ' || round((pg_relation_size(c.oid) - b.size) / 10000.0, 1), ', ' ORDER BY c.relname)
+				 || '; together ' || round(sum(pg_relation_size(c.oid) - b.size) / 10000.0, 1)
+			FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+			JOIN (SELECT split_part(e, '=', 1) AS relname, split_part(e, '=', 2)::bigint AS size
+					FROM unnest(string_to_array('$before', ',')) e) b ON b.relname = c.relname
+		   WHERE x.indrelid = 'agent.audit_events'::regclass"
+	check "the 10000 events measured are appended to their org's chain, which verifies" "10000|true" \
+		"$(q -c "SELECT count(*) || '|' || (SELECT bool_and(v.ok) FROM agent.verify_audit_chain('${B%% *}') v) FROM agent.audit_events WHERE org_id = '${B%% *}' AND event_type = 'test.cost'")"
 }
 
 trap 'stop_cluster 1' EXIT
-run_tests t_prune t_audit_cost
+run_tests t_prune t_uploaded_files_by_the_job t_audit_cost
 finish_suite

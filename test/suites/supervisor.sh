@@ -242,6 +242,25 @@ t_cancel() {
 		"$(tq_error "$ORG" "$WS" "SELECT agent.cancel('$inv', 'requester');")"
 }
 
+# A wait that ends before the run does: wait() returns the state so far,
+# wait_result() says timed_out with that state; once the run has ended,
+# timed_out is false.  (No timing asserted: the run sleeps a minute and is
+# cancelled; the waits are a fraction of a second.)
+t_wait_timeout() {
+	local inv
+	inv=$(start "$A" shell 'echo started; sleep 60')
+	wait_state "$inv" running 100
+	wait_for 30 '[ "$(output "$inv")" = started ]'
+	check "wait() past its timeout returns the state so far" running \
+		"$(tq "$ORG" "$WS" "SELECT agent.wait('$inv', '200 ms');" | tail -n 1)"
+	check "wait_result() past its timeout: timed_out, the state and output so far" "running|true|started" \
+		"$(tq "$ORG" "$WS" "SELECT r.state || '|' || r.timed_out || '|' || rtrim(r.stdout, E'\\n') FROM agent.wait_result('$inv', '200 ms') r;" |
+			tail -n 1)"
+	tq "$ORG" "$WS" "SELECT agent.cancel('$inv', 'requester', 'waited enough');" >/dev/null
+	check "... and once the run has ended, not timed_out" "cancelled|false" \
+		"$(tq "$ORG" "$WS" "SELECT r.state || '|' || r.timed_out FROM agent.wait_result('$inv', '30 s') r;" | tail -n 1)"
+}
+
 t_streaming() {
 	local inv appr channel lpid first_ms done_ms
 	read -r inv appr < <(req "$A" python 'import time
@@ -614,7 +633,7 @@ t_warm_off() {
 }
 
 run_tests t_worker t_languages t_launcher t_warm_sql t_warm_bound t_warm_off t_outcomes t_start_report t_missing_jail t_unusable_work_dir \
-	t_insufficient_credits t_hash_mismatch t_cancel t_streaming t_forged_notify t_tenancy \
+	t_insufficient_credits t_hash_mismatch t_cancel t_wait_timeout t_streaming t_forged_notify t_tenancy \
 	t_concurrency_cap t_lease_lost t_drain t_remove t_check t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
 
 # ---- invariants, over what this suite ran -------------------------------------

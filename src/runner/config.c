@@ -421,8 +421,8 @@ runner_config_load(const char *path, RunnerConfig *out, char **err)
 		int			node = JAIL_WARM_MAX - c.warm_python;
 
 		runner_log(RLOG_WARNING, "%s = %d and %s = %d: at most %d warm interpreters in all; %s is taken as %d",
-				   setting_name("warm_python"), c.warm_python, setting_name("warm_node"),
-				   c.warm_node, JAIL_WARM_MAX, setting_name("warm_node"), node);
+				   runner_setting_name("warm_python"), c.warm_python, runner_setting_name("warm_node"),
+				   c.warm_node, JAIL_WARM_MAX, runner_setting_name("warm_node"), node);
 		c.warm_node = node;
 	}
 	if (!ok)

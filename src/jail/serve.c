@@ -209,10 +209,18 @@ warm_backoff(int lang)
 static void
 warm_no_slot(int lang, const char *why)
 {
+	char		msg[JAIL_ERRLEN + 80];
+
+	snprintf(msg, sizeof(msg), "not started without a cgroup slot (its memory would be unbounded): %s",
+			 why[0] ? why : "no slots");
 	if (launcher.warm_page)
-		snprintf(launcher.warm_page->problem[lang], sizeof(launcher.warm_page->problem[0]),
-				 "not started without a cgroup slot (its memory would be unbounded): %s",
-				 why[0] ? why : "no slots");
+	{
+		char	   *dst = launcher.warm_page->problem[lang];
+		size_t		n = strnlen(msg, sizeof(launcher.warm_page->problem[0]) - 1);
+
+		memcpy(dst, msg, n);
+		dst[n] = '\0';
+	}
 	warm_backoff(lang);
 }
 

@@ -657,10 +657,18 @@ jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot,
 	/* a warm interpreter outside a slot would hold unbounded memory (serve.c) */
 	if (warm && !slot)
 	{
+		char		msg[JAIL_ERRLEN + 80];
+
+		snprintf(msg, sizeof(msg), "not started without a cgroup slot (its memory would be unbounded)%s%s",
+				 err[0] ? ": " : "", err);
 		if (lc->warm_page)
-			snprintf(lc->warm_page->problem[warm->lang], sizeof(lc->warm_page->problem[0]),
-					 "not started without a cgroup slot (its memory would be unbounded)%s%s",
-					 err[0] ? ": " : "", err);
+		{
+			char	   *dst = lc->warm_page->problem[warm->lang];
+			size_t		n = strnlen(msg, sizeof(lc->warm_page->problem[0]) - 1);
+
+			memcpy(dst, msg, n);
+			dst[n] = '\0';
+		}
 		return JAIL_WORKER_WARM_FAILED;
 	}
 	if (lc->netns_pool && (rc = prepare_netns(&netns_ready)) != 0)

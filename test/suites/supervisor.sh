@@ -562,6 +562,7 @@ verdict_of() {
 # refused by the setting itself.
 t_warm_sql() {
 	local inv
+	run "$A" shell 'true' >/dev/null	# a launcher turned off and on starts at a run
 	wait_for 120 '[ "$(q -c "SELECT coalesce(warm_ready, 0) > 0 FROM agent.worker_status()")" = t ]'
 	check "worker_status(): interpreters wait, holding memory within the pool's bound" "t|t|t" \
 		"$(q -c "SELECT warm_ready > 0, warm_memory_bytes > 0, warm_memory_bytes <= warm_memory_limit FROM agent.worker_status()" | tr -d ' ')"

@@ -17,8 +17,8 @@ EXTVERSION = 0.2.0
 PREVVERSION = 0.1.0
 MODULE_big = sandbox_ext
 OBJS = src/sandbox_ext.o src/shmem.o src/xact.o \
-	src/supervisor.o src/api.o \
-	src/export_worker.o src/export_stream.o src/export_state.o src/pgoutput.o src/chclient.o \
+	src/supervisor.o src/local_runner.o src/api.o \
+	src/export_worker.o src/export_stream.o src/export_copy.o src/export_state.o src/pgoutput.o src/chclient.o \
 	src/anchor.o src/guards.o src/digest.o src/audit.o src/jail_wire.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql
@@ -92,6 +92,8 @@ jail-install: jail
 runner-install: runner
 	install -d '$(DESTDIR)$(bindir)'
 	install -m 0755 src/runner/sandbox-runner '$(DESTDIR)$(bindir)/sandbox-runner'
+	# the ExecStart step of src/runner/sandbox-runner.service (--enter-cgroup)
+	install -m 0755 scripts/jail-host-setup.sh '$(DESTDIR)$(bindir)/sandbox-jail-host-setup'
 
 clean: jail-clean runner-clean
 jail-clean:

@@ -3,6 +3,7 @@
 #
 #   scripts/cluster.sh start   initdb (if needed) and start; create the test
 #                              database with pgtap, pg_cron and sandbox_ext
+#                              (SANDBOX_DB_EXTENSIONS="" : sandbox_ext alone)
 #                              (at SANDBOX_EXT_VERSION when set, else the
 #                              default version; with SANDBOX_NO_DB=1 the
 #                              database is not created: a restore target)
@@ -83,9 +84,14 @@ CONF
 		return
 	fi
 	psql_db -d postgres -c "CREATE DATABASE $DB"
-	psql_db -d "$DB" -c "CREATE EXTENSION pg_cron" \
-		-c "CREATE EXTENSION pgtap" \
-		-c "CREATE EXTENSION sandbox_ext${SANDBOX_EXT_VERSION:+ VERSION '$SANDBOX_EXT_VERSION'}"
+	# SANDBOX_DB_EXTENSIONS: what the database gets before sandbox_ext
+	# (default pg_cron pgtap; the cgroup-v2 guest, where every statement
+	# runs emulated, takes none)
+	local e
+	for e in ${SANDBOX_DB_EXTENSIONS-pg_cron pgtap}; do
+		psql_db -d "$DB" -c "CREATE EXTENSION $e"
+	done
+	psql_db -d "$DB" -c "CREATE EXTENSION sandbox_ext${SANDBOX_EXT_VERSION:+ VERSION '$SANDBOX_EXT_VERSION'}"
 	echo "export PGHOST=$CLUSTER_DIR PGPORT=$PORT PGDATABASE=$DB PGUSER=postgres" |
 		as_pg tee "$CLUSTER_DIR/cluster.env" >/dev/null
 	echo "cluster: running on socket $CLUSTER_DIR port $PORT, database $DB"

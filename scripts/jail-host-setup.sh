@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # jail-host-setup.sh [USER] [--unit UNIT]
 # jail-host-setup.sh --service-cgroup [USER]
+# jail-host-setup.sh --enter-cgroup COMMAND [ARG...]
 #
 # Prepares the host for sandbox-jail (docs/jail.md, "Host setup"): creates
 # the delegated cgroup parents that the jail puts each run's cgroup under,
@@ -24,8 +25,16 @@
 #       moves the service's processes into <service cgroup>/sandbox_ext/
 #       service and delegates <service cgroup>/sandbox_ext to USER.  A
 #       running service picks that up when it is restarted.
+#   --enter-cgroup: the ExecStart of a unit with Delegate=yes and User=
+#       (src/runner/sandbox-runner.service): systemd has given the unit's
+#       cgroup to that user; as that user, before anything else runs, move
+#       this process into <unit cgroup>/sandbox_ext/service, enable the
+#       controllers, then exec COMMAND there (no root step, no race with
+#       what COMMAND starts).  Where that cannot be done (no v2, the unit's
+#       cgroup not delegated) it says why on stderr and execs COMMAND
+#       anyway: its jails then report the reason (require_cgroup decides).
 #
-# Run as root; idempotent; harmless (exit 0, a note on stderr) when cgroups
+# Run as root (--enter-cgroup: as the unit's user); idempotent; harmless (exit 0, a note on stderr) when cgroups
 # or controllers are unavailable: the jail then falls back to rlimits and
 # reports "cgroup":"none" (or refuses to run with --require-cgroup).
 set -u
@@ -34,7 +43,74 @@ MODE=host
 if [ "${1:-}" = --service-cgroup ]; then
 	MODE=service
 	shift
+elif [ "${1:-}" = --enter-cgroup ]; then
+	MODE=enter
+	shift
 fi
+NAME=sandbox_ext
+LIBEXEC=/usr/local/libexec/sandbox_ext
+# A test knob: SANDBOX_SYSTEMD_ROOT=DIR puts what the systemd branch
+# below looks at and writes (run/systemd/system, etc/systemd/system,
+# the installed copy of this script) under DIR instead of /, and skips
+# `systemctl daemon-reload` (test/cgroup-v2/checks.sh checks the drop-in).
+SD_ROOT=${SANDBOX_SYSTEMD_ROOT:-}
+
+note() { echo "jail-host-setup: $*" >&2; }
+
+# controllers the jail wants that the v2 cgroup DIR offers ("+memory +pids
+# [+cpu]"), or nothing if memory or pids is missing
+v2_wanted() {
+	local c
+	c=" $(cat "$1/cgroup.controllers" 2>/dev/null) "
+	case $c in *" memory "*) ;; *) return ;; esac
+	case $c in *" pids "*) ;; *) return ;; esac
+	case $c in *" cpu "*) echo "+memory +pids +cpu" ;; *) echo "+memory +pids" ;; esac
+}
+
+v2_mount() {
+	awk '{ for (i = 1; i <= NF; i++) if ($i == "-") break;
+		if ($(i+1) == "cgroup2") { print $5; exit } }' /proc/self/mountinfo
+}
+
+# ---- --enter-cgroup: the ExecStart of a delegated unit with User= ----------
+# Runs as the unit's user, in the unit's cgroup S, which systemd chowned to
+# that user (Delegate=yes: the directory and its cgroup.procs,
+# cgroup.subtree_control and cgroup.threads).  This process is the only
+# one in S (systemd runs ExecStartPre/Post of such a unit in S/.control),
+# so once it is in S/sandbox_ext/service the controllers can be enabled in
+# S (no internal processes) and in S/sandbox_ext; what COMMAND starts is
+# born inside the subtree, where the jail finds S/sandbox_ext by itself.
+if [ $MODE = enter ]; then
+	[ $# -gt 0 ] || { note "usage: jail-host-setup.sh --enter-cgroup COMMAND [ARG...]"; exit 2; }
+	v2=$(v2_mount)
+	own=$(sed -n 's/^0:://p' /proc/self/cgroup)
+	S=$v2$own
+	if [ -z "$v2" ] || [ -z "$own" ]; then
+		note "no cgroup v2 here; $1 runs where it is"
+	elif [ "$own" = / ]; then
+		note "this process is in the root cgroup, not a unit's own: $1 runs where it is"
+	elif [ "${own%/"$NAME"/service}" != "$own" ]; then
+		note "already in $S; nothing to do"
+	elif ! [ -w "$S" ] || ! [ -w "$S/cgroup.procs" ] || ! [ -w "$S/cgroup.subtree_control" ]; then
+		note "$S is not delegated to $(id -un 2>/dev/null || id -u) (Delegate=yes and User= in its unit?): $1 runs where it is"
+	else
+		want=$(v2_wanted "$S")
+		if [ -z "$want" ]; then
+			note "$S has no memory or pids controller (is Delegate=yes set?): $1 runs where it is"
+		elif ! mkdir -p "$S/$NAME/service" || ! echo $$ > "$S/$NAME/service/cgroup.procs"; then
+			note "could not move into $S/$NAME/service: $1 runs where it is"
+		else
+			for c in $want; do
+				echo "$c" > "$S/cgroup.subtree_control" || note "could not enable $c in $S"
+				echo "$c" > "$S/$NAME/cgroup.subtree_control" || note "could not enable $c in $S/$NAME"
+			done
+			chmod 0755 "$S/$NAME" "$S/$NAME/service"
+			note "v2: $S/$NAME delegated to $(id -un 2>/dev/null || id -u) ($(cat "$S/$NAME/cgroup.subtree_control")); $1 runs in $S/$NAME/service"
+		fi
+	fi
+	exec "$@"
+fi
+
 USER_NAME=${1:-postgres}
 [ $# -gt 0 ] && shift
 UNIT=
@@ -43,10 +119,6 @@ if [ "${1:-}" = --unit ] && [ -n "${2:-}" ]; then
 elif [ "$USER_NAME" = postgres ]; then
 	UNIT=postgresql@.service
 fi
-NAME=sandbox_ext
-LIBEXEC=/usr/local/libexec/sandbox_ext
-
-note() { echo "jail-host-setup: $*" >&2; }
 
 if [ "$(id -u)" != 0 ]; then
 	note "must run as root; nothing done"
@@ -66,11 +138,6 @@ v1_mount() {
 		n = split($(i+3), o, ",");
 		for (j = 1; j <= n; j++) if (o[j] == c) { print $5; exit }
 	}' /proc/self/mountinfo
-}
-
-v2_mount() {
-	awk '{ for (i = 1; i <= NF; i++) if ($i == "-") break;
-		if ($(i+1) == "cgroup2") { print $5; exit } }' /proc/self/mountinfo
 }
 
 did_something=0
@@ -99,16 +166,6 @@ clean_stale() {
 		kill -0 "$pid" 2>/dev/null && continue
 		rmdir "$slot" 2>/dev/null || true
 	done
-}
-
-# controllers the jail wants that the v2 cgroup DIR offers ("+memory +pids
-# [+cpu]"), or nothing if memory or pids is missing
-v2_wanted() {
-	local c
-	c=" $(cat "$1/cgroup.controllers" 2>/dev/null) "
-	case $c in *" memory "*) ;; *) return ;; esac
-	case $c in *" pids "*) ;; *) return ;; esac
-	case $c in *" cpu "*) echo "+memory +pids +cpu" ;; *) echo "+memory +pids" ;; esac
 }
 
 # delegate the v2 cgroup D (made if missing) to USER: the jail's parent,
@@ -199,11 +256,11 @@ if [ -n "$v2" ]; then
 			note "cannot create $v2/$NAME"
 		fi
 		# systemd owns the tree: the service itself gets a delegated subtree
-		if [ -d /run/systemd/system ] && [ -n "$UNIT" ]; then
+		if [ -d "$SD_ROOT/run/systemd/system" ] && [ -n "$UNIT" ]; then
 			self=$(readlink -f "$0")
-			install -d "$LIBEXEC"
-			install -m 0755 "$self" "$LIBEXEC/jail-host-setup.sh"
-			dropin=/etc/systemd/system/$UNIT.d/sandbox_ext-cgroup.conf
+			install -d "$SD_ROOT$LIBEXEC"
+			install -m 0755 "$self" "$SD_ROOT$LIBEXEC/jail-host-setup.sh"
+			dropin=$SD_ROOT/etc/systemd/system/$UNIT.d/sandbox_ext-cgroup.conf
 			install -d "${dropin%/*}"
 			cat > "$dropin.tmp" <<-EOF
 			# written by sandbox_ext's jail-host-setup.sh: a delegated cgroup
@@ -213,7 +270,11 @@ if [ -n "$v2" ]; then
 			ExecStartPost=+$LIBEXEC/jail-host-setup.sh --service-cgroup $USER_NAME
 			EOF
 			mv "$dropin.tmp" "$dropin"
-			systemctl daemon-reload 2>/dev/null || note "systemctl daemon-reload failed"
+			if [ -n "$SD_ROOT" ]; then
+				note "systemd: SANDBOX_SYSTEMD_ROOT=$SD_ROOT set: no daemon-reload"
+			else
+				systemctl daemon-reload 2>/dev/null || note "systemctl daemon-reload failed"
+			fi
 			note "systemd: $dropin written (Delegate=yes, ExecStartPost moves the service into <its cgroup>/$NAME/service); restart running instances of $UNIT for it to take effect"
 		fi
 	fi

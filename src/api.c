@@ -131,6 +131,48 @@ sandbox_wait(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(state));
 }
 
+/*
+ * The warm pool, as the launcher's page tells it (wire_protocol.h):
+ * interpreters waiting now, the memory they hold, the bound, and why the
+ * last one of a language did not start; into values[first..first+3].
+ * NULL without a pool (or without a supervisor, whose launcher it is).
+ */
+static void
+warm_pool_columns(bool supervisor_running, Datum *values, bool *nulls, int first)
+{
+	char		sock[MAXPGPATH];
+	JailWarmPage *page;
+	int			waiting;
+	uint64		held;
+	char		why[2 * sizeof(page->problem[0]) + 16] = "";
+
+	snprintf(sock, sizeof(sock), "%s/%s", DataDir, SANDBOX_LAUNCHER_SOCKET);
+	page = supervisor_running ? jail_wire_warm_map(sock, false) : NULL;
+	if (page == NULL)
+	{
+		for (int c = first; c < first + 4; c++)
+			nulls[c] = true;
+		return;
+	}
+	held = jail_wire_warm_held(page, &waiting);
+	for (int l = 0; l < JAIL_WARM_NLANG; l++)
+	{
+		char		one[sizeof(page->problem[0])];
+
+		memcpy(one, page->problem[l], sizeof(one));
+		one[sizeof(one) - 1] = '\0';
+		if (one[0])
+			snprintf(why + strlen(why), sizeof(why) - strlen(why), "%s%s: %s",
+					 why[0] ? "; " : "", l == JAIL_WARM_PYTHON ? "python" : "node", one);
+	}
+	values[first] = Int32GetDatum(waiting);
+	values[first + 1] = Int64GetDatum((int64) held);
+	values[first + 2] = Int64GetDatum((int64) page->limit_bytes);
+	values[first + 3] = CStringGetTextDatum(why);
+	nulls[first + 3] = why[0] == '\0';
+	munmap(page, sizeof(JailWarmPage));
+}
+
 PG_FUNCTION_INFO_V1(sandbox_worker_status);
 
 /*
@@ -144,8 +186,6 @@ sandbox_worker_status(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	Datum		values[13];
 	bool		nulls[13] = {false};
-	char		sock[MAXPGPATH];
-	JailWarmPage *page;
 	char		work_dir[sizeof(sandbox_shared->work_dir)] = "";
 	char		problem[sizeof(sandbox_shared->problem)] = "";
 	int			pid = 0;
@@ -206,37 +246,6 @@ sandbox_worker_status(PG_FUNCTION_ARGS)
 	values[8] = CStringGetTextDatum(problem);
 	nulls[8] = problem[0] == '\0';
 
-	/*
-	 * The warm pool, as the launcher's page tells it (wire_protocol.h):
-	 * interpreters waiting now, the memory they hold, the bound, and why
-	 * the last one of a language did not start.  NULL without a pool.
-	 */
-	snprintf(sock, sizeof(sock), "%s/%s", DataDir, SANDBOX_LAUNCHER_SOCKET);
-	page = pid != 0 ? jail_wire_warm_map(sock, false) : NULL;
-	if (page)
-	{
-		int			waiting;
-		uint64		held = jail_wire_warm_held(page, &waiting);
-		char		why[2 * sizeof(page->problem[0]) + 16] = "";
-
-		for (int l = 0; l < JAIL_WARM_NLANG; l++)
-		{
-			char		one[sizeof(page->problem[0])];
-
-			memcpy(one, page->problem[l], sizeof(one));
-			one[sizeof(one) - 1] = '\0';
-			if (one[0])
-				snprintf(why + strlen(why), sizeof(why) - strlen(why), "%s%s: %s",
-						 why[0] ? "; " : "", l == JAIL_WARM_PYTHON ? "python" : "node", one);
-		}
-		values[9] = Int32GetDatum(waiting);
-		values[10] = Int64GetDatum((int64) held);
-		values[11] = Int64GetDatum((int64) page->limit_bytes);
-		values[12] = CStringGetTextDatum(why);
-		nulls[12] = why[0] == '\0';
-		munmap(page, sizeof(JailWarmPage));
-	}
-	else
-		nulls[9] = nulls[10] = nulls[11] = nulls[12] = true;
+	warm_pool_columns(pid != 0, values, nulls, 9);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -38,7 +38,8 @@
  * wrote), after agent.export_setup() has created the publication; its
  * consistent point C is recorded in agent.export_state together with a
  * pending copy of the tables, which the worker then sends table by table,
- * page by page, with version C - 1, below anything the slot will stream.
+ * page by page, with version C - 1, below anything the slot will stream
+ * (export_copy.c).
  * The same path serves agent.export_resync() after a lost slot, and a
  * table agent.export_setup() adds to the publication of a running export
  * (an upgrade from 0.1.0 adds agent.egress_connections): the setup holds
@@ -81,27 +82,6 @@
 /* WAL between restart_lsn and the advance target that prompts a snapshot. */
 #define EXPORT_RESTART_GAP ((XLogRecPtr) 64 * 1024)
 
-/* What one look at the catalogs says about the export's objects. */
-typedef struct ExportObjects
-{
-	bool		table_exists;
-	bool		publication_ok;
-	bool		state_row;
-	bool		slot_exists;
-	bool		slot_lost;
-	bool		slot_recorded;	/* export_state knows the slot was created */
-	bool		resync_requested;
-	bool		copy_pending;
-	XLogRecPtr	confirmed_flush;
-	XLogRecPtr	restart_lsn;
-	XLogRecPtr	copy_lsn;
-	ExportTable copy_table;		/* the table the pending copy is at */
-	char		copy_after[40];	/* its keyset cursor: invocation_id */
-	bool		has_copy_after;
-	int32		copy_after_seq; /* and seq (egress_connections) */
-	bool		catalog_0_1;	/* 0.1.0's catalog: no egress, old copy step */
-} ExportObjects;
-
 ExportStepError sandbox_export_err;
 TimestampTz sandbox_export_last_insert_at = 0;
 
@@ -120,8 +100,8 @@ sandbox_export_forget(void)
 	anchor_round_at = 0;
 }
 
-static void
-note_success(uint64 rows)
+void
+sandbox_export_note_success(uint64 rows)
 {
 	sandbox_export_last_insert_at = GetCurrentTimestamp();
 	SpinLockAcquire(&sandbox_export_shared->mutex);
@@ -149,9 +129,9 @@ quiet_decoding_logs(void)
 							 GUC_ACTION_LOCAL, true, 0, false);
 }
 
-static void
-spi_exec(const char *sql, int nargs, Oid *types, Datum *values,
-		 const char *nulls, int expect)
+void
+sandbox_export_spi_exec(const char *sql, int nargs, Oid *types, Datum *values,
+						const char *nulls, int expect)
 {
 	int			rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
 
@@ -159,8 +139,8 @@ spi_exec(const char *sql, int nargs, Oid *types, Datum *values,
 		elog(ERROR, "SPI_execute_with_args failed (%d): %s", rc, sql);
 }
 
-static Datum
-slot_name_datum(void)
+Datum
+sandbox_export_slot_name_datum(void)
 {
 	return CStringGetTextDatum(sandbox_export_slot);
 }
@@ -230,8 +210,8 @@ static void fault_point(ExportFault where);
  * between two inserts, or before the watermark, re-sends the batch: the
  * rows carry the same versions and collapse with the ones already there.
  */
-static StepResult
-send_rows(ExportBatch *b)
+StepResult
+sandbox_export_send_rows(ExportBatch *b)
 {
 	ChTarget	t = target();
 	bool		sent = false;
@@ -347,10 +327,10 @@ read_objects(ExportObjects *o)
 	bool		isnull;
 
 	memset(o, 0, sizeof(*o));
-	vals[0] = slot_name_datum();
+	vals[0] = sandbox_export_slot_name_datum();
 	vals[1] = CStringGetTextDatum(EXPORT_PUBLICATION);
 	sandbox_xact_begin("checking export objects");
-	spi_exec("SELECT * FROM agent._export_objects($1, $2)", 2, types, vals, NULL, SPI_OK_SELECT);
+	sandbox_export_spi_exec("SELECT * FROM agent._export_objects($1, $2)", 2, types, vals, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 1)
 	{
 		HeapTuple	t = SPI_tuptable->vals[0];
@@ -402,7 +382,7 @@ static void
 run_export_setup(void)
 {
 	sandbox_xact_begin("agent.export_setup()");
-	spi_exec("SELECT agent.export_setup()", 0, NULL, NULL, NULL, SPI_OK_SELECT);
+	sandbox_export_spi_exec("SELECT agent.export_setup()", 0, NULL, NULL, NULL, SPI_OK_SELECT);
 	sandbox_xact_commit();
 }
 
@@ -410,10 +390,10 @@ static void
 drop_slot(void)
 {
 	Oid			types[1] = {TEXTOID};
-	Datum		vals[1] = {slot_name_datum()};
+	Datum		vals[1] = {sandbox_export_slot_name_datum()};
 
 	sandbox_xact_begin("dropping the export slot");
-	spi_exec("SELECT agent._export_drop_slot($1)", 1, types, vals, NULL, SPI_OK_SELECT);
+	sandbox_export_spi_exec("SELECT agent._export_drop_slot($1)", 1, types, vals, NULL, SPI_OK_SELECT);
 	sandbox_xact_commit();
 }
 
@@ -425,10 +405,10 @@ static void
 record_slot(XLogRecPtr lsn)
 {
 	Oid			types[2] = {TEXTOID, PG_LSNOID};
-	Datum		vals[2] = {slot_name_datum(), LSNGetDatum(lsn)};
+	Datum		vals[2] = {sandbox_export_slot_name_datum(), LSNGetDatum(lsn)};
 
 	sandbox_xact_begin("recording the export slot");
-	spi_exec("SELECT agent._export_record_slot($1, $2)", 2, types, vals, NULL, SPI_OK_SELECT);
+	sandbox_export_spi_exec("SELECT agent._export_record_slot($1, $2)", 2, types, vals, NULL, SPI_OK_SELECT);
 	sandbox_xact_commit();
 }
 
@@ -436,13 +416,13 @@ static void
 create_slot(void)
 {
 	Oid			types[1] = {TEXTOID};
-	Datum		vals[1] = {slot_name_datum()};
+	Datum		vals[1] = {sandbox_export_slot_name_datum()};
 	XLogRecPtr	lsn;
 	bool		isnull;
 
 	/* Must be the transaction's first and only work: it may not write. */
 	sandbox_xact_begin("creating the export slot");
-	spi_exec("SELECT agent._export_create_slot($1)", 1, types, vals, NULL, SPI_OK_SELECT);
+	sandbox_export_spi_exec("SELECT agent._export_create_slot($1)", 1, types, vals, NULL, SPI_OK_SELECT);
 	lsn = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	sandbox_xact_commit();
 	ereport(LOG,
@@ -451,150 +431,18 @@ create_slot(void)
 	record_slot(lsn);
 }
 
-/*
- * Note a copied page of table t: move the cursor to (last, last_seq); after
- * its last page the copy moves on to the next table, and ends after the
- * last table.
- */
-static void
-record_copy_progress(ExportObjects *o, ExportTable t, const char *last, int32 last_seq,
-					 uint64 n, bool done)
-{
-	Oid			types[6] = {TEXTOID, TEXTOID, UUIDOID, INT4OID, BOOLOID, INT8OID};
-	Datum		vals[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
-
-	vals[0] = slot_name_datum();
-	vals[1] = CStringGetTextDatum(sandbox_export_relname(t));
-	nulls[2] = n > 0 ? ' ' : 'n';
-	vals[2] = n > 0 ? DirectFunctionCall1(uuid_in, CStringGetDatum(last)) : (Datum) 0;
-	nulls[3] = n > 0 && t == EXPORT_EGRESS_CONNECTIONS ? ' ' : 'n';
-	vals[3] = Int32GetDatum(last_seq);
-	vals[4] = BoolGetDatum(done);
-	vals[5] = Int64GetDatum((int64) n);
-	sandbox_xact_begin("recording copy progress");
-	if (o->catalog_0_1)
-	{
-		/* 0.1.0's step: (slot, last, done, rows) */
-		Oid			old_types[4] = {TEXTOID, UUIDOID, BOOLOID, INT8OID};
-		Datum		old_vals[4] = {vals[0], vals[2], vals[4], vals[5]};
-		char		old_nulls[4] = {' ', nulls[2], ' ', ' '};
-
-		spi_exec("SELECT agent._export_copy_progress($1, $2, $3, $4)", 4, old_types, old_vals,
-				 old_nulls, SPI_OK_SELECT);
-	}
-	else
-		spi_exec("SELECT agent._export_copy_progress($1, $2, $3, $4, $5, $6)", 6, types, vals, nulls,
-				 SPI_OK_SELECT);
-	sandbox_xact_commit();
-	if (done)
-		ereport(LOG,
-				(errmsg("ClickHouse export: copy of agent.%s for slot \"%s\" finished",
-						sandbox_export_relname(t), sandbox_export_slot)));
-}
-
-/*
- * One page of the tables' copy (initial export, resync, or a table added
- * to the publication).  Pages are keyed on the table's primary key
- * (invocation_id; invocation_id and seq), each read in its own short
- * transaction; every row goes out with version copy_lsn - 1, so whatever
- * the slot streams later (version >= copy_lsn) wins, and re-sending a page
- * after a crash is harmless.  Rows are read with the types' output
- * functions, the same text pgoutput sends, so one conversion serves both
- * paths.
- */
-static StepResult
-copy_page(ExportObjects *o, ExportBatch *b)
-{
-	ExportTable tab = o->copy_table;
-	Oid			types[3] = {UUIDOID, INT4OID, INT4OID};
-	Datum		vals[3];
-	char		nulls[3] = {' ', ' ', ' '};
-	uint64		n;
-	uint64		i;
-	char		last[40] = "";
-	int32		last_seq = 0;
-	int			ncols = sandbox_export_ncolumns(tab);
-	int			att[EXPORT_MAX_COLUMNS];
-	int			seq_att = 0;
-	StepResult	r;
-	int			j;
-
-	sandbox_export_batch_reset(b, InvalidXLogRecPtr);
-	if (o->has_copy_after)
-		vals[0] = DirectFunctionCall1(uuid_in, CStringGetDatum(o->copy_after));
-	else
-	{
-		vals[0] = (Datum) 0;
-		nulls[0] = 'n';
-	}
-	vals[1] = Int32GetDatum(o->copy_after_seq);
-	vals[2] = Int32GetDatum(sandbox_export_batch_rows);
-
-	sandbox_xact_begin("copying an exported table");
-	if (tab == EXPORT_EGRESS_CONNECTIONS)
-		spi_exec("SELECT * FROM agent._export_copy_egress_page($1, $2, $3)", 3, types, vals, nulls,
-				 SPI_OK_SELECT);
-	else
-	{
-		Oid			ti_types[2] = {UUIDOID, INT4OID};
-		Datum		ti_vals[2] = {vals[0], vals[2]};
-		char		ti_nulls[2] = {nulls[0], ' '};
-
-		spi_exec("SELECT * FROM agent._export_copy_page($1, $2)", 2, ti_types, ti_vals, ti_nulls,
-				 SPI_OK_SELECT);
-	}
-	/* The columns the export sends, by name (pgoutput.c's lists are the one list). */
-	for (j = 0; j < ncols; j++)
-	{
-		if ((att[j] = SPI_fnumber(SPI_tuptable->tupdesc, sandbox_export_column(tab, j))) <= 0)
-			elog(ERROR, "agent.%s has no column \"%s\"",
-				 sandbox_export_relname(tab), sandbox_export_column(tab, j));
-		if (strcmp(sandbox_export_column(tab, j), "seq") == 0)
-			seq_att = att[j];
-	}
-	n = SPI_processed;
-	for (i = 0; i < n; i++)
-	{
-		char	   *row[EXPORT_MAX_COLUMNS];
-
-		for (j = 0; j < ncols; j++)
-			row[j] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, att[j]);
-		sandbox_export_append_row(b, tab, row, false, o->copy_lsn - 1);
-		if (i == n - 1)
-		{
-			strlcpy(last, row[2], sizeof(last));	/* invocation_id */
-			if (seq_att > 0)
-				last_seq = pg_strtoint32(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-													  seq_att));
-		}
-	}
-	sandbox_xact_commit();
-
-	if (n > 0)
-	{
-		sandbox_export_set_state(SANDBOX_EXPORT_EXPORTING);
-		r = send_rows(b);
-		if (r != STEP_MORE)
-			return r;
-		note_success(n);
-	}
-	record_copy_progress(o, tab, last, last_seq, n, n < (uint64) sandbox_export_batch_rows);
-	return STEP_MORE;
-}
-
 /* ---- streaming ---- */
 
 static void
 advance_slot(XLogRecPtr target)
 {
 	Oid			types[2] = {TEXTOID, PG_LSNOID};
-	Datum		vals[2] = {slot_name_datum(), LSNGetDatum(target)};
+	Datum		vals[2] = {sandbox_export_slot_name_datum(), LSNGetDatum(target)};
 
 	sandbox_xact_begin("advancing the export slot");
 	quiet_decoding_logs();
 	/* Never move backwards: advance refuses a target below confirmed. */
-	spi_exec("SELECT agent._export_advance_slot($1, $2)", 2, types, vals, NULL, SPI_OK_SELECT);
+	sandbox_export_spi_exec("SELECT agent._export_advance_slot($1, $2)", 2, types, vals, NULL, SPI_OK_SELECT);
 	sandbox_xact_commit();
 }
 
@@ -666,10 +514,10 @@ stream_batch(ExportObjects *o, ExportBatch *b)
 
 	sandbox_xact_begin("peeking the export slot");
 	quiet_decoding_logs();
-	vals[0] = slot_name_datum();
+	vals[0] = sandbox_export_slot_name_datum();
 	vals[1] = CStringGetTextDatum(EXPORT_PUBLICATION);
 	vals[2] = Int32GetDatum(sandbox_export_batch_rows);
-	spi_exec("SELECT upto, data FROM agent._export_peek($1, $2, $3)", 3, types, vals, NULL,
+	sandbox_export_spi_exec("SELECT upto, data FROM agent._export_peek($1, $2, $3)", 3, types, vals, NULL,
 			 SPI_OK_SELECT);
 	/* one row with no data when the slot has nothing new */
 	upto = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -693,7 +541,7 @@ stream_batch(ExportObjects *o, ExportBatch *b)
 	if (b->rows > 0)
 	{
 		sandbox_export_set_state(SANDBOX_EXPORT_EXPORTING);
-		r = send_rows(b);
+		r = sandbox_export_send_rows(b);
 		if (r != STEP_MORE)
 			return r;
 		fault_point(EXPORT_FAULT_PAUSE_AFTER_ROWS);
@@ -701,7 +549,7 @@ stream_batch(ExportObjects *o, ExportBatch *b)
 		if (r != STEP_MORE)
 			return r;
 		watermark = b->last_end_lsn;
-		note_success(b->rows);
+		sandbox_export_note_success(b->rows);
 		fault_point(EXPORT_FAULT_PAUSE_AFTER_WATERMARK);
 	}
 	report_batch(b);
@@ -805,7 +653,7 @@ sandbox_export_step(ExportBatch *b)
 				 errdetail("The slot fell behind by more than max_slot_wal_keep_size and the WAL it needed was removed."),
 				 errhint("Call agent.export_resync() to recreate the slot and copy the tables again.")));
 	}
-	r = o.copy_pending ? copy_page(&o, b) : stream_batch(&o, b);
+	r = o.copy_pending ? sandbox_export_copy_page(&o, b) : stream_batch(&o, b);
 	/* Every delivered batch is followed by the heads that cover it. */
 	if ((r == STEP_MORE || r == STEP_CAUGHT_UP) && b->rows > 0)
 	{

@@ -7,8 +7,9 @@
  * The files of the exporter, one concern each:
  *	 export_worker.c  the background worker: settings, the loop (waits,
  *					  backoff, reloads, resets), one round at a time
- *	 export_stream.c  one round's work: the slot's lifecycle, the tables'
- *					  copy, streaming a batch, the audit anchors' round
+ *	 export_stream.c  one round's work: the slot's lifecycle, streaming a
+ *					  batch, the audit anchors' round
+ *	 export_copy.c	  the tables' copy, page by page, below the slot
  *	 export_state.c   the shared-memory struct and its lock, the
  *					  commit-time wake-up's target, SQL-callable functions
  *	 pgoutput.c		  the exported tables' columns; pgoutput protocol
@@ -194,6 +195,37 @@ extern void sandbox_export_append_row(ExportBatch *b, ExportTable t,
 									  char *const *values, bool deleted,
 									  uint64 version);
 extern void sandbox_export_append_tsv_escaped(StringInfo out, const char *s);
+
+/* ---- what export_stream.c and export_copy.c share ---- */
+/* What one look at the catalogs says about the export's objects. */
+typedef struct ExportObjects
+{
+	bool		table_exists;
+	bool		publication_ok;
+	bool		state_row;
+	bool		slot_exists;
+	bool		slot_lost;
+	bool		slot_recorded;	/* export_state knows the slot was created */
+	bool		resync_requested;
+	bool		copy_pending;
+	XLogRecPtr	confirmed_flush;
+	XLogRecPtr	restart_lsn;
+	XLogRecPtr	copy_lsn;
+	ExportTable copy_table;		/* the table the pending copy is at */
+	char		copy_after[40];	/* its keyset cursor: invocation_id */
+	bool		has_copy_after;
+	int32		copy_after_seq; /* and seq (egress_connections) */
+	bool		catalog_0_1;	/* 0.1.0's catalog: no egress, old copy step */
+} ExportObjects;
+
+extern void sandbox_export_spi_exec(const char *sql, int nargs, Oid *types, Datum *values,
+									const char *nulls, int expect);
+extern Datum sandbox_export_slot_name_datum(void);
+extern StepResult sandbox_export_send_rows(struct ExportBatch *b);
+extern void sandbox_export_note_success(uint64 rows);
+
+/* ---- the copy phase (export_copy.c) ---- */
+extern StepResult sandbox_export_copy_page(ExportObjects *o, struct ExportBatch *b);
 
 /* ---- anchor.c ---- */
 

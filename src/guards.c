@@ -16,7 +16,10 @@
  *	  agent._invocations_check_transition()	BEFORE UPDATE OF state; an
  *										invocation that ends wakes the
  *										waiters of agent.wait() at commit
- *	  agent._runner_role()				the role a runner host acts as
+ *	  agent._runner_role()				the role a runner host acts as (or
+ *										42501: not one a runner may act as)
+ *	  agent._outer_role()				the role outside a SECURITY DEFINER
+ *										function
  *	  agent._run_limits()				the GUCs a runner's steps check
  *	  agent._invocations_hash_code()	BEFORE INSERT: code_sha256 derived
  *	  agent._approval_requests_guard()	BEFORE UPDATE: the card is frozen,
@@ -34,16 +37,19 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 #include "utils/typcache.h"
 #include "utils/uuid.h"
 
@@ -192,16 +198,69 @@ sandbox_xid_is_current(PG_FUNCTION_ARGS)
 
 /*
  * agent._runner_role(): the role a runner host acts as, for the fence of
- * the runner steps (45_runners.sql).  The steps are SECURITY DEFINER, so
- * current_user inside them is the owner; the outer user is the role the
- * session runs as: its login role, or the role it changed to with SET
- * ROLE (the local runner logs in as the server's OS user and SETs ROLE
- * sandbox_runner_local).  SET ROLE reaches only roles the login is a
- * member of, so a runner cannot pass for another runner.
+ * the runner steps (45_runners.sql), or 42501 when the session may not act
+ * as a runner at all.  The steps are SECURITY DEFINER, so current_user
+ * inside them is the owner; the outer user is the role the session runs
+ * as, after SET ROLE.
+ *
+ * A runner acts as the LOGIN role its session connected as, and only as
+ * that: SET ROLE reaches every role the login is a member of, agent_runner
+ * among them, so honouring it would let a runner host register a second
+ * runner as the shared role (or as another runner's role, granted by
+ * mistake).  The one exception is the local runner's documented way: the
+ * server's superuser session with SET ROLE sandbox_runner_local (a
+ * superuser can be anyone anyway).  agent_runner itself, and a role that
+ * cannot log in, never act as a runner, whoever the session is.
  */
 PG_FUNCTION_INFO_V1(sandbox_runner_role);
 Datum
 sandbox_runner_role(PG_FUNCTION_ARGS)
+{
+	Oid			outer = GetOuterUserId();
+	Oid			session = GetSessionUserId();
+	Oid			shared = get_role_oid("agent_runner", true);
+	Oid			local = get_role_oid("sandbox_runner_local", true);
+	const char *name = GetUserNameFromId(outer, false);
+	bool		allowed;
+	Name		result;
+
+	if (outer == shared)
+		allowed = false;
+	else if (outer == local)
+		allowed = superuser_arg(session);
+	else
+	{
+		HeapTuple	tup = SearchSysCache1(AUTHOID, ObjectIdGetDatum(outer));
+		bool		canlogin;
+
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for role %u", outer);
+		canlogin = ((Form_pg_authid) GETSTRUCT(tup))->rolcanlogin;
+		ReleaseSysCache(tup);
+		allowed = canlogin && outer == session;
+	}
+	if (!allowed)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to act as runner role \"%s\"", name),
+				 errdetail("A runner acts as the login role its session connected as (session role \"%s\"), never through SET ROLE; the local runner acts as sandbox_runner_local from the server's superuser session.",
+						   GetUserNameFromId(session, false)),
+				 errhint("Connect as the runner host's own role, a member of agent_runner, and do not change role.")));
+
+	result = (Name) palloc0(NAMEDATALEN);
+	namestrcpy(result, name);
+	PG_RETURN_NAME(result);
+}
+
+/*
+ * agent._outer_role(): the role the session runs as, after SET ROLE (the
+ * caller of a SECURITY DEFINER function, which current_user inside it is
+ * not).  No check: for functions that decide what a caller sees
+ * (agent.queue_status).
+ */
+PG_FUNCTION_INFO_V1(sandbox_outer_role);
+Datum
+sandbox_outer_role(PG_FUNCTION_ARGS)
 {
 	Name		result = (Name) palloc0(NAMEDATALEN);
 

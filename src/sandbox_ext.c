@@ -417,6 +417,23 @@ starter_database_exists(void)
  */
 PGDLLEXPORT void sandbox_starter_main(Datum arg);
 
+/* The starter's one wait: a poll interval, a signal, or a shutdown (exit). */
+static void
+starter_wait(void)
+{
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 STARTER_POLL_MS, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+	if (ShutdownRequestPending)
+		proc_exit(0);
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
+}
+
 void
 sandbox_starter_main(Datum arg)
 {
@@ -441,17 +458,7 @@ sandbox_starter_main(Datum arg)
 					 errhint("Create the database, or set sandbox.database to the database where sandbox_ext is installed.")));
 			said_waiting = true;
 		}
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 STARTER_POLL_MS, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		if (ShutdownRequestPending)
-			proc_exit(0);
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
+		starter_wait();
 	}
 	if (said_waiting)
 		ereport(LOG,
@@ -483,12 +490,7 @@ sandbox_starter_main(Datum arg)
 		}
 		if (!missing)
 			proc_exit(0);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 STARTER_POLL_MS, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		if (ShutdownRequestPending)
-			proc_exit(0);
+		starter_wait();
 	}
 }
 

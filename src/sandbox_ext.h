@@ -86,6 +86,18 @@ extern SandboxShared *sandbox_shared;
 
 extern void sandbox_shmem_init(void);
 extern void sandbox_supervisor_register(void);
+
+/* local_runner.c: the supervisor's local sandbox-runner (supervisor.c only) */
+struct WaitEventSet;
+extern void sandbox_local_runner_init(void);
+extern bool sandbox_local_runner_configure(void);
+extern void sandbox_local_runner_ensure(void);
+extern void sandbox_local_runner_reload(void);
+extern void sandbox_local_runner_stop(void);
+extern void sandbox_local_runner_wait_on(struct WaitEventSet *wes);
+extern void sandbox_local_runner_event(pgsocket fd, bool *staged);
+extern long sandbox_local_runner_timeout(long timeout);
+extern void sandbox_local_runner_poll(void);
 extern void sandbox_register_worker(const char *function, const char *name);
 
 /* xact.c: a short transaction around SPI, for the workers */

@@ -1,7 +1,7 @@
 # test/lib.sh: what the shell suites share (sourced, not run).
 #
 #   ok NAME | nok NAME [DETAIL] | check NAME EXPECTED ACTUAL
-#                        count one check and print it
+#                        count one check and print it (test/tap.sh)
 #   as_pg CMD...         run a command as the postgres OS user
 #   q [psql options]     psql on the suite's cluster as the owner (-At, ON_ERROR_STOP)
 #   tq ORG WS SQL        SQL as agent_backend for one tenant, in one transaction
@@ -43,17 +43,9 @@ CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:?SANDBOX_CLUSTER_DIR must be set (test/run.sh 
 PORT=${SANDBOX_PGPORT:?}
 DB=${SANDBOX_DB:?}
 
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok $pass - $1"; }
-nok() {
-	fail=$((fail + 1))
-	echo "not ok - $1"
-	if [ $# -gt 1 ]; then echo "#   $2"; fi
-}
-check() {			# name expected actual
-	if [ "$2" = "$3" ]; then ok "$1"; else nok "$1" "expected [$2], got [$3]"; fi
-}
+# ok, nok, check and the counts (test/tap.sh, numbered lines)
+TAP_STYLE=numbered
+. "$(dirname "${BASH_SOURCE[0]}")/tap.sh"
 
 as_pg() {
 	if [ "$(id -un)" = postgres ]; then "$@"
@@ -185,8 +177,8 @@ run_tests() {
 }
 
 finish_suite() {
-	echo "$pass passed, $fail failed"
-	[ "$fail" -eq 0 ]
+	tap_summary
+	[ "$FAIL" -eq 0 ]
 	exit $?
 }
 

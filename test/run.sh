@@ -5,7 +5,8 @@
 # Suites, in order:
 #   jail        test/jail/run.sh (standalone jail, no PostgreSQL)
 #   cgroup-v2   test/cgroup-v2/run.sh (the jail's cgroup code in a
-#               cgroup-v2-only qemu guest; no PostgreSQL)
+#               cgroup-v2-only qemu guest, the runner's unit layout, and
+#               one PostgreSQL cluster whose runs get v2 cgroups)
 #   regress     pg_regress over test/regress/sql/*.sql with test/regress/expected/*.out
 #   isolation   pg_isolation_regress over test/isolation/specs/*.spec
 #   pgtap       pg_prove over test/pgtap/*.sql

@@ -261,6 +261,8 @@ AS $$
 		('max_stored_bytes_per_org', 'integer', '0', '1125899906842624'),
 		('max_session_disk_per_org', 'integer', '0', '1125899906842624'),
 		('runner_lease_seconds', 'integer', '3', '3600'),
+		('runner_grace_seconds', 'integer', '1', '86400'),
+		('runner_max_slots', 'integer', '0', '1024'),
 		('session_idle_timeout', 'interval', '0 seconds', '30 days'),
 		('max_upload_bytes', 'integer', '1', '1073741823'),
 		('max_conversation_bytes', 'integer', '1', '1125899906842624'),

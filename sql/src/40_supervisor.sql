@@ -1,9 +1,15 @@
--- Execution: what the supervisor background worker (src/supervisor.c) calls,
--- and the API around a running invocation: output, cancel, wait, status.
+-- Execution: a run's steps in the database, and the API around a running
+-- invocation: output, cancel, wait, status.
 --
--- Every function the supervisor calls is one short step fenced on the state
--- it expects, so a supervisor that dies between two steps leaves rows that
--- agent._supervisor_recover() resolves at the next start.
+-- Every runner, the local one too, reaches the steps through the
+-- agent.runner_* wrappers of 45_runners.sql (called from
+-- src/runner/steps.c and steps_result.c), which check its identity and
+-- lease first.  The supervisor (src/supervisor.c) calls only
+-- _supervisor_recover() at its start and _finish_pending() (with
+-- agent.reap_expired_leases()).  Each step is one short transaction
+-- fenced on the state it expects, so a runner or supervisor that dies
+-- between two steps leaves rows that the lease reaper or
+-- agent._supervisor_recover() resolves.
 
 
 -- Terminal states: nothing happens to an invocation after these.  From the
@@ -95,7 +101,9 @@ CREATE POLICY invocation_output_auditor ON agent.invocation_output
 GRANT SELECT ON agent.invocation_output TO agent_backend, agent_auditor;
 
 -- ----------------------------------------------------------------------
--- Supervisor steps (owner only; never granted)
+-- Run steps (owner only; never granted: runners reach them through the
+-- agent.runner_* wrappers of 45_runners.sql, the supervisor calls the last
+-- two)
 --
 -- A run's life in the database, one named function per step, each fenced
 -- on the state it expects:
@@ -116,13 +124,13 @@ GRANT SELECT ON agent.invocation_output TO agent_backend, agent_auditor;
 -- Locks.  A backend acting for one tenant can hold row locks through the
 -- API for as long as its transaction lasts (an approval holds the org's
 -- audit head; an upload its usage row).  None of these steps may wait for
--- such a lock, or one tenant could stall the supervisor and so every other
+-- such a lock, or one tenant could stall a runner and so every other
 -- tenant: the claim skips what is locked (SKIP LOCKED), and applying a
 -- result takes its locks with NOWAIT; a result that cannot be applied now
 -- stays staged in agent.run_results, which is written without touching
--- any tenant row, and is applied on a later turn.  The supervisor also
--- runs with a short lock_timeout as a backstop for any lock not foreseen
--- here.
+-- any tenant row, and is applied on a later turn (by the supervisor,
+-- _finish_pending).  Runners and the supervisor also run with a short
+-- lock_timeout as a backstop for any lock not foreseen here.
 -- ----------------------------------------------------------------------
 
 -- Results waiting to be applied.  No foreign keys on purpose: a key check

@@ -46,22 +46,29 @@
 --   agent.reap_expired_leases(as_of timestamptz DEFAULT now()) RETURNS integer
 --   agent.drain_runner(name text, resume boolean DEFAULT false) RETURNS text
 --   agent.remove_runner(name text) RETURNS integer
+--   agent.set_runner_slots(name text, max_slots integer) RETURNS integer
 --   agent.runner_status (a view; agent_auditor reads it)
 --
 -- Identity.  A runner acts only for the agent.runners row registered by its
--- own role: agent._runner_role(), the session's role after SET ROLE (the
--- steps are SECURITY DEFINER, so current_user inside them is the owner).
--- Any other runner id, existing or not, is refused alike: 42501.
+-- own role: agent._runner_role(), the login role its session connected as
+-- (the steps are SECURITY DEFINER, so current_user inside them is the
+-- owner).  A session that SET ROLE to another role (agent_runner, another
+-- runner's role) is refused, as is a role that cannot log in; the local
+-- runner's superuser session acting as sandbox_runner_local is the one
+-- exception.  Any other runner id, existing or not, is refused alike: 42501.
 --
 -- Leases.  A claimed invocation carries runner_id, lease_token and
 -- lease_expires_at (the deadline its claim set).  The runner renews all its
 -- leases at once with its heartbeat, which moves agent.runners.last_heartbeat
 -- only: the deadline of a lease is
 --     greatest(invocations.lease_expires_at, runners.last_heartbeat + lease)
--- (agent._lease_deadline).  Renewal never writes the invocation rows: a
--- backend may hold its own invocation's row lock in an open transaction
--- (agent.cancel), and a renewal that waited for it, or skipped it, would let
--- a tenant stall a runner or turn a charged run into a refunded one.
+-- but never later than the run's wall time from its claim, nor than a
+-- cancel of it, each plus runner_grace_seconds (agent._lease_deadline): a
+-- runner that heartbeats on past either loses the run all the same.
+-- Renewal never writes the invocation rows: a backend may hold its own
+-- invocation's row lock in an open transaction (agent.cancel), and a
+-- renewal that waited for it, or skipped it, would let a tenant stall a
+-- runner or turn a charged run into a refunded one.
 -- A lease is held while the invocation is in flight with that runner and
 -- token, the runner is not removed, the deadline has not passed, and no
 -- result is staged for it.  Every step that names an invocation checks its
@@ -101,7 +108,11 @@ GRANT USAGE ON SCHEMA agent TO agent_runner;
 
 INSERT INTO agent.settings (key, value, description) VALUES
 	('runner_lease_seconds', '30',
-	 'seconds a runner host''s leases last without a heartbeat; it heartbeats every third of it, and ends its own sandboxes when it could not renew for this long');
+	 'seconds a runner host''s leases last without a heartbeat; it heartbeats every third of it, and ends its own sandboxes when it could not renew for this long'),
+	('runner_grace_seconds', '60',
+	 'seconds a runner host may hold a run beyond its wall time (from the claim) or beyond a cancel of it, to start it and return its result; then its lease ends, however it heartbeats'),
+	('runner_max_slots', '8',
+	 'runs a runner host may hold at once unless an operator set its own cap (agent.set_runner_slots); what it declares counts only up to this (not for the local runner, whose slots are sandbox.max_concurrent_runs)');
 
 -- ----------------------------------------------------------------------
 -- Runners
@@ -127,7 +138,10 @@ CREATE TABLE agent.runners (
 	-- set by the reaper when its heartbeat is older than a lease; cleared
 	-- by its next heartbeat or registration
 	gone_at			timestamptz,
-	removed_at		timestamptz
+	removed_at		timestamptz,
+	-- the operator's cap on slots (agent.set_runner_slots); NULL: the
+	-- setting runner_max_slots.  Registration and heartbeat never touch it.
+	max_slots		integer CHECK (max_slots BETWEEN 0 AND 1024)
 );
 COMMENT ON TABLE agent.runners IS
 	'runner hosts (sandbox-runner processes, local and remote) and their heartbeat; see docs/runners.md';
@@ -146,16 +160,25 @@ COMMENT ON COLUMN agent.invocations.runner_id IS
 COMMENT ON COLUMN agent.invocations.lease_token IS
 	'the lease of that runner: every runner step for this invocation names it';
 COMMENT ON COLUMN agent.invocations.lease_expires_at IS
-	'the deadline its claim gave the lease; renewed through the runner''s heartbeat (agent._lease_deadline)';
+	'the deadline its claim gave the lease; renewed through the runner''s heartbeat, never past the run''s wall time or a cancel (agent._lease_deadline)';
 
 -- ----------------------------------------------------------------------
 -- Internals (owner only)
 -- ----------------------------------------------------------------------
 
 -- The role the calling runner acts as (C, src/guards.c: the outer user,
--- which SECURITY DEFINER does not change).
+-- which SECURITY DEFINER does not change), or 42501 when that is not a
+-- role a runner may act as: agent_runner itself, a role that cannot log
+-- in, or any role the session SET ROLE to (but sandbox_runner_local from
+-- a superuser session, the local runner's way).
 CREATE FUNCTION agent._runner_role() RETURNS name
 	AS 'MODULE_PATHNAME', 'sandbox_runner_role'
+	LANGUAGE C STABLE STRICT;
+
+-- The role outside a SECURITY DEFINER function (C: the outer user), without
+-- the runner's check: for functions that decide what their caller sees.
+CREATE FUNCTION agent._outer_role() RETURNS name
+	AS 'MODULE_PATHNAME', 'sandbox_outer_role'
 	LANGUAGE C STABLE STRICT;
 
 -- How long a lease lasts without a heartbeat.
@@ -168,15 +191,48 @@ BEGIN
 END
 $$;
 
--- When the lease of an invocation held by runner r ends unless renewed.
-CREATE FUNCTION agent._lease_deadline(lease_expires_at timestamptz, last_heartbeat timestamptz,
-									  lease interval)
-	RETURNS timestamptz
-	LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+-- How long past its wall time, or past a cancel, a runner may hold a run.
+CREATE FUNCTION agent._runner_grace() RETURNS interval
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
-	RETURN greatest(lease_expires_at, last_heartbeat + lease);
+	RETURN pg_catalog.make_interval(secs => agent._setting('runner_grace_seconds')::integer);
+END
+$$;
+
+-- When the lease of an invocation ends unless renewed, and what ends it
+-- there (cause), whichever comes first:
+--   heartbeat  the deadline of its claim or the runner's last heartbeat plus
+--              a lease, whichever is later (the runner stopped renewing);
+--   wall_time  the run's wall time (wall_time_s, the server's default
+--              filled in) from its claim, plus the grace;
+--   cancel     the grace after a cancel of it was asked for.
+-- However often a runner heartbeats, it holds a run no longer than the run
+-- may last, nor long after a cancel: a compromised runner cannot keep a
+-- tenant's run (and with it a place in the org's limit) for ever.
+CREATE FUNCTION agent._lease_deadline(lease_expires_at timestamptz, last_heartbeat timestamptz,
+									  lease interval, provisioned_at timestamptz,
+									  wall_time_s integer, cancel_requested_at timestamptz,
+									  grace interval,
+									  OUT deadline timestamptz, OUT cause text)
+	LANGUAGE plpgsql STABLE PARALLEL SAFE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_wall		timestamptz := provisioned_at + pg_catalog.make_interval(secs => wall_time_s) + grace;
+	v_cancel	timestamptz := cancel_requested_at + grace;
+BEGIN
+	deadline := greatest(lease_expires_at, last_heartbeat + lease);
+	cause := 'heartbeat';
+	IF v_wall < deadline THEN
+		deadline := v_wall;
+		cause := 'wall_time';
+	END IF;
+	IF v_cancel < deadline THEN
+		deadline := v_cancel;
+		cause := 'cancel';
+	END IF;
 END
 $$;
 
@@ -237,6 +293,8 @@ AS $$
 DECLARE
 	r		agent.invocations;
 	v_lease	interval := agent._runner_lease();
+	v_grace	interval := agent._runner_grace();
+	v_wall	integer := (agent._run_limits()).default_wall_time_s;
 BEGIN
 	SELECT i.* INTO r
 	  FROM agent.invocations i
@@ -248,8 +306,9 @@ BEGIN
 	   AND i.state IN ('provisioning', 'running')
 	   AND rn.state <> 'removed'
 	   AND (staged_ok
-			OR (agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, v_lease)
-					> pg_catalog.clock_timestamp()
+			OR ((agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, v_lease, i.provisioned_at,
+									   coalesce(i.wall_time_s, v_wall), i.cancel_requested_at,
+									   v_grace)).deadline > pg_catalog.clock_timestamp()
 				AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id)));
 	IF NOT FOUND THEN
 		PERFORM agent._runner_self(runner);		-- not the caller's runner: 42501
@@ -295,7 +354,8 @@ END
 $$;
 
 -- End every lease (of one runner, or of all: NULL) whose deadline passed
--- before as_of.  Returns how many this call ended.
+-- before as_of, with the reason of what ended it (agent._lease_deadline's
+-- cause).  Returns how many this call ended.
 CREATE FUNCTION agent._reap_leases(runner uuid, as_of timestamptz) RETURNS integer
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
@@ -304,17 +364,27 @@ DECLARE
 	x		record;
 	n		integer := 0;
 	v_lease interval := agent._runner_lease();
+	v_grace	interval := agent._runner_grace();
+	v_wall	integer := (agent._run_limits()).default_wall_time_s;
 BEGIN
 	FOR x IN
-		SELECT i.id, i.state, rn.name
+		SELECT i.id, i.state, rn.name, d.cause
 		  FROM agent.invocations i
 		  JOIN agent.runners rn ON rn.id = i.runner_id
+		 CROSS JOIN LATERAL agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, v_lease,
+												  i.provisioned_at, coalesce(i.wall_time_s, v_wall),
+												  i.cancel_requested_at, v_grace) d
 		 WHERE i.state IN ('provisioning', 'running')
 		   AND (runner IS NULL OR i.runner_id = runner)
-		   AND agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, v_lease) < as_of
+		   AND d.deadline < as_of
 		 ORDER BY i.provisioned_at, i.id
 	LOOP
-		IF agent._end_leased(x.id, pg_catalog.format('the runner "%s" stopped renewing its lease', x.name),
+		IF agent._end_leased(x.id,
+							 pg_catalog.format(CASE x.cause
+												   WHEN 'wall_time' THEN 'the runner "%s" held it past its wall time'
+												   WHEN 'cancel' THEN 'the runner "%s" did not stop it after it was cancelled'
+												   ELSE 'the runner "%s" stopped renewing its lease' END,
+											   x.name),
 							 x.state = 'running') THEN
 			n := n + 1;
 		END IF;
@@ -323,8 +393,27 @@ BEGIN
 END
 $$;
 
--- Free slots of a runner: what it may still claim.  A run whose result is
--- staged no longer takes a slot on the runner.
+-- The most runs a runner may hold at once: the slots it declared, within
+-- the operator's cap (agent.runners.max_slots, agent.set_runner_slots), or
+-- else the setting runner_max_slots.  A runner declares its slots itself
+-- (at registration, in a heartbeat): a compromised host declaring 1024
+-- would claim the whole backlog, every tenant's code and files.  The local
+-- runner's slots are the operator's own (sandbox.max_concurrent_runs,
+-- which only a superuser sets): no default cap.
+CREATE FUNCTION agent._runner_slots(rn agent.runners) RETURNS integer
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	RETURN least(rn.slots,
+				 coalesce(rn.max_slots,
+						  CASE WHEN rn.login_role = 'sandbox_runner_local' THEN rn.slots
+							   ELSE agent._setting('runner_max_slots')::integer END));
+END
+$$;
+
+-- Free slots of a runner: what it may still claim (agent._runner_slots).
+-- A run whose result is staged no longer takes a slot on the runner.
 -- (PL/pgSQL, as every helper on a run's path: its plan is kept for the
 -- session, where a SQL function's body is planned again on every call.)
 CREATE FUNCTION agent._runner_free_slots(rn agent.runners) RETURNS integer
@@ -332,7 +421,7 @@ CREATE FUNCTION agent._runner_free_slots(rn agent.runners) RETURNS integer
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
-	RETURN rn.slots - (SELECT count(*)::integer FROM agent.invocations i
+	RETURN agent._runner_slots(rn) - (SELECT count(*)::integer FROM agent.invocations i
 						WHERE i.runner_id = rn.id AND i.state IN ('provisioning', 'running')
 						  AND NOT EXISTS (SELECT 1 FROM agent.run_results x
 										   WHERE x.invocation_id = i.id));
@@ -1071,29 +1160,40 @@ $$;
 COMMENT ON FUNCTION agent.remove_runner(text) IS
 	'remove a runner now: its invocations end refunded, its sessions move; it cannot register until admitted';
 
--- The runners at a glance (agent_auditor).  No function calls: a view's
--- functions run with the reader's rights.
+-- The runners at a glance (agent_auditor).  No function of schema agent:
+-- a view's functions run with the reader's rights.  next_lease_deadline is
+-- agent._lease_deadline written out; max_slots is the cap in force
+-- (agent._runner_slots; NULL: none, the local runner's).
 CREATE VIEW agent.runner_status AS
 SELECT rn.name, rn.host, rn.version, rn.state, rn.slots, rn.in_use,
 	   rn.state <> 'removed' AND rn.last_heartbeat >= now() - l.lease AS live,
 	   count(i.id)::integer AS leases,
-	   min(greatest(i.lease_expires_at, rn.last_heartbeat + l.lease)) AS next_lease_deadline,
-	   rn.last_heartbeat, rn.registered_at, rn.gone_at, rn.removed_at, rn.login_role, rn.id
+	   min(least(greatest(i.lease_expires_at, rn.last_heartbeat + l.lease),
+				 i.provisioned_at + coalesce(pg_catalog.make_interval(secs => i.wall_time_s), l.default_wall)
+				 + l.grace,
+				 i.cancel_requested_at + l.grace)) AS next_lease_deadline,
+	   rn.last_heartbeat, rn.registered_at, rn.gone_at, rn.removed_at, rn.login_role, rn.id,
+	   coalesce(rn.max_slots, CASE WHEN rn.login_role <> 'sandbox_runner_local' THEN l.max_slots END)
+		   AS max_slots
   FROM agent.runners rn
- CROSS JOIN (SELECT pg_catalog.make_interval(secs => s.value::integer) AS lease
-			   FROM agent.settings s WHERE s.key = 'runner_lease_seconds') l
+ CROSS JOIN (SELECT pg_catalog.make_interval(secs => (max(s.value) FILTER (WHERE s.key = 'runner_lease_seconds'))::integer) AS lease,
+					pg_catalog.make_interval(secs => (max(s.value) FILTER (WHERE s.key = 'runner_grace_seconds'))::integer) AS grace,
+					(max(s.value) FILTER (WHERE s.key = 'runner_max_slots'))::integer AS max_slots,
+					pg_catalog.current_setting('sandbox.default_wall_time', true)::interval AS default_wall
+			   FROM agent.settings s
+			  WHERE s.key IN ('runner_lease_seconds', 'runner_grace_seconds', 'runner_max_slots')) l
   LEFT JOIN agent.invocations i
 		 ON i.runner_id = rn.id AND i.state IN ('provisioning', 'running')
 		AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id)
- GROUP BY rn.id, l.lease;
+ GROUP BY rn.id, l.lease, l.grace, l.max_slots, l.default_wall;
 COMMENT ON VIEW agent.runner_status IS
-	'runner hosts: host, version, state, slots, in use, live, leases held, last heartbeat';
+	'runner hosts: host, version, state, slots (declared, and the cap in force: max_slots), in use, live, leases held, last heartbeat';
 
 -- The supervisor and every runner, for an operator (owner, agent_auditor):
 -- the row of agent._supervisor_status() (the supervisor's life, the local
 -- runner's slots and why it claims nothing) and `runners`, one object per
 -- row of agent.runner_status, the local runner first:
---   {name, local, host, version, state, slots, in_use, live, leases,
+--   {name, local, host, version, state, slots, max_slots, in_use, live, leases,
 --    next_lease_deadline, last_heartbeat, registered_at, gone_at, removed_at}
 -- SECURITY DEFINER: the caller needs neither the C function nor the view.
 CREATE FUNCTION agent.worker_status(
@@ -1111,7 +1211,8 @@ SELECT s.preloaded, s.running, s.pid, s.started_at, s.slots_in_use, s.max_concur
 	   s.invocations, s.work_dir, s.problem,
 	   (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
 				'name', r.name, 'local', r.login_role = 'sandbox_runner_local', 'host', r.host,
-				'version', r.version, 'state', r.state, 'slots', r.slots, 'in_use', r.in_use,
+				'version', r.version, 'state', r.state, 'slots', r.slots, 'max_slots', r.max_slots,
+				'in_use', r.in_use,
 				'live', r.live, 'leases', r.leases, 'next_lease_deadline', r.next_lease_deadline,
 				'last_heartbeat', r.last_heartbeat, 'registered_at', r.registered_at,
 				'gone_at', r.gone_at, 'removed_at', r.removed_at)
@@ -1124,6 +1225,40 @@ COMMENT ON FUNCTION agent.worker_status() IS
 	'the supervisor (whether it runs, its pid, the local runner''s slots and invocations, its work directory, why it claims nothing) and every runner, local and remote (runners); the local launcher''s warm pool (warm_*)';
 REVOKE ALL ON FUNCTION agent.worker_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agent.worker_status() TO agent_auditor;
+
+-- Cap the slots of a runner (NULL: back to the setting runner_max_slots):
+-- from its next claim on it holds at most that many runs at once, whatever
+-- it declares; a cap below what it holds only makes it claim nothing until
+-- enough end.  Its registration and heartbeat change only what it declares.
+-- Returns the cap in force (agent._runner_slots).  Owner only.
+CREATE FUNCTION agent.set_runner_slots(name text, max_slots integer) RETURNS integer
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	rn agent.runners;
+BEGIN
+	IF set_runner_slots.max_slots NOT BETWEEN 0 AND 1024 THEN
+		RAISE EXCEPTION 'max_slots must be between 0 and 1024' USING ERRCODE = 'invalid_parameter_value',
+			HINT = 'NULL sets the runner back to the setting runner_max_slots.';
+	END IF;
+	UPDATE agent.runners r SET max_slots = set_runner_slots.max_slots
+	 WHERE r.name = set_runner_slots.name
+	RETURNING * INTO rn;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'runner "%" does not exist', coalesce(set_runner_slots.name, 'NULL')
+			USING ERRCODE = 'no_data_found';
+	END IF;
+	IF rn.state = 'active' THEN
+		PERFORM agent._wake_supervisor();	-- a raised cap: it may claim now
+	END IF;
+	RETURN coalesce(rn.max_slots,
+					CASE WHEN rn.login_role = 'sandbox_runner_local' THEN NULL
+						 ELSE agent._setting('runner_max_slots')::integer END);
+END
+$$;
+COMMENT ON FUNCTION agent.set_runner_slots(text, integer) IS
+	'cap the runs a runner holds at once, whatever slots it declares (NULL: runner_max_slots)';
 
 -- ----------------------------------------------------------------------
 -- Privileges

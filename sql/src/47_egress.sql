@@ -278,7 +278,7 @@ DECLARE
 	g		agent.agents;
 	v_have	jsonb;
 	v_bad	uuid;
-	v_caller name := agent._runner_role();	-- the role outside this function
+	v_caller name := agent._outer_role();	-- the role outside this function
 	v_admin	boolean;
 BEGIN
 	v_admin := pg_catalog.pg_has_role(v_caller, 'agent_admin', 'USAGE')

@@ -49,7 +49,7 @@ CREATE FUNCTION agent.queue_status()
 AS $$
 DECLARE
 	v_all		boolean := agent.current_workspace() IS NULL;
-	v_caller	name := agent._runner_role();	-- the role outside this function
+	v_caller	name := agent._outer_role();	-- the role outside this function
 	v_slots		integer;
 	v_free		integer;
 	v_runners	integer;
@@ -62,11 +62,12 @@ BEGIN
 					  OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = v_caller)) THEN
 		PERFORM agent._require_tenant(true);	-- raises
 	END IF;
-	SELECT count(*)::integer, coalesce(sum(rn.slots), 0)::integer,
+	-- (a runner's slots as it declared them, within its cap: agent._runner_slots)
+	SELECT count(*)::integer, coalesce(sum(agent._runner_slots(rn)), 0)::integer,
 		   coalesce(sum(greatest(agent._runner_free_slots(rn), 0)), 0)::integer
 	  INTO v_runners, v_slots, v_free
 	  FROM agent.runners rn
-	 WHERE rn.state = 'active' AND rn.slots > 0
+	 WHERE rn.state = 'active' AND agent._runner_slots(rn) > 0
 	   AND rn.last_heartbeat >= now() - agent._runner_lease();
 
 	FOR x IN

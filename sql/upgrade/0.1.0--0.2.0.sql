@@ -230,3 +230,18 @@ ALTER TABLE agent.export_state
 -- the table it copied.
 DROP FUNCTION agent._export_objects(name, name);
 DROP FUNCTION agent._export_copy_progress(name, uuid, boolean, bigint);
+
+-- ---- from the runner-gaps branch (issue 13: a runner's reach) ----
+
+-- 45_runners.sql: a lease never outlasts the run's wall time or a cancel
+-- (plus runner_grace_seconds), and an operator caps a runner's slots (the
+-- last column of agent.runners; runner_max_slots when NULL).
+INSERT INTO agent.settings (key, value, description) VALUES
+	('runner_grace_seconds', '60',
+	 'seconds a runner host may hold a run beyond its wall time (from the claim) or beyond a cancel of it, to start it and return its result; then its lease ends, however it heartbeats'),
+	('runner_max_slots', '8',
+	 'runs a runner host may hold at once unless an operator set its own cap (agent.set_runner_slots); what it declares counts only up to this (not for the local runner, whose slots are sandbox.max_concurrent_runs)');
+ALTER TABLE agent.runners ADD COLUMN max_slots integer CHECK (max_slots BETWEEN 0 AND 1024);
+-- _lease_deadline takes the run's wall time, cancel and the grace, and
+-- answers what ends the lease.
+DROP FUNCTION agent._lease_deadline(timestamptz, timestamptz, interval);

@@ -8,7 +8,7 @@
  *	  the ranges no connection may ever reach, whatever a rule says, and
  *	  the sandbox's host's own addresses (read once, when the proxy starts,
  *	  before it confines itself: getifaddrs needs netlink, which the
- *	  confined proxy cannot open; proxy.c's dial() is the backstop for an
+ *	  confined proxy cannot open; vet.c's dial() is the backstop for an
  *	  address the host gains later).
  *
  *-------------------------------------------------------------------------

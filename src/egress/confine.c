@@ -56,6 +56,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../jail/bpf_export.h"
 #include "egress.h"
 
 static const char *const allowed[] = {
@@ -139,9 +140,6 @@ int
 egress_filter_build(EgressFilter *f, char *err)
 {
 	scmp_filter_ctx ctx;
-	int			memfd = -1;
-	int			rc;
-	off_t		size;
 
 	if (seccomp_api_get() < 3)
 		seccomp_api_set(3);		/* KILL_PROCESS: every kernel since 4.14 */
@@ -155,40 +153,11 @@ egress_filter_build(EgressFilter *f, char *err)
 	seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);	/* set by egress_confine */
 	seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
 	if (build_rules(ctx, err) < 0)
-		goto fail;
-	memfd = memfd_create("egress-seccomp", MFD_CLOEXEC);
-	if (memfd < 0)
 	{
-		snprintf(err, EGRESS_ERRLEN, "memfd_create: %s", strerror(errno));
-		goto fail;
+		seccomp_release(ctx);
+		return -1;
 	}
-	rc = seccomp_export_bpf(ctx, memfd);
-	if (rc < 0)
-	{
-		snprintf(err, EGRESS_ERRLEN, "seccomp_export_bpf: %s", strerror(-rc));
-		goto fail;
-	}
-	size = lseek(memfd, 0, SEEK_END);
-	if (size <= 0 || size % sizeof(struct sock_filter) != 0 ||
-		size / sizeof(struct sock_filter) > BPF_MAXINSNS)
-	{
-		snprintf(err, EGRESS_ERRLEN, "seccomp program has a bad size (%ld)", (long) size);
-		goto fail;
-	}
-	f->insns = malloc(size);
-	if (!f->insns || pread(memfd, f->insns, size, 0) != size)
-	{
-		snprintf(err, EGRESS_ERRLEN, "could not read back the seccomp program");
-		goto fail;
-	}
-	f->len = size / sizeof(struct sock_filter);
-	close(memfd);
-	seccomp_release(ctx);
-	return 0;
-
-fail:
-	if (memfd >= 0)
-		close(memfd);
-	seccomp_release(ctx);
-	return -1;
+	/* and releases ctx */
+	return jail_bpf_export(ctx, "egress-seccomp", &f->insns, &f->len, err,
+						   EGRESS_ERRLEN);
 }

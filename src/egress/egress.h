@@ -13,9 +13,10 @@
  *	    tls.c		the server name of a TLS ClientHello
  *	    confine.c	the proxy's seccomp allowlist (filter.c: the program
  *					compiled at build time by gen_filter.c)
- *	    proxy.c		main: the listening socket, a fixed pool of workers
- *					(one connection each at a time), CONNECT and
- *					absolute-form HTTP, caps, the log
+ *	    proxy.c		the proxy program: main and its configuration; its
+ *					own rooms (proxy.h) are pool.c (the workers), log.c,
+ *					request.c, vet.c (the decision and the dial),
+ *					tunnel.c (caps, relay, CONNECT) and http.c
  *
  *-------------------------------------------------------------------------
  */

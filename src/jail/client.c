@@ -42,68 +42,66 @@ on_stop(int sig)
 		shutdown(client_sock, SHUT_WR);
 }
 
-/* Append one NUL-terminated string to the request; false if it is full. */
+/* Add one formatted string to the request (wire.c); false if it is full. */
 static bool
-put(char *buf, size_t *len, const char *fmt,...) __attribute__((format(printf, 3, 4)));
+put(JailWireRequest *r, const char *fmt,...) __attribute__((format(printf, 2, 3)));
 
 static bool
-put(char *buf, size_t *len, const char *fmt,...)
+put(JailWireRequest *r, const char *fmt,...)
 {
+	static char value[JAIL_WIRE_MAX];
 	va_list		ap;
 	int			n;
 
 	va_start(ap, fmt);
-	n = vsnprintf(buf + *len, JAIL_WIRE_MAX - *len, fmt, ap);
+	n = vsnprintf(value, sizeof(value), fmt, ap);
 	va_end(ap);
-	if (n < 0 || (size_t) n + 1 > JAIL_WIRE_MAX - *len)
+	if (n < 0 || (size_t) n >= sizeof(value))
 		return false;
-	*len += n + 1;
-	return true;
+	return jail_wire_request_add(r, value);
 }
 
 #define SEC(ms) (unsigned long long) ((ms) / 1000), (unsigned long long) ((ms) % 1000)
 #define ULL(v) (unsigned long long) (v)
 
-/* The request: magic, then the options in canonical form. */
+/* The request's options in canonical form (after the magic). */
 static bool
-build_request(const JailOptions *o, const char *workspace, char *buf, size_t *len)
+build_request(const JailOptions *o, const char *workspace, JailWireRequest *r)
 {
 	static const char *const langs[] = {"python", "node", "shell"};
 	bool		ok;
 
-	*len = 0;
-	ok = put(buf, len, "%s", JAIL_WIRE_MAGIC) &&
-		(o->language == LANG_EXEC ?
-		 put(buf, len, "--exec") && put(buf, len, "%s", o->exec_path) :
-		 put(buf, len, "--language") && put(buf, len, "%s", langs[o->language])) &&
-		put(buf, len, "--workspace") && put(buf, len, "%s", workspace) &&
-		put(buf, len, "--wall-time") && put(buf, len, "%llu.%03llu", SEC(o->wall_ms)) &&
-		put(buf, len, "--cpu-time") && put(buf, len, "%llu.%03llu", SEC(o->cpu_ms)) &&
-		put(buf, len, "--memory") && put(buf, len, "%llu", ULL(o->memory_bytes)) &&
-		put(buf, len, "--pids") && put(buf, len, "%llu", ULL(o->pids)) &&
-		put(buf, len, "--output-limit") && put(buf, len, "%llu", ULL(o->output_limit)) &&
-		put(buf, len, "--file-size") && put(buf, len, "%llu", ULL(o->file_size)) &&
-		put(buf, len, "--workspace-size") && put(buf, len, "%llu", ULL(o->workspace_size)) &&
-		put(buf, len, "--workspace-entries") && put(buf, len, "%llu", ULL(o->workspace_entries)) &&
-		put(buf, len, "--tmp-size") && put(buf, len, "%llu", ULL(o->tmp_size));
+	ok = (o->language == LANG_EXEC ?
+		  put(r, "--exec") && put(r, "%s", o->exec_path) :
+		  put(r, "--language") && put(r, "%s", langs[o->language])) &&
+		put(r, "--workspace") && put(r, "%s", workspace) &&
+		put(r, "--wall-time") && put(r, "%llu.%03llu", SEC(o->wall_ms)) &&
+		put(r, "--cpu-time") && put(r, "%llu.%03llu", SEC(o->cpu_ms)) &&
+		put(r, "--memory") && put(r, "%llu", ULL(o->memory_bytes)) &&
+		put(r, "--pids") && put(r, "%llu", ULL(o->pids)) &&
+		put(r, "--output-limit") && put(r, "%llu", ULL(o->output_limit)) &&
+		put(r, "--file-size") && put(r, "%llu", ULL(o->file_size)) &&
+		put(r, "--workspace-size") && put(r, "%llu", ULL(o->workspace_size)) &&
+		put(r, "--workspace-entries") && put(r, "%llu", ULL(o->workspace_entries)) &&
+		put(r, "--tmp-size") && put(r, "%llu", ULL(o->tmp_size));
 	for (int i = 0; ok && i < o->nbinds; i++)
-		ok = put(buf, len, "--ro-bind") &&
-			put(buf, len, "%s:%s", o->binds[i].src, o->binds[i].dst);
+		ok = put(r, "--ro-bind") &&
+			put(r, "%s:%s", o->binds[i].src, o->binds[i].dst);
 	if (ok && o->cgroup_parent)
-		ok = put(buf, len, "--cgroup-parent") && put(buf, len, "%s", o->cgroup_parent);
+		ok = put(r, "--cgroup-parent") && put(r, "%s", o->cgroup_parent);
 	if (ok && o->require_cgroup)
-		ok = put(buf, len, "--require-cgroup");
+		ok = put(r, "--require-cgroup");
 	/* egress: paths as given (the launcher opens them; give them absolute) */
 	if (ok && o->egress_policy)
-		ok = put(buf, len, "--egress-policy") && put(buf, len, "%s", o->egress_policy);
+		ok = put(r, "--egress-policy") && put(r, "%s", o->egress_policy);
 	if (ok && o->egress_log)
-		ok = put(buf, len, "--egress-log") && put(buf, len, "%s", o->egress_log);
+		ok = put(r, "--egress-log") && put(r, "%s", o->egress_log);
 	if (ok && o->egress_resolver)
-		ok = put(buf, len, "--egress-resolver") && put(buf, len, "%s", o->egress_resolver);
+		ok = put(r, "--egress-resolver") && put(r, "%s", o->egress_resolver);
 	if (ok && o->egress_ca)
-		ok = put(buf, len, "--egress-ca") && put(buf, len, "%s", o->egress_ca);
+		ok = put(r, "--egress-ca") && put(r, "%s", o->egress_ca);
 	if (ok && o->egress_proxy)
-		ok = put(buf, len, "--egress-proxy") && put(buf, len, "%s", o->egress_proxy);
+		ok = put(r, "--egress-proxy") && put(r, "%s", o->egress_proxy);
 	return ok;
 }
 
@@ -302,12 +300,12 @@ int
 jail_client_main(int argc, char **argv)
 {
 	static char req[JAIL_WIRE_MAX];
+	JailWireRequest r;
 	const char *path;
 	JailOptions opts;
 	char		err[JAIL_ERRLEN] = "";
 	char		wsbuf[4096];
 	const char *workspace;
-	size_t		req_len;
 	int			verdict_fd;
 	int			rc;
 	int			fds[JAIL_WIRE_NFDS];
@@ -329,13 +327,14 @@ jail_client_main(int argc, char **argv)
 		return local_setup_error(verdict_fd, "workspace path could not be made absolute");
 	if ((fds[JAIL_WIRE_FD_CODE] = code_memfd(&opts, err)) < 0)
 		return local_setup_error(verdict_fd, err);
-	if (!build_request(&opts, workspace, req, &req_len))
+	jail_wire_request_init(&r, req);
+	if (!build_request(&opts, workspace, &r))
 		return local_setup_error(verdict_fd, "request too large");
 	if (connect_launcher(warm_socket(path, &opts), err) < 0)
 		return local_setup_error(verdict_fd, err);
 	fds[JAIL_WIRE_FD_STDOUT] = STDOUT_FILENO;
 	fds[JAIL_WIRE_FD_STDERR] = STDERR_FILENO;
-	if (jail_wire_send(client_sock, req, req_len, fds, JAIL_WIRE_NFDS) < 0)
+	if (jail_wire_send(client_sock, r.buf, r.len, fds, JAIL_WIRE_NFDS) < 0)
 	{
 		jail_seterr(err, "could not send the request: %s", strerror(errno));
 		return local_setup_error(verdict_fd, err);

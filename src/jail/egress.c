@@ -15,7 +15,7 @@
  * the sandbox exists, _stop after it ended (the proxy's summary into the
  * verdict).  Sandbox side (init): jail_egress_listen, and the files and
  * environment the payload's clients need (jail_egress_write_files,
- * jail_egress_env).
+ * jail_egress_env_add).
  *
  *-------------------------------------------------------------------------
  */
@@ -156,34 +156,17 @@ static const char node_shim[] =
 	"  };\n"
 	"}\n";
 
-/* The payload's environment with egress: the proxy for every client. */
+/*
+ * What a run with egress adds to the payload's environment (sandbox.c,
+ * payload_env, has the rest): the proxy for every client.
+ */
 static char *const egress_env[] = {
-	"PATH=/usr/local/bin:/usr/bin:/bin",
-	"HOME=/tmp",
-	"TMPDIR=/tmp",
-	"USER=sandbox",
-	"LOGNAME=sandbox",
-	"SHELL=/bin/bash",
-	"TERM=dumb",
-	"LANG=C.UTF-8",
-	"PYTHONDONTWRITEBYTECODE=1",
-	"PYTHONUNBUFFERED=1",
-	"PIP_NO_INDEX=1",
-	"PIP_DISABLE_PIP_VERSION_CHECK=1",
-	"PIP_NO_CACHE_DIR=1",
-	"npm_config_offline=true",
-	"npm_config_audit=false",
-	"npm_config_fund=false",
-	"npm_config_update_notifier=false",
-	"npm_config_cache=/tmp/.npm",
-	"MPLCONFIGDIR=/tmp",
 	"http_proxy=" JAIL_EGRESS_URL,
 	"https_proxy=" JAIL_EGRESS_URL,
 	"HTTP_PROXY=" JAIL_EGRESS_URL,
 	"HTTPS_PROXY=" JAIL_EGRESS_URL,
 	"NODE_OPTIONS=--require=" JAIL_EGRESS_NODE_SHIM,
-	NULL,						/* room for ca_env */
-	NULL, NULL, NULL, NULL
+	NULL
 };
 
 static char *const ca_env[] = {
@@ -442,14 +425,6 @@ send_to_stub(JailEgress *e, const char *path, const char *resolver, int lfd, int
 {
 	char		msg[PATH_MAX + 256];
 	int			fds[STUB_FDS] = {lfd, sumfd, e->policyfd, e->logfd >= 0 ? e->logfd : lfd};
-	union
-	{
-		char		buf[CMSG_SPACE(sizeof(fds))];
-		struct cmsghdr align;
-	}			ctl;
-	struct iovec iov;
-	struct msghdr m;
-	struct cmsghdr *c;
 	int			n = snprintf(msg, sizeof(msg), "%s%c%s%c%c", path, 0, resolver ? resolver : "", 0,
 							 e->logfd >= 0 ? 'l' : '-');
 
@@ -458,22 +433,7 @@ send_to_stub(JailEgress *e, const char *path, const char *resolver, int lfd, int
 		errno = ENAMETOOLONG;
 		return -1;
 	}
-	iov.iov_base = msg;
-	iov.iov_len = n;
-	memset(&m, 0, sizeof(m));
-	memset(&ctl, 0, sizeof(ctl));
-	m.msg_iov = &iov;
-	m.msg_iovlen = 1;
-	m.msg_control = ctl.buf;
-	m.msg_controllen = sizeof(ctl.buf);
-	c = CMSG_FIRSTHDR(&m);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(fds));
-	memcpy(CMSG_DATA(c), fds, sizeof(fds));
-	if (sendmsg(e->stub, &m, MSG_NOSIGNAL) != n)
-		return -1;
-	return 0;
+	return jail_wire_send(e->stub, msg, n, fds, STUB_FDS) == n ? 0 : -1;
 }
 
 /*
@@ -504,15 +464,8 @@ jail_egress_stub_fork(int *sock)
 	{
 		char		msg[PATH_MAX + 256];
 		int			fds[STUB_FDS];
-		union
-		{
-			char		buf[CMSG_SPACE(sizeof(fds))];
-			struct cmsghdr align;
-		}			ctl;
-		struct iovec iov = {.iov_base = msg,.iov_len = sizeof(msg) - 1};
-		struct msghdr m = {.msg_iov = &iov,.msg_iovlen = 1,
-		.msg_control = ctl.buf,.msg_controllen = sizeof(ctl.buf)};
-		struct cmsghdr *c;
+		int			nfds;
+		bool		truncated;
 		ssize_t		n;
 		size_t		plen;
 
@@ -521,12 +474,10 @@ jail_egress_stub_fork(int *sock)
 		if (dup2(sv[1], 3) < 0)
 			_exit(127);
 		syscall(SYS_close_range, 4, ~0U, 0);
-		n = recvmsg(3, &m, MSG_CMSG_CLOEXEC);
-		c = CMSG_FIRSTHDR(&m);
-		if (n <= 0 || !c || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(fds)))
+		n = jail_wire_recv(3, msg, sizeof(msg) - 1, fds, STUB_FDS, &nfds, &truncated);
+		if (n <= 0 || truncated || nfds != STUB_FDS)
 			_exit(0);
 		msg[n] = '\0';
-		memcpy(fds, CMSG_DATA(c), sizeof(fds));
 		plen = strnlen(msg, n);
 		if (plen + 2 >= (size_t) n)
 			_exit(127);
@@ -703,50 +654,37 @@ int
 jail_egress_write_files(const JailChildArgs *args, const char *root, char *err)
 {
 	char		path[256];
-	int			fd;
 
 	if (!args->egress)
 		return 0;
 	snprintf(path, sizeof(path), "%s%s", root, JAIL_EGRESS_NODE_SHIM);
-	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
-	if (fd < 0 || jail_write_all(fd, node_shim, sizeof(node_shim) - 1) < 0)
-	{
-		jail_seterr(err, "write %s: %s", JAIL_EGRESS_NODE_SHIM, strerror(errno));
-		if (fd >= 0)
-			close(fd);
+	if (jail_write_new(path, node_shim, sizeof(node_shim) - 1, 0444, err) < 0)
 		return -1;
-	}
-	close(fd);
 	if (!args->egress_ca_pem)
 		return 0;
 	snprintf(path, sizeof(path), "%s%s", root, JAIL_EGRESS_CA_PATH);
-	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
-	if (fd < 0 || jail_write_all(fd, args->egress_ca_pem, args->egress_ca_len) < 0)
-	{
-		jail_seterr(err, "write %s: %s", JAIL_EGRESS_CA_PATH, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	close(fd);
-	return 0;
+	return jail_write_new(path, args->egress_ca_pem, args->egress_ca_len, 0444, err);
 }
 
 /*
- * The payload's environment for a run with egress: the fixed one plus the
- * proxy for every client, and with_ca the CA variables.  Called in the
- * payload's process just before execve (its own copy of this memory).
+ * Append the egress variables (and with_ca the CA variables) to env, which
+ * holds n entries and has room for room; returns the new count, or -1 when
+ * they do not fit.  Called in the payload's process just before execve.
  */
-char *const *
-jail_egress_env(bool with_ca)
+int
+jail_egress_env_add(char **env, int n, int room, bool with_ca)
 {
-	static char *env[sizeof(egress_env) / sizeof(egress_env[0])];
-	size_t		n = 0;
-
 	for (size_t i = 0; egress_env[i]; i++)
+	{
+		if (n >= room)
+			return -1;
 		env[n++] = egress_env[i];
+	}
 	for (size_t i = 0; with_ca && ca_env[i]; i++)
+	{
+		if (n >= room)
+			return -1;
 		env[n++] = ca_env[i];
-	env[n] = NULL;
-	return env;
+	}
+	return n;
 }

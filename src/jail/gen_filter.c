@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bpf_export.h"
 #include "jail.h"
 
 static int
@@ -27,11 +28,7 @@ emit(const char *name, JailFilterKind kind)
 		fprintf(stderr, "gen_filter: %s\n", err);
 		return -1;
 	}
-	printf("static const struct sock_filter %s[%u] = {\n", name, f.len);
-	for (unsigned i = 0; i < f.len; i++)
-		printf("\t{0x%04x, %u, %u, 0x%08x},\n", f.insns[i].code,
-			   f.insns[i].jt, f.insns[i].jf, f.insns[i].k);
-	printf("};\n");
+	jail_bpf_print(name, f.insns, f.len);
 	free(f.insns);
 	return 0;
 }

@@ -20,7 +20,11 @@
  *	  rootfs.c		the mount namespace (the sandbox's root)
  *	  seccomp.c		the filter's policy (gen_filter.c compiles it at build
  *					time, filter.c embeds the result)
- *	  sandbox.c		everything that runs inside the namespaces: init, payload
+ *	  sandbox.c		everything that runs inside the namespaces: init, payload,
+ *					their confinement, the reap (a one-shot sandbox's init)
+ *	  served.c		inside a sandbox cloned ahead of its request (prebuild):
+ *					its init and its payload's process, to the exec
+ *	  warm.c		a warm interpreter: its bootstrap, its rlimits, its fds
  *	  exiting.c		an exiting payload's status, before its reap (init)
  *	  workspace.c	the host-side walk of the workspace (size, entries)
  *	  serve.c		the resident launcher (--serve): pool, slots, socket
@@ -28,7 +32,10 @@
  *	  client.c		the launcher's command-line client (--client)
  *	  egress.c		egress: the proxy's socket made in the sandbox's netns, the
  *					proxy process (sandbox-egress), a worker's stub for it
- *	  wire.c		the launcher's messages (wire_protocol.h)
+ *	  wire.c		one message with descriptors over a socket, and the
+ *					launcher's messages (wire_protocol.h)
+ *	  bpf_export.c	a libseccomp program as BPF (bpf_export.h; compiled into
+ *					the egress proxy too)
  *	  util.c		diagnostics, small file I/O, the clock, the code's read
  *
  * Who exits.  Only main.c decides the jail's exit code: every helper
@@ -37,9 +44,9 @@
  * the jail forks or clones never returns into its parent's code; it ends
  * in _exit, in these places only:
  *	  spawn.c		jail_spawn's child: _exit(jail_child_main(...))
- *	  sandbox.c		the sandbox's init and payload (jail_child_main and
- *					what it calls): child_fail() for a setup error, _exit
- *					when the parent is gone or when init is done
+ *	  sandbox.c,	the sandbox's init and payload (jail_child_main and
+ *	  served.c		what it calls): jail_child_fail() for a setup error,
+ *					_exit when the parent is gone or when init is done
  *	  serve.c		a worker: _exit(jail_worker_main(...)) where it is forked
  *	  egress.c		the proxy's process before its execve: _exit(127) on a
  *					failure; a worker's egress stub: _exit when unused
@@ -302,7 +309,7 @@ typedef struct JailInitReport
 	int			exiting;		/* sent before the reap: every task of the
 								 * payload had entered its exit (its seccomp
 								 * program unused), status read from /proc;
-								 * ru is empty (sandbox.c, init_reap) */
+								 * ru is empty (sandbox.c, jail_init_reap) */
 	uint64_t	warm_cpu_ms;	/* a warm interpreter's CPU before its
 								 * request, included in ru (0: not warm) */
 	struct rusage ru;
@@ -461,7 +468,7 @@ typedef struct JailChildArgs
 								 * the worker's go once the workspace is
 								 * checked; or -1 */
 	bool		prebuild;		/* prespawned (req_fd): ids mapped at once,
-								 * the fixed root built ahead (served_init) */
+								 * the fixed root built ahead (served.c) */
 	bool		cgroup_none;	/* no cgroup: fall back to RLIMIT_NPROC */
 	bool		netns_ready;	/* network namespace inherited, lo already up */
 	bool		served;			/* run by a launcher's worker (worker.c) */
@@ -511,6 +518,11 @@ extern int	jail_write_file(const char *path, const char *data);
 extern int	jail_write_fileat(int dirfd, const char *name, const char *data);
 extern int	jail_read_fileat(int dirfd, const char *name, char *buf, size_t len);
 extern int	jail_write_all(int fd, const void *buf, size_t len);
+struct iovec;
+extern int	jail_write_new(const char *path, const void *data, size_t len, mode_t mode,
+						   char *err);
+extern int	jail_write_new_parts(const char *path, const struct iovec *parts, int nparts,
+								 mode_t mode, char *err);
 extern void jail_close(int *fd);
 extern int	jail_die_with_parent(void);
 extern int	jail_send_fd(int sock, int fd);
@@ -563,11 +575,48 @@ extern int	jail_rootfs_enter_own(char *err);
 extern bool jail_rootfs_entered(void);
 
 /* sandbox.c */
+
+/*
+ * What an init knows for its end (jail_init_reap): a served init's
+ * payload's seccomp listener (inert: no rule notifies it; it reports
+ * POLLHUP once no task uses the payload's program any more), or -1; and a
+ * warm interpreter's CPU before the request.
+ */
+typedef struct JailInitState
+{
+	int			exit_watch;
+	uint64_t	warm_cpu_ms;
+} JailInitState;
+
+/* One rlimit to set (jail_set_rlimits, jail_warm_rlimits). */
+typedef struct JailRlimit
+{
+	int			res;
+	rlim_t		soft;
+	rlim_t		hard;
+	const char *name;
+} JailRlimit;
+
+/* Which rlimits jail_set_rlimits() sets: those no request changes, its own. */
+#define JAIL_RLIMITS_FIXED		0x1
+#define JAIL_RLIMITS_REQUEST	0x2
+
 extern int	jail_child_main(void *arg);
+extern void jail_child_fail(const JailChildArgs *a, const char *msg) __attribute__((noreturn));
+extern int	jail_loopback_up(char *err);
+extern int	jail_drop_held(char *err);
+extern int	jail_set_rlimits(const JailChildArgs *a, int which, char *err);
+extern void jail_payload_confine(const JailChildArgs *a, bool rlimits);
+extern void jail_payload_execve(const JailChildArgs *a) __attribute__((noreturn));
+extern int	jail_confine_init(const JailFilter *filter, int keep_sock, char *err);
+extern void jail_init_reap(const JailChildArgs *a, pid_t payload, bool confined,
+						   const JailInitState *st) __attribute__((noreturn));
+
+/* served.c */
+extern void jail_served_init(JailChildArgs *a) __attribute__((noreturn));
 
 /* exiting.c */
 extern bool jail_exiting_status(int taskfd, int *status);
-extern int	jail_loopback_up(char *err);
 
 /* spawn.c */
 extern void jail_pipes_init(JailPipes *p);
@@ -600,7 +649,7 @@ extern void jail_egress_stop(JailEgress *e, JailResult *res);
 extern int	jail_egress_listen(int sock, char *err);
 extern pid_t jail_egress_stub_fork(int *sock);
 extern int	jail_egress_write_files(const JailChildArgs *args, const char *root, char *err);
-extern char *const *jail_egress_env(bool with_ca);
+extern int	jail_egress_env_add(char **env, int n, int room, bool with_ca);
 
 /* monitor.c */
 extern void jail_monitor(JailRun *run);

@@ -265,27 +265,10 @@ bind_host(const char *host, bool required, char *err)
 	return rc;
 }
 
-/* A new file (never an existing one, never through a symlink) with data. */
-static int
-write_new_len(const char *path, const char *data, size_t len, mode_t mode, char *err)
-{
-	int			fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
-
-	if (fd < 0 || jail_write_all(fd, data, len) < 0)
-	{
-		jail_seterr(err, "write %s: %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	close(fd);
-	return 0;
-}
-
 static int
 write_new(const char *path, const char *data, mode_t mode, char *err)
 {
-	return write_new_len(path, data, strlen(data), mode, err);
+	return jail_write_new(path, data, strlen(data), mode, err);
 }
 
 static int
@@ -591,7 +574,7 @@ setup_code(const JailChildArgs *args, const char *root, char *err)
 	if (args->opts->language == LANG_EXEC)
 		return 0;				/* no code: /sandbox stays empty */
 	snprintf(path, sizeof(path), "%s/sandbox/%s", root, names[args->opts->language]);
-	if (write_new_len(path, args->code, args->code_len, 0444, err) < 0)
+	if (jail_write_new(path, args->code, args->code_len, 0444, err) < 0)
 		return -1;
 	return jail_egress_write_files(args, root, err);
 }

@@ -21,7 +21,9 @@
  * payload's process, which at once enters its cgroup namespace and does
  * the payload's steps above up to seccomp; then it waits.  On the
  * request, init completes the root, hands the payload its rlimits and
- * program (which it sets and execs), and confines itself.
+ * program (which it sets and execs), and confines itself.  Those steps
+ * are served.c's; what both kinds share (the capability drops, rlimits,
+ * the payload's confinement and exec, the reap) is here.
  * Any failure before execve is a setup error: its text goes to the parent
  * over err_fd, which is close-on-exec, so EOF there means execve worked.
  *
@@ -60,24 +62,9 @@
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
-static void child_fail(const JailChildArgs *a, const char *msg) __attribute__((noreturn));
-
-/* Init of a warm sandbox: its interpreter's CPU before the request. */
-static uint64_t warm_cpu_ms;
-
-/*
- * Init of a served sandbox: the payload's seccomp listener (inert: no
- * rule notifies it), or -1.  It reports POLLHUP once no task uses the
- * payload's program any more (init_reap).
- */
-static int exit_watch = -1;
-
-/* How long init waits for its payload's process to send the listener. */
-#define WATCH_WAIT_MS		10000
-
 /* Report a setup failure to the parent and stop; never returns. */
-static void
-child_fail(const JailChildArgs *a, const char *msg)
+void
+jail_child_fail(const JailChildArgs *a, const char *msg)
 {
 	(void) jail_write_all(a->err_fd, msg, strlen(msg));
 	_exit(127);
@@ -115,7 +102,7 @@ fail:
  * drop_bounding(): securebits (no later uid change can regain anything),
  * the bounding set (needs CAP_SETPCAP, which we still hold) and the
  * ambient set; what we hold now stays usable, but no execve can ever add
- * to it.  The second, drop_held(): effective, permitted and inheritable
+ * to it.  The second, jail_drop_held(): effective, permitted and inheritable
  * sets, then a check of all of them, because a silently failed drop is
  * the worst kind of bug here.  A payload does both at once; a served
  * init the first before its request and the second after its mounts.
@@ -159,8 +146,8 @@ drop_bounding(char *err)
 	return 0;
 }
 
-static int
-drop_held(char *err)
+int
+jail_drop_held(char *err)
 {
 	/* capset(2) itself: libcap's cap_set_proc would malloc on the way */
 	struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
@@ -194,33 +181,24 @@ drop_held(char *err)
 static int
 drop_capabilities(char *err)
 {
-	return drop_bounding(err) < 0 ? -1 : drop_held(err);
+	return drop_bounding(err) < 0 ? -1 : jail_drop_held(err);
 }
 
-/* Which rlimits set_rlimits() sets: those no request changes, its own. */
-#define RLIMITS_FIXED	0x1
-#define RLIMITS_REQUEST	0x2
-
-static int
-set_rlimits(const JailChildArgs *a, int which, char *err)
+/* The rlimits of `which` (JAIL_RLIMITS_*, jail.h). */
+int
+jail_set_rlimits(const JailChildArgs *a, int which, char *err)
 {
 	const JailOptions *o = a->opts;
-	struct
-	{
-		int			res;
-		rlim_t		soft;
-		rlim_t		hard;
-		const char *name;
-	}			lim[6];
+	JailRlimit	lim[6];
 	int			n = 0;
 
-	if (which & RLIMITS_FIXED)
+	if (which & JAIL_RLIMITS_FIXED)
 	{
-		lim[n++] = (typeof(lim[0])) {RLIMIT_CORE, 0, 0, "CORE"};
-		lim[n++] = (typeof(lim[0])) {RLIMIT_NOFILE, 1024, 1024, "NOFILE"};
-		lim[n++] = (typeof(lim[0])) {RLIMIT_MSGQUEUE, 0, 0, "MSGQUEUE"};
+		lim[n++] = (JailRlimit) {RLIMIT_CORE, 0, 0, "CORE"};
+		lim[n++] = (JailRlimit) {RLIMIT_NOFILE, 1024, 1024, "NOFILE"};
+		lim[n++] = (JailRlimit) {RLIMIT_MSGQUEUE, 0, 0, "MSGQUEUE"};
 	}
-	if (which & RLIMITS_REQUEST)
+	if (which & JAIL_RLIMITS_REQUEST)
 	{
 		rlim_t		cpu_s = jail_rlimit_cpu_s(o->cpu_ms, a->cgroup_none);
 
@@ -230,12 +208,12 @@ set_rlimits(const JailChildArgs *a, int which, char *err)
 		 * into SIGKILL for programs that ignore it.  No RLIMIT_AS: V8
 		 * reserves far more address space than it uses.
 		 */
-		lim[n++] = (typeof(lim[0])) {RLIMIT_CPU, cpu_s, cpu_s + 1, "CPU"};
+		lim[n++] = (JailRlimit) {RLIMIT_CPU, cpu_s, cpu_s + 1, "CPU"};
 		if (o->file_size > 0)
-			lim[n++] = (typeof(lim[0])) {RLIMIT_FSIZE, o->file_size, o->file_size, "FSIZE"};
+			lim[n++] = (JailRlimit) {RLIMIT_FSIZE, o->file_size, o->file_size, "FSIZE"};
 		/* Without a pids cgroup this is the only fork-bomb brake. */
 		if (a->cgroup_none)
-			lim[n++] = (typeof(lim[0])) {RLIMIT_NPROC, o->pids, o->pids, "NPROC"};
+			lim[n++] = (JailRlimit) {RLIMIT_NPROC, o->pids, o->pids, "NPROC"};
 	}
 
 	for (int i = 0; i < n; i++)
@@ -282,11 +260,11 @@ reset_signals(void)
  * Everything between the fork of the payload's process and its execve:
  * session, stdio, descriptors, rlimits (of those that depend on the
  * request, only the fixed ones when it is not known yet: served_payload
- * sets the rest later), capabilities, no_new_privs and, last, the seccomp
- * filter.
+ * in served.c sets the rest later), capabilities, no_new_privs and, last,
+ * the seccomp filter.
  */
-static void
-payload_confine(const JailChildArgs *a, bool rlimits)
+void
+jail_payload_confine(const JailChildArgs *a, bool rlimits)
 {
 	char		err[JAIL_ERRLEN] = "";
 	int			devnull;
@@ -302,7 +280,7 @@ payload_confine(const JailChildArgs *a, bool rlimits)
 		dup2(a->errout_fd, STDERR_FILENO) < 0)
 	{
 		jail_seterr(err, "set up stdio: %s", strerror(errno));
-		child_fail(a, err);
+		jail_child_fail(a, err);
 	}
 
 	/*
@@ -312,69 +290,107 @@ payload_confine(const JailChildArgs *a, bool rlimits)
 	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
 	{
 		jail_seterr(err, "close_range: %s", strerror(errno));
-		child_fail(a, err);
+		jail_child_fail(a, err);
 	}
 
-	if (set_rlimits(a, rlimits ? RLIMITS_FIXED | RLIMITS_REQUEST : RLIMITS_FIXED, err) < 0 ||
+	if (jail_set_rlimits(a, rlimits ? JAIL_RLIMITS_FIXED | JAIL_RLIMITS_REQUEST : JAIL_RLIMITS_FIXED,
+						 err) < 0 ||
 		drop_capabilities(err) < 0)
-		child_fail(a, err);
+		jail_child_fail(a, err);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 	{
 		jail_seterr(err, "no_new_privs: %s", strerror(errno));
-		child_fail(a, err);
+		jail_child_fail(a, err);
 	}
 	/* Last step before execve: from here on only the exec is ours. */
 	if (jail_filter_load(a->filter, a->served ? a->tree_sock : -1, a->watch_sock) < 0)
 	{
 		jail_seterr(err, "load seccomp filter: %s", strerror(errno));
-		child_fail(a, err);
+		jail_child_fail(a, err);
 	}
-	/* init waits for the listener or for this EOF (served_init) */
+	/* init waits for the listener or for this EOF (served.c, served_confine) */
 	if (a->watch_sock >= 0)
 		close(a->watch_sock);
 }
 
-static void payload_execve(const JailChildArgs *a) __attribute__((noreturn));
+/*
+ * The payload's whole environment: nothing of the jail's is inherited.
+ * A run with egress adds the proxy's variables (egress.c).
+ */
+static char *const payload_env_fixed[] = {
+	"PATH=/usr/local/bin:/usr/bin:/bin",
+	"HOME=/tmp",
+	"TMPDIR=/tmp",
+	"USER=sandbox",
+	"LOGNAME=sandbox",
+	"SHELL=/bin/bash",
+	"TERM=dumb",
+	"LANG=C.UTF-8",
+	"PYTHONDONTWRITEBYTECODE=1",
+	"PYTHONUNBUFFERED=1",
+	"PIP_NO_INDEX=1",
+	"PIP_DISABLE_PIP_VERSION_CHECK=1",
+	"PIP_NO_CACHE_DIR=1",
+	"npm_config_offline=true",
+	"npm_config_audit=false",
+	"npm_config_fund=false",
+	"npm_config_update_notifier=false",
+	"npm_config_cache=/tmp/.npm",
+	"MPLCONFIGDIR=/tmp",
+	NULL
+};
 
-static void
-payload_execve(const JailChildArgs *a)
+#define PAYLOAD_ENV_MAX 64
+
+/*
+ * The environment payload_execve passes (built in the payload's process,
+ * its own copy of this memory, just before execve).  NULL when it does not
+ * fit.
+ */
+static char *const *
+payload_env(const JailChildArgs *a)
 {
-	static char *const env[] = {
-		"PATH=/usr/local/bin:/usr/bin:/bin",
-		"HOME=/tmp",
-		"TMPDIR=/tmp",
-		"USER=sandbox",
-		"LOGNAME=sandbox",
-		"SHELL=/bin/bash",
-		"TERM=dumb",
-		"LANG=C.UTF-8",
-		"PYTHONDONTWRITEBYTECODE=1",
-		"PYTHONUNBUFFERED=1",
-		"PIP_NO_INDEX=1",
-		"PIP_DISABLE_PIP_VERSION_CHECK=1",
-		"PIP_NO_CACHE_DIR=1",
-		"npm_config_offline=true",
-		"npm_config_audit=false",
-		"npm_config_fund=false",
-		"npm_config_update_notifier=false",
-		"npm_config_cache=/tmp/.npm",
-		"MPLCONFIGDIR=/tmp",
-		NULL
-	};
+	static char *env[PAYLOAD_ENV_MAX];
+	int			n = 0;
+
+	for (size_t i = 0; payload_env_fixed[i]; i++)
+	{
+		if (n >= PAYLOAD_ENV_MAX - 1)
+			return NULL;
+		env[n++] = payload_env_fixed[i];
+	}
+	if (a->egress)
+		n = jail_egress_env_add(env, n, PAYLOAD_ENV_MAX - 1, a->egress_ca_pem != NULL);
+	if (n < 0)
+		return NULL;
+	env[n] = NULL;
+	return env;
+}
+
+void
+jail_payload_execve(const JailChildArgs *a)
+{
 	static char *const argv_py[] = {"/usr/bin/python3", "-I", "-u", "/sandbox/main.py", NULL};
 	static char *const argv_js[] = {"/usr/bin/node", "/sandbox/main.js", NULL};
 	static char *const argv_sh[] = {"/bin/bash", "--noprofile", "--norc", "/sandbox/main.sh", NULL};
 	char	   *argv_exec[] = {(char *) a->opts->exec_path, NULL};
 	char *const *argv;
+	char *const *env = payload_env(a);
 	char		err[JAIL_ERRLEN] = "";
 
+	if (!env)
+	{
+		jail_seterr(err, "the payload's environment has more than %d entries",
+					PAYLOAD_ENV_MAX - 1);
+		jail_child_fail(a, err);
+	}
 	/* --exec: the program alone; its argv[0] is its path, nothing more */
 	argv = a->opts->language == LANG_PYTHON ? argv_py :
 		a->opts->language == LANG_NODE ? argv_js :
 		a->opts->language == LANG_EXEC ? argv_exec : argv_sh;
-	execve(argv[0], argv, a->egress ? jail_egress_env(a->egress_ca_pem != NULL) : env);
+	execve(argv[0], argv, env);
 	jail_seterr(err, "execve %s: %s", argv[0], strerror(errno));
-	child_fail(a, err);
+	jail_child_fail(a, err);
 }
 
 static void payload_exec(const JailChildArgs *a) __attribute__((noreturn));
@@ -382,21 +398,22 @@ static void payload_exec(const JailChildArgs *a) __attribute__((noreturn));
 static void
 payload_exec(const JailChildArgs *a)
 {
-	payload_confine(a, true);
-	payload_execve(a);
+	jail_payload_confine(a, true);
+	jail_payload_execve(a);
 }
 
 /*
  * Init has no business holding privilege while untrusted code runs next
  * to it, and must not be a ptrace/proc-mem target for it: no capability
  * in any set, not dumpable, no_new_privs and a seccomp filter.  A
- * one-shot init does all of it once the payload is forked (init_reap),
- * with the payload's own filter.  A served init does all but the last
- * capability drop before its request, with the init filter (the mount
- * calls left in, see seccomp.c); then, after its mounts, drop_held().
+ * one-shot init does all of it once the payload is forked
+ * (jail_init_reap), with the payload's own filter.  A served init does all
+ * but the last capability drop before its request, with the init filter
+ * (the mount calls left in, see seccomp.c); then, after its mounts,
+ * jail_drop_held().
  */
-static int
-confine_init(const JailFilter *filter, int keep_sock, char *err)
+int
+jail_confine_init(const JailFilter *filter, int keep_sock, char *err)
 {
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	if (drop_bounding(err) < 0)
@@ -416,10 +433,10 @@ confine_init(const JailFilter *filter, int keep_sock, char *err)
  * orphans are reparented to us, so no child left, not even a zombie,
  * means none at all), then the report.  Never returns.
  */
-static void report_reaped(const JailChildArgs *a, int status) __attribute__((noreturn));
+static void report_reaped(const JailChildArgs *a, int status, const JailInitState *st) __attribute__((noreturn));
 
 static void
-report_reaped(const JailChildArgs *a, int status)
+report_reaped(const JailChildArgs *a, int status, const JailInitState *st)
 {
 	JailInitReport rep;
 	pid_t		other;
@@ -431,7 +448,7 @@ report_reaped(const JailChildArgs *a, int status)
 		;
 	rep.alone = other < 0 && errno == ECHILD;
 	rep.lingering = rep.alone && a->linger;
-	rep.warm_cpu_ms = warm_cpu_ms;
+	rep.warm_cpu_ms = st->warm_cpu_ms;
 	getrusage(RUSAGE_CHILDREN, &rep.ru);
 	(void) jail_write_all(a->status_fd, &rep, sizeof(rep));
 	while (rep.lingering)
@@ -447,14 +464,16 @@ report_reaped(const JailChildArgs *a, int status)
  * status known, report at once ("exiting", no rusage: the caller takes
  * the cgroup's counters) and wait to be killed; the caller sends the
  * verdict while the kernel still tears the payload down.  Otherwise, as
- * init_reap: reap, and report once the payload is reaped.  Never returns.
+ * jail_init_reap: reap, and report once the payload is reaped.  Never
+ * returns.
  */
-static void init_wait_exiting(const JailChildArgs *a, pid_t payload, int sigfd) __attribute__((noreturn));
+static void init_wait_exiting(const JailChildArgs *a, pid_t payload, int sigfd,
+							  const JailInitState *st) __attribute__((noreturn));
 
 static void
-init_wait_exiting(const JailChildArgs *a, pid_t payload, int sigfd)
+init_wait_exiting(const JailChildArgs *a, pid_t payload, int sigfd, const JailInitState *st)
 {
-	struct pollfd pfd[2] = {{.fd = sigfd,.events = POLLIN}, {.fd = exit_watch,.events = POLLIN}};
+	struct pollfd pfd[2] = {{.fd = sigfd,.events = POLLIN}, {.fd = st->exit_watch,.events = POLLIN}};
 	char		path[64];
 	int			taskfd;
 
@@ -469,7 +488,7 @@ init_wait_exiting(const JailChildArgs *a, pid_t payload, int sigfd)
 		/* first, since a SIGCHLD before the signalfd existed is lost */
 		while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
 			if (pid == payload)
-				report_reaped(a, status);
+				report_reaped(a, status, st);
 		if (poll(pfd, 2, -1) < 0 && errno != EINTR)
 			_exit(1);
 		if (pfd[1].revents)
@@ -485,7 +504,7 @@ init_wait_exiting(const JailChildArgs *a, pid_t payload, int sigfd)
 				rep.alone = 1;
 				rep.lingering = 1;
 				rep.exiting = 1;
-				rep.warm_cpu_ms = warm_cpu_ms;
+				rep.warm_cpu_ms = st->warm_cpu_ms;
 				(void) jail_write_all(a->status_fd, &rep, sizeof(rep));
 				for (;;)
 					pause();	/* until the worker's SIGKILL */
@@ -497,11 +516,12 @@ init_wait_exiting(const JailChildArgs *a, pid_t payload, int sigfd)
 	}
 }
 
-/* Init after the payload started: reap everything, report the payload. */
-static void init_reap(const JailChildArgs *a, pid_t payload, bool confined) __attribute__((noreturn));
-
-static void
-init_reap(const JailChildArgs *a, pid_t payload, bool confined)
+/*
+ * Init after the payload started: reap everything, report the payload.
+ * Unless already confined (a served init), confine ourselves first.
+ */
+void
+jail_init_reap(const JailChildArgs *a, pid_t payload, bool confined, const JailInitState *st)
 {
 	char		err[JAIL_ERRLEN] = "";
 	int			status;
@@ -510,15 +530,15 @@ init_reap(const JailChildArgs *a, pid_t payload, bool confined)
 	close(a->out_fd);
 	close(a->errout_fd);
 
-	if (!confined && (confine_init(a->filter, -1, err) < 0 || drop_held(err) < 0))
+	if (!confined && (jail_confine_init(a->filter, -1, err) < 0 || jail_drop_held(err) < 0))
 	{
 		kill(payload, SIGKILL);
-		child_fail(a, err);
+		jail_child_fail(a, err);
 	}
 	close(a->err_fd);
 	JAIL_TRACE("init: confined");
 
-	if (exit_watch >= 0 && a->linger && !a->cgroup_none)
+	if (st->exit_watch >= 0 && a->linger && !a->cgroup_none)
 	{
 		sigset_t	chld;
 		int			sigfd;
@@ -528,7 +548,7 @@ init_reap(const JailChildArgs *a, pid_t payload, bool confined)
 		sigprocmask(SIG_BLOCK, &chld, NULL);
 		sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
 		if (sigfd >= 0)
-			init_wait_exiting(a, payload, sigfd);
+			init_wait_exiting(a, payload, sigfd, st);
 		sigprocmask(SIG_UNBLOCK, &chld, NULL);
 	}
 	for (;;)
@@ -541,7 +561,7 @@ init_reap(const JailChildArgs *a, pid_t payload, bool confined)
 			_exit(1);
 		}
 		if (pid == payload)
-			report_reaped(a, status);
+			report_reaped(a, status, st);
 	}
 }
 
@@ -577,290 +597,6 @@ close_inherited(const JailChildArgs *a)
 }
 
 /*
- * A sandbox cloned ahead of its request (worker.c) reads it here: a u32
- * length, the run options as NUL-terminated strings (already validated by
- * the worker, parsed again the same way), then the code to the end.
- */
-static void
-load_request(JailChildArgs *a)
-{
-	static JailOptions opts;
-	static char *argv[300];
-	char		err[JAIL_ERRLEN] = "";
-	uint32_t	alen;
-	struct stat st;
-	char	   *buf;
-	int			argc = 0;
-
-	if (pread(a->req_fd, &alen, sizeof(alen), 0) != sizeof(alen) ||
-		fstat(a->req_fd, &st) < 0 || (uint64_t) st.st_size < sizeof(alen) + (uint64_t) alen ||
-		!(buf = malloc(st.st_size + 1)) ||
-		pread(a->req_fd, buf, st.st_size, 0) != st.st_size)
-		child_fail(a, "could not read the request");
-	buf[st.st_size] = '\0';
-	argv[argc++] = "sandbox-jail";
-	for (char *p = buf + sizeof(alen); p < buf + sizeof(alen) + alen && argc < 298;
-		 p += strlen(p) + 1)
-		argv[argc++] = p;
-	argv[argc] = NULL;
-	if (jail_parse_options(argc, argv, &opts, false) < 0)
-	{
-		jail_seterr(err, "request: %s", jail_option_error);
-		child_fail(a, err);
-	}
-	a->opts = &opts;
-	a->code = buf + sizeof(alen) + alen;
-	a->code_len = st.st_size - sizeof(alen) - alen;
-	close(a->req_fd);
-	a->req_fd = -1;
-}
-
-/* What the payload's process of a served sandbox learns of its request. */
-typedef struct PayloadRequest
-{
-	JailLanguage language;
-	bool		cgroup_none;
-	uint64_t	cpu_ms;
-	uint64_t	file_size;
-	uint64_t	pids;
-	char		exec_path[256];
-} PayloadRequest;
-
-/*
- * A served sandbox's payload process, forked by init before the request
- * (jail_child_main).  Everything of a payload's set-up that does not
- * depend on the request is done now: its cgroup namespace (it was born in
- * the worker's slot; a run that needs another cgroup never gets here:
- * jail_run clones a fresh sandbox for it), session, stdio, descriptors,
- * the fixed rlimits, capabilities, no_new_privs and the seccomp filter
- * (whose attach alone costs ~0.1 ms).  Then it waits, unprivileged and
- * filtered, for init to finish the root and send what is left: the
- * request's rlimits (CPU, file size, processes) and the program.
- */
-static void served_payload(JailChildArgs *a, int reqpipe) __attribute__((noreturn));
-static void warm_payload(JailChildArgs *a, int reqpipe) __attribute__((noreturn));
-
-/*
- * A warm sandbox's payload process (served_payload, confined): the
- * interpreter is exec'd now, before the request, exactly as a cold run
- * execs it; it waits in its bootstrap (warm.c) on the descriptors placed
- * here: the ready pipe to the worker, init's part (reqpipe: one byte once
- * the root is complete and its rlimits are set) and the worker's go.
- */
-static void
-warm_payload(JailChildArgs *a, int reqpipe)
-{
-	static JailOptions opts;
-	char		err[JAIL_ERRLEN] = "";
-
-	jail_warm_payload_fds(a->ready_fd, reqpipe, a->paygo_fd, STDOUT_FILENO,
-						  STDERR_FILENO, a->warm->language == LANG_PYTHON, err);
-	if (err[0])
-		child_fail(a, err);
-	opts.language = a->warm->language;
-	a->opts = &opts;
-	JAIL_TRACE("payload: warm exec");
-	payload_execve(a);
-}
-
-static void
-served_payload(JailChildArgs *a, int reqpipe)
-{
-	static JailOptions opts;
-	char		err[JAIL_ERRLEN] = "";
-	PayloadRequest pr;
-	char		go;
-
-	close(a->go_fd);
-	close(a->req_fd);
-	if (unshare(CLONE_NEWCGROUP) < 0)
-	{
-		jail_seterr(err, "cgroup namespace: %s", strerror(errno));
-		child_fail(a, err);
-	}
-
-	/*
-	 * A warm interpreter starts in its final root: entered ahead by init,
-	 * or else (no copy of the host tree) by us, in a mount namespace of
-	 * our own (rootfs.c).  Then its bootstrap (warm.c) goes in place.
-	 */
-	if (a->warm &&
-		((!jail_rootfs_entered() && jail_rootfs_enter_own(err) < 0) ||
-		 jail_warm_root(a->warm, err) < 0))
-		child_fail(a, err);
-	payload_confine(a, false);	/* its filter's listener goes over tree_sock */
-	if (a->tree_sock >= 0)
-		close(a->tree_sock);
-	if (a->warm)
-		warm_payload(a, reqpipe);
-
-	/* init's part (the root complete), then the worker's JAIL_GO_RUN */
-	if (read(reqpipe, &pr, sizeof(pr)) != sizeof(pr))
-		_exit(1);				/* init gave up: its reason is on err_fd */
-	if (read(a->paygo_fd, &go, 1) != 1)
-		_exit(1);				/* the worker gave up (and kills us) */
-	close(a->paygo_fd);
-	JAIL_TRACE("payload: go");
-	opts.language = pr.language;
-	opts.cpu_ms = pr.cpu_ms;
-	opts.file_size = pr.file_size;
-	opts.pids = pr.pids;
-	pr.exec_path[sizeof(pr.exec_path) - 1] = '\0';
-	opts.exec_path = pr.exec_path;
-	a->opts = &opts;
-	a->cgroup_none = pr.cgroup_none;
-	if (set_rlimits(a, RLIMITS_REQUEST, err) < 0)
-		child_fail(a, err);
-
-	/*
-	 * A root not entered ahead (the host's tree stayed attached until the
-	 * request): our stdin was opened as the host's /dev/null, before init
-	 * pivoted; the run gets the sandbox's, as everywhere else.
-	 */
-	if (!jail_rootfs_entered())
-	{
-		int			devnull = open("/dev/null", O_RDONLY);
-
-		if (devnull < 0 || dup2(devnull, STDIN_FILENO) < 0)
-		{
-			jail_seterr(err, "set up stdin: %s", strerror(errno));
-			child_fail(a, err);
-		}
-		close(devnull);
-	}
-	if (chdir("/workspace") < 0)
-	{
-		jail_seterr(err, "chdir /workspace: %s", strerror(errno));
-		child_fail(a, err);
-	}
-	JAIL_TRACE("payload: exec");
-	payload_execve(a);
-}
-
-/*
- * Init of a served sandbox, after the fixed part of the root: fork the
- * payload's process (served_payload), confine ourselves (all but the last
- * capabilities, see confine_init), wait for the request, complete the
- * root, drop the last capabilities, hand the payload its part, and reap.
- */
-static void served_init(JailChildArgs *a) __attribute__((noreturn));
-
-static void
-served_init(JailChildArgs *a)
-{
-	char		err[JAIL_ERRLEN] = "";
-	PayloadRequest pr;
-	int			pp[2];
-	int			ws[2];
-	pid_t		payload;
-	char		go;
-
-	if (pipe2(pp, O_CLOEXEC) < 0)
-	{
-		jail_seterr(err, "pipe: %s", strerror(errno));
-		child_fail(a, err);
-	}
-	/* the payload's listener, for the early end (init_reap); optional */
-	if (!a->linger || socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, ws) < 0)
-		ws[0] = ws[1] = -1;
-	payload = fork();
-	if (payload < 0)
-	{
-		jail_seterr(err, "fork payload: %s", strerror(errno));
-		child_fail(a, err);
-	}
-	if (payload == 0)
-	{
-		close(pp[1]);
-		if (ws[0] >= 0)
-			close(ws[0]);
-		a->watch_sock = ws[1];
-		served_payload(a, pp[0]);
-	}
-	close(pp[0]);
-	if (ws[1] >= 0)
-		close(ws[1]);
-	close(a->paygo_fd);			/* the payload's, not ours */
-	if (a->ready_fd >= 0)
-		close(a->ready_fd);		/* EOF there: the interpreter is gone */
-	if (a->init_filter && confine_init(a->init_filter, a->tree_sock, err) < 0)
-	{
-		kill(payload, SIGKILL);
-		child_fail(a, err);
-	}
-	/* sent as soon as its filter is on, before any request; EOF if not */
-	if (ws[0] >= 0)
-	{
-		exit_watch = jail_recv_fd(ws[0], WATCH_WAIT_MS);
-		close(ws[0]);
-	}
-
-	/* JAIL_GO_REQUEST (or _NOCGROUP): the request is in req_fd */
-	if (read(a->go_fd, &go, 1) != 1)
-		_exit(1);
-	if (go == JAIL_GO_NOCGROUP)
-		a->cgroup_none = true;
-	JAIL_TRACE("init: request go");
-	load_request(a);
-	if (a->warm && a->opts->language != a->warm->language)
-	{
-		kill(payload, SIGKILL);
-		child_fail(a, "the request is not for the warm interpreter's language");
-	}
-	if (jail_rootfs_complete(a, payload, err) < 0)
-	{
-		kill(payload, SIGKILL);
-		child_fail(a, err);
-	}
-	if (a->init_filter && drop_held(err) < 0)
-	{
-		kill(payload, SIGKILL);
-		child_fail(a, err);
-	}
-	JAIL_TRACE("init: root complete");
-	if (a->warm)
-	{
-		/* a cold payload sets these on itself before its exec */
-		if (jail_warm_rlimits(payload, a->opts, a->cgroup_none, &warm_cpu_ms, err) < 0)
-		{
-			kill(payload, SIGKILL);
-			child_fail(a, err);
-		}
-		close(a->go_fd);
-		(void) jail_write_all(pp[1], "c", 1);
-		close(pp[1]);
-		if (a->tree_sock >= 0)
-			close(a->tree_sock);
-		a->tree_sock = -1;
-		init_reap(a, payload, a->init_filter != NULL);
-	}
-
-	/*
-	 * The root is complete and we hold nothing: the payload's process has
-	 * its part.  It still waits for the worker's own go (the workspace
-	 * checked), which goes to it directly: whichever of the two of us is
-	 * last wakes it.
-	 */
-	close(a->go_fd);
-	memset(&pr, 0, sizeof(pr));
-	pr.language = a->opts->language;
-	pr.cgroup_none = a->cgroup_none;
-	pr.cpu_ms = a->opts->cpu_ms;
-	pr.file_size = a->opts->file_size;
-	pr.pids = a->opts->pids;
-	if (a->opts->exec_path)
-		snprintf(pr.exec_path, sizeof(pr.exec_path), "%s", a->opts->exec_path);
-	/* a payload that is gone already is reported by init_reap */
-	(void) jail_write_all(pp[1], &pr, sizeof(pr));
-	close(pp[1]);
-	/* off the payload's path: our end of the (spent) tree socket */
-	if (a->tree_sock >= 0)
-		close(a->tree_sock);
-	a->tree_sock = -1;
-	init_reap(a, payload, a->init_filter != NULL);
-}
-
-/*
  * Become the mapped unprivileged identity.  When the jail runs as root
  * our kernel uid is still 0 (unmapped here); this makes it the outer
  * sandbox uid.  Capabilities in our own user namespace survive because
@@ -878,7 +614,7 @@ become_sandbox_user(const JailChildArgs *a)
 		setresuid(JAIL_INNER_UID, JAIL_INNER_UID, JAIL_INNER_UID) < 0)
 	{
 		jail_seterr(err, "switch to sandbox uid: %s", strerror(errno));
-		child_fail(a, err);
+		jail_child_fail(a, err);
 	}
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	pfd.fd = a->lifeline_fd;
@@ -894,13 +630,14 @@ become_sandbox_user(const JailChildArgs *a)
  * write can take ~10 ms, which is why it overlaps with the mount work; on
  * v2 we were normally cloned into it).  Nothing untrusted runs before
  * JAIL_GO_RUN; the cgroup namespace is created only then, so that its
- * root is the run's cgroup.  Then the payload, and init_reap.
+ * root is the run's cgroup.  Then the payload, and jail_init_reap.
  */
 static void oneshot_init(const JailChildArgs *a) __attribute__((noreturn));
 
 static void
 oneshot_init(const JailChildArgs *a)
 {
+	static const JailInitState st = {.exit_watch = -1,.warm_cpu_ms = 0};
 	char		err[JAIL_ERRLEN] = "";
 	char		go;
 	pid_t		payload;
@@ -912,7 +649,7 @@ oneshot_init(const JailChildArgs *a)
 	if (unshare(CLONE_NEWCGROUP) < 0)
 	{
 		jail_seterr(err, "cgroup namespace: %s", strerror(errno));
-		child_fail(a, err);
+		jail_child_fail(a, err);
 	}
 
 	JAIL_TRACE("child: cgroup ns");
@@ -920,11 +657,11 @@ oneshot_init(const JailChildArgs *a)
 	if (payload < 0)
 	{
 		jail_seterr(err, "fork payload: %s", strerror(errno));
-		child_fail(a, err);
+		jail_child_fail(a, err);
 	}
 	if (payload == 0)
 		payload_exec(a);
-	init_reap(a, payload, false);
+	jail_init_reap(a, payload, false, &st);
 }
 
 /*
@@ -961,16 +698,16 @@ jail_child_main(void *arg)
 	if (sethostname("sandbox", 7) < 0)
 	{
 		jail_seterr(err, "sethostname: %s", strerror(errno));
-		child_fail(a, err);
+		jail_child_fail(a, err);
 	}
 	/* a launcher's worker already made our (fresh, unshared) netns */
 	if (!a->netns_ready && jail_loopback_up(err) < 0)
-		child_fail(a, err);
+		jail_child_fail(a, err);
 	/* egress: the proxy's socket, made here, served from the host side */
 	if (a->egress_fd >= 0)
 	{
 		if (jail_egress_listen(a->egress_fd, err) < 0)
-			child_fail(a, err);
+			jail_child_fail(a, err);
 		close(a->egress_fd);
 		a->egress_fd = -1;
 	}
@@ -979,14 +716,14 @@ jail_child_main(void *arg)
 		/*
 		 * Built ahead of the request (worker.c): the fixed part of the
 		 * root now, then the payload's process, confined before the
-		 * request; see served_init.
+		 * request (served.c).
 		 */
 		if (jail_rootfs_prepare(err) < 0)
-			child_fail(a, err);
-		served_init(a);
+			jail_child_fail(a, err);
+		jail_served_init(a);
 	}
 	if (jail_rootfs_setup(a, err) < 0)
-		child_fail(a, err);
+		jail_child_fail(a, err);
 	JAIL_TRACE("child: root built");
 	oneshot_init(a);
 }

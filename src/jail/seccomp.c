@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include <linux/seccomp.h>
 
+#include "bpf_export.h"
 #include "jail.h"
 
 #ifndef CLONE_NEWTIME
@@ -126,7 +127,7 @@ build_rules(scmp_filter_ctx ctx, JailFilterKind kind, char *err)
 	 * process made for itself (rootfs.c, enter_payload_ns) on kernels
 	 * where it cannot enter the root ahead: setns with CLONE_NEWNS only,
 	 * which needs CAP_SYS_ADMIN, gone for good once init has mounted the
-	 * request (drop_held in sandbox.c).
+	 * request (jail_drop_held in sandbox.c).
 	 */
 	if (kind == FILTER_INIT)
 	{
@@ -221,9 +222,6 @@ int
 jail_filter_build(JailFilter *filter, JailFilterKind kind, char *err)
 {
 	scmp_filter_ctx ctx;
-	int			memfd = -1;
-	int			rc;
-	off_t		size;
 
 	/*
 	 * libseccomp learns which actions the kernel supports by calling
@@ -263,44 +261,13 @@ jail_filter_build(JailFilter *filter, JailFilterKind kind, char *err)
 	seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
 
 	if (build_rules(ctx, kind, err) < 0)
-		goto fail;
-
-	/* libseccomp 2.5 exports only to an fd; a memfd keeps it in memory. */
-	memfd = memfd_create("seccomp-bpf", MFD_CLOEXEC);
-	if (memfd < 0)
 	{
-		jail_seterr(err, "memfd_create: %s", strerror(errno));
-		goto fail;
+		seccomp_release(ctx);
+		return -1;
 	}
-	rc = seccomp_export_bpf(ctx, memfd);
-	if (rc < 0)
-	{
-		jail_seterr(err, "seccomp_export_bpf: %s", strerror(-rc));
-		goto fail;
-	}
-	size = lseek(memfd, 0, SEEK_END);
-	if (size <= 0 || size % sizeof(struct sock_filter) != 0 ||
-		size / sizeof(struct sock_filter) > BPF_MAXINSNS)
-	{
-		jail_seterr(err, "seccomp program has a bad size (%ld)", (long) size);
-		goto fail;
-	}
-	filter->insns = malloc(size);
-	if (!filter->insns || pread(memfd, filter->insns, size, 0) != size)
-	{
-		jail_seterr(err, "could not read back the seccomp program");
-		goto fail;
-	}
-	filter->len = size / sizeof(struct sock_filter);
-	close(memfd);
-	seccomp_release(ctx);
-	return 0;
-
-fail:
-	if (memfd >= 0)
-		close(memfd);
-	seccomp_release(ctx);
-	return -1;
+	/* and releases ctx */
+	return jail_bpf_export(ctx, "seccomp-bpf", &filter->insns, &filter->len, err,
+						   JAIL_ERRLEN);
 }
 
 /*
@@ -318,7 +285,7 @@ fail:
  * With watch_sock >= 0 as well (a served payload's socket to its init),
  * the listener goes there too: it reports POLLHUP once no task uses the
  * program any more, which on Linux 6.3 and later is when the last of the
- * payload's tasks has entered its exit (sandbox.c, init_reap).
+ * payload's tasks has entered its exit (sandbox.c, jail_init_reap).
  */
 int
 jail_filter_load(const JailFilter *filter, int keep_sock, int watch_sock)

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "jail.h"
@@ -73,6 +74,40 @@ jail_write_all(int fd, const void *buf, size_t len)
 		len -= n;
 	}
 	return 0;
+}
+
+/*
+ * A new file (never an existing one, never through a symlink) holding the
+ * nparts parts one after the other: 0, or -1 with the reason in err.
+ */
+int
+jail_write_new_parts(const char *path, const struct iovec *parts, int nparts, mode_t mode,
+					 char *err)
+{
+	int			fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+	int			i = 0;
+
+	while (fd >= 0 && i < nparts &&
+		   jail_write_all(fd, parts[i].iov_base, parts[i].iov_len) == 0)
+		i++;
+	if (fd < 0 || i < nparts)
+	{
+		jail_seterr(err, "write %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+/* The same with one part. */
+int
+jail_write_new(const char *path, const void *data, size_t len, mode_t mode, char *err)
+{
+	const struct iovec part = {.iov_base = (void *) data,.iov_len = len};
+
+	return jail_write_new_parts(path, &part, 1, mode, err);
 }
 
 /*
@@ -157,27 +192,7 @@ jail_read_fileat(int dirfd, const char *name, char *buf, size_t len)
 int
 jail_send_fd(int sock, int fd)
 {
-	union
-	{
-		char		buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	}			ctl;
-	struct msghdr msg;
-	struct iovec iov = {.iov_base = "f",.iov_len = 1};
-	struct cmsghdr *c;
-
-	memset(&msg, 0, sizeof(msg));
-	memset(&ctl, 0, sizeof(ctl));
-	msg.msg_iov = &iov;
-	msg.msg_iovlen = 1;
-	msg.msg_control = ctl.buf;
-	msg.msg_controllen = sizeof(ctl.buf);
-	c = CMSG_FIRSTHDR(&msg);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	return sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 ? -1 : 0;
+	return jail_wire_send_flags(sock, "f", 1, &fd, 1, MSG_DONTWAIT) < 0 ? -1 : 0;
 }
 
 /*

@@ -8,9 +8,9 @@
  * The interpreter is exec'd exactly as a cold run execs it (the same
  * argv, /usr/bin/python3 -I -u /sandbox/main.py or /usr/bin/node
  * /sandbox/main.js, the same environment), after the same confinement
- * (payload_confine in sandbox.c: uid, namespaces, cgroup, fixed rlimits,
- * capabilities, no_new_privs, then seccomp, before the exec and so before
- * any import).  What differs is only how it waits:
+ * (jail_payload_confine in sandbox.c: uid, namespaces, cgroup, fixed
+ * rlimits, capabilities, no_new_privs, then seccomp, before the exec and
+ * so before any import).  What differs is only how it waits:
  *	  Python  the sandbox's /etc/python3.11/sitecustomize.py (which the
  *			  interpreter imports at start, before it opens its script)
  *			  is, until the request, the host's one followed by our
@@ -45,6 +45,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <linux/mount.h>
 
@@ -203,26 +204,21 @@ modules_tuple(const char *list, char *out, size_t len)
 	}
 }
 
+/* The bootstrap file at path: head, then body (read-only, new). */
 static int
 write_file(const char *path, const char *head, size_t head_len, const char *body,
 		   char *err)
 {
-	int			fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0444);
+	const struct iovec parts[] = {
+		{.iov_base = (void *) head,.iov_len = head_len},
+		{.iov_base = (void *) body,.iov_len = strlen(body)},
+	};
 
-	if (fd < 0 || jail_write_all(fd, head, head_len) < 0 ||
-		jail_write_all(fd, body, strlen(body)) < 0)
-	{
-		jail_seterr(err, "write %s: %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	close(fd);
-	return 0;
+	return jail_write_new_parts(path, parts, 2, 0444, err);
 }
 
 /*
- * In the sandbox, its root entered ahead and still writable (served_init,
+ * In the sandbox, its root entered ahead and still writable (jail_served_init,
  * before the payload's process is forked): the bootstrap in place.
  */
 int
@@ -304,10 +300,11 @@ jail_warm_unroot(const JailWarm *w, char *err)
 }
 
 /*
- * In the payload's process, confined (payload_confine: every descriptor
- * above 2 is close-on-exec), just before the exec: the descriptors the
- * bootstrap waits on at their fixed numbers (dup2 clears close-on-exec on
- * them only).  Python's 1 and 2 point at /dev/null until the go.
+ * In the payload's process, confined (jail_payload_confine: every
+ * descriptor above 2 is close-on-exec), just before the exec: the
+ * descriptors the bootstrap waits on at their fixed numbers (dup2 clears
+ * close-on-exec on them only).  Python's 1 and 2 point at /dev/null until
+ * the go.
  */
 void
 jail_warm_payload_fds(int ready_fd, int init_fd, int go_fd, int out_fd,
@@ -369,29 +366,23 @@ process_cpu_ms(pid_t pid)
  * warm interpreter with prlimit (same uid, same user namespace).  Its
  * RLIMIT_CPU counts all the CPU the process ever used, so the start's
  * share (*pre_cpu_ms) is added: the run gets the CPU it asked for.  As in
- * set_rlimits, a hard limit the jail itself inherited lower stays.
+ * jail_set_rlimits, a hard limit the jail itself inherited lower stays.
  */
 int
 jail_warm_rlimits(pid_t payload, const JailOptions *o, bool cgroup_none,
 				  uint64_t *pre_cpu_ms, char *err)
 {
-	struct
-	{
-		int			res;
-		rlim_t		soft;
-		rlim_t		hard;
-		const char *name;
-	}			lim[3];
+	JailRlimit	lim[3];
 	int			n = 0;
 	rlim_t		cpu_s;
 
 	*pre_cpu_ms = process_cpu_ms(payload);
 	cpu_s = jail_rlimit_cpu_s(*pre_cpu_ms + o->cpu_ms, cgroup_none);
-	lim[n++] = (typeof(lim[0])) {RLIMIT_CPU, cpu_s, cpu_s + 1, "CPU"};
+	lim[n++] = (JailRlimit) {RLIMIT_CPU, cpu_s, cpu_s + 1, "CPU"};
 	if (o->file_size > 0)
-		lim[n++] = (typeof(lim[0])) {RLIMIT_FSIZE, o->file_size, o->file_size, "FSIZE"};
+		lim[n++] = (JailRlimit) {RLIMIT_FSIZE, o->file_size, o->file_size, "FSIZE"};
 	if (cgroup_none)
-		lim[n++] = (typeof(lim[0])) {RLIMIT_NPROC, o->pids, o->pids, "NPROC"};
+		lim[n++] = (JailRlimit) {RLIMIT_NPROC, o->pids, o->pids, "NPROC"};
 
 	for (int i = 0; i < n; i++)
 	{

@@ -22,28 +22,43 @@
 
 #include "wire_protocol.h"
 
+/* room for the descriptors of one message, aligned for a cmsghdr */
+typedef union WireControl
+{
+	char		buf[CMSG_SPACE(sizeof(int) * JAIL_WIRE_FDS_MAX)];
+	struct cmsghdr align;
+} WireControl;
+
+/* msg with one buffer, no control data yet */
+static void
+wire_msg_init(struct msghdr *msg, struct iovec *iov, void *buf, size_t len)
+{
+	memset(msg, 0, sizeof(*msg));
+	iov->iov_base = buf;
+	iov->iov_len = len;
+	msg->msg_iov = iov;
+	msg->msg_iovlen = 1;
+}
+
+/*
+ * Send one message with nfds descriptors (SCM_RIGHTS); sendmsg's flags
+ * (MSG_NOSIGNAL always).  The bytes sent, or -1 with errno.
+ */
 ssize_t
-jail_wire_send(int sock, const void *buf, size_t len, const int *fds, int nfds)
+jail_wire_send_flags(int sock, const void *buf, size_t len, const int *fds, int nfds,
+					 int flags)
 {
 	struct msghdr msg;
 	struct iovec iov;
-	union
-	{
-		char		buf[CMSG_SPACE(sizeof(int) * JAIL_WIRE_NFDS)];
-		struct cmsghdr align;
-	}			ctl;
+	WireControl ctl;
 	ssize_t		n;
 
-	if (nfds < 0 || nfds > JAIL_WIRE_NFDS)
+	if (nfds < 0 || nfds > JAIL_WIRE_FDS_MAX)
 	{
 		errno = EINVAL;
 		return -1;
 	}
-	memset(&msg, 0, sizeof(msg));
-	iov.iov_base = (void *) buf;
-	iov.iov_len = len;
-	msg.msg_iov = &iov;
-	msg.msg_iovlen = 1;
+	wire_msg_init(&msg, &iov, (void *) buf, len);
 	if (nfds > 0)
 	{
 		struct cmsghdr *c;
@@ -58,9 +73,16 @@ jail_wire_send(int sock, const void *buf, size_t len, const int *fds, int nfds)
 		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
 	}
 	do
-		n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+		n = sendmsg(sock, &msg, flags | MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
 	return n;
+}
+
+/* The launcher's messages: blocking. */
+ssize_t
+jail_wire_send(int sock, const void *buf, size_t len, const int *fds, int nfds)
+{
+	return jail_wire_send_flags(sock, buf, len, fds, nfds, 0);
 }
 
 /*
@@ -75,21 +97,13 @@ jail_wire_recv(int sock, void *buf, size_t len, int *fds, int maxfds,
 {
 	struct msghdr msg;
 	struct iovec iov;
-	union
-	{
-		char		buf[CMSG_SPACE(sizeof(int) * 16)];
-		struct cmsghdr align;
-	}			ctl;
+	WireControl ctl;
 	struct cmsghdr *c;
 	ssize_t		n;
 
 	*nfds = 0;
 	*truncated = false;
-	memset(&msg, 0, sizeof(msg));
-	iov.iov_base = buf;
-	iov.iov_len = len;
-	msg.msg_iov = &iov;
-	msg.msg_iovlen = 1;
+	wire_msg_init(&msg, &iov, buf, len);
 	msg.msg_control = ctl.buf;
 	msg.msg_controllen = sizeof(ctl.buf);
 	do
@@ -102,7 +116,7 @@ jail_wire_recv(int sock, void *buf, size_t len, int *fds, int maxfds,
 	for (c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
 	{
 		int			cnt;
-		int			got[16];
+		int			got[JAIL_WIRE_FDS_MAX];
 
 		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
 		{
@@ -110,8 +124,8 @@ jail_wire_recv(int sock, void *buf, size_t len, int *fds, int maxfds,
 			continue;
 		}
 		cnt = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		if (cnt > 16)
-			cnt = 16;
+		if (cnt > JAIL_WIRE_FDS_MAX)
+			cnt = JAIL_WIRE_FDS_MAX;
 		memcpy(got, CMSG_DATA(c), sizeof(int) * cnt);
 		for (int i = 0; i < cnt; i++)
 		{
@@ -125,6 +139,34 @@ jail_wire_recv(int sock, void *buf, size_t len, int *fds, int maxfds,
 		}
 	}
 	return n;
+}
+
+/* A request: its magic, NUL-terminated, first. */
+void
+jail_wire_request_init(JailWireRequest *r, char *buf)
+{
+	r->buf = buf;
+	r->len = sizeof(JAIL_WIRE_MAGIC);
+	r->nstrings = 0;
+	r->full = false;
+	memcpy(buf, JAIL_WIRE_MAGIC, sizeof(JAIL_WIRE_MAGIC));
+}
+
+/* One more string of the request, with its NUL; false once it is full. */
+bool
+jail_wire_request_add(JailWireRequest *r, const char *s)
+{
+	size_t		n = strlen(s) + 1;
+
+	if (r->full || n > JAIL_WIRE_MAX - r->len || r->nstrings >= JAIL_WIRE_MAX_ARGS)
+	{
+		r->full = true;
+		return false;
+	}
+	memcpy(r->buf + r->len, s, n);
+	r->len += n;
+	r->nstrings++;
+	return true;
 }
 
 /*

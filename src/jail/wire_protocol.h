@@ -60,10 +60,30 @@ typedef enum JailWireAnswerField
  * wire.c: one message with descriptors, both ways (compiled into the jail
  * and, as src/jail_wire.c, into the extension).
  */
+#define JAIL_WIRE_FDS_MAX 16		/* descriptors one message may carry */
 extern ssize_t jail_wire_send(int sock, const void *buf, size_t len,
 							  const int *fds, int nfds);
+extern ssize_t jail_wire_send_flags(int sock, const void *buf, size_t len,
+									const int *fds, int nfds, int flags);
 extern ssize_t jail_wire_recv(int sock, void *buf, size_t len, int *fds,
 							  int maxfds, int *nfds, bool *truncated);
+
+/*
+ * wire.c: a request, built in one place (the jail's --client and
+ * sandbox-runner): the magic, then each string added, into the caller's
+ * buffer of JAIL_WIRE_MAX bytes.  A string that does not fit, or one more
+ * than JAIL_WIRE_MAX_ARGS, makes the request full: it must not be sent.
+ */
+typedef struct JailWireRequest
+{
+	char	   *buf;
+	size_t		len;			/* bytes of buf used */
+	int			nstrings;		/* strings after the magic */
+	bool		full;
+} JailWireRequest;
+
+extern void jail_wire_request_init(JailWireRequest *r, char *buf);
+extern bool jail_wire_request_add(JailWireRequest *r, const char *s);
 
 /* wire.c: an answer, written and read in one place each. */
 extern int	jail_wire_format_answer(char *buf, size_t len, int rc,

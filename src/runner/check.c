@@ -39,6 +39,19 @@
 
 #define TMPFS_MAGIC_	0x01021994
 
+/*
+ * What to do when a probe got no cgroup.  On cgroup v2 a jail gets one only
+ * when the runner's own processes run inside the delegated subtree, so a
+ * --check started from a login shell fails there even on a host set up
+ * right: it must run where the unit runs the runner.
+ */
+#define CGROUP_HINT \
+	"Delegate a cgroup to this account. systemd: the unit as shipped (Delegate=yes, User=, " \
+	"ExecStart through sandbox-jail-host-setup --enter-cgroup), and --check run the same way " \
+	"(docs/runners.md, \"systemd\"). Without systemd: scripts/jail-host-setup.sh USER as root, " \
+	"then on cgroup v2 start the runner inside the sandbox_ext/service cgroup it names " \
+	"(docs/jail.md, \"Delegation on v2\")."
+
 static int	nfailed = 0;
 
 static void
@@ -223,8 +236,7 @@ check_jail_and_cgroups(void)
 			bool		cg = strstr(f1, "cgroup") != NULL;
 
 			report("FAIL", what, psprintf("setup error: %s", f1),
-				   cg ? "Delegate a cgroup to this user: scripts/jail-host-setup.sh USER as root, or "
-				   "Delegate=yes in the runner's systemd unit (docs/jail.md, \"cgroups\")." : NULL);
+				   cg ? CGROUP_HINT : NULL);
 			cgroup_reported |= cg;
 			continue;
 		}
@@ -242,8 +254,7 @@ check_jail_and_cgroups(void)
 		{
 			report(runner_conf.require_cgroup ? "FAIL" : "warn", "cgroups",
 				   "the sandbox ran without a cgroup of its own (no memory cap)",
-				   "Delegate a cgroup to this user: scripts/jail-host-setup.sh USER as root, or "
-				   "Delegate=yes in the runner's systemd unit (docs/jail.md, \"cgroups\").");
+				   CGROUP_HINT);
 			cgroup_reported = true;
 		}
 	}

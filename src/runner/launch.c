@@ -11,7 +11,8 @@
  * options and [code, stdout, stderr] descriptors, and one answer, then EOF
  * (src/jail/wire_protocol.h).  It is a child of this process and dies with
  * it (PR_SET_PDEATHSIG), and so do its sandboxes.  If it cannot be reached
- * a run falls back to the one-shot jail, started with posix_spawn, with
+ * a run falls back to the one-shot jail, started with posix_spawn
+ * (spawn_process.h, shared with the supervisor), with
  * its stdout, stderr and verdict on pipes and a pidfd for its exit.
  *
  * Nothing here touches the database or the disk beyond the socket's
@@ -24,7 +25,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/socket.h>
@@ -32,6 +32,8 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "spawn_process.h"
 
 /* Extra time past the wall limit before we SIGKILL a jail ourselves. */
 #define BACKSTOP_GRACE_MS	10000
@@ -118,45 +120,11 @@ close_fd(int *fd)
 	*fd = -1;
 }
 
-/*
- * posix_spawn a jail process: stdin /dev/null, fds[i] (if >= 0) as fd
- * i + 1, nothing else inherited, default signal dispositions, nothing
- * blocked, and a process group of its own: a signal meant for the runner
- * (a terminal's ^C, a kill of its group) must not reach its jails, which
- * end with it through PR_SET_PDEATHSIG, by our shutdown path.  Returns 0
- * or an errno.
- */
+/* A jail process (spawn_process.h): fds[i], if >= 0, as its fd i + 1. */
 static int
 spawn_jail_process(pid_t *pid, char **argv, const int fds[3], bool vfork)
 {
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
-	sigset_t	all,
-				none;
-	int			rc;
-	int			top = 3;
-
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	for (int i = 0; fds && i < 3; i++)
-		if (fds[i] >= 0)
-		{
-			posix_spawn_file_actions_adddup2(&fa, fds[i], i + 1);
-			top = Max(top, i + 2);
-		}
-	posix_spawn_file_actions_addclosefrom_np(&fa, top);
-	posix_spawnattr_init(&attr);
-	sigfillset(&all);
-	sigemptyset(&none);
-	posix_spawnattr_setsigdefault(&attr, &all);
-	posix_spawnattr_setsigmask(&attr, &none);
-	posix_spawnattr_setpgroup(&attr, 0);
-	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK |
-							 POSIX_SPAWN_SETPGROUP | (vfork ? POSIX_SPAWN_USEVFORK : 0));
-	rc = posix_spawn(pid, argv[0], &fa, &attr, argv, jail_envp);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&attr);
-	return rc;
+	return sandbox_spawn_process(pid, argv[0], argv, jail_envp, fds, 3, vfork);
 }
 
 /* ----------------------------------------------------------------
@@ -362,17 +330,15 @@ launcher_ensure(void)
  * ----------------------------------------------------------------
  */
 
-/* The request as one launcher message: magic, then each option and value. */
-static void
-request_message(const JailRequest *req, StringInfo msg)
+/* The request as one launcher message (wire.c); false if it does not fit. */
+static bool
+request_message(const JailRequest *req, JailWireRequest *msg)
 {
-	appendBinaryStringInfo(msg, JAIL_WIRE_MAGIC, sizeof(JAIL_WIRE_MAGIC));
 	for (int i = 0; i < req->n; i++)
-	{
-		appendBinaryStringInfo(msg, req->name[i], strlen(req->name[i]) + 1);
-		if (req->value[i])
-			appendBinaryStringInfo(msg, req->value[i], strlen(req->value[i]) + 1);
-	}
+		if (!jail_wire_request_add(msg, req->name[i]) ||
+			(req->value[i] && !jail_wire_request_add(msg, req->value[i])))
+			return false;
+	return true;
 }
 
 /* The request's --language, or NULL */
@@ -393,7 +359,8 @@ request_language(const JailRequest *req)
 static bool
 launch_served(Run *run, const JailRequest *req, const char *code_path)
 {
-	StringInfoData msg;
+	static char buf[JAIL_WIRE_MAX];
+	JailWireRequest msg;
 	int			outp[NSTREAMS][2] = {{-1, -1}, {-1, -1}};
 	int			fds[JAIL_WIRE_NFDS];
 	int			codefd = -1;
@@ -409,15 +376,14 @@ launch_served(Run *run, const JailRequest *req, const char *code_path)
 		(sock = launcher_connect(run->disk.egress ? NULL : request_language(req))) < 0)
 		return false;
 	codefd = open(code_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (codefd >= 0 && pipe2(outp[0], O_CLOEXEC) == 0 && pipe2(outp[1], O_CLOEXEC) == 0)
+	jail_wire_request_init(&msg, buf);
+	if (codefd >= 0 && request_message(req, &msg) &&
+		pipe2(outp[0], O_CLOEXEC) == 0 && pipe2(outp[1], O_CLOEXEC) == 0)
 	{
-		initStringInfo(&msg);
-		request_message(req, &msg);
 		fds[JAIL_WIRE_FD_CODE] = codefd;
 		fds[JAIL_WIRE_FD_STDOUT] = outp[0][1];
 		fds[JAIL_WIRE_FD_STDERR] = outp[1][1];
-		sent = jail_wire_send(sock, msg.data, msg.len, fds, JAIL_WIRE_NFDS) == msg.len;
-		free(msg.data);
+		sent = jail_wire_send(sock, msg.buf, msg.len, fds, JAIL_WIRE_NFDS) == (ssize_t) msg.len;
 	}
 	close_fd(&codefd);
 	close_fd(&outp[0][1]);

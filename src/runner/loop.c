@@ -200,6 +200,129 @@ typedef enum FdKind
 	FD_PIDFD
 } FdKind;
 
+/* What one poll() waits on: each descriptor's kind and run. */
+#define WAIT_MAX_FDS	(RUNNER_MAX_SLOTS * 4 + 3)
+
+typedef struct WaitSet
+{
+	struct pollfd pfd[WAIT_MAX_FDS];
+	FdKind		kind[WAIT_MAX_FDS];
+	Run		   *owner[WAIT_MAX_FDS];
+	int			n;
+} WaitSet;
+
+static void
+wait_add(WaitSet *ws, int fd, short events, FdKind kind, Run *run)
+{
+	ws->pfd[ws->n].fd = fd;
+	ws->pfd[ws->n].events = events;
+	ws->pfd[ws->n].revents = 0;
+	ws->kind[ws->n] = kind;
+	ws->owner[ws->n] = run;
+	ws->n++;
+}
+
+/* The signal pipe, the link, the database, every run's pipes and pidfd. */
+static void
+wait_build(WaitSet *ws)
+{
+	ws->n = 0;
+	wait_add(ws, signal_pipe[0], POLLIN, FD_SIGNAL, NULL);
+	if (link_fd >= 0)
+		wait_add(ws, link_fd, POLLIN, FD_LINK, NULL);
+	if (db_socket() >= 0)
+		wait_add(ws, db_socket(), db_poll_events(), FD_DB, NULL);
+	for (int i = 0; i < nruns; i++)
+	{
+		Run		   *run = &runs[i];
+
+		if (run->out.fd[STREAM_STDOUT] >= 0)
+			wait_add(ws, run->out.fd[STREAM_STDOUT], POLLIN, FD_STDOUT, run);
+		if (run->out.fd[STREAM_STDERR] >= 0)
+			wait_add(ws, run->out.fd[STREAM_STDERR], POLLIN, FD_STDERR, run);
+		if (run->jail.verdict_fd >= 0)
+			wait_add(ws, run->jail.verdict_fd, POLLIN, FD_VERDICT, run);
+		if (run->jail.pidfd >= 0)
+			wait_add(ws, run->jail.pidfd, POLLIN, FD_PIDFD, run);
+	}
+}
+
+/*
+ * Read what descriptor e of the set has.  A run's descriptor is read only
+ * if it is still the run's (an earlier event of this turn may have closed
+ * it).
+ */
+static void
+wait_read(const WaitSet *ws, int e, bool *connected_now)
+{
+	Run		   *run = ws->owner[e];
+	int			fd = ws->pfd[e].fd;
+	bool		eof = false;
+
+	switch (ws->kind[e])
+	{
+		case FD_SIGNAL:
+			{
+				char		buf[64];
+
+				while (read(signal_pipe[0], buf, sizeof(buf)) > 0)
+					;
+			}
+			break;
+		case FD_LINK:
+			link_read(&eof);
+			if (eof)
+			{
+				runner_log(RLOG_LOG, "the supervisor is gone; shutting down");
+				shutdown_requested = 1;
+			}
+			break;
+		case FD_DB:
+			db_progress(ws->pfd[e].revents, connected_now, &claim_wanted, &cancel_wanted);
+			break;
+		case FD_STDOUT:
+			if (run->out.fd[STREAM_STDOUT] == fd)
+				output_read(run, STREAM_STDOUT);
+			break;
+		case FD_STDERR:
+			if (run->out.fd[STREAM_STDERR] == fd)
+				output_read(run, STREAM_STDERR);
+			break;
+		case FD_VERDICT:
+			if (run->jail.verdict_fd == fd)
+				jail_read_verdict(run);
+			break;
+		case FD_PIDFD:
+			if (run->jail.pidfd == fd)
+				jail_reap(run);
+			break;
+	}
+}
+
+/*
+ * A connection was just made: LISTEN, then heartbeat (or register, the
+ * first time).  False when one of them failed: the next attempt follows.
+ */
+static bool
+connection_made(void)
+{
+	if (!db_listen())
+		return false;			/* it broke again */
+	if (me.registered && !step_heartbeat() && db_connected() && me.registered)
+		return false;			/* not renewed: it is tried again shortly */
+	if (!me.registered && !step_register())
+	{
+		if (db_connected())
+			db_disconnect("the runner could not register");
+		return false;
+	}
+	db_accepted();
+	runner_log(RLOG_LOG, "%s", db_status());
+	claim_wanted = cancel_wanted = sweep_wanted = true;
+	status_dirty = true;
+	return true;
+}
+
 /*
  * Wait for a signal, the link, the database, a run's pipes or pidfd, or
  * the timeout, and read what arrived.  Returns whether anything woke us
@@ -209,112 +332,30 @@ typedef enum FdKind
 static bool
 wait_and_read(int *nevents)
 {
-	struct pollfd pfd[RUNNER_MAX_SLOTS * 4 + 3];
-	FdKind		kind[RUNNER_MAX_SLOTS * 4 + 3];
-	Run		   *owner[RUNNER_MAX_SLOTS * 4 + 3];
-	int			n = 0;
+	WaitSet		ws;
 	int			rc;
-	bool		woken = false;
 	bool		connected_now = false;
 	bool		db_seen = false;
 
 	/* what a step read meanwhile: claim (or cancel) now, do not wait */
 	db_take_wakeups(&claim_wanted, &cancel_wanted);
 
-#define ADD(fd_, ev_, kind_, run_) \
-	do { pfd[n].fd = (fd_); pfd[n].events = (ev_); pfd[n].revents = 0; \
-		 kind[n] = (kind_); owner[n] = (run_); n++; } while (0)
-
-	ADD(signal_pipe[0], POLLIN, FD_SIGNAL, NULL);
-	if (link_fd >= 0)
-		ADD(link_fd, POLLIN, FD_LINK, NULL);
-	if (db_socket() >= 0)
-		ADD(db_socket(), db_poll_events(), FD_DB, NULL);
-	for (int i = 0; i < nruns; i++)
-	{
-		Run		   *run = &runs[i];
-
-		if (run->out.fd[STREAM_STDOUT] >= 0)
-			ADD(run->out.fd[STREAM_STDOUT], POLLIN, FD_STDOUT, run);
-		if (run->out.fd[STREAM_STDERR] >= 0)
-			ADD(run->out.fd[STREAM_STDERR], POLLIN, FD_STDERR, run);
-		if (run->jail.verdict_fd >= 0)
-			ADD(run->jail.verdict_fd, POLLIN, FD_VERDICT, run);
-		if (run->jail.pidfd >= 0)
-			ADD(run->jail.pidfd, POLLIN, FD_PIDFD, run);
-	}
-#undef ADD
-
-	rc = poll(pfd, n, wait_timeout());
+	wait_build(&ws);
+	rc = poll(ws.pfd, ws.n, wait_timeout());
 	*nevents = Max(rc, 0);
-	for (int e = 0; rc > 0 && e < n; e++)
+	for (int e = 0; rc > 0 && e < ws.n; e++)
 	{
-		Run		   *run = owner[e];
-		bool		eof = false;
-
-		if (pfd[e].revents == 0)
+		if (ws.pfd[e].revents == 0)
 			continue;
-		switch (kind[e])
-		{
-			case FD_SIGNAL:
-				{
-					char		buf[64];
-
-					while (read(signal_pipe[0], buf, sizeof(buf)) > 0)
-						;
-				}
-				break;
-			case FD_LINK:
-				link_read(&eof);
-				if (eof)
-				{
-					runner_log(RLOG_LOG, "the supervisor is gone; shutting down");
-					shutdown_requested = 1;
-				}
-				break;
-			case FD_DB:
-				db_progress(pfd[e].revents, &connected_now, &claim_wanted, &cancel_wanted);
-				db_seen = true;
-				break;
-			case FD_STDOUT:
-				if (run->out.fd[STREAM_STDOUT] == pfd[e].fd)
-					output_read(run, STREAM_STDOUT);
-				break;
-			case FD_STDERR:
-				if (run->out.fd[STREAM_STDERR] == pfd[e].fd)
-					output_read(run, STREAM_STDERR);
-				break;
-			case FD_VERDICT:
-				if (run->jail.verdict_fd == pfd[e].fd)
-					jail_read_verdict(run);
-				break;
-			case FD_PIDFD:
-				if (run->jail.pidfd == pfd[e].fd)
-					jail_reap(run);
-				break;
-		}
+		wait_read(&ws, e, &connected_now);
+		db_seen |= ws.kind[e] == FD_DB;
 	}
 	/* connect attempts and their timeouts are driven without an event too */
 	if (!db_seen && !db_connected())
 		db_progress(0, &connected_now, &claim_wanted, &cancel_wanted);
-	if (connected_now && !db_listen())
-		connected_now = false;	/* it broke again: the next attempt follows */
-	if (connected_now && me.registered && !step_heartbeat() && db_connected() && me.registered)
-		connected_now = false;	/* not renewed: it is tried again shortly */
-	if (connected_now && !me.registered && !step_register())
-	{
-		if (db_connected())
-			db_disconnect("the runner could not register");
-		connected_now = false;
-	}
 	if (connected_now)
-	{
-		db_accepted();
-		runner_log(RLOG_LOG, "%s", db_status());
-		claim_wanted = cancel_wanted = sweep_wanted = true;
-		status_dirty = true;
-	}
-	return woken || connected_now || claim_wanted;
+		connected_now = connection_made();
+	return connected_now || claim_wanted;
 }
 
 /* Backstops, jails without a pidfd, and draining what exited jails left. */

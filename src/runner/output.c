@@ -3,8 +3,8 @@
  * output.c
  *		A run's stdout and stderr on their way to agent.invocation_output:
  *		read from the jail's pipes, cut at the output limit, assembled into
- *		valid UTF-8, coalesced into lines, and stored (through steps.c) in
- *		one transaction per loop turn.
+ *		valid UTF-8, coalesced into lines, and stored (through
+ *		steps_result.c) in one transaction per loop turn.
  *
  * The jail caps its output too; the cap here holds even if it did not, so
  * the table never grows past the output limit per stream (the smaller of
@@ -163,7 +163,7 @@ output_read(Run *run, int st)
  * Does a run's output wait for its start report?  Until the run is due to
  * be reported running (start_report_delay after its start) its output waits
  * (unless it is large), so that the output of a run that ends before that
- * goes with its finish (steps.c) and a short run is recorded in one
+ * goes with its finish (steps_result.c) and a short run is recorded in one
  * transaction.
  */
 static bool
@@ -211,9 +211,10 @@ output_due_ms(Run *run, msec now)
 }
 
 /*
- * Store the ready output of every run (steps.c: in one transaction; when
- * that fails, each run's in its own, so that one whose output cannot be
- * stored now keeps it and is tried again later while the others' commits).
+ * Store the ready output of every run (steps_result.c: in one
+ * transaction; when that fails, each run's in its own, so that one whose
+ * output cannot be stored now keeps it and is tried again later while the
+ * others' commits).
  * When the database cannot be reached, nothing is stored and the output
  * waits.
  */

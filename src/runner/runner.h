@@ -13,7 +13,10 @@
  *	db.c		the connection: reconnect with backoff, LISTEN, a step as
  *				one parameterised call with a deadline, pipelines
  *	steps.c		a run's steps in the database, each one call of one named
- *				SQL function
+ *				SQL function: registration, leases, claim, prepare, the
+ *				start report, cancels, the sweep's lists
+ *	steps_result.c	the steps that store what a run leaves: its output
+ *				and, at its end, its files, egress log and finish
  *	run.c		the slot table and a run's phases, one function per
  *				transition, and finishing a run
  *	launch.c	the jail: the resident launcher's socket, the one-shot
@@ -57,7 +60,7 @@
  * (agent.runner_mark_running) start_report_delay ms after its start, or
  * sooner when its output cannot wait; a run that ends first is reported
  * once, by its finish, which records the start (and the output that
- * waited) in the same transaction (steps.c).
+ * waited) in the same transaction (steps_result.c).
  */
 #define UUID_STR_LEN		37	/* 36 and the NUL */
 /* A run's egress files in its own directory (never the workspace). */
@@ -473,6 +476,11 @@ typedef struct RunnerIdentity
 #define SELF_FENCE_MARGIN_MS	1000
 
 extern RunnerIdentity me;
+/* what steps.c and steps_result.c share */
+extern DbParam step_param(const char *s);
+extern bool step_fenced(const DbResult *r);
+extern void step_lease_params(DbParam *p, const Run *run);
+
 extern bool step_register(void);
 extern bool step_heartbeat(void);
 extern msec step_lease_deadline(const Run *run);
@@ -481,11 +489,12 @@ extern int	step_claim(int want, ClaimedRun *out);
 extern msec step_mark_due(void);
 extern bool step_prepare(Run *run, bool workspace_is_new);
 extern void step_mark_started(void);
+extern bool step_check_cancellations(void);
+extern bool step_sweep_lists(StrList *live_sessions, StrList *skills_in_use);
+/* steps_result.c */
 extern bool step_store_output(const bool ready[][NSTREAMS], bool *stored);
 extern DbOutcome step_record_result(Run *run, const char *error, int jail_status,
 									bool with_files, bool *applied, char **err);
-extern bool step_check_cancellations(void);
-extern bool step_sweep_lists(StrList *live_sessions, StrList *skills_in_use);
 
 /* ---- local.c ---- */
 extern int	link_fd;			/* -1 unless --local */

@@ -16,7 +16,8 @@
  *					agent.runner_skill_files(runner, token, id, skill)
  *	mark started	agent.runner_mark_running(runner, token, id, pid)
  *	output			agent.runner_append_output(runner, token, id, stream, data)
- *	result			agent.runner_store_produced_file(runner, token, id, ...) per
+ *					(steps_result.c)
+ *	result			(steps_result.c) agent.runner_store_produced_file(runner, token, id, ...) per
  *					saved file, agent.runner_store_skipped_files(runner, token,
  *					id, names, statuses, reasons) for the rest at once,
  *					agent.runner_record_egress(runner, token, id, log, verdict)
@@ -65,15 +66,6 @@ static const char SQL_PREPARE[] =
 static const char SQL_SKILL_FILES[] =
 "SELECT path, content, executable FROM agent.runner_skill_files($1, $2, $3, $4)";
 static const char SQL_MARK[] = "SELECT agent.runner_mark_running($1, $2, $3, $4)";
-static const char SQL_OUTPUT[] = "SELECT agent.runner_append_output($1, $2, $3, $4, $5)";
-static const char SQL_STORE_FILE[] =
-"SELECT agent.runner_store_produced_file($1, $2, $3, $4, $5, $6, $7)";
-static const char SQL_STORE_SKIPPED[] =
-"SELECT agent.runner_store_skipped_files($1, $2, $3, $4, $5, $6)";
-static const char SQL_RECORD_EGRESS[] =
-"SELECT agent.runner_record_egress($1, $2, $3, $4, $5)";
-static const char SQL_FINISH[] =
-"SELECT agent.runner_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 static const char SQL_CANCELS[] = "SELECT id FROM agent.runner_cancel_requested($1, $2) AS id";
 static const char SQL_LIVE[] = "SELECT id::text FROM agent.runner_live_sessions($1) AS id";
 static const char SQL_SKILLS[] = "SELECT id::text FROM agent.runner_skills_in_use($1) AS id";
@@ -83,10 +75,8 @@ static const char SQL_SKILLS[] = "SELECT id::text FROM agent.runner_skills_in_us
 
 RunnerIdentity me;
 
-static const char *const stream_names[NSTREAMS] = {"stdout", "stderr"};
-
-static DbParam
-text_param(const char *s)
+DbParam
+step_param(const char *s)
 {
 	DbParam		p = {s, -1};
 
@@ -106,19 +96,19 @@ or_empty(const char *v)
 }
 
 /* Did this result say the lease (or registration) is not ours? */
-static bool
-fenced(const DbResult *r)
+bool
+step_fenced(const DbResult *r)
 {
 	return r->outcome == DB_FAILED && strcmp(r->sqlstate, SQLSTATE_FENCED) == 0;
 }
 
 /* The runner and lease parameters every invocation step starts with. */
-static void
-lease_params(DbParam *p, const Run *run)
+void
+step_lease_params(DbParam *p, const Run *run)
 {
-	p[0] = text_param(me.id);
-	p[1] = text_param(run->lease);
-	p[2] = text_param(run->id);
+	p[0] = step_param(me.id);
+	p[1] = step_param(run->lease);
+	p[2] = step_param(run->id);
 }
 
 /* ---- register and heartbeat ---- */
@@ -151,10 +141,10 @@ step_register(void)
 
 	(void) gethostname(host, sizeof(host) - 1);
 	snprintf(slots, sizeof(slots), "%d", runner_conf.slots);
-	p[0] = text_param(runner_conf.name);
-	p[1] = text_param(host);
-	p[2] = text_param(RUNNER_VERSION);
-	p[3] = text_param(slots);
+	p[0] = step_param(runner_conf.name);
+	p[1] = step_param(host);
+	p[2] = step_param(RUNNER_VERSION);
+	p[3] = step_param(slots);
 	r = db_call(SQL_REGISTER, 4, p);
 	ok = r.outcome == DB_OK && db_ntuples(&r) == 1;
 	if (ok)
@@ -210,11 +200,11 @@ step_heartbeat(void)
 	appendStringInfoChar(&held, '}');
 	snprintf(in_use, sizeof(in_use), "%d", nactive);
 	snprintf(slots, sizeof(slots), "%d", runner_conf.slots);
-	p[0] = text_param(me.id);
-	p[1] = text_param(me.incarnation);
-	p[2] = text_param(in_use);
-	p[3] = text_param(held.data);
-	p[4] = text_param(slots);
+	p[0] = step_param(me.id);
+	p[1] = step_param(me.incarnation);
+	p[2] = step_param(in_use);
+	p[3] = step_param(held.data);
+	p[4] = step_param(slots);
 	r = db_call(SQL_HEARTBEAT, 5, p);
 	if (r.outcome == DB_OK && db_ntuples(&r) == 1)
 	{
@@ -251,7 +241,7 @@ step_heartbeat(void)
 		}
 		ok = true;
 	}
-	else if (fenced(&r))
+	else if (step_fenced(&r))
 	{
 		runner_log(RLOG_WARNING, "%s", r.message);
 		fence_all("another process of this runner registered");
@@ -348,16 +338,16 @@ step_claim(int want, ClaimedRun *out)
 	if (!me.registered || strcmp(me.state, "active") != 0)
 		return 0;
 	snprintf(nbuf, sizeof(nbuf), "%d", want);
-	p[0] = text_param(me.id);
-	p[1] = text_param(me.incarnation);
-	p[2] = text_param(nbuf);
+	p[0] = step_param(me.id);
+	p[1] = step_param(me.incarnation);
+	p[2] = step_param(nbuf);
 	r = db_call(SQL_CLAIM, 3, p);
 	for (int i = 0; r.outcome == DB_OK && i < db_ntuples(&r) && n < want; i++)
 	{
 		read_claimed(&r, i, &out[n]);
 		out[n++].leased_at = sent;
 	}
-	if (fenced(&r))
+	if (step_fenced(&r))
 	{
 		runner_log(RLOG_WARNING, "%s", r.message);
 		fence_all("another process of this runner registered");
@@ -405,13 +395,13 @@ materialize_skill(Run *run, const char *skill_id, char **err, bool *fence)
 		free(final);
 		return NULL;
 	}
-	lease_params(p, run);
-	p[3] = text_param(skill_id);
+	step_lease_params(p, run);
+	p[3] = step_param(skill_id);
 	r = db_call(SQL_SKILL_FILES, 4, p);
 	if (r.outcome != DB_OK)
 	{
 		*err = psprintf("could not read the files of skill %s: %s", skill_id, r.message);
-		*fence = fenced(&r);
+		*fence = step_fenced(&r);
 		ok = false;
 	}
 	for (int i = 0; ok && i < db_ntuples(&r); i++)
@@ -499,8 +489,8 @@ step_prepare(Run *run, bool workspace_is_new)
 	bool		fence = false;
 	bool		ok;
 
-	lease_params(p, run);
-	p[3] = text_param(workspace_is_new ? "true" : "false");
+	step_lease_params(p, run);
+	p[3] = step_param(workspace_is_new ? "true" : "false");
 	db_batch_init(&b);
 	db_batch_add(&b, "BEGIN", 0, NULL);
 	db_batch_add(&b, SQL_PREPARE, 4, p);
@@ -510,7 +500,7 @@ step_prepare(Run *run, bool workspace_is_new)
 		const DbResult *bad = b.items[1].r.outcome != DB_OK ? &b.items[1].r : &b.items[0].r;
 
 		err = pg_strdup(or_empty(bad->message));
-		fence = fenced(bad);
+		fence = step_fenced(bad);
 	}
 	else
 		ok = place_prepared(run, &b.items[1].r, &err, &fence);
@@ -576,8 +566,8 @@ step_mark_started(void)
 		if (run->phase != RUN_STARTED)
 			continue;
 		snprintf(pid[n], sizeof(pid[n]), "%d", (int) run->jail.pid);
-		lease_params(p[n], run);
-		p[n][3] = text_param(pid[n]);
+		step_lease_params(p[n], run);
+		p[n][3] = step_param(pid[n]);
 		db_batch_add(&b, SQL_MARK, 4, p[n]);
 		db_batch_sync(&b);
 		marked[n++] = run;
@@ -591,7 +581,7 @@ step_mark_started(void)
 
 			if (b.items[k].sql == NULL)
 				continue;
-			if (fenced(&b.items[k].r))
+			if (step_fenced(&b.items[k].r))
 				run_fence(marked[i], b.items[k].r.message);
 			else if (b.items[k].r.outcome != DB_OK)
 				runner_log(RLOG_WARNING, "marking invocation %s running failed: %s",
@@ -633,245 +623,6 @@ step_mark_due(void)
 	return due;
 }
 
-/* ---- output ---- */
-
-static void
-add_output(DbBatch *b, Run *run, const bool ready[NSTREAMS], DbParam p[NSTREAMS][5])
-{
-	for (int st = 0; st < NSTREAMS; st++)
-	{
-		if (!ready[st])
-			continue;
-		lease_params(p[st], run);
-		p[st][3] = text_param(stream_names[st]);
-		p[st][4] = text_param(run->out.pending[st].data);
-		db_batch_add(b, SQL_OUTPUT, 5, p[st]);
-	}
-}
-
-/*
- * Store the ready output of every run (ready[slot][stream]): stored[slot]
- * says whose was.  All of it in one transaction; when that fails, each
- * run's in a transaction of its own (one round trip still), so that the
- * output of a run that cannot be stored now does not hold up the others',
- * and a run whose lease is gone is fenced.  False when the connection
- * broke (nothing stored).
- */
-bool
-step_store_output(const bool ready[][NSTREAMS], bool *stored)
-{
-	static DbParam p[RUNNER_MAX_SLOTS][NSTREAMS][5];
-	DbBatch		b;
-	DbOutcome	o;
-
-	memset(stored, 0, sizeof(bool) * nruns);
-	db_batch_init(&b);
-	for (int i = 0; i < nruns; i++)
-		if (ready[i][0] || ready[i][1])
-			add_output(&b, &runs[i], ready[i], p[i]);
-	o = db_batch_run(&b);
-	db_batch_free(&b);
-	if (o == DB_LOST)
-		return false;
-	if (o == DB_OK)
-	{
-		for (int i = 0; i < nruns; i++)
-			stored[i] = ready[i][0] || ready[i][1];
-		return true;
-	}
-
-	/* one transaction per run */
-	db_batch_init(&b);
-	for (int i = 0; i < nruns; i++)
-		if (ready[i][0] || ready[i][1])
-		{
-			add_output(&b, &runs[i], ready[i], p[i]);
-			db_batch_sync(&b);
-		}
-	o = db_batch_run(&b);
-	if (o != DB_LOST)
-	{
-		int			k = 0;
-
-		for (int i = 0; i < nruns; i++)
-		{
-			const DbResult *bad = NULL;
-
-			if (!ready[i][0] && !ready[i][1])
-				continue;
-			for (; k < b.n && b.items[k].sql; k++)
-				if (b.items[k].r.outcome != DB_OK && bad == NULL)
-					bad = &b.items[k].r;
-			k++;				/* the sync point */
-			stored[i] = bad == NULL;
-			if (bad && fenced(bad))
-				run_fence(&runs[i], bad->message);
-			else if (bad)
-				runner_log(RLOG_LOG, "could not store the output of invocation %s yet: %s",
-						   runs[i].id, bad->message);
-		}
-	}
-	db_batch_free(&b);
-	return o != DB_LOST;
-}
-
-/* ---- result ---- */
-
-/* Append a text[] element, quoted as array_in reads it (NULL unquoted). */
-static void
-append_array_elem(StringInfo buf, const char *v)
-{
-	if (buf->len > 1)
-		appendStringInfoChar(buf, ',');
-	if (v == NULL)
-	{
-		appendStringInfoString(buf, "NULL");
-		return;
-	}
-	appendStringInfoChar(buf, '"');
-	for (; *v; v++)
-	{
-		if (*v == '"' || *v == '\\')
-			appendStringInfoChar(buf, '\\');
-		appendStringInfoChar(buf, *v);
-	}
-	appendStringInfoChar(buf, '"');
-}
-
-/*
- * Record the run's result in one transaction: with files, the output that
- * waited (a run that ended before its start report, output.c) and the
- * files it produced; then the finish step.  DB_OK when it committed;
- * *applied then says whether the result was also applied (false: it is
- * staged).  DB_FENCED when the lease is not ours.  On failure *err
- * (malloc'd) says why.
- */
-DbOutcome
-step_record_result(Run *run, const char *error, int jail_status, bool with_files,
-				   bool *applied, char **err)
-{
-	RunDisk    *d = &run->disk;
-	int			nfiles = with_files ? d->produced.n : 0;
-	DbParam    *fp = pg_malloc0(sizeof(DbParam) * 7 * Max(nfiles, 1));
-	DbParam		sp[6];
-	DbParam		ep[5];
-	DbParam		op[NSTREAMS][5];
-	bool		out_ready[NSTREAMS] = {false, false};
-	DbParam		p[11];
-	StringInfoData names,
-				statuses,
-				reasons;
-	char		status[16],
-				bytes[32],
-				entries[16];
-	DbBatch		b;
-	DbOutcome	o;
-	const DbResult *fin;
-	const DbResult *bad = NULL;
-	int			nskipped = 0;
-	int			nfin;
-
-	/* saved files one call each (at most max_files); the rest in one call */
-	initStringInfo(&names);
-	initStringInfo(&statuses);
-	initStringInfo(&reasons);
-	appendStringInfoChar(&names, '{');
-	appendStringInfoChar(&statuses, '{');
-	appendStringInfoChar(&reasons, '{');
-	db_batch_init(&b);
-	if (with_files)
-	{
-		for (int st = 0; st < NSTREAMS; st++)
-			out_ready[st] = run->out.pending[st].len > 0;
-		add_output(&b, run, out_ready, op);
-	}
-	for (int i = 0; i < nfiles; i++)
-	{
-		ProducedFile *pf = &d->produced.v[i];
-		DbParam    *q = &fp[i * 7];
-
-		if (strcmp(pf->status, "saved") != 0)
-		{
-			append_array_elem(&names, pf->name);
-			append_array_elem(&statuses, pf->status);
-			append_array_elem(&reasons, pf->reason);
-			nskipped++;
-			continue;
-		}
-		lease_params(q, run);
-		q[3] = text_param(pf->name);
-		q[4] = text_param(pf->status);
-		q[5] = text_param(pf->reason);
-		q[6].value = pf->data;
-		q[6].len = pf->data ? (int) pf->len : -1;
-		db_batch_add(&b, SQL_STORE_FILE, 7, q);
-	}
-	appendStringInfoChar(&names, '}');
-	appendStringInfoChar(&statuses, '}');
-	appendStringInfoChar(&reasons, '}');
-	if (nskipped > 0)
-	{
-		lease_params(sp, run);
-		sp[3] = text_param(names.data);
-		sp[4] = text_param(statuses.data);
-		sp[5] = text_param(reasons.data);
-		db_batch_add(&b, SQL_STORE_SKIPPED, 6, sp);
-	}
-	/*
-	 * The connection log and the verdict's egress summary, before the
-	 * finish: the tool call it writes carries the summary and the run's
-	 * egress audit event.  Not on the fallback (without files): a log the
-	 * database refuses must never keep the slot.
-	 */
-	if (with_files && d->egress)
-	{
-		lease_params(ep, run);
-		ep[3] = text_param(d->egress_log ? d->egress_log : "");
-		ep[4] = text_param(run->jail.verdict.len > 0 ? run->jail.verdict.data : NULL);
-		db_batch_add(&b, SQL_RECORD_EGRESS, 5, ep);
-	}
-	snprintf(status, sizeof(status), "%d", jail_status);
-	snprintf(bytes, sizeof(bytes), "%lld", (long long) d->ws_bytes);
-	snprintf(entries, sizeof(entries), "%d", d->ws_entries);
-	lease_params(p, run);
-	p[3] = text_param(run->jail.verdict.len > 0 && error == NULL ? run->jail.verdict.data : NULL);
-	p[4] = text_param(status);
-	p[5] = text_param(error);
-	p[6] = text_param(run->phase != RUN_UNSTARTED ? "true" : "false");
-	p[7] = text_param(run->out.truncated ? "true" : "false");
-	p[8] = text_param(d->measured ? bytes : NULL);
-	p[9] = text_param(d->measured ? entries : NULL);
-	p[10] = text_param(d->ws_reset);
-	db_batch_add(&b, SQL_FINISH, 11, p);
-	nfin = b.n - 1;				/* (db_batch_run appends a sync point after it) */
-
-	o = db_batch_run(&b);
-	fin = &b.items[nfin].r;
-	if (o == DB_OK)
-		*applied = db_value(fin, 0, 0) != NULL;
-	else
-	{
-		/* the call that failed (those after it were not run: no SQLSTATE) */
-		for (int i = 0; i < b.n && bad == NULL; i++)
-			if (b.items[i].r.outcome != DB_OK && b.items[i].r.sqlstate[0])
-				bad = &b.items[i].r;
-		if (bad == NULL)
-			bad = fin;
-		if (bad && fenced(bad))
-			o = DB_FENCED;
-		*err = pg_strdup(bad && bad->message ? bad->message : "unknown error");
-		if (o != DB_FENCED)
-			runner_log(RLOG_WARNING, "could not record the result of invocation %s: %s",
-					   run->id, *err);
-	}
-	db_batch_free(&b);
-	free(fp);
-	free(names.data);
-	free(statuses.data);
-	free(reasons.data);
-	return o;
-}
-
 /* ---- cancellations ---- */
 
 /*
@@ -899,8 +650,8 @@ step_check_cancellations(void)
 		free(ids.data);
 		return true;
 	}
-	p[0] = text_param(me.id);
-	p[1] = text_param(ids.data);
+	p[0] = step_param(me.id);
+	p[1] = step_param(ids.data);
 	r = db_call(SQL_CANCELS, 2, p);
 	for (int j = 0; r.outcome == DB_OK && j < db_ntuples(&r); j++)
 	{
@@ -938,7 +689,7 @@ step_sweep_lists(StrList *live_sessions, StrList *skills_in_use)
 
 	if (!me.registered)
 		return false;
-	p[0] = text_param(me.id);
+	p[0] = step_param(me.id);
 	db_batch_init(&b);
 	db_batch_add(&b, SQL_LIVE, 1, p);
 	db_batch_add(&b, SQL_SKILLS, 1, p);

@@ -4,14 +4,20 @@
 # The jail's cgroup code on a cgroup-v2-only host: every limit and its
 # verdict fields, one-shot and served, as root and as postgres through the
 # delegation scripts/jail-host-setup.sh sets up, slot reuse and clean-up,
-# killed jails and launchers, an account that is not delegated, and the
-# systemd layout (a service's own delegated subtree).  Runs as root on a
+# killed jails and launchers, an account that is not delegated, the
+# systemd layout (a service's own delegated subtree, the drop-in
+# jail-host-setup.sh writes), sandbox-runner's unit (its cgroup given to
+# its User=, its ExecStart's --enter-cgroup step), and the supervisor
+# completing real invocations under PostgreSQL (postgres.sh).  Runs as root on a
 # host whose cgroup2 mount has memory, pids and cpu and no v1 hierarchy:
 # test/cgroup-v2/run.sh boots such a guest and runs this there, but any
 # such host will do.  One line per check; ends with "N passed, N failed".
 # No check times anything; waits are bounded so a broken jail cannot hang
 # the suite.  CG2_ONLY=REGEX runs only the checks whose name matches
-# (the runs they need still run).
+# (the runs they need still run); CG2_PARTS="oneshot served ..." runs only
+# those parts (oneshot served nodeleg service runner-unit postgres; the
+# host's set-up always runs): test knobs for work on one part under
+# emulation.
 set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,8 +28,6 @@ CG=$(awk '{ for (i = 1; i <= NF; i++) if ($i == "-") break;
 D=$CG/sandbox_ext			# the delegated parent jail-host-setup.sh makes
 SVC=$D/service				# where postgres's own processes run
 
-PASS=0
-FAIL=0
 WORK=$(mktemp -d /tmp/cg2test.XXXXXX)
 chmod 755 "$WORK"
 MARK=$((RANDOM * 32768 + RANDOM + 100000))	# unique sleep durations
@@ -35,13 +39,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { PASS=$((PASS + 1)); echo "ok   - $*"; }
+# ok and nok: test/tap.sh (plain lines); a failure shows the last run's
+# verdict and output
+TAP_STYLE=plain
+. "$ROOT/test/tap.sh"
+part() { [ -z "${CG2_PARTS:-}" ] || [[ " $CG2_PARTS " == *" $1 "* ]]; }
+# where the guest's time goes (a note, never a check)
+stamp() { echo "# at $SECONDS s: $*"; }
 fail() {
-	FAIL=$((FAIL + 1))
-	echo "FAIL - $*"
-	echo "       verdict: $(cat "$WORK/verdict" 2>/dev/null)"
-	echo "       rc=${RC:-} stdout: $(head -c 300 "$WORK/out" 2>/dev/null | tr '\n' '|')"
-	echo "       stderr: $(head -c 400 "$WORK/err" 2>/dev/null | tr '\n' '|')"
+	nok "$*" "verdict: $(cat "$WORK/verdict" 2>/dev/null)" \
+		"rc=${RC:-} stdout: $(head -c 300 "$WORK/out" 2>/dev/null | tr '\n' '|')" \
+		"stderr: $(head -c 400 "$WORK/err" 2>/dev/null | tr '\n' '|')"
 }
 # t NAME CONDITION: CONDITION is evaluated by the shell
 t() {
@@ -121,6 +129,8 @@ jbg() {
 	BGPID=$!
 }
 vf() { cp "$1" "$WORK/verdict"; v "$2"; }
+# copy a run's file to where fail() and v read it; missing: an empty one
+take() { cat "$1" > "$2" 2>/dev/null || : > "$2"; }
 # the v2 cgroup (relative to the mount) of the first process matching $1
 cg_of() { sed -n 's/^0:://p' "/proc/$(pgrep -f -o "$1")/cgroup" 2>/dev/null; }
 stale() { ls -d "$1"/run-* "$1"/srv-* 2>/dev/null; }
@@ -372,66 +382,195 @@ except OSError:
 	wait "$LPARENT" 2>/dev/null
 }
 
-oneshot root
-oneshot postgres
-served root
-served postgres
+stamp "oneshot"
+if part oneshot; then
+	oneshot root
+	oneshot postgres
+fi
+stamp "served"
+if part served; then
+	served root
+	served postgres
+fi
 
 # ---- an account whose own processes are outside the delegated subtree --------
-echo "# postgres outside $D (not delegated)"
-fresh_ws postgres
-JAIL=("$BIN")
-RUNNER=(runuser -u postgres --)
-jr postgres shell 'echo ran'
-t "not delegated: the run falls back to rlimits, says so (cgroup none, and why on stderr)" \
-	'[ $RC = 0 ] && out_has ran && [ "$(v cgroup)" = none ] && err_has "is not delegated to this process"'
-jr postgres shell 'echo never' --require-cgroup
-t "not delegated + --require-cgroup: setup error naming the reason" \
-	'[ $RC = 1 ] && [ "$(v status)" = setup_error ] && grep -q "not delegated" <<<"$(v setup_error)" && ! out_has never'
-jr postgres shell 'echo never' --cgroup-parent "$D" --require-cgroup
-t "not delegated, explicit --cgroup-parent: refused before any cgroup is made" \
-	'[ $RC = 1 ] && grep -q "not delegated" <<<"$(v setup_error)" && [ -z "$(stale "$D")" ]'
-SOCK=$WORK/nodeleg.sock
-timeout -s KILL 60 runuser -u postgres -- "$BIN" --serve "$SOCK" --pool 1 --require-cgroup > "$WORK/out" 2> "$WORK/err"
-RC=$?
-t "not delegated: a launcher with --require-cgroup refuses to start, naming the reason" \
-	'[ $RC = 1 ] && err_has "not delegated" && [ ! -e "$SOCK" ]'
+stamp "nodeleg"
+if part nodeleg; then
+	echo "# postgres outside $D (not delegated)"
+	fresh_ws postgres
+	JAIL=("$BIN")
+	RUNNER=(runuser -u postgres --)
+	jr postgres shell 'echo ran'
+	t "not delegated: the run falls back to rlimits, says so (cgroup none, and why on stderr)" \
+		'[ $RC = 0 ] && out_has ran && [ "$(v cgroup)" = none ] && err_has "is not delegated to this process"'
+	jr postgres shell 'echo never' --require-cgroup
+	t "not delegated + --require-cgroup: setup error naming the reason" \
+		'[ $RC = 1 ] && [ "$(v status)" = setup_error ] && grep -q "not delegated" <<<"$(v setup_error)" && ! out_has never'
+	jr postgres shell 'echo never' --cgroup-parent "$D" --require-cgroup
+	t "not delegated, explicit --cgroup-parent: refused before any cgroup is made" \
+		'[ $RC = 1 ] && grep -q "not delegated" <<<"$(v setup_error)" && [ -z "$(stale "$D")" ]'
+	SOCK=$WORK/nodeleg.sock
+	timeout -s KILL 60 runuser -u postgres -- "$BIN" --serve "$SOCK" --pool 1 --require-cgroup > "$WORK/out" 2> "$WORK/err"
+	RC=$?
+	t "not delegated: a launcher with --require-cgroup refuses to start, naming the reason" \
+		'[ $RC = 1 ] && err_has "not delegated" && [ ! -e "$SOCK" ]'
+fi
 
 # ---- the systemd layout: a service's own subtree (Delegate=yes) --------------
 # What the drop-in does, without systemd: a service cgroup with the
 # service's processes in it, and the ExecStartPost run from <service>/.control.
-echo "# a delegated service (the systemd drop-in's ExecStartPost)"
-S=$CG/system.slice/sbx-test.service
-mkdir -p "$CG/system.slice"
-for c in +memory +pids +cpu; do echo $c > "$CG/system.slice/cgroup.subtree_control"; done
-mkdir -p "$S/.control"
-# the "server": postgres processes in S, one forking more while we move
-sh -c 'echo $$ > "$1/cgroup.procs" && exec runuser -u postgres -- sh -c "sleep $2 & while :; do sleep 0.2; done"' sh "$S" "$MARK" &
-SERVER=$!
-wait_until "[ \$(wc -l < '$S/cgroup.procs') -ge 2 ]"
-sh -c 'echo $$ > "$1/.control/cgroup.procs" && exec "$2" --service-cgroup postgres' sh "$S" "$ROOT/scripts/jail-host-setup.sh" > "$WORK/out" 2> "$WORK/err"
-cp "$WORK/err" "$WORK/out"
-t "service layout: ExecStartPost moves the service into <service>/sandbox_ext/service and delegates <service>/sandbox_ext" \
-	'[ -z "$(cat "$S/cgroup.procs")" ] && [ "$(wc -l < "$S/sandbox_ext/service/cgroup.procs")" -ge 2 ] && [ "$(stat -c %U "$S/sandbox_ext" "$S/sandbox_ext/cgroup.procs" | sort -u)" = postgres ] && [ "$(cat "$S/sandbox_ext/cgroup.subtree_control")" = "cpu memory pids" ] && out_has "delegated to postgres"'
-fresh_ws postgres
-printf 'cat /proc/self/cgroup; sleep %s & wait_for() { :; }; while [ ! -e /workspace/stop ]; do sleep 0.1; done\n' "$((MARK + 5))" > "$WORK/svc.code"
-sh -c 'echo $$ > "$1/sandbox_ext/service/cgroup.procs" && shift && exec runuser -u postgres -- "$@"' sh "$S" \
-	"$BIN" --language shell --workspace "$WS" --verdict-fd 3 --memory 80M < "$WORK/svc.code" \
-	> "$WORK/out" 2> "$WORK/err" 3> "$WORK/verdict" &
-bg=$!
-wait_until "pgrep -f 'sleep $((MARK + 5))' >/dev/null"
-scg=$(cg_of "sleep $((MARK + 5))")
-smax=$(cat "$CG$scg/memory.max" 2>&1)
-touch "$WS/stop"
-wait "$bg"
-RC=$?
-t "service layout: postgres's jail finds <service>/sandbox_ext by itself; limits apply there" \
-	'[ $RC = 0 ] && [ "$(v cgroup)" = v2 ] && [[ "$scg" == /system.slice/sbx-test.service/sandbox_ext/run-* ]] && [ "$smax" = 83886080 ]'
-kill -KILL "$SERVER" 2>/dev/null
-pkill -KILL -f "sleep $MARK" 2>/dev/null
-wait "$SERVER" 2>/dev/null
-wait_until '[ -z "$(cat "$S/sandbox_ext/service/cgroup.procs")" ]' 50
-rmdir "$S"/sandbox_ext/run-* "$S/sandbox_ext/service" "$S/sandbox_ext" "$S/.control" "$S" 2>/dev/null
+stamp "service"
+if part service; then
+	echo "# a delegated service (the systemd drop-in's ExecStartPost)"
+	S=$CG/system.slice/sbx-test.service
+	mkdir -p "$CG/system.slice"
+	for c in +memory +pids +cpu; do echo $c > "$CG/system.slice/cgroup.subtree_control"; done
+	mkdir -p "$S/.control"
+	# the "server": postgres processes in S, one forking more while we move
+	sh -c 'echo $$ > "$1/cgroup.procs" && exec runuser -u postgres -- sh -c "sleep $2 & while :; do sleep 0.2; done"' sh "$S" "$MARK" &
+	SERVER=$!
+	wait_until "[ \$(wc -l < '$S/cgroup.procs') -ge 2 ]"
+	sh -c 'echo $$ > "$1/.control/cgroup.procs" && exec "$2" --service-cgroup postgres' sh "$S" "$ROOT/scripts/jail-host-setup.sh" > "$WORK/out" 2> "$WORK/err"
+	cp "$WORK/err" "$WORK/out"
+	t "service layout: ExecStartPost moves the service into <service>/sandbox_ext/service and delegates <service>/sandbox_ext" \
+		'[ -z "$(cat "$S/cgroup.procs")" ] && [ "$(wc -l < "$S/sandbox_ext/service/cgroup.procs")" -ge 2 ] && [ "$(stat -c %U "$S/sandbox_ext" "$S/sandbox_ext/cgroup.procs" | sort -u)" = postgres ] && [ "$(cat "$S/sandbox_ext/cgroup.subtree_control")" = "cpu memory pids" ] && out_has "delegated to postgres"'
+	fresh_ws postgres
+	printf 'cat /proc/self/cgroup; sleep %s & wait_for() { :; }; while [ ! -e /workspace/stop ]; do sleep 0.1; done\n' "$((MARK + 5))" > "$WORK/svc.code"
+	sh -c 'echo $$ > "$1/sandbox_ext/service/cgroup.procs" && shift && exec runuser -u postgres -- "$@"' sh "$S" \
+		"$BIN" --language shell --workspace "$WS" --verdict-fd 3 --memory 80M < "$WORK/svc.code" \
+		> "$WORK/out" 2> "$WORK/err" 3> "$WORK/verdict" &
+	bg=$!
+	wait_until "pgrep -f 'sleep $((MARK + 5))' >/dev/null"
+	scg=$(cg_of "sleep $((MARK + 5))")
+	smax=$(cat "$CG$scg/memory.max" 2>&1)
+	touch "$WS/stop"
+	wait "$bg"
+	RC=$?
+	t "service layout: postgres's jail finds <service>/sandbox_ext by itself; limits apply there" \
+		'[ $RC = 0 ] && [ "$(v cgroup)" = v2 ] && [[ "$scg" == /system.slice/sbx-test.service/sandbox_ext/run-* ]] && [ "$smax" = 83886080 ]'
+	kill -KILL "$SERVER" 2>/dev/null
+	pkill -KILL -f "sleep $MARK" 2>/dev/null
+	wait "$SERVER" 2>/dev/null
+	wait_until '[ -z "$(cat "$S/sandbox_ext/service/cgroup.procs")" ]' 50
+	rmdir "$S"/sandbox_ext/run-* "$S/sandbox_ext/service" "$S/sandbox_ext" "$S/.control" "$S" 2>/dev/null
 
-echo "$PASS passed, $FAIL failed"
+	# the systemd branch of jail-host-setup.sh (a host with /run/systemd/system),
+	# its paths under a scratch root (SANDBOX_SYSTEMD_ROOT, the script's test
+	# knob): the drop-in for postgresql@.service, and one for a unit named
+	SDR=$WORK/sdroot
+	mkdir -p "$SDR/run/systemd/system"
+	SANDBOX_SYSTEMD_ROOT=$SDR "$ROOT/scripts/jail-host-setup.sh" postgres > "$WORK/out" 2> "$WORK/err"
+	RC=$?
+	SANDBOX_SYSTEMD_ROOT=$SDR "$ROOT/scripts/jail-host-setup.sh" postgres --unit sbx-other.service 2>> "$WORK/err"
+	dropin=$SDR/etc/systemd/system/postgresql@.service.d/sandbox_ext-cgroup.conf
+	want_dropin=$(printf '%s\n' '[Service]' 'Delegate=yes' \
+		'ExecStartPost=+/usr/local/libexec/sandbox_ext/jail-host-setup.sh --service-cgroup postgres')
+	t "systemd host: jail-host-setup.sh writes postgresql@.service's drop-in: Delegate=yes, ExecStartPost=+ its installed copy --service-cgroup postgres" \
+		'[ $RC = 0 ] && [ "$(grep -v "^#" "$dropin")" = "$want_dropin" ] && err_has "systemd: $dropin written" && err_has "no daemon-reload"'
+	t "systemd host: the installed copy is this script, executable; --unit names another unit's drop-in; no temporary file left" \
+		'cmp -s "$ROOT/scripts/jail-host-setup.sh" "$SDR/usr/local/libexec/sandbox_ext/jail-host-setup.sh" && [ -x "$SDR/usr/local/libexec/sandbox_ext/jail-host-setup.sh" ] && grep -qx "ExecStartPost=+/usr/local/libexec/sandbox_ext/jail-host-setup.sh --service-cgroup postgres" "$SDR/etc/systemd/system/sbx-other.service.d/sandbox_ext-cgroup.conf" && [ -z "$(find "$SDR" -name "*.tmp")" ]'
+	rm -rf "$SDR"
+fi
+
+# ---- sandbox-runner's unit: Delegate=yes, User=, ExecStart via --enter-cgroup --
+# What systemd does for that unit, without systemd: the unit's cgroup R,
+# chowned to the unit's User= (Delegate=yes: the directory, cgroup.procs,
+# cgroup.subtree_control, cgroup.threads), the main process started in R
+# as that user, running the unit's own ExecStart chain with the runner
+# replaced by a runner-like script: a resident launcher and one-shot jails
+# with --require-cgroup, as the runner starts them (require_cgroup = on).
+runner_unit() {
+	local name=$1 delegate=$2
+	RU=$CG/system.slice/$name.service
+	# systemd enables every controller on the way to a Delegate=yes unit
+	mkdir -p "$CG/system.slice"
+	for c in +memory +pids +cpu; do echo $c > "$CG/system.slice/cgroup.subtree_control"; done
+	mkdir -p "$RU"
+	[ "$delegate" = yes ] && chown "$RUID:$RUID" "$RU" "$RU/cgroup.procs" "$RU/cgroup.subtree_control" "$RU/cgroup.threads"
+	RL=$WORK/$name
+	rm -rf "$RL"
+	mkdir -m 0755 "$RL"
+	mkdir -m 0700 "$RL/ws" "$RL/run"
+	chown -R "$RUID:$RUID" "$RL"
+	cat > "$RL/runner-like.sh" <<-EOF
+	cat /proc/self/cgroup > $RL/cgroup
+	$BIN --serve $RL/run/jail.sock --pool 1 --quiet 2> $RL/launcher.err &
+	lp=\$!
+	n=0
+	while [ ! -S $RL/run/jail.sock ] && [ \$n -lt 600 ]; do sleep 0.1; n=\$((n + 1)); done
+	printf '%s\n' 'sleep $((MARK + 7)) & while [ ! -e /workspace/stop ]; do sleep 0.1; done' |
+		$BIN --client $RL/run/jail.sock --language shell --workspace $RL/ws --memory 72M --pids 19 \
+			--require-cgroup --verdict-fd 3 > $RL/served.out 2> $RL/served.err 3> $RL/served.verdict
+	rm -f $RL/ws/stop
+	printf '%s\n' 'x = bytearray(1 << 30); x[::4096] = b"x" * len(x[::4096]); print("survived")' |
+		$BIN --language python --workspace $RL/ws --memory 64M --require-cgroup --verdict-fd 3 \
+			> $RL/oom.out 2> $RL/oom.err 3> $RL/oom.verdict
+	kill -TERM \$lp
+	wait
+	EOF
+	# ExecStart as the unit has it, the runner's path and arguments replaced
+	sh -c 'echo $$ > "$1/cgroup.procs" && u=$2 && shift 2 && exec setpriv --reuid="$u" --regid="$u" --clear-groups -- "$@"' \
+		sh "$RU" "$RUID" "$ROOT/scripts/jail-host-setup.sh" "$es_mode" /bin/bash "$RL/runner-like.sh" \
+		> "$RL/unit.out" 2> "$RL/unit.err" &
+	RUPID=$!
+}
+stamp "runner-unit"
+if part runner-unit; then
+	echo "# sandbox-runner's unit (src/runner/sandbox-runner.service) without systemd"
+	UNITF=$ROOT/src/runner/sandbox-runner.service
+	RUID=4242			# the unit's User=: an account of its own
+	read -r es_setup es_mode es_rest <<<"$(sed -n 's/^ExecStart=//p' "$UNITF")"
+	t "runner unit: Delegate=yes, a User=, ExecStart = sandbox-jail-host-setup --enter-cgroup <the runner>" \
+		'grep -qx "Delegate=yes" "$UNITF" && grep -q "^User=." "$UNITF" && [ "${es_setup##*/}" = sandbox-jail-host-setup ] && [ "$es_mode" = --enter-cgroup ] && [[ "$es_rest" == */sandbox-runner\ * ]]'
+	runner_unit sbx-runner yes
+	wait_until "pgrep -f 'sleep $((MARK + 7))' >/dev/null || ! kill -0 $RUPID 2>/dev/null" 600
+	rcg=$(cg_of "sleep $((MARK + 7))")
+	rlim=$(cat "$CG$rcg/memory.max" "$CG$rcg/pids.max" 2>&1 | tr '\n' ' ')
+	touch "$RL/ws/stop"
+	wait_until "! kill -0 $RUPID 2>/dev/null" 1200
+	wait "$RUPID"
+	RC=$?
+	take "$RL/unit.err" "$WORK/err"
+	take "$RL/served.verdict" "$WORK/verdict"
+	RUR=${RU#"$CG"}
+	t "runner unit: the runner-like process runs in <unit>/sandbox_ext/service; the unit's cgroup holds no process, its subtree has memory pids cpu" \
+		'[ $RC = 0 ] && [ "$(cat "$RL/cgroup")" = "0::$RUR/sandbox_ext/service" ] && [ -z "$(cat "$RU/cgroup.procs")" ] && [ "$(cat "$RU/sandbox_ext/cgroup.subtree_control")" = "cpu memory pids" ] && err_has "delegated to $RUID"'
+	t "runner unit: a served run with --require-cgroup gets its v2 slot <unit>/sandbox_ext/srv-* with its limits (memory.max, pids.max +1)" \
+		'[ "$(v status)" = exited ] && [ "$(v cgroup)" = v2 ] && [[ "$rcg" == "$RUR/sandbox_ext/srv-"* ]] && [ "$rlim" = "75497472 20 " ]'
+	take "$RL/oom.verdict" "$WORK/verdict"
+	take "$RL/oom.out" "$WORK/out"
+	t "runner unit: a one-shot run with --require-cgroup gets v2 under <unit>/sandbox_ext: oom_killed at 64M" \
+		'[ "$(v cgroup)" = v2 ] && [ "$(v oom_killed)" = true ] && ! out_has survived'
+	rmdir "$RU"/sandbox_ext/* "$RU/sandbox_ext" "$RU" 2>/dev/null
+	# the same unit without Delegate=yes: R stays root's, nothing is moved, and
+	# the runner's jails refuse to run (require_cgroup), naming the reason
+	runner_unit sbx-runner-nodeleg no
+	touch "$RL/ws/stop"
+	wait_until "! kill -0 $RUPID 2>/dev/null" 1200
+	wait "$RUPID"
+	take "$RL/unit.err" "$WORK/err"
+	take "$RL/oom.verdict" "$WORK/verdict"
+	take "$RL/oom.out" "$WORK/out"
+	t "runner unit without Delegate=yes: --enter-cgroup says so and execs the runner where it is; its --require-cgroup runs are setup errors" \
+		'err_has "is not delegated to $RUID" && [ "$(cat "$RL/cgroup")" = "0::${RU#"$CG"}" ] && [ "$(v status)" = setup_error ] && grep -q "cgroup" <<<"$(v setup_error)" && [ "$(vf "$RL/served.verdict" status)" = setup_error ]'
+	rmdir "$RU" 2>/dev/null
+fi
+
+# ---- the supervisor under PostgreSQL (postgres.sh) ------------------------------
+stamp "postgres"
+if part postgres; then
+	echo "# the supervisor under PostgreSQL, the server in $SVC"
+	"$ROOT/test/cgroup-v2/postgres.sh" "$BIN" "$SVC" 2>&1 | tee "$WORK/postgres.log" | sed 's/^/    /'
+	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$WORK/postgres.log" | tail -n 1)
+	if [ -z "$line" ]; then
+		FAIL=$((FAIL + 1))
+		echo "FAIL - postgres.sh reported no result"
+	else
+		PASS=$((PASS + ${line%% passed*}))
+		FAIL=$((FAIL + $(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$line")))
+	fi
+fi
+
+stamp "done"
+tap_summary
 [ "$FAIL" = 0 ]

@@ -21,8 +21,6 @@ case $BIN in /*) ;; *) BIN=$(pwd)/$BIN ;; esac
 PY=/usr/bin/python3
 USERS=${JAIL_USERS:-root postgres}
 
-PASS=0
-FAIL=0
 KILLED_JAILS=
 LAUNCHERS=()
 TAG=				# "served " while the suite runs through a launcher
@@ -68,13 +66,14 @@ if [ -d /sys/fs/cgroup/memory/sandbox_ext ] && [ -d /sys/fs/cgroup/pids/sandbox_
 	CGOPT=(--cgroup-parent /sys/fs/cgroup/memory/sandbox_ext/jailtest-$$)
 fi
 
-ok() { PASS=$((PASS + 1)); echo "ok   - $TAG$*"; }
+# ok and nok: test/tap.sh (plain lines, TAG before each name); a failure
+# shows the last run's verdict and output
+TAP_STYLE=plain
+. "$ROOT/test/tap.sh"
 fail() {
-	FAIL=$((FAIL + 1))
-	echo "FAIL - $TAG$*"
-	echo "       verdict: $(cat "$WORK/verdict" 2>/dev/null)"
-	echo "       rc=$RC stdout: $(head -c 300 "$WORK/out" | tr '\n' '|')"
-	echo "       stderr: $(head -c 400 "$WORK/err" | tr '\n' '|')"
+	nok "$*" "verdict: $(cat "$WORK/verdict" 2>/dev/null)" \
+		"rc=$RC stdout: $(head -c 300 "$WORK/out" | tr '\n' '|')" \
+		"stderr: $(head -c 400 "$WORK/err" | tr '\n' '|')"
 }
 # t NAME CONDITION: CONDITION is evaluated by the shell
 t() {
@@ -649,5 +648,5 @@ if [ "${JAIL_SKIP_VALGRIND:-0}" != 1 ] && command -v valgrind >/dev/null; then
 fi
 
 kill $LISTENER 2>/dev/null
-echo "$PASS passed, $FAIL failed"
+tap_summary
 [ "$FAIL" = 0 ]

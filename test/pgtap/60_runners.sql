@@ -19,15 +19,19 @@ INSERT INTO agent.models (id, name, supports_code_execution)
 	VALUES ('e6000000-0000-4000-8000-000000000001', 'tap-runners', true);
 INSERT INTO agent.orgs (id, name, plan) VALUES
 	('e1000000-0000-4000-8000-00000000000a', 'Runner org X', 'pro'),
-	('e1000000-0000-4000-8000-00000000000b', 'Runner org Y', 'pro');
+	('e1000000-0000-4000-8000-00000000000b', 'Runner org Y', 'pro'),
+	('e1000000-0000-4000-8000-00000000000c', 'Runner org Z', 'pro');
 INSERT INTO agent.workspaces (id, org_id, name) VALUES
 	('e2000000-0000-4000-8000-00000000000a', 'e1000000-0000-4000-8000-00000000000a', 'X'),
-	('e2000000-0000-4000-8000-00000000000b', 'e1000000-0000-4000-8000-00000000000b', 'Y');
+	('e2000000-0000-4000-8000-00000000000b', 'e1000000-0000-4000-8000-00000000000b', 'Y'),
+	('e2000000-0000-4000-8000-00000000000c', 'e1000000-0000-4000-8000-00000000000c', 'Z');
 INSERT INTO agent.agents (id, org_id, workspace_id, name, kind, model_id, code_execution_enabled) VALUES
 	('e4000000-0000-4000-8000-00000000000a', 'e1000000-0000-4000-8000-00000000000a',
 	 'e2000000-0000-4000-8000-00000000000a', 'X agent', 'specialist', 'e6000000-0000-4000-8000-000000000001', true),
 	('e4000000-0000-4000-8000-00000000000b', 'e1000000-0000-4000-8000-00000000000b',
-	 'e2000000-0000-4000-8000-00000000000b', 'Y agent', 'specialist', 'e6000000-0000-4000-8000-000000000001', true);
+	 'e2000000-0000-4000-8000-00000000000b', 'Y agent', 'specialist', 'e6000000-0000-4000-8000-000000000001', true),
+	('e4000000-0000-4000-8000-00000000000c', 'e1000000-0000-4000-8000-00000000000c',
+	 'e2000000-0000-4000-8000-00000000000c', 'Z agent', 'specialist', 'e6000000-0000-4000-8000-000000000001', true);
 INSERT INTO agent.conversations (id, org_id, workspace_id, agent_id, code_execution_enabled) VALUES
 	('e5000000-0000-4000-8000-00000000000a', 'e1000000-0000-4000-8000-00000000000a',
 	 'e2000000-0000-4000-8000-00000000000a', 'e4000000-0000-4000-8000-00000000000a', true);
@@ -43,12 +47,15 @@ INSERT INTO agent.agent_skills (org_id, workspace_id, agent_id, skill_id) VALUES
 	 'e4000000-0000-4000-8000-00000000000a', 'e7000000-0000-4000-8000-00000000000a');
 SELECT agent.grant_credits('e1000000-0000-4000-8000-00000000000a', 100, 'tap');
 SELECT agent.grant_credits('e1000000-0000-4000-8000-00000000000b', 100, 'tap');
+SELECT agent.grant_credits('e1000000-0000-4000-8000-00000000000c', 100, 'tap');
 
--- Two runner hosts, and a login that is not a runner.
+-- Three runner hosts (c for the slot cap and the lease's limits), and a
+-- login that is not a runner.
 CREATE ROLE tap_runner_a LOGIN;
 CREATE ROLE tap_runner_b LOGIN;
+CREATE ROLE tap_runner_c LOGIN;
 CREATE ROLE tap_not_runner LOGIN;
-GRANT agent_runner TO tap_runner_a, tap_runner_b;
+GRANT agent_runner TO tap_runner_a, tap_runner_b, tap_runner_c;
 
 -- The SQLSTATE and message of a statement, ids taken out.
 CREATE FUNCTION pg_temp.error_of(stmt text) RETURNS text LANGUAGE plpgsql AS $$
@@ -91,7 +98,9 @@ CREATE FUNCTION pg_temp.writes() RETURNS text LANGUAGE sql AS $$
 		   FROM agent.invocations WHERE org_id::text LIKE 'e1000000-%'))
 $$;
 CREATE FUNCTION pg_temp.deadline(k text) RETURNS timestamptz LANGUAGE sql AS $$
-	SELECT agent._lease_deadline(i.lease_expires_at, r.last_heartbeat, agent._runner_lease())
+	SELECT (agent._lease_deadline(i.lease_expires_at, r.last_heartbeat, agent._runner_lease(), i.provisioned_at,
+								  coalesce(i.wall_time_s, (agent._run_limits()).default_wall_time_s),
+								  i.cancel_requested_at, agent._runner_grace())).deadline
 	  FROM agent.invocations i JOIN agent.runners r ON r.id = i.runner_id
 	 WHERE i.idempotency_key = k AND i.org_id::text LIKE 'e1000000-%'
 $$;
@@ -117,7 +126,7 @@ CREATE FUNCTION pg_temp.claim(name text, n integer) RETURNS text LANGUAGE sql AS
 	SELECT coalesce(string_agg(tag, ',' ORDER BY tag), '') FROM ins
 $$;
 
-SELECT plan(132);
+SELECT plan(171);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -298,6 +307,67 @@ SELECT is(pg_temp.error_of(format('SELECT agent.runner_heartbeat(%L, %L, 0)', pg
 		  '55000: runner "tap-a" has registered again since this process did',
 		  'a process with an old incarnation is refused');
 RESET SESSION AUTHORIZATION;
+
+-- ---- a second identity: the shared role, another role, the local one -----------------------
+-- A runner acts as the role its session logged in as.  A runner host's
+-- role may SET ROLE agent_runner (it is a member), and a shared role must
+-- not become a runner of its own: every step refuses it.
+CREATE FUNCTION pg_temp.step_errors() RETURNS text LANGUAGE sql AS $$
+	SELECT format('%s of %s: %s', count(*) FILTER (WHERE e LIKE '42501: permission denied to act as runner role %'),
+				  count(*), string_agg(DISTINCT e, ' | '))
+	  FROM (SELECT pg_temp.error_of(format('SELECT %s(%s)', p.oid::regproc,
+			   (SELECT string_agg('(SELECT NULL::' || format_type(t, NULL) || ')', ', ' ORDER BY i)
+				  FROM unnest(p.proargtypes) WITH ORDINALITY a(t, i)))) e
+			  FROM pg_proc p
+			 WHERE p.pronamespace = 'agent'::regnamespace AND p.proname LIKE 'runner\_%') x
+$$;
+SET SESSION AUTHORIZATION tap_runner_a;
+SET ROLE agent_runner;
+SELECT is(pg_temp.error_of($$SELECT agent.runner_register('tap-shared', 'h', 'v', 2)$$),
+		  '42501: permission denied to act as runner role "agent_runner"',
+		  'a runner host that SETs ROLE agent_runner cannot register a runner of the shared role');
+SELECT is(pg_temp.step_errors(),
+		  format('%1$s of %1$s: 42501: permission denied to act as runner role "agent_runner"',
+				 (SELECT count(*) FROM pg_proc WHERE pronamespace = 'agent'::regnamespace AND proname LIKE 'runner\_%')),
+		  '... and every runner step refuses that role (42501), whatever its arguments');
+RESET ROLE;
+SELECT is((SELECT state FROM agent.runner_heartbeat(pg_temp.rid('tap-a'), pg_temp.inc('tap-a'), 0)), 'active',
+		  '... while as itself it still acts for its runner');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT count(*)::integer FROM agent.runners WHERE login_role = 'agent_runner'),
+		  0, '... and no runner of the shared role was made');
+SET SESSION AUTHORIZATION agent_runner;
+SELECT is(pg_temp.error_of($$SELECT agent.runner_register('tap-shared', 'h', 'v', 2)$$),
+		  '42501: permission denied to act as runner role "agent_runner"',
+		  'nor can a session of the shared role itself (a role that cannot log in)');
+RESET SESSION AUTHORIZATION;
+-- a runner's role that (wrongly) may SET ROLE to another runner's
+GRANT tap_runner_b TO tap_runner_a;
+SET SESSION AUTHORIZATION tap_runner_a;
+SET ROLE tap_runner_b;
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_heartbeat(%L, %L, 0)', pg_temp.rid('tap-b'), pg_temp.inc('tap-b'))),
+		  '42501: permission denied to act as runner role "tap_runner_b"',
+		  'a runner role granted another runner''s role cannot act for that runner through SET ROLE');
+SELECT is(pg_temp.error_of($$SELECT agent.runner_register('tap-b', 'host-b', '1.0', 2)$$),
+		  '42501: permission denied to act as runner role "tap_runner_b"', '... nor register as it');
+RESET ROLE;
+RESET SESSION AUTHORIZATION;
+REVOKE tap_runner_b FROM tap_runner_a;
+-- the local runner: the server's superuser session, SET ROLE sandbox_runner_local
+SET ROLE sandbox_runner_local;
+SELECT is(pg_temp.error_of('SELECT agent.runner_live_sessions(gen_random_uuid())'),
+		  '42501: permission denied for runner <id>',
+		  'the local runner''s way (a superuser session, SET ROLE sandbox_runner_local) is a runner''s identity');
+RESET ROLE;
+GRANT sandbox_runner_local TO tap_not_runner;
+SET SESSION AUTHORIZATION tap_not_runner;
+SET ROLE sandbox_runner_local;
+SELECT is(pg_temp.error_of('SELECT agent.runner_live_sessions(gen_random_uuid())'),
+		  '42501: permission denied to act as runner role "sandbox_runner_local"',
+		  '... from any other session it is refused');
+RESET ROLE;
+RESET SESSION AUTHORIZATION;
+REVOKE sandbox_runner_local FROM tap_not_runner;
 
 -- ---- claims with leases ---------------------------------------------------------
 SELECT pg_temp.queue('a', 'x1'), pg_temp.queue('a', 'x2');
@@ -608,6 +678,109 @@ UPDATE reg SET incarnation = r.incarnation FROM agent.runner_register('tap-b', '
 SELECT is((SELECT state FROM agent.runner_heartbeat(pg_temp.rid('tap-b'), pg_temp.inc('tap-b'), 0)), 'active',
 		  '... and then it registers');
 RESET SESSION AUTHORIZATION;
+
+-- ---- slots: the runner's declaration, within the operator's cap ----------------------------------
+-- A runner declares up to 1024 slots; it claims at most the cap an
+-- operator set for it (agent.set_runner_slots), else runner_max_slots.
+SELECT agent.set_org_limits('e1000000-0000-4000-8000-00000000000c', 20, NULL);
+SELECT pg_temp.queue('c', 's' || n) FROM generate_series(1, 10) n;
+SET SESSION AUTHORIZATION tap_runner_c;
+INSERT INTO reg SELECT 'cap-c', r.runner_id, r.incarnation FROM agent.runner_register('cap-c', 'host-c', '1.0', 1024) r;
+SELECT pg_temp.claim('cap-c', 1024);
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT count(*)::integer FROM cl WHERE runner = 'cap-c'),
+		  (SELECT value::integer FROM agent.settings WHERE key = 'runner_max_slots'),
+		  'a runner that declares 1024 slots claims at most runner_max_slots (8) with more work waiting');
+SELECT is((SELECT format('%s/%s', slots, max_slots) FROM agent.runner_status WHERE name = 'cap-c'), '1024/8',
+		  '... agent.runner_status shows what it declared and the cap in force');
+SET SESSION AUTHORIZATION tap_runner_c;
+SELECT is((SELECT renewed FROM agent.runner_heartbeat(pg_temp.rid('cap-c'), pg_temp.inc('cap-c'), 8, NULL, 1024)), 8,
+		  '... its heartbeat declares 1024 again');
+SELECT is(pg_temp.claim('cap-c', 1024), '', '... and it still claims nothing more');
+SELECT is(pg_temp.error_of($$SELECT agent.set_runner_slots('cap-c', 1024)$$),
+		  '42501: permission denied for function set_runner_slots', '... nor may it raise its own cap');
+RESET SESSION AUTHORIZATION;
+SELECT is(agent.set_runner_slots('cap-c', 9), 9, 'an operator raises the cap of that runner');
+SET SESSION AUTHORIZATION tap_runner_c;
+SELECT is(length(pg_temp.claim('cap-c', 1024)) > 0, true, '... then it claims one more');
+SELECT is((SELECT count(*)::integer FROM cl WHERE runner = 'cap-c'), 9, '... nine in flight');
+RESET SESSION AUTHORIZATION;
+SELECT is(agent.set_runner_slots('cap-c', 3), 3, 'an operator lowers it');
+SET SESSION AUTHORIZATION tap_runner_c;
+SELECT is(pg_temp.claim('cap-c', 1024), '', '... and with three slots it claims nothing until its runs end');
+RESET SESSION AUTHORIZATION;
+SELECT is(pg_temp.error_of($$SELECT agent.set_runner_slots('cap-c', 1025)$$),
+		  '22023: max_slots must be between 0 and 1024', 'a cap out of range is refused');
+SELECT is(pg_temp.error_of($$SELECT agent.set_runner_slots('tap-nobody', 1)$$),
+		  'P0002: runner "tap-nobody" does not exist', '... and so is an unknown runner');
+SELECT is(agent.set_runner_slots('cap-c', NULL), 8, 'NULL: back to runner_max_slots');
+SELECT is(agent.remove_runner('cap-c'), 9, 'removing the runner ends its nine');
+SELECT agent.drain_runner('cap-c', resume => true);
+SELECT agent.set_runner_slots('cap-c', 1);
+SET SESSION AUTHORIZATION tap_runner_c;
+UPDATE reg SET incarnation = r.incarnation FROM agent.runner_register('cap-c', 'host-c', '1.0', 1024) r
+ WHERE name = 'cap-c';
+SELECT is(pg_temp.claim('cap-c', 1024), 's10', 'registering again with 1024 slots keeps the operator''s cap (one)');
+SELECT is(agent.runner_finish(pg_temp.rid('cap-c'), pg_temp.tok('s10'), pg_temp.cid('s10'),
+			'{"status":"exited","exit_code":0}', 0, NULL, true), 'succeeded', '... and it runs that one');
+RESET SESSION AUTHORIZATION;
+SELECT agent.set_runner_slots('cap-c', NULL);
+SELECT agent.set_org_limits('e1000000-0000-4000-8000-00000000000c', NULL, NULL);
+
+-- ---- a lease never outlasts the run's wall time, nor a cancel -------------------------------------
+-- However often a runner heartbeats, it holds a run at most its wall time
+-- from the claim plus runner_grace_seconds, and a cancelled one at most
+-- runner_grace_seconds after the cancel: a runner that ignores either
+-- loses the run (a failure of ours: refunded), and the org's limit and its
+-- slot come back.
+SELECT pg_temp.queue('c', 'z1'), pg_temp.queue('c', 'z2'), pg_temp.queue('c', 'z3');
+SET SESSION AUTHORIZATION tap_runner_c;
+SELECT is(pg_temp.claim('cap-c', 4), 'z1,z2', 'runner c claims two runs of org Z (the org''s limit is two)');
+SELECT ok(agent.runner_mark_running(pg_temp.rid('cap-c'), pg_temp.tok('z1'), pg_temp.cid('z1'), 4444), '... and runs z1');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT state FROM pg_temp.inv('z3')), 'approved', '... z3 waits for the org''s limit');
+-- fault injection: z1 was claimed a day ago (its wall time is 30 s)
+UPDATE agent.invocations SET provisioned_at = provisioned_at - interval '1 day',
+							 started_at = started_at - interval '1 day'
+ WHERE id = pg_temp.cid('z1');
+SET SESSION AUTHORIZATION tap_runner_c;
+SELECT is((SELECT format('%s/%s', renewed, lost = ARRAY[pg_temp.cid('z1')])
+			 FROM agent.runner_heartbeat(pg_temp.rid('cap-c'), pg_temp.inc('cap-c'), 2,
+										 ARRAY[pg_temp.cid('z1'), pg_temp.cid('z2')])),
+		  '1/t', 'a runner heartbeating past a run''s wall time and grace does not keep it: its heartbeat lists it lost');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT format('%s/%s/%s', state, credits_charged, state_reason) FROM pg_temp.inv('z1')),
+		  'provision_failed/0/the runner "cap-c" held it past its wall time',
+		  '... the run ended, a failure of ours, refunded, with the reason');
+SELECT is((SELECT string_agg(event_type, ',' ORDER BY id) FROM agent.audit_events
+			WHERE invocation_id = pg_temp.cid('z1') AND event_type IN ('credits.charged', 'credits.refunded', 'invocation.provision_failed')),
+		  'credits.charged,credits.refunded,invocation.provision_failed', '... audited');
+SET SESSION AUTHORIZATION tap_runner_c;
+SELECT results_eq($$SELECT pg_temp.error_of(format(s, pg_temp.rid('cap-c'), pg_temp.tok('z1'), pg_temp.cid('z1')))
+					  FROM unnest(ARRAY[
+						'SELECT agent.runner_append_output(%L, %L, %L, ''stdout'', ''late'')',
+						'SELECT agent.runner_finish(%L, %L, %L, ''{"status":"exited","exit_code":0}'', 0, NULL, true)']) s$$,
+	$$SELECT '55000: lease of invocation <id> is not held by this runner' FROM generate_series(1, 2)$$,
+	'... its late output and finish are refused (55000)');
+SELECT is(pg_temp.claim('cap-c', 4), 'z3', 'the org''s limit came back: the runner claims z3');
+RESET SESSION AUTHORIZATION;
+-- a cancel it ignores
+SELECT agent.set_tenant('e1000000-0000-4000-8000-00000000000c', 'e2000000-0000-4000-8000-00000000000c');
+SELECT is(agent.cancel(pg_temp.cid('z2'), 'alice'), 'cancelling', 'the requester cancels z2 in flight');
+SELECT agent.set_tenant(NULL, NULL);
+SELECT is(agent.reap_expired_leases(), 0, '... within the grace the runner keeps it (to stop it and report)');
+UPDATE agent.invocations SET cancel_requested_at = cancel_requested_at - interval '1 day'
+ WHERE id = pg_temp.cid('z2');
+SELECT is(agent.reap_expired_leases(), 1, 'a runner that ignores a cancel for longer loses the run to the reaper, heartbeat or not');
+SELECT is((SELECT format('%s/%s/%s', state, credits_charged, state_reason) FROM pg_temp.inv('z2')),
+		  'provision_failed/0/the runner "cap-c" did not stop it after it was cancelled',
+		  '... a failure of ours, refunded, with the reason');
+SET SESSION AUTHORIZATION tap_runner_c;
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_finish(%L, %L, %L, ''{"status":"exited","exit_code":0}'', 0, NULL, true)',
+			pg_temp.rid('cap-c'), pg_temp.tok('z2'), pg_temp.cid('z2'))),
+		  '55000: lease of invocation <id> is not held by this runner', '... its late finish is refused');
+RESET SESSION AUTHORIZATION;
+SELECT is(agent.remove_runner('cap-c'), 1, 'runner c removed (z3 ends with it)');
 
 -- ---- session affinity --------------------------------------------------------------------------------
 SELECT pg_temp.queue('a', 'c1', 'e5000000-0000-4000-8000-00000000000a');

@@ -46,6 +46,7 @@ cleanup() {
 	rh_cleanup
 	q -c "ALTER SYSTEM RESET sandbox.max_concurrent_runs" -c "SELECT pg_reload_conf()" >/dev/null 2>&1
 	q -c "UPDATE agent.settings SET value = '30' WHERE key = 'runner_lease_seconds'" >/dev/null 2>&1
+	q -c "UPDATE agent.settings SET value = '60' WHERE key = 'runner_grace_seconds'" >/dev/null 2>&1
 }
 trap cleanup EXIT
 
@@ -78,8 +79,10 @@ incarnation() { q -c "SELECT incarnation FROM agent.runners WHERE name = '$(rh_n
 drain() { q -c "SELECT agent.drain_runner('$(rh_name "$1")')" >/dev/null; }
 resume() { q -c "SELECT agent.drain_runner('$(rh_name "$1")', true)" >/dev/null; }
 events() { q -c "SELECT coalesce(string_agg(event_type, ',' ORDER BY id), '') FROM agent.audit_events WHERE invocation_id = '$1' AND event_type IN ('credits.charged', 'credits.refunded', 'invocation.provision_failed')"; }
-# A payload that can be found on the host: "sleep <this number>".
-mark=$((900000 + $$ % 10000 * 10))
+# A payload that can be found on the host: "sleep <this number>" (from the
+# port, like every name here: a runners suite on another port never has
+# the same).
+mark=$((PORT * 1000 + $$ % 100 * 10))
 next_mark() { mark=$((mark + 1)); }
 sandbox_alive() { pgrep -f "^sleep $1\$" >/dev/null; }
 # "SQLSTATE message" of the error a statement raises as host H's runner role
@@ -220,7 +223,7 @@ t_kill9() {
 
 # ---- a runner's link cut mid-run -------------------------------------------------
 t_cut() {
-	local A inv h snap others o
+	local A inv h snap others o rid tok
 	A=$(wide_tenant)
 	next_mark
 	inv=$(start "$A" shell "sleep $mark & for i in \$(seq 1 40); do echo tick \$i; sleep 0.5; done; wait" none 120)
@@ -253,6 +256,13 @@ t_cut() {
 	check "... the run stays as the reaper ended it, refunded once" "provision_failed|charge:-2,refund:2|credits.charged,credits.refunded,invocation.provision_failed" \
 		"$(field "$inv" state)|$(ledger "$inv")|$(events "$inv")"
 	echo "# (the primary refused $(grep -c "lease of invocation $inv is not held by this runner" "$CLUSTER_DIR/server.log") late write(s) of the run)"
+	# The old host's writes with the old lease, over the mended link, as its role.
+	rid=$(field "$inv" runner_id)
+	tok=$(field "$inv" lease_token)
+	check "... its writes with the old lease over the mended link are refused (output, finish)" \
+		"55000 lease of invocation $inv is not held by this runner|55000 lease of invocation $inv is not held by this runner" \
+		"$(rh_error "$h" "SELECT agent.runner_append_output('$rid', '$tok', '$inv', 'stdout', 'late')")|$(rh_error "$h" "SELECT agent.runner_finish('$rid', '$tok', '$inv', '{\"status\":\"exited\",\"exit_code\":0}', 0, NULL, true)")"
+	check "... and wrote nothing" "$snap|provision_failed|charge:-2,refund:2" "$(output "$inv")|$(field "$inv" state)|$(ledger "$inv")"
 	# It runs again: the other two drained, a run goes to it.
 	others=""
 	for o in 1 2 3; do [ "$o" = "$h" ] || others+=" $o"; done
@@ -445,6 +455,44 @@ SQL
 	check "... nor create a role" "42501 permission denied to create role" "$(rh_error 4 "CREATE ROLE sbxr_evil")"
 	check "... nor create in schema agent" "42501 permission denied for schema agent" \
 		"$(rh_error 4 "CREATE FUNCTION agent.evil() RETURNS int LANGUAGE sql AS 'SELECT 1'")"
+
+	# A second identity: its role is a member of agent_runner, so it may SET
+	# ROLE to it; the shared role must not become a runner of its own.
+	check "SET ROLE agent_runner, it cannot register a runner of the shared role" \
+		"42501 permission denied to act as runner role \"agent_runner\"" \
+		"$(rh_error 4 "SET ROLE agent_runner; SELECT agent.runner_register('h$PORT-shared', 'attacker', 'x', 2)")"
+	check "... none was made" 0 "$(q -c "SELECT count(*) FROM agent.runners WHERE login_role = 'agent_runner'")"
+	res=$(rh_psql 4 -F '|' <<'SQL'
+CREATE TEMP TABLE stepped (obj text, sqlstate text, message text);
+GRANT ALL ON stepped TO agent_runner;
+SET ROLE agent_runner;
+DO $$
+DECLARE
+	o record;
+BEGIN
+	FOR o IN SELECT p.oid::regprocedure::text AS sig, p.oid::regproc::text AS name,
+					(SELECT pg_catalog.string_agg('(SELECT NULL::' || pg_catalog.format_type(t, NULL) || ')', ', ' ORDER BY i)
+					   FROM unnest(p.proargtypes) WITH ORDINALITY a(t, i)) AS args
+			   FROM pg_catalog.pg_proc p
+			  WHERE p.pronamespace = 'agent'::regnamespace AND p.proname LIKE 'runner\_%'
+	LOOP
+		BEGIN
+			EXECUTE format('SELECT %s(%s)', o.name, coalesce(o.args, ''));
+			INSERT INTO stepped VALUES (o.sig, '00000', 'allowed');
+		EXCEPTION WHEN OTHERS THEN
+			INSERT INTO stepped VALUES (o.sig, SQLSTATE, SQLERRM);
+		END;
+	END LOOP;
+END
+$$;
+SELECT 'stepped', count(*), count(*) FILTER (WHERE sqlstate = '42501'
+											AND message = 'permission denied to act as runner role "agent_runner"')
+  FROM stepped;
+SQL
+)
+	check "... and every runner step under SET ROLE agent_runner is refused (42501, the role named)" \
+		"$(q -c "SELECT count(*) FROM pg_proc WHERE pronamespace = 'agent'::regnamespace AND proname LIKE 'runner\_%'")|$(q -c "SELECT count(*) FROM pg_proc WHERE pronamespace = 'agent'::regnamespace AND proname LIKE 'runner\_%'")" \
+		"$(sed -n 's/^stepped|//p' <<<"$res")"
 }
 
 t_attacker_steps() {
@@ -480,7 +528,10 @@ t_attacker_steps() {
 		"$(rh_error 1 "SELECT agent.runner_finish('$rid1', '$tok', '$inv', 'ok', 0, NULL, true)")"
 	check "... nor list the attacker runner's sessions or skills" "42501 permission denied for runner $rid|42501 permission denied for runner $rid" \
 		"$(rh_error 1 "SELECT agent.runner_live_sessions('$rid')")|$(rh_error 1 "SELECT agent.runner_skills_in_use('$rid')")"
-	check "... nor learn whether its run is being cancelled" "" \
+	tq "$org" "$(cut -d' ' -f2 <<<"$A")" "SELECT agent.cancel('$inv', 'requester');" >/dev/null
+	check "its run is cancelled: the holder is told" "$inv" \
+		"$(rh_psql 4 -c "SELECT * FROM agent.runner_cancel_requested('$rid', ARRAY['$inv']::uuid[])")"
+	check "... another runner does not learn that it is being cancelled" "" \
 		"$(rh_psql 1 -c "SELECT * FROM agent.runner_cancel_requested('$rid1', ARRAY['$inv']::uuid[])")"
 	check "nothing forged was recorded" "legit" "$(output "$inv")"
 
@@ -510,9 +561,13 @@ t_attacker_steps() {
 		"$(rh_error 4 "SELECT agent.runner_finish('$rid', '$h1tok', '$inv', 'ok', 0, NULL, true)")"
 	check "... its skills refused" t \
 		"$([[ $(rh_error 4 "SELECT * FROM agent.runner_skill_files('$rid', '$h1tok', '$inv', gen_random_uuid())") == 55000* || $(rh_error 4 "SELECT * FROM agent.runner_skill_files('$rid', '$h1tok', '$inv', gen_random_uuid())") == 42501* ]] && echo t || echo f)"
-	check "... nor is it told of a cancel of it" "" \
-		"$(rh_psql 4 -c "SELECT * FROM agent.runner_cancel_requested('$rid', ARRAY['$inv']::uuid[])")"
+	# Runner 1's daemon stopped (SIGSTOP) so that the cancel waits for it:
+	# its role is told, the attacker is not.
+	kill -STOP "$(rh_pid 1)"
 	tq "$org" "$(cut -d' ' -f2 <<<"$A")" "SELECT agent.cancel('$inv', 'requester');" >/dev/null
+	check "... nor is it told of a cancel of it" "|$inv" \
+		"$(rh_psql 4 -c "SELECT * FROM agent.runner_cancel_requested('$rid', ARRAY['$inv']::uuid[])")|$(rh_psql 1 -c "SELECT * FROM agent.runner_cancel_requested('$rid1', ARRAY['$inv']::uuid[])")"
+	kill -CONT "$(rh_pid 1)"
 	check "runner 1's run is untouched by all that (cancelled by its requester)" "cancelled|mine" \
 		"$(await "$A" "$inv" 30)|$(output "$inv")"
 	for h in 2 3; do resume "$h"; done
@@ -537,6 +592,54 @@ t_attacker_steps() {
 	q -c "SELECT agent.remove_runner('$(rh_name 4)')" >/dev/null
 }
 
+# ---- a runner that heartbeats past its run's wall time ---------------------------
+# Host 4 (psql, no daemon) claims a run and heartbeats on, never finishing
+# it: its lease ends at the run's wall time plus runner_grace_seconds all
+# the same (a failure of ours, refunded), and the org's limit of one run in
+# flight, which that run held on every host, comes back: the org's next run
+# goes to an honest runner.
+t_attacker_lease_cap() {
+	local A org inv inv2 rid inc got tok i beats=0 st
+	q -c "SELECT agent.drain_runner('$(rh_name 4)', true)" >/dev/null 2>&1 # (t_attacker_steps removed it)
+	read -r rid inc < <(rh_psql 4 -F ' ' -c "SELECT runner_id, incarnation FROM agent.runner_register('$(rh_name 4)', 'attacker', 'x', 2)")
+	setting runner_grace_seconds 2
+	A=$(new_tenant 1000)
+	org=${A%% *}
+	q -c "SELECT agent.set_org_limits('$org', 1, NULL)" >/dev/null
+	for h in 1 2 3; do drain "$h"; done
+	inv=$(start "$A" shell 'echo never-run' none 1)
+	got=$(rh_psql 4 -F '|' -c "SELECT id, lease_token FROM agent.runner_claim('$rid', '$inc', 5)")
+	tok=${got#*|}
+	check "the attacker claims the org's run (wall time 1 s)" "$inv" "${got%%|*}"
+	rh_psql 4 -c "SELECT agent.runner_mark_running('$rid', '$tok', '$inv', 4242)" >/dev/null
+	for h in 1 2 3; do resume "$h"; done
+	inv2=$(start "$A" shell 'echo the-next-run' none)
+	# It heartbeats every second (its lease is $LEASE s), naming the run, for
+	# at most 60 heartbeats.
+	for i in $(seq 1 60); do
+		st=$(field "$inv" state)
+		[ "$st" = running ] || [ "$st" = provisioning ] || break
+		rh_psql 4 -c "SELECT renewed FROM agent.runner_heartbeat('$rid', '$inc', 1, ARRAY['$inv']::uuid[])" >/dev/null && beats=$((beats + 1))
+		sleep 1
+	done
+	echo "# (it heartbeated $beats times)"
+	check "heartbeating past the wall time: the run ends while the runner still heartbeats, a failure of ours, refunded" \
+		"provision_failed|charge:-2,refund:2" "$st|$(ledger "$inv")"
+	check "... the reason names the runner and the wall time" \
+		"the runner \"$(rh_name 4)\" held it past its wall time" "$(field "$inv" state_reason)"
+	check "... audited: charged, refunded, provision_failed" \
+		"credits.charged,credits.refunded,invocation.provision_failed" "$(events "$inv")"
+	check "... its heartbeat lists it lost, its finish is refused" \
+		"0|{$inv}|55000 lease of invocation $inv is not held by this runner" \
+		"$(rh_psql 4 -F '|' -c "SELECT renewed, lost FROM agent.runner_heartbeat('$rid', '$inc', 1, ARRAY['$inv']::uuid[])")|$(rh_error 4 "SELECT agent.runner_finish('$rid', '$tok', '$inv', '{\"status\":\"exited\",\"exit_code\":0}', 0, NULL, true)")"
+	check "the org's limit came back: its next run ran on an honest runner, claimed only after the held one ended" \
+		"succeeded|the-next-run|t|t" \
+		"$(await "$A" "$inv2" 60)|$(output "$inv2")|$(case "$(host_of "$inv2")" in 1 | 2 | 3) echo t ;; *) echo f ;; esac)|$(q -c "SELECT a.provisioned_at >= b.finished_at FROM agent.invocations a, agent.invocations b WHERE a.id = '$inv2' AND b.id = '$inv'")"
+	setting runner_grace_seconds 60
+	q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '$(rh_role 4)'" >/dev/null
+	q -c "SELECT agent.remove_runner('$(rh_name 4)')" >/dev/null
+}
+
 after_test() { check_invariants; }
-run_tests t_hosts t_spread t_kill9 t_cut t_pg_restart t_affinity t_attacker_catalog t_attacker_steps
+run_tests t_hosts t_spread t_kill9 t_cut t_pg_restart t_affinity t_attacker_catalog t_attacker_steps t_attacker_lease_cap
 finish_suite

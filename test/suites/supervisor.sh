@@ -157,6 +157,42 @@ t_start_report() {
 	report_delay reset 20ms
 }
 
+# sandbox.require_cgroup on and no cgroup the jail may use: every run ends
+# provision_failed, refunded, with the jail's reason; off, it runs with
+# rlimits only and the verdict says so.  This host's jails do get cgroups
+# (v1, jail-host-setup.sh), and its delegation is shared with everything
+# else here: fault injection instead, the real jail (one-shot) started
+# through a wrapper that adds --cgroup-parent naming a directory that is no
+# cgroup, which it refuses as it refuses an undelegated one (the cgroup-v2
+# suite runs the undelegated case itself).
+t_require_cgroup() {
+	local before inv
+	mkdir -p "$tmp/nocg/plain"
+	printf '#!/bin/sh\nexec %s "$@" --cgroup-parent %s\n' "$PGBIN/sandbox-jail" "$tmp/nocg/plain" > "$tmp/nocg/jail"
+	chmod 0755 "$tmp/nocg/jail"
+	check "sandbox.require_cgroup is on by default" on "$(q -c 'SHOW sandbox.require_cgroup')"
+	setconf sandbox.jail_launcher off
+	setconf sandbox.jail_path "$tmp/nocg/jail"
+	before=$(balance)
+	inv=$(run "$A" shell 'echo never')
+	check "require_cgroup on, no usable cgroup: provision_failed, refunded, the jail's reason" \
+		"provision_failed|0|$before|charge:-2,refund:2|t|" \
+		"$(field "$inv" state)|$(field "$inv" credits_charged)|$(balance)|$(ledger "$inv")|$(field "$inv" "state_reason LIKE '%$tmp/nocg/plain is not a cgroup directory%'")|$(output "$inv")"
+	check "... audited as invocation.provision_failed with the jail's verdict" "1|setup_error" \
+		"$(q -c "SELECT count(*) || '|' || max(details -> 'verdict' ->> 'status') FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'invocation.provision_failed'")"
+	setconf sandbox.require_cgroup off
+	inv=$(run "$A" shell 'echo rlimits only')
+	resetconf sandbox.require_cgroup
+	check "require_cgroup off: the same run goes on with rlimits only, charged, the verdict's cgroup none" \
+		"succeeded|rlimits only|2|none" \
+		"$(field "$inv" state)|$(output "$inv")|$(field "$inv" credits_charged)|$(q -c "SELECT details -> 'verdict' ->> 'cgroup' FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'invocation.finished'")"
+	resetconf sandbox.jail_path
+	resetconf sandbox.jail_launcher
+	inv=$(run "$A" shell 'echo back')
+	check "... and back to the installed jail: runs get their cgroup again" "succeeded|back|t" \
+		"$(field "$inv" state)|$(output "$inv")|$(q -c "SELECT details -> 'verdict' ->> 'cgroup' IN ('v1', 'v2') FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'invocation.finished'")"
+}
+
 # Provisioning failure: the jail cannot be executed → refunded.
 t_missing_jail() {
 	local before inv
@@ -633,7 +669,7 @@ t_warm_off() {
 	resetconf sandbox.warm_python
 }
 
-run_tests t_worker t_languages t_launcher t_warm_sql t_warm_bound t_warm_off t_outcomes t_start_report t_missing_jail t_unusable_work_dir \
+run_tests t_worker t_languages t_launcher t_warm_sql t_warm_bound t_warm_off t_outcomes t_start_report t_require_cgroup t_missing_jail t_unusable_work_dir \
 	t_insufficient_credits t_hash_mismatch t_cancel t_wait_timeout t_streaming t_forged_notify t_tenancy \
 	t_concurrency_cap t_lease_lost t_drain t_remove t_check t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
 

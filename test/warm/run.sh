@@ -25,8 +25,6 @@ USERS=${JAIL_USERS:-postgres root}
 T=${T:-}
 MODULES=numpy,pandas,requests
 
-PASS=0
-FAIL=0
 LAUNCHERS=()
 WORK=$(mktemp -d /tmp/warmtest.XXXXXX)
 chmod 755 "$WORK"
@@ -47,14 +45,9 @@ fi
 make -s -C "$ROOT/src/egress" >/dev/null	# the proxy of the egress runs
 
 TAG=				# "fallback " for the pass on the older kernels' path
-ok() { PASS=$((PASS + 1)); echo "ok   - $TAG$*"; }
-nok() {
-	FAIL=$((FAIL + 1))
-	echo "FAIL - $TAG$1"
-	shift
-	for l in "$@"; do echo "       $l"; done
-}
-check() { if [ "$2" = "$3" ]; then ok "$1"; else nok "$1" "expected [$2]" "got      [$3]"; fi; }
+# ok, nok, check: test/tap.sh (plain lines, TAG before each name)
+TAP_STYLE=plain
+. "$ROOT/test/tap.sh"
 selected() { [ -z "$T" ] || [[ $1 =~ $T ]]; }
 
 # v FILE FIELD: a field of a verdict file (INVALID unless one JSON line)
@@ -888,5 +881,5 @@ if grep -lE "AddressSanitizer|LeakSanitizer|runtime error:" "$WORK"/launcher-*.l
 	nok "no sanitizer report in the launchers' logs" "$(grep -hE -m3 "AddressSanitizer|LeakSanitizer|runtime error:" "$WORK"/launcher-*.log)"
 else ok "no sanitizer report in the launchers' logs"; fi
 
-echo "$PASS passed, $FAIL failed"
+tap_summary
 [ $FAIL -eq 0 ]

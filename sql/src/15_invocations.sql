@@ -95,6 +95,13 @@ CREATE TABLE agent.invocations (
 	-- (47_egress.sql: copied by a trigger, frozen, bound to the approval)
 	egress_policy	jsonb,
 	egress_sha256	text,
+	-- the verdict's warm interpreter (docs/jail.md, "Warm interpreters"):
+	-- whether the run took one, the CPU its start used (not in cpu_ms) and
+	-- what it held at the request (in peak_memory_bytes); NULL until the
+	-- run's finish
+	warm			boolean,
+	warm_cpu_ms		bigint,
+	warm_memory_bytes bigint,
 	FOREIGN KEY (org_id, workspace_id, agent_id)
 		REFERENCES agent.agents (org_id, workspace_id, id),
 	FOREIGN KEY (org_id, workspace_id, conversation_id)

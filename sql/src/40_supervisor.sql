@@ -999,6 +999,9 @@ BEGIN
 		   output_truncated = coalesce((v ->> 'output_truncated')::boolean, false) OR res.truncated,
 		   cpu_ms = (v ->> 'cpu_ms')::bigint,
 		   peak_memory_bytes = (v ->> 'peak_memory_bytes')::bigint,
+		   warm = (v ->> 'warm')::boolean,
+		   warm_cpu_ms = (v ->> 'warm_cpu_ms')::bigint,
+		   warm_memory_bytes = (v ->> 'warm_memory_bytes')::bigint,
 		   stdout_bytes = (v ->> 'stdout_bytes')::bigint,
 		   stderr_bytes = (v ->> 'stderr_bytes')::bigint,
 		   finished_at = now()

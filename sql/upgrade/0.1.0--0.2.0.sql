@@ -119,6 +119,14 @@ ALTER TABLE agent.invocations
 	ADD COLUMN egress_sha256 text;
 ALTER TABLE agent.approval_requests ADD COLUMN approved_egress_sha256 text;
 
+-- ---- from the warm-gaps branch (issue 15) ----
+-- The verdict's warm fields (15_invocations.sql: the columns after
+-- egress_sha256).
+ALTER TABLE agent.invocations
+	ADD COLUMN warm boolean,
+	ADD COLUMN warm_cpu_ms bigint,
+	ADD COLUMN warm_memory_bytes bigint;
+
 -- What the card shows of the policy (28_approvals.sql).
 ALTER TYPE agent.approval_card
 	ADD ATTRIBUTE egress_may_reach text,

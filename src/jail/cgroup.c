@@ -306,6 +306,20 @@ jail_cgroup_reset_counters(const JailCgroup *cg)
 	}
 }
 
+/*
+ * A slot whose waiting interpreter's start (or whose thrown-away one) is
+ * not the coming run's: peak memory, failures and CPU count from here.
+ * v2's CPU counter cannot be reset: its value now becomes the base.
+ */
+void
+jail_cgroup_counters_from_now(JailCgroup *cg)
+{
+	jail_cgroup_reset_counters(cg);
+	jail_cgroup_open_stats(cg);
+	cg->cpu_base_ms = 0;
+	cg->cpu_base_ms = jail_cgroup_cpu_ms(cg);
+}
+
 static int
 setup_v2(const JailOptions *opts, JailCgroup *cg, const char *parent,
 		 const char *name, char *err)
@@ -606,6 +620,9 @@ jail_cgroup_open_stats(JailCgroup *cg)
 			dir = i == STAT_CPU ? cg->cpu_dir : i == STAT_PIDS ? cg->pids_dir : cg->mem_dir;
 			file = v1[i];
 		}
+		/* opened again (a warm interpreter thrown away): not leaked */
+		if (cg->stats_open && cg->statfd[i] >= 0)
+			close(cg->statfd[i]);
 		cg->statfd[i] = -1;
 		if (dir && dir[0])
 		{

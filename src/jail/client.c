@@ -198,7 +198,10 @@ code_memfd(const JailOptions *opts, char *err)
 /*
  * Where to send the run: to a waiting interpreter of its language if the
  * launcher keeps warm ones and one is free (wire_protocol.h: taken from
- * the page, so the warm socket is sure to answer), else to SOCKET.
+ * the page, so the warm socket is sure to answer), else to SOCKET.  An
+ * egress run never takes one: its sandbox is cloned for it (the proxy's
+ * socket is made by its init), so a claimed interpreter would only be
+ * thrown away.
  */
 static const char *
 warm_socket(const char *path, const JailOptions *o)
@@ -208,7 +211,7 @@ warm_socket(const char *path, const JailOptions *o)
 	JailWarmPage *page;
 	bool		claimed;
 
-	if (o->language != LANG_PYTHON && o->language != LANG_NODE)
+	if ((o->language != LANG_PYTHON && o->language != LANG_NODE) || o->egress_policy)
 		return path;
 	page = jail_wire_warm_map(path, true);
 	claimed = jail_wire_warm_claim(page, lang);

@@ -410,6 +410,9 @@ typedef struct JailRun
 	bool		cg_borrowed;	/* the launcher's slot: not ours to remove */
 	JailPrespawn *pre;			/* the sandbox cloned ahead, while it may serve */
 	bool		early_go;		/* pre got its JAIL_GO_REQUEST in prepare */
+	bool		warm_dropped;	/* a warm interpreter was thrown away: the
+								 * slot's counters and limits are the run's
+								 * again (run_choose_cgroup) */
 
 	/* start and go */
 	JailPipes	pipes;			/* our ends, once the sandbox exists */
@@ -493,6 +496,20 @@ extern void jail_trace_dump(void);
 #define JAIL_TRACE(step) ((void) 0)
 #endif
 
+/*
+ * RLIMIT_CPU's soft value (seconds) for a payload process whose CPU limit
+ * (counting what it used before its request, for a warm interpreter) is
+ * cpu_ms.  With a cgroup the jail's CPU watch ends a run at its limit,
+ * cold or warm alike (timed_out); the rlimit, one second later, is only
+ * the backstop, so it never decides a verdict the other path would not.
+ * Without a cgroup it is the limit.
+ */
+static inline uint64_t
+jail_rlimit_cpu_s(uint64_t cpu_ms, bool cgroup_none)
+{
+	return (cpu_ms + 999) / 1000 + (cgroup_none ? 0 : 1);
+}
+
 /* util.c */
 extern bool jail_quiet;
 extern void jail_warn(const char *fmt,...) __attribute__((format(printf, 1, 2)));
@@ -537,6 +554,7 @@ extern int	jail_cgroup_set_limits(JailCgroup *cg, const JailOptions *opts,
 								   uint64_t extra_pids, char *err);
 extern void jail_cgroup_reset_counters(const JailCgroup *cg);
 extern void jail_cgroup_open_stats(JailCgroup *cg);
+extern void jail_cgroup_counters_from_now(JailCgroup *cg);
 extern int	jail_cgroup_attach(JailCgroup *cg, pid_t pid, char *err);
 extern uint64_t jail_cgroup_cpu_ms(const JailCgroup *cg);
 extern uint64_t jail_cgroup_memory_now(const JailCgroup *cg);
@@ -672,11 +690,6 @@ typedef struct JailLauncher
 #define JAIL_WARM_FD_STDERR 1004	/* 1 and 2 are /dev/null until the go) */
 #define JAIL_WARM_MODULES_MAX 1024
 #define JAIL_WARM_READY_TIMEOUT_MS 120000	/* a start that takes longer fails */
-#define JAIL_WARM_MEMORY_MARGIN (32ULL * 1024 * 1024)	/* a request's memory
-														 * limit must leave
-														 * this much above
-														 * what it holds */
-
 typedef struct JailWarm
 {
 	JailLanguage language;		/* LANG_PYTHON or LANG_NODE */

@@ -129,6 +129,8 @@ run_init(JailRun *run, const JailOptions *opts, const char *code,
 static void
 run_drop_prespawn(JailRun *run)
 {
+	if (run->pre->warm)
+		run->warm_dropped = true;
 	jail_prespawn_discard(run->pre);
 	run->pre = NULL;
 }
@@ -178,6 +180,19 @@ run_choose_cgroup(JailRun *run)
 
 	if (slot_serves(opts, run->env))
 	{
+		/*
+		 * A warm interpreter thrown away (run_prepare) left the slot with
+		 * its start in the counters (its memory in the peak: the worker
+		 * reset them while it waited) and with a memory limit that had
+		 * room for it (worker.c): both are this run's again, as in a
+		 * cold worker's slot.
+		 */
+		if (run->warm_dropped)
+		{
+			jail_cgroup_counters_from_now(run->env->slot);
+			if (jail_cgroup_set_limits(run->env->slot, opts, 1, run->err) < 0)
+				return -1;
+		}
 		run->cg = *run->env->slot;	/* counters reset by the worker (worker.c) */
 		run->cg_borrowed = true;
 	}

@@ -200,7 +200,7 @@ jail_set_rlimits(const JailChildArgs *a, int which, char *err)
 	}
 	if (which & JAIL_RLIMITS_REQUEST)
 	{
-		rlim_t		cpu_s = (o->cpu_ms + 999) / 1000;
+		rlim_t		cpu_s = jail_rlimit_cpu_s(o->cpu_ms, a->cgroup_none);
 
 		/*
 		 * RLIMIT_CPU is per process (the cgroup watch in the parent

@@ -192,6 +192,38 @@ parse_serve_args(int argc, char **argv)
 
 static void warm_reaped(Worker *w, int status);
 
+/*
+ * A warm place could not start (its interpreter, or its slot): it waits
+ * before the next try, doubling up to WARM_RETRY_MAX_MS, so a bad setting
+ * never becomes a fork loop.
+ */
+static void
+warm_backoff(int lang)
+{
+	warm_retry_at[lang] = jail_now_ms() + warm_retry_ms[lang];
+	warm_retry_ms[lang] = warm_retry_ms[lang] * 2 > WARM_RETRY_MAX_MS ?
+		WARM_RETRY_MAX_MS : warm_retry_ms[lang] * 2;
+}
+
+/* A warm place without a cgroup slot: why, on the page, and wait. */
+static void
+warm_no_slot(int lang, const char *why)
+{
+	char		msg[JAIL_ERRLEN + 80];
+
+	snprintf(msg, sizeof(msg), "not started without a cgroup slot (its memory would be unbounded): %s",
+			 why[0] ? why : "no slots");
+	if (launcher.warm_page)
+	{
+		char	   *dst = launcher.warm_page->problem[lang];
+		size_t		n = strnlen(msg, sizeof(launcher.warm_page->problem[0]) - 1);
+
+		memcpy(dst, msg, n);
+		dst[n] = '\0';
+	}
+	warm_backoff(lang);
+}
+
 static void
 spawn_worker(int lfd, int sigfd, Worker *w)
 {
@@ -228,6 +260,18 @@ spawn_worker(int lfd, int sigfd, Worker *w)
 		if (slots_enabled)
 			jail_warn("could not create a cgroup slot: %s", err);
 		jail_cgroup_destroy(&w->slot);
+	}
+
+	/*
+	 * A warm interpreter holds its memory before any request: without a
+	 * slot nothing would bound it (nor count it on the page), so a warm
+	 * place without one is not started; it is tried again later, as a
+	 * start that failed, and runs are served cold meanwhile.
+	 */
+	if (kind >= 0 && !w->has_slot)
+	{
+		warm_no_slot(kind, err);
+		return;
 	}
 	w->pid = fork();
 	if (w->pid == 0)
@@ -295,11 +339,7 @@ warm_reaped(Worker *w, int status)
 		jail_wire_warm_post(launcher.warm_page, (JailWarmLang) lang, -1);
 	}
 	if (WIFEXITED(status) && WEXITSTATUS(status) == JAIL_WORKER_WARM_FAILED)
-	{
-		warm_retry_at[lang] = jail_now_ms() + warm_retry_ms[lang];
-		warm_retry_ms[lang] = warm_retry_ms[lang] * 2 > WARM_RETRY_MAX_MS ?
-			WARM_RETRY_MAX_MS : warm_retry_ms[lang] * 2;
-	}
+		warm_backoff(lang);
 	else
 		warm_retry_ms[lang] = WARM_RETRY_FIRST_MS;
 }

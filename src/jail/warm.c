@@ -377,7 +377,7 @@ jail_warm_rlimits(pid_t payload, const JailOptions *o, bool cgroup_none,
 	rlim_t		cpu_s;
 
 	*pre_cpu_ms = process_cpu_ms(payload);
-	cpu_s = (*pre_cpu_ms + o->cpu_ms + 999) / 1000;
+	cpu_s = jail_rlimit_cpu_s(*pre_cpu_ms + o->cpu_ms, cgroup_none);
 	lim[n++] = (JailRlimit) {RLIMIT_CPU, cpu_s, cpu_s + 1, "CPU"};
 	if (o->file_size > 0)
 		lim[n++] = (JailRlimit) {RLIMIT_FSIZE, o->file_size, o->file_size, "FSIZE"};

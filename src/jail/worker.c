@@ -304,37 +304,23 @@ fill_request(JailPrespawn *pre, const Request *rq, char *msg)
 static void
 slot_counters_from_now(JailCgroup *slot)
 {
-	if (!slot)
-		return;
-	jail_cgroup_reset_counters(slot);
-	jail_cgroup_open_stats(slot);
-	slot->cpu_base_ms = 0;
-	slot->cpu_base_ms = jail_cgroup_cpu_ms(slot);
+	if (slot)
+		jail_cgroup_counters_from_now(slot);
 }
 
 /*
  * A request reaches a warm worker's waiting interpreter.  The memory the
- * interpreter holds stays in the slot and so counts against the run's
- * limit (and is in its peak: read after the peak's reset, it is never
- * above it): a request whose limit would not leave
- * JAIL_WARM_MEMORY_MARGIN above it gets a cold sandbox instead, as does
- * one for another language (jail_run: run_prepare); the discarded
- * interpreter's memory is then no longer the run's either.
+ * interpreter holds stays in the slot (and is in the run's peak: read
+ * after the peak's reset, it is never above it); the slot's limit is the
+ * request's plus that (run_request), so the run's own code has the
+ * memory it asked for, as in a cold sandbox.  Should jail_run throw the
+ * interpreter away (another language, egress, run_prepare), the limit is
+ * the request's again (run_choose_cgroup).
  */
 static void
-warm_take(JailCgroup *slot, const Request *rq, JailPrespawn **pre, JailRunEnv *env)
+warm_take(JailCgroup *slot, JailRunEnv *env)
 {
-	uint64_t	held = slot ? jail_cgroup_memory_now(slot) : 0;
-
-	if (slot && rq->opts.language == (*pre)->warm_language &&
-		rq->opts.memory_bytes < held + JAIL_WARM_MEMORY_MARGIN)
-	{
-		jail_prespawn_discard(*pre);
-		*pre = NULL;
-		held = 0;
-		slot_counters_from_now(slot);
-	}
-	env->warm_memory = held;
+	env->warm_memory = slot ? jail_cgroup_memory_now(slot) : 0;
 }
 
 /*
@@ -349,6 +335,8 @@ run_request(int conn, Request *rq, JailCgroup *slot, bool netns_ready,
 {
 	JailResult	res;
 	JailRunEnv	env;
+	JailOptions limits;			/* the slot's: a warm run's has room for
+								 * what its interpreter holds */
 	char		err[JAIL_ERRLEN] = "";
 	char		line[JAIL_VERDICT_MAX];
 	int			rc;
@@ -366,9 +354,13 @@ run_request(int conn, Request *rq, JailCgroup *slot, bool netns_ready,
 	env.egress_stub = egress_stub;
 	env.egress_stub_pid = egress_stub_pid;
 
+	limits = rq->opts;
 	if (pre && pre->warm)
-		warm_take(slot, rq, &pre, &env);
-	if (slot && jail_cgroup_set_limits(slot, &rq->opts, 1, err) < 0)
+	{
+		warm_take(slot, &env);
+		limits.memory_bytes += env.warm_memory;
+	}
+	if (slot && jail_cgroup_set_limits(slot, &limits, 1, err) < 0)
 	{
 		jail_verdict_setup_error(&res, err);
 		res.cgroup = slot->mode;
@@ -661,6 +653,23 @@ jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot,
 	{
 		jail_warn("worker: %s", err);
 		slot = NULL;
+	}
+	/* a warm interpreter outside a slot would hold unbounded memory (serve.c) */
+	if (warm && !slot)
+	{
+		char		msg[JAIL_ERRLEN + 80];
+
+		snprintf(msg, sizeof(msg), "not started without a cgroup slot (its memory would be unbounded)%s%s",
+				 err[0] ? ": " : "", err);
+		if (lc->warm_page)
+		{
+			char	   *dst = lc->warm_page->problem[warm->lang];
+			size_t		n = strnlen(msg, sizeof(lc->warm_page->problem[0]) - 1);
+
+			memcpy(dst, msg, n);
+			dst[n] = '\0';
+		}
+		return JAIL_WORKER_WARM_FAILED;
 	}
 	if (lc->netns_pool && (rc = prepare_netns(&netns_ready)) != 0)
 		return rc;

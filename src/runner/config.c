@@ -409,6 +409,22 @@ runner_config_load(const char *path, RunnerConfig *out, char **err)
 		*err = psprintf("name must not be empty");
 		ok = false;
 	}
+
+	/*
+	 * Each of warm_python and warm_node may be up to JAIL_WARM_MAX, the
+	 * launcher takes at most that many in all (and refuses to start
+	 * otherwise: every run would then be one-shot).  Python, the main
+	 * workload, keeps its places; Node gets what is left.
+	 */
+	if (ok && c.warm_python + c.warm_node > JAIL_WARM_MAX)
+	{
+		int			node = JAIL_WARM_MAX - c.warm_python;
+
+		runner_log(RLOG_WARNING, "%s = %d and %s = %d: at most %d warm interpreters in all; %s is taken as %d",
+				   runner_setting_name("warm_python"), c.warm_python, runner_setting_name("warm_node"),
+				   c.warm_node, JAIL_WARM_MAX, runner_setting_name("warm_node"), node);
+		c.warm_node = node;
+	}
 	if (!ok)
 	{
 		char	   *e = psprintf("configuration file \"%s\": %s", path, *err);

@@ -178,9 +178,9 @@ launcher_connect(const char *language)
 	 * one if one waits (taken from the page: its socket is then sure to
 	 * answer); otherwise, as every other run, to a cold sandbox.
 	 */
-	if (language && strcmp(language, "python") == 0)
+	if (language && strcmp(language, "python") == 0 && runner_conf.warm_python > 0)
 		lang = JAIL_WARM_PYTHON;
-	else if (language && strcmp(language, "node") == 0)
+	else if (language && strcmp(language, "node") == 0 && runner_conf.warm_node > 0)
 		lang = JAIL_WARM_NODE;
 	if (lang >= 0 && !warm_page && (runner_conf.warm_python > 0 || runner_conf.warm_node > 0))
 		warm_page = jail_wire_warm_map(launcher_sock, true);
@@ -275,9 +275,22 @@ launcher_ensure(void)
 			return false;
 		launcher_stop();
 	}
-	/* the warm settings changed on reload: a new pool once its runs end */
-	if (launcher_pid > 0 && strcmp(launcher_warm, warm) != 0 && served_runs() == 0)
+	/*
+	 * The warm settings changed on reload: none of its interpreters is
+	 * claimed from now on (they were started with the old settings, or
+	 * the pool is off now), and its runs drain while new ones use the
+	 * one-shot jail; then it is restarted with the new pool.  (Using its
+	 * cold socket meanwhile would keep it busy for ever on a busy runner.)
+	 */
+	if (launcher_pid > 0 && strcmp(launcher_warm, warm) != 0)
+	{
+		if (warm_page)
+			munmap(warm_page, sizeof(JailWarmPage));
+		warm_page = NULL;
+		if (served_runs() > 0)
+			return false;
 		launcher_stop();
+	}
 	if (launcher_alive())
 		return true;
 	strlcpy(launcher_path, runner_conf.jail_path, sizeof(launcher_path));
@@ -354,7 +367,13 @@ launch_served(Run *run, const JailRequest *req, const char *code_path)
 	int			sock = -1;
 	bool		sent = false;
 
-	if (!launcher_ensure() || (sock = launcher_connect(request_language(req))) < 0)
+	/*
+	 * An egress run is never warm (its sandbox is cloned for it, docs/jail.md
+	 * "Warm interpreters"): claiming an interpreter for it would only drain
+	 * the pool.
+	 */
+	if (!launcher_ensure() ||
+		(sock = launcher_connect(run->disk.egress ? NULL : request_language(req))) < 0)
 		return false;
 	codefd = open(code_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	jail_wire_request_init(&msg, buf);

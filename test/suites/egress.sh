@@ -896,6 +896,50 @@ SELECT agent.add_egress_rule('*.Allowed.Test.', '{443,8443}', 'admin');" >/dev/n
 	check "the audit chain verifies" t "$(q -c "SELECT ok FROM agent.verify_audit_chain('$org')")"
 }
 
+# The supervisor's launcher's waiting Python interpreters (its page's
+# held[]: their workers' pids), sorted, once as many wait as it keeps
+# (bounded: "none" if they never do); with "now", as they are.
+warm_py_waiting() {
+	python3 - "$EPG_DIR/data/sandbox_runner/jail.sock.warm" "${1:-}" <<'PY'
+import struct, sys, time
+for _ in range(600):
+    try:
+        d = open(sys.argv[1], "rb").read()
+        conf = struct.unpack_from("i", d, 24)[0]
+        held = [struct.unpack_from("iiQ", d, 40 + 16 * i) for i in range(16)]
+        pids = sorted(p for p, lang, _ in held if p > 0 and lang == 0)
+        if sys.argv[2] == "now" or (conf > 0 and len(pids) == conf):
+            print(",".join(map(str, pids)), min([b for p, lang, b in held if p > 0 and lang == 0] or [0]))
+            sys.exit(0)
+    except OSError:
+        pass
+    time.sleep(0.2)
+print("none 0")
+PY
+}
+
+# An egress run's sandbox is cloned for it (its init makes the proxy's
+# socket): it must not take a warm interpreter (which the jail would throw
+# away, draining the pool), and its peak memory is its own.
+t_db_egress_not_warm() {
+	local T org ws agent conv inv appr before held after
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" >/dev/null
+	read -r before held < <(warm_py_waiting)
+	read -r inv appr < <(req "$T" python 'print("an egress run")')
+	approve "$T" "$appr"
+	await_ok "$T" "$inv"
+	read -r after _ < <(warm_py_waiting now)
+	if [ "$before" != none ] && [ "$before" = "$after" ]; then
+		ok "an egress run takes no warm interpreter: the ones waiting before it still wait ($before)"
+	else nok "an egress run takes no warm interpreter" "waiting before [$before] after [$after]"; fi
+	check "its verdict is a cold run's" false \
+		"$(q -c "SELECT details->'verdict'->>'warm' FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'invocation.finished'")"
+	check "its peak memory is its own, not a thrown-away interpreter's" t \
+		"$(field "$inv" "peak_memory_bytes < $held / 2")"
+}
+
 t_db_policy_changed_after_request() {
 	local T org ws agent conv inv appr
 	T=$(new_tenant 100)
@@ -1082,7 +1126,7 @@ run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_refusa
 	t_ca_bundle t_no_route_no_dns t_proxy_own_ports t_host_own_addresses t_flood_and_slow t_caps t_runtime_installs \
 	t_hostile_inputs t_served t_no_policy_no_proxy t_proxy_seccomp t_sanitizers
 if [ -n "${EPG_UP:-}" ]; then
-	run_tests t_db_default_deny t_db_allowed_run t_db_policy_changed_after_request \
+	run_tests t_db_default_deny t_db_allowed_run t_db_egress_not_warm t_db_policy_changed_after_request \
 		t_db_narrowing t_db_roles_and_rls t_db_limits t_db_runner_without_conversation \
 		t_db_runner_config t_db_bad_log_keeps_no_slot
 fi

@@ -588,7 +588,88 @@ t_not_preloaded() {
 	check "preloaded again, the supervisor is back" t "$(q -c 'SELECT running FROM agent.worker_status()')"
 }
 
-run_tests t_worker t_languages t_launcher t_outcomes t_start_report t_require_cgroup t_missing_jail t_unusable_work_dir \
+# The verdict the run's finish recorded (its audit event), one field.
+verdict_of() {
+	q -c "SELECT details->'verdict'->>'$2' FROM agent.audit_events WHERE invocation_id = '$1' AND event_type = 'invocation.finished'"
+}
+
+# The warm pool as SQL shows it: a run's warm fields on its invocation,
+# the pool in worker_status(), and a module list the jail would refuse is
+# refused by the setting itself.
+t_warm_sql() {
+	local inv
+	run "$A" shell 'true' >/dev/null	# a launcher turned off and on starts at a run
+	wait_for 120 '[ "$(q -c "SELECT coalesce(warm_ready, 0) > 0 FROM agent.worker_status()")" = t ]'
+	check "worker_status(): interpreters wait, holding memory within the pool's bound" "t|t|t" \
+		"$(q -c "SELECT warm_ready > 0, warm_memory_bytes > 0, warm_memory_bytes <= warm_memory_limit FROM agent.worker_status()" | tr -d ' ')"
+	wait_for 120 '[ "$(warm_page_ready 0)" -gt 0 ]'
+	inv=$(run "$A" python 'import pandas; print("warm", pandas.__name__)')
+	check "a python run with the pool on is warm on its invocation (warm, warm_cpu_ms > 0, warm_memory_bytes > 0)" \
+		"succeeded|t|t|t" "$(field "$inv" "state || '|' || warm || '|' || (warm_cpu_ms > 0) || '|' || (warm_memory_bytes > 0)" | sed 's/true/t/g; s/false/f/g')"
+	check "... as its verdict says" "$(verdict_of "$inv" warm_cpu_ms)|$(verdict_of "$inv" warm_memory_bytes)" \
+		"$(field "$inv" "warm_cpu_ms || '|' || warm_memory_bytes")"
+	inv=$(run "$A" shell 'echo cold')
+	check "a shell run is not warm on its invocation" "f|0|0" \
+		"$(field "$inv" "warm::text || '|' || warm_cpu_ms || '|' || warm_memory_bytes" | sed 's/false/f/')"
+	check "an invalid sandbox.warm_modules is refused (22023)" 22023 \
+		"$(q -v VERBOSITY=verbose -c "ALTER SYSTEM SET sandbox.warm_modules = 'os;import x'" 2>&1 | sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\):.*/\1/p')"
+	check "... and nothing of it was written" "" \
+		"$(grep -s warm_modules "$CLUSTER_DIR/data/postgresql.auto.conf")"
+}
+
+# The launcher's count of waiting interpreters of one language (its page).
+warm_page_ready() {
+	python3 -c '
+import struct, sys
+try:
+    print(struct.unpack_from("i", open(sys.argv[1], "rb").read(), 16 + 4 * int(sys.argv[2]))[0])
+except Exception:
+    print(0)' "$CLUSTER_DIR/data/sandbox_runner/jail.sock.warm" "$1"
+}
+
+# sandbox.warm_python and sandbox.warm_node are each at most 16, the
+# launcher takes at most 16 in all: more is clamped (Node gets what is
+# left, with a warning), never a launcher that refuses to start.
+t_warm_bound() {
+	local inv
+	setconf sandbox.warm_python 1
+	setconf sandbox.warm_node 16
+	run "$A" shell 'true' >/dev/null	# the launcher follows the settings at a run
+	wait_for 60 '[ "$(warm_page_ready 0)" -gt 0 ]'
+	inv=$(run "$A" python 'print("warm")')
+	check "warm_python 1 + warm_node 16: the launcher serves, with warm Python" "succeeded|0|true" \
+		"$(field "$inv" state)|$(field "$inv" "coalesce(jail_pid, 0)")|$(verdict_of "$inv" warm)"
+	check "... and the runner said what it took" 1 \
+		"$(grep -c 'sandbox.warm_python = 1 and sandbox.warm_node = 16: at most 16 warm interpreters in all; sandbox.warm_node is taken as 15' "$CLUSTER_DIR/server.log" | sed 's/^[1-9][0-9]*$/1/')"
+	resetconf sandbox.warm_python
+	resetconf sandbox.warm_node
+	run "$A" shell 'true' >/dev/null
+}
+
+# Turning the warm pool off takes effect at once, also on a busy runner:
+# while a run holds the launcher (which restarts only once its runs end),
+# the next Python run claims no warm interpreter of the old pool.
+t_warm_off() {
+	local long inv
+	wait_for 120 '[ "$(warm_page_ready 0)" -gt 0 ]'
+	inv=$(run "$A" python 'print("warm")')
+	check "with the pool on, a python run is warm" "succeeded|true" "$(field "$inv" state)|$(verdict_of "$inv" warm)"
+	wait_for 120 '[ "$(warm_page_ready 0)" -gt 0 ]'
+	long=$(start "$A" shell 'echo started; sleep 60')
+	wait_state "$long" running 100
+	setconf sandbox.warm_python 0
+	inv=$(run "$A" python 'print("after")')
+	check "sandbox.warm_python = 0 while a run holds the launcher: the next python run is cold" \
+		"succeeded|after|false" "$(field "$inv" state)|$(output "$inv")|$(verdict_of "$inv" warm)"
+	tq "$ORG" "$WS" "SELECT agent.cancel('$long', 'requester');" >/dev/null
+	await "$A" "$long" 20 >/dev/null
+	inv=$(run "$A" python 'print("restarted")')
+	check "once its runs ended, runs are served again (jail_pid 0), by a launcher without warm Python" "succeeded|0|false" \
+		"$(field "$inv" state)|$(field "$inv" "coalesce(jail_pid, 0)")|$(verdict_of "$inv" warm)"
+	resetconf sandbox.warm_python
+}
+
+run_tests t_worker t_languages t_launcher t_warm_sql t_warm_bound t_warm_off t_outcomes t_start_report t_require_cgroup t_missing_jail t_unusable_work_dir \
 	t_insufficient_credits t_hash_mismatch t_cancel t_wait_timeout t_streaming t_forged_notify t_tenancy \
 	t_concurrency_cap t_lease_lost t_drain t_remove t_check t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
 

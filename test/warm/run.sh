@@ -42,6 +42,7 @@ if [ "$(id -u)" != 0 ] || [ ! -x "$BIN" ]; then
 	exit 1
 fi
 "$ROOT/scripts/jail-host-setup.sh" postgres >/dev/null 2>&1
+make -s -C "$ROOT/src/egress" >/dev/null	# the proxy of the egress runs
 
 TAG=				# "fallback " for the pass on the older kernels' path
 # ok, nok, check: test/tap.sh (plain lines, TAG before each name)
@@ -109,6 +110,43 @@ print(struct.unpack_from("i", d, 16 + 4 * int(sys.argv[2]))[0])' "$1.warm" "$2")
 		n=$((n + 1))
 	done
 	return 1
+}
+# page_worker SOCK LANG: the pid of a worker whose LANG interpreter waits
+# (the page's held[]), or nothing; page_held SOCK LANG: what it holds
+page_worker() {
+	$PY -c '
+import struct, sys
+d = open(sys.argv[1], "rb").read()
+for i in range(16):
+    pid, lang, held = struct.unpack_from("iiQ", d, 40 + 16 * i)
+    if pid > 0 and lang == int(sys.argv[2]):
+        print(pid if sys.argv[3] == "pid" else held); break' "$1.warm" "$2" "${3:-pid}"
+}
+page_held() { page_worker "$1" "$2" held; }
+# page_take SOCK LANG: take one waiting interpreter off the page's count,
+# as a caller's claim does (the test's launchers have one place per
+# language: nothing else writes that count while it waits)
+page_take() {
+	$PY -c '
+import mmap, os, struct, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+m = mmap.mmap(fd, 0)
+off = 16 + 4 * int(sys.argv[2])
+n = struct.unpack_from("i", m, off)[0]
+struct.pack_into("i", m, off, n - 1 if n > 0 else 0)' "$1.warm" "$2"
+}
+EGR_N=0
+# egress_opts USER: EGR, a run's egress options (a policy allowing one
+# name, nothing resolvable: the run makes no connection; the proxy starts)
+egress_opts() {
+	local d=$WORK/egr-$1
+	mkdir -p "$d"
+	printf 'sandbox-egress/1\nrule a host allowed.test 443\n' > "$d/policy"
+	chmod 755 "$d"
+	chmod 644 "$d/policy"
+	if [ "$1" = root ]; then chmod 1777 "$d"; else chown "$1": "$d"; fi
+	EGR=(--egress-policy "$d/policy" --egress-log "$d/log.$((++EGR_N))" --egress-resolver 127.0.0.1:53
+		--egress-proxy "$ROOT/src/egress/sandbox-egress")
 }
 # ws_new USER DIR: an empty workspace the run's outer uid owns
 ws_new() {
@@ -292,6 +330,14 @@ x = bytearray(400 * 1024 * 1024)
 print("never")
 EOF
 echo "--memory 200M" > "$C/memory.py.opts"
+# just under the limit, without an import: cold it fits; warm it must too
+# (the interpreter's ~49 MB are not the program's: the slot's limit has
+# room for them, docs)
+cat > "$C/memory_near.py" <<'EOF'
+x = b"\1" * (160 * 1024 * 1024)
+print("fits", len(x))
+EOF
+echo "--memory 200M" > "$C/memory_near.py.opts"
 cat > "$C/output.py" <<'EOF'
 import sys
 sys.stdout.write("x" * 100000); sys.stderr.write("y" * 5000)
@@ -309,10 +355,7 @@ print("spin", flush=True)
 while True: pass
 EOF
 echo "--cpu-time 1 --wall-time 20" > "$C/cputime.py.opts"
-# a cold payload's own RLIMIT_CPU (whole seconds) may strike first
-# (signaled, 24); a warm one's counts the start's CPU too, so the jail's
-# CPU watch ends it (timed_out): timed_out is true either way (docs)
-echo '^(status|signal)=' > "$C/cputime.py.flags"
+# the jail's CPU watch ends both (RLIMIT_CPU is a second later, a backstop)
 cat > "$C/filesize.py" <<'EOF'
 open("/workspace/big", "wb").write(b"z" * 300000)
 print("wrote")
@@ -456,7 +499,7 @@ print([os.readlink("/proc/self/fd/%d" % f).split(":")[0] for f in (0, 1, 2)])'
 
 	probe "$u" status 'import re
 s = open("/proc/self/status").read()
-print([l for l in s.splitlines() if re.match(r"(Uid|Gid|Groups|NoNewPrivs|Seccomp|Cap\w+|NSpid|PPid):", l)])
+print([l for l in s.splitlines() if re.match(r"(Uid|Gid|Groups|NoNewPrivs|Seccomp|Seccomp_filters|Cap\w+|NSpid|PPid):", l)])
 print(open("/proc/self/cgroup").read().strip())
 import os; print(os.getpid(), os.getppid(), os.getsid(0) == os.getpid(), os.getpgrp() == os.getpid())
 print(sorted(p for p in os.listdir("/proc") if p.isdigit()))
@@ -469,7 +512,7 @@ try:
     print(len(open("/proc/1/maps").read()))
 except OSError as e:
     print("/proc/1/maps:", e.strerror)'
-	if warm_ok status && [ "$(pw status)" = "$(pc status)" ]; then ok "$u attacker: ids, capabilities, seccomp, no_new_privs, cgroup, session, pid 1 as a cold run's"
+	if warm_ok status && [ "$(pw status)" = "$(pc status)" ]; then ok "$u attacker: ids, capabilities, seccomp (and its number of filters), no_new_privs, cgroup, session, pid 1 as a cold run's"
 	else nok "$u attacker: confinement" "warm $(pw status | tr '\n' '|')" "cold $(pc status | tr '\n' '|')"; fi
 
 	probe "$u" mounts 'import os
@@ -491,6 +534,52 @@ s, h = r.getrlimit(r.RLIMIT_CPU)
 print("cpu soft >= 3:", s >= 3, "hard = soft + 1:", h == s + 1)' --cpu-time 3 --file-size 1M
 	if warm_ok rlimits && [ "$(pw rlimits)" = "$(pc rlimits)" ]; then ok "$u attacker: rlimits as a cold run's (RLIMIT_CPU counts the start's CPU on top)"
 	else nok "$u attacker: rlimits" "warm $(pw rlimits | tr '\n' '|')" "cold $(pc rlimits | tr '\n' '|')"; fi
+
+	# Node: what its process can look at, as a cold one's
+	probe "$u" env_js 'const fs = require("fs");
+console.log(JSON.stringify(Object.entries(process.env).sort()), JSON.stringify(fs.readFileSync("/proc/self/environ", "latin1")));
+console.log(fs.readdirSync("/proc/self/fd").map(Number).sort((a, b) => a - b).filter((fd) => { try { return !fs.readlinkSync("/proc/self/fd/" + fd).startsWith("anon_inode:"); } catch (e) { return false; } }).join(" "));
+for (const fd of [1000, 1001, 1002, 1003, 1004]) { try { fs.readlinkSync("/proc/self/fd/" + fd); console.log(fd, "open"); } catch (e) { console.log(fd, "closed"); } }
+console.log(fs.readFileSync("/proc/self/status", "utf8").split("\n").filter((l) => /^(Uid|Gid|Groups|NoNewPrivs|Seccomp|Seccomp_filters|Cap\w+|NSpid|PPid):/.test(l)).join("|"));
+console.log(fs.readFileSync("/proc/self/limits", "utf8").split("\n").filter((l) => !/^Max cpu time/.test(l)).join("|"));
+console.log(fs.readFileSync("/proc/self/cgroup", "utf8").trim(), process.getuid(), process.getgid(), process.ppid);' --file-size 1M
+	if warm_ok env_js && [ "$(pw env_js)" = "$(pc env_js)" ] && grep -q '^1000 closed' "$WORK/p/env_js-warm.out"; then
+		ok "$u attacker: node's environment, descriptors (1000-1004 closed), ids, capabilities, seccomp, rlimits but the CPU's, cgroup as a cold run's"
+	else nok "$u attacker: node's process" "warm $(pw env_js | tr '\n' '|' | head -c 900)" "cold $(pc env_js | tr '\n' '|' | head -c 900)"; fi
+
+	# two warm runs share nothing that was random at the start: each is
+	# its own interpreter (hash seed, random's and numpy's generators,
+	# where libc is mapped)
+	local rnd='import random, numpy
+print(hash("x"), random.getrandbits(64), numpy.random.get_state()[1][1:4].tolist())
+print([l.split("-")[0] for l in open("/proc/self/maps") if "libc.so" in l][:1])'
+	printf '%s\n' "$rnd" > "$WORK/p/rnd.code"
+	ready "$WARM" 0
+	runc "$u" "$WARM" "$WORK/p/rnd1" python "$WORK/p/rnd.code"
+	ready "$WARM" 0
+	runc "$u" "$WARM" "$WORK/p/rnd2" python "$WORK/p/rnd.code"
+	local r1 r2 same=0
+	r1=$(cat "$WORK/p/rnd1.out"); r2=$(cat "$WORK/p/rnd2.out")
+	if [ "$(v "$WORK/p/rnd1.verdict" warm)" = true ] && [ "$(v "$WORK/p/rnd2.verdict" warm)" = true ] &&
+		[ "$(wc -l < "$WORK/p/rnd1.out")" = 2 ] && [ "$(sed -n 2p "$WORK/p/rnd1.out")" != "[]" ]; then
+		# field by field: hash, getrandbits, numpy state, libc base
+		for i in 1 2 3; do
+			[ "$(sed -n 1p "$WORK/p/rnd1.out" | cut -d' ' -f$i)" = "$(sed -n 1p "$WORK/p/rnd2.out" | cut -d' ' -f$i)" ] && same=1
+		done
+		[ "$(sed -n 2p "$WORK/p/rnd1.out")" = "$(sed -n 2p "$WORK/p/rnd2.out")" ] && same=1
+		if [ $same = 0 ]; then ok "$u attacker: two warm runs differ in hash('x'), random, numpy's generator state and libc's address"
+		else nok "$u attacker: two warm runs share random state" "[$r1]" "[$r2]"; fi
+	else nok "$u attacker: random state probe" "[$r1]" "[$r2]" "$(cat "$WORK/p/rnd1.verdict")"; fi
+
+	# the start's CPU is not the run's: a warm `pass` reports less CPU
+	# than its interpreter's start used
+	printf 'pass\n' > "$WORK/p/pass.code"
+	ready "$WARM" 0
+	runc "$u" "$WARM" "$WORK/p/pass" python "$WORK/p/pass.code"
+	if [ "$(v "$WORK/p/pass.verdict" warm)" = true ] &&
+		[ "$(v "$WORK/p/pass.verdict" cpu_ms)" -lt "$(v "$WORK/p/pass.verdict" warm_cpu_ms)" ] 2>/dev/null; then
+		ok "$u verdict: a warm pass's cpu_ms is below its interpreter's warm_cpu_ms (the start is not the run's)"
+	else nok "$u verdict: a warm pass's CPU" "$(cat "$WORK/p/pass.verdict")"; fi
 
 	probe "$u" maps 'import os
 m = open("/proc/self/maps").read()
@@ -550,15 +639,57 @@ True" ]; then ok "$u attacker: nothing of a warm run (module state, environment,
 		ok "$u verdict: warm_cpu_ms and warm_memory_bytes reported; peak_memory_bytes includes what the interpreter held"
 	else nok "$u verdict: warm fields" "$(cat "$WORK/p/check.verdict")"; fi
 
-	# a request whose memory limit would not leave room gets a cold sandbox, and runs
+	# a request with less memory than the interpreter holds is still warm:
+	# the slot's limit is the request's plus what the interpreter holds
 	printf 'print("small")\n' > "$WORK/p/small.code"
 	ready "$WARM" 0
-	runc "$u" "$WARM" "$WORK/p/small" python "$WORK/p/small.code" --memory 48M
-	if [ "$(v "$WORK/p/small.verdict" warm)" = false ] && [ "$(cat "$WORK/p/small.out")" = small ] &&
-		[ "$(v "$WORK/p/small.verdict" status)" = exited ]; then ok "$u a request with less memory than the warm interpreter holds runs cold"
+	runc "$u" "$WARM" "$WORK/p/small" python "$WORK/p/small.code" --memory 8M
+	if [ "$(v "$WORK/p/small.verdict" warm)" = true ] && [ "$(cat "$WORK/p/small.out")" = small ] &&
+		[ "$(v "$WORK/p/small.verdict" status)" = exited ] &&
+		[ "$(v "$WORK/p/small.verdict" warm_memory_bytes)" -gt $((8 << 20)) ] 2>/dev/null; then
+		ok "$u a request with less memory than the warm interpreter holds runs warm (its limit has room for the interpreter)"
 	else nok "$u small memory request" "$(cat "$WORK/p/small.verdict")"; fi
+	# and the program's own memory is still bounded by its request: 60 MB
+	# under 32M is killed warm as cold
+	printf 'x = b"\\1" * (60 << 20)\nprint("survived")\n' > "$WORK/p/over.code"
+	ready "$WARM" 0
+	runc "$u" "$WARM" "$WORK/p/over" python "$WORK/p/over.code" --memory 32M
+	runc "$u" "$COLD" "$WORK/p/overc" python "$WORK/p/over.code" --memory 32M
+	if [ "$(v "$WORK/p/over.verdict" warm)" = true ] && [ "$(v "$WORK/p/over.verdict" oom_killed)" = true ] &&
+		[ "$(v "$WORK/p/overc.verdict" oom_killed)" = true ] && [ ! -s "$WORK/p/over.out" ]; then
+		ok "$u a warm program over its request is OOM-killed as a cold one"
+	else nok "$u warm memory bound" "$(cat "$WORK/p/over.verdict")" "$(cat "$WORK/p/overc.verdict")"; fi
 	# the interpreter it did not take is gone; the next one comes up
 	if ready "$WARM" 0; then ok "$u the pool refills after that"; else nok "$u the pool did not refill"; fi
+
+	# an egress run is never warm (its sandbox is cloned for it, whose init
+	# makes the proxy's socket): it takes no interpreter from the pool (the
+	# one waiting still waits), and its peak is a cold run's, not the
+	# interpreter's
+	local w0 held
+	ready "$WARM" 0
+	w0=$(page_worker "$WARM" 0)
+	held=$(page_held "$WARM" 0)
+	egress_opts "$u"
+	runc "$u" "$WARM" "$WORK/p/egr" python "$WORK/p/small.code" "${EGR[@]}"
+	if [ "$(cat "$WORK/p/egr.out")" = small ] && [ "$(v "$WORK/p/egr.verdict" warm)" = false ] &&
+		[ -n "$w0" ] && [ "$(page_worker "$WARM" 0)" = "$w0" ] && kill -0 "$w0" 2>/dev/null &&
+		[ "$(v "$WORK/p/egr.verdict" peak_memory_bytes)" -lt $((held / 2)) ] 2>/dev/null; then
+		ok "$u an egress run takes no warm interpreter (the waiting one still waits) and its peak is a cold run's"
+	else nok "$u egress run and the pool" "waiting worker before $w0 after $(page_worker "$WARM" 0), held $held" \
+		"$(cat "$WORK/p/egr.verdict")" "$(head -c 300 "$WORK/p/egr.err")"; fi
+	# one that reaches a waiting interpreter anyway (a caller that claimed
+	# it: the page's count taken by hand here) is served by a fresh clone
+	# in that slot, whose counters then start after the interpreter's end
+	ready "$WARM" 0
+	held=$(page_held "$WARM" 0)
+	page_take "$WARM" 0
+	egress_opts "$u"
+	runc "$u" "$WARM.python" "$WORK/p/egr2" python "$WORK/p/small.code" "${EGR[@]}"
+	if [ "$(cat "$WORK/p/egr2.out")" = small ] && [ "$(v "$WORK/p/egr2.verdict" warm)" = false ] &&
+		[ "$(v "$WORK/p/egr2.verdict" peak_memory_bytes)" -lt $((held / 2)) ] 2>/dev/null; then
+		ok "$u a warm interpreter thrown away for an egress run: the run's peak memory is its own, not the interpreter's"
+	else nok "$u thrown-away interpreter's counters" "held $held" "$(cat "$WORK/p/egr2.verdict")" "$(head -c 300 "$WORK/p/egr2.err")"; fi
 
 	# a workspace on a file system mounted after the interpreter started is
 	# not in its copy of the host tree: a fresh sandbox, never a setup error
@@ -574,8 +705,9 @@ True" ]; then ok "$u attacker: nothing of a warm run (module state, environment,
 		--workspace "$WORK/latermnt/ws" --code-file "$WORK/p/later.code" --verdict-fd 3 \
 		> "$WORK/p/later.out" 2> "$WORK/p/later.err" 3> "$WORK/p/later.verdict" < /dev/null
 	umount "$WORK/latermnt"
-	if [ "$(cat "$WORK/p/later.out")" = "['seen']" ] && [ "$(v "$WORK/p/later.verdict" warm)" = false ]; then
-		ok "$u a workspace on a file system mounted after the interpreter started gets a fresh sandbox"
+	if [ "$(cat "$WORK/p/later.out")" = "['seen']" ] && [ "$(v "$WORK/p/later.verdict" warm)" = false ] &&
+		[ "$(v "$WORK/p/later.verdict" peak_memory_bytes)" -lt $((held / 2)) ] 2>/dev/null; then
+		ok "$u a workspace on a file system mounted after the interpreter started gets a fresh sandbox (its peak its own)"
 	else nok "$u later mount" "$(cat "$WORK/p/later.verdict")" "$(cat "$WORK/p/later.err")"; fi
 	# while a mount elsewhere does not cost the warm interpreter
 	ready "$WARM" 0
@@ -621,7 +753,7 @@ print(struct.unpack_from("i", d, 16)[0])' "$WARM.warm" "${wpid:-0}")
 
 # ------------------------------------------------------------ launcher
 launcher_checks() {
-	local u=$1 out
+	local u=$1 out s
 	out=$(runuser -u "$u" -- "$BIN" --serve "$WORK/bad.s" --warm-python 1 --warm-modules 'os;import x' 2>&1); rc=$?
 	if [ $rc -eq 2 ] && [[ $out == *"not a list of module names"* ]] && [ ! -e "$WORK/bad.s" ]; then
 		ok "$u --warm-modules with anything but module names is refused"
@@ -629,9 +761,33 @@ launcher_checks() {
 	out=$(runuser -u "$u" -- "$BIN" --serve "$WORK/bad.s" --warm-python 17 2>&1); rc=$?
 	check "$u --warm-python beyond the bound is refused" 2 "$rc"
 
+	# without a cgroup slot (a parent that does not exist) no warm
+	# interpreter starts: its memory would be bounded by nothing; the page
+	# says why, and runs are served cold
+	start "$u" "noslot$u" --warm-python 1 --cgroup-parent /nonexistent-sandbox-parent
+	s=$(eval echo "\$SOCK_noslot$u")
+	local why="" n=0
+	while [ -z "$why" ] && [ $n -lt 100 ]; do
+		why=$($PY -c '
+import sys
+d = open(sys.argv[1], "rb").read()
+print(d[296:496].split(b"\0")[0].decode())' "$s.warm" 2>/dev/null)
+		[ -n "$why" ] || sleep 0.1
+		n=$((n + 1))
+	done
+	mkdir -p "$WORK/p"
+	printf 'print("cold")\n' > "$WORK/p/noslot.code"
+	runc "$u" "$s" "$WORK/p/noslot" python "$WORK/p/noslot.code"
+	local l interp
+	l=$(launcher_of "$s")
+	interp=$(interpreters "$l")
+	if [[ $why == *"without a cgroup slot"* ]] && [ -z "$interp" ] &&
+		[ "$(v "$WORK/p/noslot.verdict" warm)" = false ] && [ "$(cat "$WORK/p/noslot.out")" = cold ]; then
+		ok "$u without a cgroup slot no warm interpreter starts (the page says why) and runs are served cold"
+	else nok "$u warm place without a slot" "problem [$why] interpreters [$interp]" "$(cat "$WORK/p/noslot.verdict")"; fi
+
 	# a module that does not import: warned, runs go cold, the launcher keeps serving
 	start "$u" "nomod$u" --warm-python 1 --warm-modules no_such_module_xyz
-	local s
 	s=$(eval echo "\$SOCK_nomod$u")
 	printf 'print("still runs")\n' > "$WORK/p/nomod.code"
 	local n=0

@@ -728,15 +728,27 @@ AS $$
 $$;
 
 -- The caps on what one run may return (agent.settings), for the supervisor.
+-- One read of the three settings; a missing one raises as agent._setting().
 CREATE FUNCTION agent._produced_caps(OUT max_files integer, OUT max_bytes bigint,
 									 OUT max_file_bytes bigint)
 	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
+DECLARE
+	n	integer;
 BEGIN
-	max_files := agent._setting('max_produced_files')::integer;
-	max_bytes := agent._setting('max_produced_bytes')::bigint;
-	max_file_bytes := agent._setting('max_produced_file_bytes')::bigint;
+	SELECT max(s.value) FILTER (WHERE s.key = 'max_produced_files')::integer,
+		   max(s.value) FILTER (WHERE s.key = 'max_produced_bytes')::bigint,
+		   max(s.value) FILTER (WHERE s.key = 'max_produced_file_bytes')::bigint,
+		   count(*)::integer
+	  INTO max_files, max_bytes, max_file_bytes, n
+	  FROM agent.settings s
+	 WHERE s.key IN ('max_produced_files', 'max_produced_bytes', 'max_produced_file_bytes');
+	IF n < 3 THEN
+		max_files := agent._setting('max_produced_files')::integer;
+		max_bytes := agent._setting('max_produced_bytes')::bigint;
+		max_file_bytes := agent._setting('max_produced_file_bytes')::bigint;
+	END IF;
 END
 $$;
 
@@ -805,52 +817,78 @@ $$;
 
 -- ---- finish ----------------------------------------------------------------
 
--- Write the tool call and the analytics row of a finished invocation.
-CREATE FUNCTION agent._record_tool_call(r agent.invocations) RETURNS void
-	LANGUAGE plpgsql VOLATILE
+-- The preview of a run's output: its output as it arrived (the chunks in
+-- order), cut at a character boundary within preview_bytes.
+CREATE FUNCTION agent._output_preview(output text, preview_bytes integer) RETURNS text
+	LANGUAGE plpgsql IMMUTABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	preview_bytes	integer := (SELECT l.preview_bytes FROM agent._request_limits() l);
-	preview			text;
+	preview text := coalesce(output, '');
 BEGIN
-	-- The preview is the output as it arrived, cut at a character boundary
-	-- within the configured number of bytes.
-	SELECT string_agg(o.data, '' ORDER BY o.seq) INTO preview
-	  FROM (SELECT o.data, o.seq FROM agent.invocation_output o
-			 WHERE o.invocation_id = r.id ORDER BY o.seq) o;
-	preview := coalesce(preview, '');
 	IF octet_length(preview) > preview_bytes THEN
 		preview := left(preview, preview_bytes);
 		WHILE octet_length(preview) > preview_bytes LOOP
 			preview := left(preview, length(preview) - 1);
 		END LOOP;
 	END IF;
+	RETURN preview;
+END
+$$;
 
-	INSERT INTO agent.agent_tool_calls
-		(invocation_id, org_id, workspace_id, agent_id, conversation_id, tool_name,
-		 input_hash, status, exit_code, output_preview, files)
-	VALUES (r.id, r.org_id, r.workspace_id, r.agent_id, r.conversation_id, 'code_execution',
-			r.code_sha256, r.state, r.exit_code, preview,
-			coalesce((SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
-								'file_id', f.id, 'name', f.name, 'status', f.status,
-								'reason', f.reason, 'size', f.size, 'sha256', f.sha256))
-							   ORDER BY f.name)
-						FROM agent.files f WHERE f.invocation_id = r.id), '[]'::jsonb))
-	ON CONFLICT (invocation_id) DO NOTHING;
-
+-- Write the tool call and the analytics row of a finished invocation r,
+-- whose output (all of it, in order) is run_output: one statement, the tool
+-- call first (its trigger, agent._tool_call_egress, appends the egress
+-- event), then the analytics row.
+CREATE FUNCTION agent._write_tool_call(r agent.invocations, run_output text) RETURNS void
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	preview_bytes	integer := (agent._request_limits()).preview_bytes;
+	preview			text := coalesce(run_output, '');
+BEGIN
+	IF octet_length(preview) > preview_bytes THEN
+		preview := agent._output_preview(preview, preview_bytes);
+	END IF;
+	WITH tc AS (
+		INSERT INTO agent.agent_tool_calls
+			(invocation_id, org_id, workspace_id, agent_id, conversation_id, tool_name,
+			 input_hash, status, exit_code, output_preview, files)
+		VALUES (r.id, r.org_id, r.workspace_id, r.agent_id, r.conversation_id, 'code_execution',
+				r.code_sha256, r.state, r.exit_code, preview,
+				coalesce((SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
+									'file_id', f.id, 'name', f.name, 'status', f.status,
+									'reason', f.reason, 'size', f.size, 'sha256', f.sha256))
+								   ORDER BY f.name)
+							FROM agent.files f WHERE f.invocation_id = r.id), '[]'::jsonb))
+		ON CONFLICT (invocation_id) DO NOTHING
+		RETURNING 1)
 	INSERT INTO agent.tool_invocations
 		(invocation_id, org_id, workspace_id, agent_id, conversation_id, tool_name,
 		 language, status, exit_code, signal, duration_ms, cpu_ms, peak_memory_bytes,
 		 credits_charged, timed_out, oom_killed, output_truncated, started_at, finished_at)
-	VALUES (r.id, r.org_id, r.workspace_id, r.agent_id, r.conversation_id, 'code_execution',
-			r.language, r.state, r.exit_code, r.signal,
-			CASE WHEN r.started_at IS NOT NULL
-				 THEN (extract(epoch FROM r.finished_at - r.started_at) * 1000)::bigint END,
-			r.cpu_ms, r.peak_memory_bytes, r.credits_charged,
-			coalesce(r.timed_out, false), coalesce(r.oom_killed, false),
-			coalesce(r.output_truncated, false), r.started_at, r.finished_at)
+	SELECT r.id, r.org_id, r.workspace_id, r.agent_id, r.conversation_id, 'code_execution',
+		   r.language, r.state, r.exit_code, r.signal,
+		   CASE WHEN r.started_at IS NOT NULL
+				THEN (extract(epoch FROM r.finished_at - r.started_at) * 1000)::bigint END,
+		   r.cpu_ms, r.peak_memory_bytes, r.credits_charged,
+		   coalesce(r.timed_out, false), coalesce(r.oom_killed, false),
+		   coalesce(r.output_truncated, false), r.started_at, r.finished_at
+	  FROM (SELECT count(*) FROM tc) written		-- after the tool call, whether or not it was new
 	ON CONFLICT (invocation_id) DO NOTHING;
+END
+$$;
+
+-- Write the tool call and the analytics row of a finished invocation.
+CREATE FUNCTION agent._record_tool_call(r agent.invocations) RETURNS void
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	PERFORM agent._write_tool_call(r, (SELECT string_agg(o.data, '' ORDER BY o.seq)
+										 FROM agent.invocation_output o
+										WHERE o.invocation_id = r.id));
 END
 $$;
 
@@ -965,6 +1003,7 @@ DECLARE
 	o		record;
 	f		agent.run_result_files;
 	out_bytes bigint;
+	v_output text;
 	v_started boolean;
 BEGIN
 	BEGIN
@@ -972,8 +1011,7 @@ BEGIN
 	EXCEPTION WHEN others THEN
 		v := NULL;
 	END;
-	SELECT * INTO o FROM agent._run_outcome(v, res.error, r.cancel_requested_at IS NOT NULL,
-											r.cancel_requested_by);
+	o := agent._run_outcome(v, res.error, r.cancel_requested_at IS NOT NULL, r.cancel_requested_by);
 	IF o.state = 'cancelled' AND r.cancel_reason IS NOT NULL THEN
 		o.reason := o.reason || ': ' || r.cancel_reason;
 	END IF;
@@ -1039,7 +1077,11 @@ BEGIN
 												'credits_charged', r.credits_charged,
 												'verdict', v));
 	END IF;
-	PERFORM agent._record_tool_call(r);
+	-- Its output, once: the tool call's preview and the bytes it stores.
+	SELECT string_agg(x.data, '' ORDER BY x.seq), coalesce(sum(octet_length(x.data)), 0)
+	  INTO v_output, out_bytes
+	  FROM agent.invocation_output x WHERE x.invocation_id = invocation;
+	PERFORM agent._write_tool_call(r, v_output);
 
 	-- The session: idle time counts from the end of its last run; what its
 	-- workspace holds now; rebuilt next time if the run left it over its
@@ -1050,10 +1092,12 @@ BEGIN
 	END IF;
 
 	-- Output is counted against the org's storage; it is kept even past
-	-- the quota (it is bounded per run by sandbox.output_limit).
-	SELECT coalesce(sum(octet_length(x.data)), 0) INTO out_bytes
-	  FROM agent.invocation_output x WHERE x.invocation_id = invocation;
-	PERFORM agent._use_storage(r.org_id, out_bytes, 'output', true);
+	-- the quota (it is bounded per run by sandbox.output_limit).  No
+	-- output, nothing to count (agent._use_storage of 0 bytes writes
+	-- nothing; the usage row is locked already, agent._lock_for_finish).
+	IF out_bytes > 0 THEN
+		PERFORM agent._use_storage(r.org_id, out_bytes, 'output', true);
+	END IF;
 
 	PERFORM agent._notify_invocation(invocation, '{"done":true}');
 	PERFORM agent._wake_for_org(r.org_id);
@@ -1429,6 +1473,7 @@ REVOKE ALL ON FUNCTION agent._claim_invocations(integer, uuid), agent._try_audit
 	agent._prepare_invocation(uuid, boolean), agent._skill_files(uuid), agent._produced_caps(),
 	agent._cancel_requested(uuid[]), agent._refuse_unfunded(agent.invocations),
 	agent._supervisor_recover(), agent._record_tool_call(agent.invocations),
+	agent._write_tool_call(agent.invocations, text), agent._output_preview(text, integer),
 	agent._refund_and_audit(agent.invocations, text),
 	agent._supervisor_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agent.read_output(uuid, integer), agent.cancel(uuid, text, text),

@@ -933,6 +933,16 @@ $$;
 -- (agent._finish_invocation's contract): apply the result at once if its
 -- locks are free, else stage it under the lease.  Returns the final
 -- state, or NULL when it stays staged (applied later by the supervisor).
+--
+-- The common case takes the fast way: the lease check of
+-- agent._runner_lease_of() and the locks of agent._lock_for_finish() as
+-- one locked read of the invocation (NOWAIT), then its org's audit head
+-- and usage row in one more, which also sees (after the invocation's lock)
+-- that no other result (the reaper's) is staged.  Whatever that way does
+-- not find as it expects (a lease not held, an argument too long, a lock
+-- held elsewhere, a result that cannot be applied, no usage row) is rolled
+-- back and decided by the way below, exactly as before: its lease check
+-- raises the same errors in the same order.
 CREATE FUNCTION agent.runner_finish(runner uuid, token uuid, invocation uuid, verdict text,
 									jail_status integer, error text, spawned boolean,
 									truncated boolean DEFAULT false,
@@ -949,15 +959,6 @@ DECLARE
 	r		agent.invocations;
 	res		agent.run_results;
 BEGIN
-	PERFORM agent._runner_lease_of(runner, token, invocation);
-	PERFORM agent._runner_arg_fits(verdict, 'verdict', 65536);
-	PERFORM agent._runner_arg_fits(error, 'error', 4096);
-	PERFORM agent._runner_arg_fits(workspace_reset, 'workspace_reset', 4096);
-	-- At once, without staging, when its locks are free and, under them,
-	-- the lease is still ours and no other result (the reaper's) is
-	-- staged.  Anything else (a lock held elsewhere, a result that cannot
-	-- be applied, a lease lost meanwhile) is rolled back and takes the
-	-- staged way below, which decides it as before.
 	res.invocation_id := invocation;
 	res.verdict := verdict;
 	res.jail_status := jail_status;
@@ -967,6 +968,57 @@ BEGIN
 	res.workspace_bytes := workspace_bytes;
 	res.workspace_entries := workspace_entries;
 	res.workspace_reset := workspace_reset;
+	-- The limits of agent._runner_arg_fits() below: an argument over them
+	-- takes the other way, which raises.
+	IF coalesce(octet_length(verdict) <= 65536 AND octet_length(error) <= 4096
+				AND octet_length(workspace_reset) <= 4096, true) THEN
+		BEGIN
+			SELECT i.* INTO r
+			  FROM agent.invocations i
+			  JOIN agent.runners rn ON rn.id = i.runner_id
+			 WHERE i.id = invocation
+			   AND i.runner_id = runner
+			   AND rn.login_role = agent._runner_role()
+			   AND i.lease_token = token
+			   AND i.state IN ('provisioning', 'running')
+			   AND rn.state <> 'removed'
+			   AND (agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, agent._runner_lease(),
+										  i.provisioned_at,
+										  coalesce(i.wall_time_s, (agent._run_limits()).default_wall_time_s),
+										  i.cancel_requested_at, agent._runner_grace())).deadline
+				   > pg_catalog.clock_timestamp()
+			   FOR NO KEY UPDATE OF i NOWAIT;
+			IF FOUND THEN
+				PERFORM 1 FROM agent.audit_heads h, agent.org_usage u
+				 WHERE h.org_id = r.org_id AND u.org_id = r.org_id
+				   AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = invocation)
+				   FOR UPDATE OF h NOWAIT FOR NO KEY UPDATE OF u NOWAIT;
+				IF FOUND THEN
+					IF r.conversation_id IS NOT NULL THEN
+						PERFORM 1 FROM agent.conversations c WHERE c.id = r.conversation_id
+						   FOR KEY SHARE NOWAIT;
+					END IF;
+					IF r.session_id IS NOT NULL THEN
+						PERFORM 1 FROM agent.sessions s WHERE s.id = r.session_id FOR NO KEY UPDATE NOWAIT;
+					END IF;
+					RETURN agent._apply_run_result(r, res, false);
+				END IF;
+			END IF;
+		EXCEPTION
+			WHEN others THEN
+				NULL;
+		END;
+	END IF;
+
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+	PERFORM agent._runner_arg_fits(verdict, 'verdict', 65536);
+	PERFORM agent._runner_arg_fits(error, 'error', 4096);
+	PERFORM agent._runner_arg_fits(workspace_reset, 'workspace_reset', 4096);
+	-- At once, without staging, when its locks are free and, under them,
+	-- the lease is still ours and no other result (the reaper's) is
+	-- staged.  Anything else (a lock held elsewhere, a result that cannot
+	-- be applied, a lease lost meanwhile) is rolled back and takes the
+	-- staged way below, which decides it as before.
 	BEGIN
 		r := agent._lock_for_finish(invocation);
 		IF r.state IN ('provisioning', 'running') AND r.runner_id = runner AND r.lease_token = token

@@ -15,3 +15,9 @@
 -- Each change says which part of sql/src it follows, in sql/src order.
 
 \echo Use "ALTER EXTENSION sandbox_ext UPDATE TO '0.3.0'" to load this file. \quit
+
+-- Branch finishcost (the finish's cost, issue 13): no state.  The functions
+-- it changes (agent.runner_finish, agent._apply_run_result,
+-- agent._record_tool_call, agent._produced_caps) and adds
+-- (agent._write_tool_call, agent._output_preview) keep or add signatures
+-- and are replayed below like every definition of sql/src.

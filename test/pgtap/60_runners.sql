@@ -126,7 +126,7 @@ CREATE FUNCTION pg_temp.claim(name text, n integer) RETURNS text LANGUAGE sql AS
 	SELECT coalesce(string_agg(tag, ',' ORDER BY tag), '') FROM ins
 $$;
 
-SELECT plan(171);
+SELECT plan(177);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -420,6 +420,9 @@ SELECT results_eq($$SELECT s, pg_temp.error_of(format(s, pg_temp.rid('tap-a'), p
 SELECT is(pg_temp.error_of(format('SELECT agent.runner_append_output(%L, %L, %L, ''stdout'', ''forged'')',
 								  pg_temp.rid('tap-b'), pg_temp.tok('x2'), pg_temp.cid('x2'))),
 		  '42501: permission denied for runner <id>', '... and in the other runner''s name with its token, 42501');
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_finish(%L, %L, %L, ''{"status":"exited","exit_code":0}'', 0, NULL, true)',
+								  pg_temp.rid('tap-b'), pg_temp.tok('x2'), pg_temp.cid('x2'))),
+		  '42501: permission denied for runner <id>', '... its finish too (the finish checks the lease and locks in one read)');
 SELECT is(ARRAY(SELECT agent.runner_cancel_requested(pg_temp.rid('tap-a'), ARRAY[pg_temp.cid('x2'), pg_temp.cid('x1')])),
 		  '{}'::uuid[], 'another runner''s cancel request is not shown to it');
 RESET SESSION AUTHORIZATION;
@@ -560,6 +563,35 @@ SELECT is((SELECT format('%s/%s/%s', state, renewed, lost = ARRAY[pg_temp.cid('x
 RESET SESSION AUTHORIZATION;
 SELECT is((SELECT format('%s/%s/%s', state, credits_charged, state_reason) FROM pg_temp.inv('x3')),
 		  'provision_failed/0/the runner "tap-a" stopped renewing its lease', '... it ends it, refunded, as the reaper would');
+
+-- and the finish of a run past its deadline, before the reaper runs: its
+-- lease check and its locks are one locked read (agent.runner_finish);
+-- a finish past the deadline is refused and writes nothing, neither the
+-- end nor a staged result
+SELECT pg_temp.queue('a', 'x7');
+SET SESSION AUTHORIZATION tap_runner_a;
+SELECT is(pg_temp.claim('tap-a', 2), 'x7', 'runner a claims x7');
+RESET SESSION AUTHORIZATION;
+-- fault injection: the runner was cut off for two leases
+UPDATE agent.runners SET last_heartbeat = last_heartbeat - 2 * agent._runner_lease() WHERE name = 'tap-a';
+UPDATE agent.invocations SET lease_expires_at = lease_expires_at - 2 * agent._runner_lease()
+ WHERE id = pg_temp.cid('x7');
+INSERT INTO seen VALUES ('x7 writes', pg_temp.writes());
+SET SESSION AUTHORIZATION tap_runner_a;
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_finish(%L, %L, %L, ''{"status":"exited","exit_code":0}'', 0, NULL, true)',
+			pg_temp.rid('tap-a'), pg_temp.tok('x7'), pg_temp.cid('x7'))),
+		  '55000: lease of invocation <id> is not held by this runner',
+		  'past its deadline a finish is refused, even before the reaper runs');
+RESET SESSION AUTHORIZATION;
+SELECT is(pg_temp.writes(), (SELECT value FROM seen WHERE what = 'x7 writes'),
+		  '... and writes nothing: no end, no charge kept, nothing staged');
+SET SESSION AUTHORIZATION tap_runner_a;
+SELECT is((SELECT format('%s/%s/%s', state, renewed, lost = ARRAY[pg_temp.cid('x7')])
+			 FROM agent.runner_heartbeat(pg_temp.rid('tap-a'), pg_temp.inc('tap-a'), 1, ARRAY[pg_temp.cid('x7')])),
+		  'active/0/t', '... its heartbeat names it lost');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT format('%s/%s', state, credits_charged) FROM pg_temp.inv('x7')),
+		  'provision_failed/0', '... and it ends as a failure of ours, refunded');
 
 -- a heartbeat before the deadline renews every lease of the runner
 SELECT pg_temp.queue('a', 'x4');

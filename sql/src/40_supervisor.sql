@@ -421,13 +421,13 @@ BEGIN
 		r := NULL;
 		v_new_head := false;
 		BEGIN
-			-- The row, with what its code is checked against below: the
-			-- hash its approval card holds, and the hash the audit trail
-			-- recorded at approval (a change of the card and the code
-			-- together, bypassing every trigger, still disagrees with the
-			-- chain, which is anchored outside the database).  Both were
-			-- written by the approval's transaction, committed before the
-			-- row read approved: one statement, read with the row.
+			-- The row, with what its code is checked against below, in one
+			-- statement: the hash its approval card holds and the hash the
+			-- audit trail recorded at approval (a change of the card and
+			-- the code together, bypassing every trigger, still disagrees
+			-- with the chain, which is anchored outside the database).
+			-- Both were written by the approval's transaction, committed
+			-- before the row read approved.
 			SELECT i AS inv,
 				   (SELECT a.approved_code_sha256
 					  FROM agent.approval_requests a
@@ -497,7 +497,9 @@ BEGIN
 			-- An org at its storage quota starts no new run: its output
 			-- would be kept past the quota (agent._storage_exhausted).
 			-- Nothing ran, nothing is charged.
-			SELECT * INTO v_store FROM agent._storage_exhausted(r.org_id);
+			-- (An expression, not a query: PL/pgSQL evaluates it without
+			-- starting an executor.)
+			v_store := agent._storage_exhausted(r.org_id);
 			IF v_store.exhausted THEN
 				UPDATE agent.invocations i
 				   SET state = 'provision_failed',

@@ -261,13 +261,15 @@ $$;
 
 -- The same, for a call that names the runner's incarnation: a process of
 -- this runner that registered before the current one is refused (55000).
+-- (No SET clause: see agent._runner_lease.)
 CREATE FUNCTION agent._runner_current(runner uuid, incarnation uuid) RETURNS agent.runners
 	LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
 	rn agent.runners := agent._runner_self(runner);
 BEGIN
-	IF incarnation IS DISTINCT FROM rn.incarnation THEN
+	-- (rn.incarnation is NOT NULL: a NULL argument is distinct from it)
+	IF coalesce(incarnation OPERATOR(pg_catalog.<>) rn.incarnation, true) THEN
 		RAISE EXCEPTION 'runner "%" has registered again since this process did', rn.name
 			USING ERRCODE = 'object_not_in_prerequisite_state',
 				  DETAIL = 'A newer process of this runner registered; the leases of this one have ended.',

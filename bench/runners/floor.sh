@@ -173,7 +173,14 @@ HZ=$(getconf CLK_TCK)
 writes() {			# schema: "table ins upd del" of every table with writes, cumulative
 	q -F ' ' -c "SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables WHERE schemaname = '$1' ORDER BY relname"
 }
-declare -A cpu wal
+declare -A cpu wal fpi
+# Full-page images in the WAL between two LSNs, bytes (pg_waldump --stats):
+# the first change of each page after a checkpoint logs the whole page,
+# so this part depends on the checkpoint distance and the tables' sizes.
+fpi_bytes() {
+	as_pg "$PGBIN/pg_waldump" --stats -p "$SANDBOX_CLUSTER_DIR/data/pg_wal" -s "$1" -e "$2" 2>/dev/null |
+		awk '$1 == "Total" { print $5; found = 1 } END { if (!found) print 0 }'
+}
 measure() {			# what round: sets cpu[what.round] and wal[what.round]
 	local what=$1 r=$2 t0 t1 w0 w1 schema=floor
 	[ "$what" = real ] && schema=agent
@@ -192,24 +199,26 @@ measure() {			# what round: sets cpu[what.round] and wal[what.round]
 	w1=$(q -c "SELECT pg_current_wal_lsn()")
 	cpu[$what.$r]=$(awk -v a="$t0" -v b="$t1" -v n="$N" -v hz="$HZ" 'BEGIN { printf "%.0f", (b - a) * 1e6 / hz / n }')
 	wal[$what.$r]=$(q -c "SELECT round(pg_wal_lsn_diff('$w1', '$w0') / $N)")
+	fpi[$what.$r]=$(awk -v b="$(fpi_bytes "$w0" "$w1")" -v n="$N" 'BEGIN { printf "%.0f", b / n }')
 	# (statistics reach the shared counters within a second of a transaction)
 	[ "$r" = 1 ] && { sleep 1.5; writes $schema >"$tmp/$what.w1"; }
 	return 0
 }
 
 echo "shell true, $N sequential runs per measurement, $ROUNDS rounds interleaved; server CPU µs and WAL bytes per run"
-printf '%-6s %9s %9s %9s %10s %10s %10s %11s %11s\n' round real_us floor6_us floor4_us real_wal floor6_wal floor4_wal cpu_ratio6 wal_ratio6
+printf '%-6s %9s %9s %9s %14s %14s %14s %11s %11s\n' round real_us floor6_us floor4_us real_wal/fpi floor6_wal/fpi floor4_wal/fpi cpu_ratio6 wal_ratio6
 for r in $(seq "$ROUNDS"); do
 	measure real "$r"
 	measure floor6 "$r"
 	measure floor4 "$r"
-	printf '%-6s %9s %9s %9s %10s %10s %10s %11s %11s\n' "$r" "${cpu[real.$r]}" "${cpu[floor6.$r]}" "${cpu[floor4.$r]}" \
-		"${wal[real.$r]}" "${wal[floor6.$r]}" "${wal[floor4.$r]}" \
+	printf '%-6s %9s %9s %9s %14s %14s %14s %11s %11s\n' "$r" "${cpu[real.$r]}" "${cpu[floor6.$r]}" "${cpu[floor4.$r]}" \
+		"${wal[real.$r]}/${fpi[real.$r]}" "${wal[floor6.$r]}/${fpi[floor6.$r]}" "${wal[floor4.$r]}/${fpi[floor4.$r]}" \
 		"$(awk -v a="${cpu[real.$r]}" -v b="${cpu[floor6.$r]}" 'BEGIN { printf "%.1fx", a / b }')" \
 		"$(awk -v a="${wal[real.$r]}" -v b="${wal[floor6.$r]}" 'BEGIN { printf "%.2fx", a / b }')"
 done
 echo "(real: the local runner's path, every server process; floor6/floor4: the same rows as plain prepared"
-echo " statements in four transactions, with six audit events per run (today's) or one per transaction)"
+echo " statements in four transactions, with six audit events per run (today's) or one per transaction;"
+echo " wal/fpi: WAL bytes per run and, of them, full-page images after the CHECKPOINT before each measurement)"
 echo
 echo "rows written per run in round 1 (table: inserted updated deleted):"
 for what in real floor6 floor4; do

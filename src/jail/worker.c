@@ -620,6 +620,24 @@ warm_accept(int lfd, JailPrespawn *pre)
  * connection.  slot: the worker's cgroup slot, or NULL.  Returns the exit
  * status the worker ends with (the launcher's _exit after the fork).
  */
+/*
+ * Why this worker's language has no warm interpreter, on the launcher's
+ * page for agent.worker_status() ("" once one waits again).
+ */
+static void
+warm_set_problem(const char *msg)
+{
+	char	   *dst;
+	size_t		n;
+
+	if (!lc->warm_page)
+		return;
+	dst = lc->warm_page->problem[warm->lang];
+	n = strnlen(msg, sizeof(lc->warm_page->problem[0]) - 1);
+	memcpy(dst, msg, n);
+	dst[n] = '\0';
+}
+
 int
 jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot,
 				 const JailWarm *warm_interp, int page_index)
@@ -661,14 +679,7 @@ jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot,
 
 		snprintf(msg, sizeof(msg), "not started without a cgroup slot (its memory would be unbounded)%s%s",
 				 err[0] ? ": " : "", err);
-		if (lc->warm_page)
-		{
-			char	   *dst = lc->warm_page->problem[warm->lang];
-			size_t		n = strnlen(msg, sizeof(lc->warm_page->problem[0]) - 1);
-
-			memcpy(dst, msg, n);
-			dst[n] = '\0';
-		}
+		warm_set_problem(msg);
 		return JAIL_WORKER_WARM_FAILED;
 	}
 	if (lc->netns_pool && (rc = prepare_netns(&netns_ready)) != 0)
@@ -682,19 +693,11 @@ jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot,
 		if (warm_wait_ready(&pre, err) < 0)
 		{
 			jail_warn("worker: %s", err);
-			if (lc->warm_page)
-			{
-				char	   *dst = lc->warm_page->problem[warm->lang];
-				size_t		n = strnlen(err, sizeof(lc->warm_page->problem[0]) - 1);
-
-				memcpy(dst, err, n);
-				dst[n] = '\0';
-			}
+			warm_set_problem(err);
 			jail_prespawn_discard(&pre);
 			return JAIL_WORKER_WARM_FAILED;
 		}
-		if (lc->warm_page)
-			lc->warm_page->problem[warm->lang][0] = '\0';
+		warm_set_problem("");
 		slot_counters_from_now(slot);
 		warm_publish(slot, true);
 		conn = warm_accept(lfd, &pre);

@@ -337,14 +337,19 @@ INSERT INTO agent.settings (key, value, description) VALUES
 -- The extension's own read of one of its settings (the helpers on a run's
 -- path): a key it names is always there, so a missing one is a bug or a
 -- broken install (no SQLSTATE of the API: P0001), not the caller's P0002.
+-- No SET clause: a function's SET costs each call a change of search_path
+-- and back (and a new lookup of the path), and this one is called about a
+-- dozen times per run.  Every name in it is schema-qualified, its operator
+-- and its variable's type too, so the caller's search_path changes nothing
+-- (the callers are the owner's functions, which pin it; it is granted to
+-- no role).
 CREATE FUNCTION agent._setting(key text) RETURNS text
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	v text;
+	v pg_catalog.text;
 BEGIN
-	SELECT s.value INTO v FROM agent.settings s WHERE s.key = _setting.key;
+	SELECT s.value INTO v FROM agent.settings s WHERE s.key OPERATOR(pg_catalog.=) _setting.key;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'setting "%" is missing: the installation is broken', key;
 	END IF;

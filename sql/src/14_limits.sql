@@ -34,24 +34,28 @@ CREATE TABLE agent.org_usage (
 COMMENT ON TABLE agent.org_usage IS
 	'bytes each org stores (files, skills, output), counted against its max_stored_bytes';
 
--- The effective limits of an org.
--- (PL/pgSQL: its plan is kept for the session.)
+-- The effective limits of an org: its own, else the setting (read inline;
+-- agent._setting only to raise when the setting is missing).
+-- (PL/pgSQL: its plan is kept for the session.  No SET clause, as
+-- agent._setting: every name, operator and type below is schema-qualified.)
 CREATE FUNCTION agent._org_run_limit(org uuid) RETURNS integer
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
-	RETURN coalesce((SELECT o.max_concurrent_runs FROM agent.orgs o WHERE o.id = org),
+	RETURN coalesce((SELECT o.max_concurrent_runs FROM agent.orgs o WHERE o.id OPERATOR(pg_catalog.=) org),
+					(SELECT s.value FROM agent.settings s
+					  WHERE s.key OPERATOR(pg_catalog.=) 'max_runs_per_org')::integer,
 					agent._setting('max_runs_per_org')::integer);
 END
 $$;
 
 CREATE FUNCTION agent._org_storage_limit(org uuid) RETURNS bigint
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
-	RETURN coalesce((SELECT o.max_stored_bytes FROM agent.orgs o WHERE o.id = org),
+	RETURN coalesce((SELECT o.max_stored_bytes FROM agent.orgs o WHERE o.id OPERATOR(pg_catalog.=) org),
+					(SELECT s.value FROM agent.settings s
+					  WHERE s.key OPERATOR(pg_catalog.=) 'max_stored_bytes_per_org')::bigint,
 					agent._setting('max_stored_bytes_per_org')::bigint);
 END
 $$;
@@ -118,13 +122,17 @@ CREATE FUNCTION agent._storage_fits(org uuid, bytes bigint) RETURNS boolean
 -- (storage_quota_exhausted), and so is an approved run at its claim.
 CREATE FUNCTION agent._storage_exhausted(org uuid, OUT exhausted boolean,
 										 OUT stored_bytes bigint, OUT max_stored_bytes bigint)
-	LANGUAGE sql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
+	LANGUAGE plpgsql STABLE
 AS $$
-	SELECT u.stored_bytes >= l.max, u.stored_bytes, l.max
-	  FROM (SELECT coalesce((SELECT x.stored_bytes FROM agent.org_usage x WHERE x.org_id = org), 0)
-					 AS stored_bytes) u,
-		   (SELECT agent._org_storage_limit(org) AS max) l
+-- (PL/pgSQL, one statement: a SQL function's body is planned again on
+-- every call.  No SET clause, as agent._org_storage_limit.)
+BEGIN
+	SELECT coalesce((SELECT x.stored_bytes FROM agent.org_usage x
+					  WHERE x.org_id OPERATOR(pg_catalog.=) org), 0),
+		   agent._org_storage_limit(org)
+	  INTO stored_bytes, max_stored_bytes;
+	exhausted := stored_bytes OPERATOR(pg_catalog.>=) max_stored_bytes;
+END
 $$;
 
 -- The operator sets an org's limits (NULL: back to the defaults).  Owner

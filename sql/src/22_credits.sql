@@ -166,13 +166,21 @@ BEGIN
 		RETURN v_price;
 	END IF;
 
-	SELECT p.credits_per_invocation INTO v_price
-	  FROM agent.orgs o JOIN agent.plans p ON p.plan = o.plan
-	 WHERE o.id = v_inv.org_id;
-
 	-- Concurrent charges of this org wait here, then see the new balance.
-	SELECT b.balance INTO v_balance FROM agent.credit_balances b
-	 WHERE b.org_id = v_inv.org_id FOR UPDATE;
+	-- The plan's price comes with it (read as of the statement's start,
+	-- as when it was a statement of its own before this one); an org
+	-- without a balance row reads it alone.
+	SELECT b.balance, (SELECT p.credits_per_invocation
+						 FROM agent.orgs o JOIN agent.plans p ON p.plan = o.plan
+						WHERE o.id = v_inv.org_id)
+	  INTO v_balance, v_price
+	  FROM agent.credit_balances b
+	 WHERE b.org_id = v_inv.org_id FOR UPDATE OF b;
+	IF NOT FOUND THEN
+		SELECT p.credits_per_invocation INTO v_price
+		  FROM agent.orgs o JOIN agent.plans p ON p.plan = o.plan
+		 WHERE o.id = v_inv.org_id;
+	END IF;
 	IF coalesce(v_balance, 0) < v_price THEN
 		RETURN NULL;
 	END IF;

@@ -258,13 +258,13 @@ $$;
 -- the caller's (sub)transaction: false when it is held elsewhere (a
 -- backend's open transaction after an audited call); an org without a
 -- head yet has nothing to lock (its first append makes it).
+-- (No SET clause, as agent._setting: names and operators are qualified.)
 CREATE FUNCTION agent._try_audit_head(org uuid) RETURNS boolean
 	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
-	PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = org FOR UPDATE SKIP LOCKED;
-	RETURN FOUND OR NOT EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id = org);
+	PERFORM 1 FROM agent.audit_heads h WHERE h.org_id OPERATOR(pg_catalog.=) org FOR UPDATE SKIP LOCKED;
+	RETURN FOUND OR NOT EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id OPERATOR(pg_catalog.=) org);
 END
 $$;
 
@@ -320,6 +320,8 @@ DECLARE
 	v_lease		interval;
 	v_live_since timestamptz;	-- a runner heartbeating since is live
 	v_store		record;
+	v_skills	boolean;
+	v_row		record;
 	claimed		integer := 0;
 	taken		uuid[] := '{}'::uuid[];		-- conversations claimed in this call
 	locked_orgs uuid[] := '{}'::uuid[];		-- orgs whose lock this call holds
@@ -419,10 +421,30 @@ BEGIN
 		r := NULL;
 		v_new_head := false;
 		BEGIN
-			SELECT * INTO r FROM agent.invocations i
+			-- The row, with what its code is checked against below, in one
+			-- statement: the hash its approval card holds and the hash the
+			-- audit trail recorded at approval (a change of the card and
+			-- the code together, bypassing every trigger, still disagrees
+			-- with the chain, which is anchored outside the database).
+			-- Both were written by the approval's transaction, committed
+			-- before the row read approved.
+			SELECT i AS inv,
+				   (SELECT a.approved_code_sha256
+					  FROM agent.approval_requests a
+					 WHERE a.id = i.approval_id AND a.invocation_id = i.id
+					   AND a.status = 'approved') AS approved,
+				   (SELECT e.details ->> 'code_sha256'
+					  FROM agent.audit_events e
+					 WHERE e.invocation_id = i.id AND e.event_type = 'approval.approved'
+					 ORDER BY e.id DESC LIMIT 1) AS audited
+			  INTO v_row
+			  FROM agent.invocations i
 			 WHERE i.id = c.id AND i.state = 'approved'
-			   FOR NO KEY UPDATE SKIP LOCKED;
+			   FOR NO KEY UPDATE OF i SKIP LOCKED;
 			CONTINUE WHEN NOT FOUND;
+			r := v_row.inv;
+			approved := v_row.approved;
+			audited := v_row.audited;
 			-- The audit head is appended to below: skip an org whose head
 			-- is held (by a backend's open transaction).
 			IF NOT c.org_id = ANY (head_orgs) THEN
@@ -454,17 +476,6 @@ BEGIN
 				CONTINUE WHEN agent._session_elsewhere(r.conversation_id, runner);
 			END IF;
 
-			SELECT a.approved_code_sha256 INTO approved
-			  FROM agent.approval_requests a
-			 WHERE a.id = r.approval_id AND a.invocation_id = r.id AND a.status = 'approved';
-			-- The hash the audit trail recorded at approval: a change of the
-			-- card and the code together (bypassing every trigger) still
-			-- disagrees with the chain, which is anchored outside the database.
-			SELECT e.details ->> 'code_sha256' INTO audited
-			  FROM agent.audit_events e
-			 WHERE e.invocation_id = r.id AND e.event_type = 'approval.approved'
-			 ORDER BY e.id DESC LIMIT 1;
-
 			-- The code about to run must be, byte for byte, the code approved.
 			IF approved IS NULL OR audited IS DISTINCT FROM approved
 			   OR approved <> agent.code_sha256(r.code)
@@ -486,7 +497,9 @@ BEGIN
 			-- An org at its storage quota starts no new run: its output
 			-- would be kept past the quota (agent._storage_exhausted).
 			-- Nothing ran, nothing is charged.
-			SELECT * INTO v_store FROM agent._storage_exhausted(r.org_id);
+			-- (An expression, not a query: PL/pgSQL evaluates it without
+			-- starting an executor.)
+			v_store := agent._storage_exhausted(r.org_id);
 			IF v_store.exhausted THEN
 				UPDATE agent.invocations i
 				   SET state = 'provision_failed',
@@ -525,7 +538,11 @@ BEGIN
 				   lease_expires_at = CASE WHEN runner IS NOT NULL
 										   THEN clock_timestamp() + v_lease END
 			 WHERE i.id = r.id
-			RETURNING * INTO r;
+			RETURNING i AS inv,
+					  EXISTS (SELECT 1 FROM agent.agent_skills s WHERE s.agent_id = i.agent_id) AS skills
+			  INTO v_row;
+			r := v_row.inv;
+			v_skills := v_row.skills;
 			PERFORM agent._audit(r.org_id, r.workspace_id, 'credits.charged', r.id, 'supervisor',
 								 jsonb_build_object('amount', r.credits_charged));
 			PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provisioned', r.id,
@@ -587,7 +604,7 @@ BEGIN
 		conversation_id := r.conversation_id;
 		session_id := v_session;
 		fresh_session := v_fresh;
-		has_skills := EXISTS (SELECT 1 FROM agent.agent_skills s WHERE s.agent_id = r.agent_id);
+		has_skills := v_skills;		-- (read with the row's last UPDATE)
 		lease_token := v_token;
 		-- its policy file comes with the prepare step (47_egress.sql)
 		has_egress := r.egress_policy IS NOT NULL;

@@ -182,9 +182,11 @@ CREATE FUNCTION agent._outer_role() RETURNS name
 	LANGUAGE C STABLE STRICT;
 
 -- How long a lease lasts without a heartbeat.
+-- (The helpers of a claim have no SET clause, as agent._setting: a SET
+-- costs each call a change of search_path and back.  Their callers are the
+-- owner's functions, which pin it; they qualify every name and type.)
 CREATE FUNCTION agent._runner_lease() RETURNS interval
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
 	RETURN pg_catalog.make_interval(secs => agent._setting('runner_lease_seconds')::integer);
@@ -238,17 +240,17 @@ $$;
 
 -- The calling role's runner row, or 42501 (the same error for an id that
 -- does not exist: a runner learns nothing of the others).
+-- (No SET clause: see agent._runner_lease.)
 CREATE FUNCTION agent._runner_self(runner uuid) RETURNS agent.runners
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	rn		agent.runners;
-	v_role	name := agent._runner_role();
+	v_role	pg_catalog.name := agent._runner_role();
 BEGIN
-	SELECT * INTO rn FROM agent.runners x WHERE x.id = runner;
-	IF NOT FOUND OR rn.login_role <> v_role THEN
-		RAISE EXCEPTION 'permission denied for runner %', coalesce(runner::text, 'NULL')
+	SELECT * INTO rn FROM agent.runners x WHERE x.id OPERATOR(pg_catalog.=) runner;
+	IF NOT FOUND OR rn.login_role OPERATOR(pg_catalog.<>) v_role THEN
+		RAISE EXCEPTION 'permission denied for runner %', coalesce(runner::pg_catalog.text, 'NULL')
 			USING ERRCODE = 'insufficient_privilege',
 				  DETAIL = pg_catalog.format('Role %s acts only for the runner it registered.', v_role),
 				  HINT = 'Use the runner id that agent.runner_register() returned to this role.';
@@ -259,14 +261,15 @@ $$;
 
 -- The same, for a call that names the runner's incarnation: a process of
 -- this runner that registered before the current one is refused (55000).
+-- (No SET clause: see agent._runner_lease.)
 CREATE FUNCTION agent._runner_current(runner uuid, incarnation uuid) RETURNS agent.runners
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
 	rn agent.runners := agent._runner_self(runner);
 BEGIN
-	IF incarnation IS DISTINCT FROM rn.incarnation THEN
+	-- (rn.incarnation is NOT NULL: a NULL argument is distinct from it)
+	IF coalesce(incarnation OPERATOR(pg_catalog.<>) rn.incarnation, true) THEN
 		RAISE EXCEPTION 'runner "%" has registered again since this process did', rn.name
 			USING ERRCODE = 'object_not_in_prerequisite_state',
 				  DETAIL = 'A newer process of this runner registered; the leases of this one have ended.',
@@ -402,12 +405,11 @@ $$;
 -- which only a superuser sets): no default cap.
 CREATE FUNCTION agent._runner_slots(rn agent.runners) RETURNS integer
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
 	RETURN least(rn.slots,
 				 coalesce(rn.max_slots,
-						  CASE WHEN rn.login_role = 'sandbox_runner_local' THEN rn.slots
+						  CASE WHEN rn.login_role OPERATOR(pg_catalog.=) 'sandbox_runner_local' THEN rn.slots
 							   ELSE agent._setting('runner_max_slots')::integer END));
 END
 $$;
@@ -418,13 +420,14 @@ $$;
 -- session, where a SQL function's body is planned again on every call.)
 CREATE FUNCTION agent._runner_free_slots(rn agent.runners) RETURNS integer
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
-	RETURN agent._runner_slots(rn) - (SELECT count(*)::integer FROM agent.invocations i
-						WHERE i.runner_id = rn.id AND i.state IN ('provisioning', 'running')
-						  AND NOT EXISTS (SELECT 1 FROM agent.run_results x
-										   WHERE x.invocation_id = i.id));
+	RETURN agent._runner_slots(rn) OPERATOR(pg_catalog.-)
+		(SELECT pg_catalog.count(*)::integer FROM agent.invocations i
+		  WHERE i.runner_id OPERATOR(pg_catalog.=) rn.id
+			AND i.state OPERATOR(pg_catalog.=) ANY ('{provisioning,running}'::pg_catalog.text[])
+			AND NOT EXISTS (SELECT 1 FROM agent.run_results x
+							 WHERE x.invocation_id OPERATOR(pg_catalog.=) i.id));
 END
 $$;
 
@@ -472,9 +475,9 @@ CREATE FUNCTION agent._request_limits(OUT max_wall_time_s integer, OUT max_memor
 -- past it the claim goes on without its turn, as every claim is safe
 -- against concurrent ones anyway (row locks, SKIP LOCKED).  Returns
 -- whether it got the turn.
+-- (No SET clause: see agent._runner_lease.)
 CREATE FUNCTION agent._claim_turn() RETURNS boolean
 	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
 	FOR i IN 1..20 LOOP

@@ -126,7 +126,7 @@ CREATE FUNCTION pg_temp.claim(name text, n integer) RETURNS text LANGUAGE sql AS
 	SELECT coalesce(string_agg(tag, ',' ORDER BY tag), '') FROM ins
 $$;
 
-SELECT plan(177);
+SELECT plan(178);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -306,6 +306,9 @@ SELECT is(pg_temp.error_of(format('SELECT agent.runner_claim(%L, %L, 1)', gen_ra
 SELECT is(pg_temp.error_of(format('SELECT agent.runner_heartbeat(%L, %L, 0)', pg_temp.rid('tap-a'), gen_random_uuid())),
 		  '55000: runner "tap-a" has registered again since this process did',
 		  'a process with an old incarnation is refused');
+SELECT is(pg_temp.error_of(format('SELECT agent.runner_claim(%L, NULL, 1)', pg_temp.rid('tap-a'))),
+		  '55000: runner "tap-a" has registered again since this process did',
+		  '... and so is one that names no incarnation');
 RESET SESSION AUTHORIZATION;
 
 -- ---- a second identity: the shared role, another role, the local one -----------------------

@@ -42,6 +42,13 @@ ROUNDS=${ROUNDS:-2}
 export SANDBOX_CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_bench_floor}
 export SANDBOX_PGPORT=${SANDBOX_PGPORT:-55437}
 export SANDBOX_DB=${SANDBOX_DB:-sandbox_bench}
+# No autovacuum: a worker that happens to run inside one measurement's
+# window (an ANALYZE of the tables just written) would add its CPU to that
+# side only.  Each measurement is followed by a VACUUM of what it left
+# (dead row versions, new index entries), timed apart: its cost per run
+# is printed as its own column, so the per-run cost is steps + vacuum.
+export SANDBOX_EXTRA_CONF="autovacuum = off
+${SANDBOX_EXTRA_CONF:-}"
 # shellcheck source=../lib.sh
 . "$top/bench/lib.sh"
 bench_need cc
@@ -173,7 +180,7 @@ HZ=$(getconf CLK_TCK)
 writes() {			# schema: "table ins upd del" of every table with writes, cumulative
 	q -F ' ' -c "SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables WHERE schemaname = '$1' ORDER BY relname"
 }
-declare -A cpu wal fpi
+declare -A cpu wal fpi vac
 # Full-page images in the WAL between two LSNs, bytes (pg_waldump --stats):
 # the first change of each page after a checkpoint logs the whole page,
 # so this part depends on the checkpoint distance and the tables' sizes.
@@ -198,6 +205,8 @@ measure() {			# what round: sets cpu[what.round] and wal[what.round]
 	t1=$(ticks)
 	w1=$(q -c "SELECT pg_current_wal_lsn()")
 	cpu[$what.$r]=$(awk -v a="$t0" -v b="$t1" -v n="$N" -v hz="$HZ" 'BEGIN { printf "%.0f", (b - a) * 1e6 / hz / n }')
+	q -c "VACUUM" >/dev/null
+	vac[$what.$r]=$(awk -v a="$t1" -v b="$(ticks)" -v n="$N" -v hz="$HZ" 'BEGIN { printf "%.0f", (b - a) * 1e6 / hz / n }')
 	wal[$what.$r]=$(q -c "SELECT round(pg_wal_lsn_diff('$w1', '$w0') / $N)")
 	fpi[$what.$r]=$(awk -v b="$(fpi_bytes "$w0" "$w1")" -v n="$N" 'BEGIN { printf "%.0f", b / n }')
 	# (statistics reach the shared counters within a second of a transaction)
@@ -206,17 +215,19 @@ measure() {			# what round: sets cpu[what.round] and wal[what.round]
 }
 
 echo "shell true, $N sequential runs per measurement, $ROUNDS rounds interleaved; server CPU µs and WAL bytes per run"
-printf '%-6s %9s %9s %9s %14s %14s %14s %11s %11s\n' round real_us floor6_us floor4_us real_wal/fpi floor6_wal/fpi floor4_wal/fpi cpu_ratio6 wal_ratio6
+printf '%-6s %12s %12s %12s %14s %14s %14s %11s %11s\n' round real_us+vac floor6_us+vac floor4_us+vac real_wal/fpi floor6_wal/fpi floor4_wal/fpi cpu_ratio6 wal_ratio6
 for r in $(seq "$ROUNDS"); do
 	measure real "$r"
 	measure floor6 "$r"
 	measure floor4 "$r"
-	printf '%-6s %9s %9s %9s %14s %14s %14s %11s %11s\n' "$r" "${cpu[real.$r]}" "${cpu[floor6.$r]}" "${cpu[floor4.$r]}" \
+	printf '%-6s %12s %12s %12s %14s %14s %14s %11s %11s\n' "$r" "${cpu[real.$r]}+${vac[real.$r]}" \
+		"${cpu[floor6.$r]}+${vac[floor6.$r]}" "${cpu[floor4.$r]}+${vac[floor4.$r]}" \
 		"${wal[real.$r]}/${fpi[real.$r]}" "${wal[floor6.$r]}/${fpi[floor6.$r]}" "${wal[floor4.$r]}/${fpi[floor4.$r]}" \
-		"$(awk -v a="${cpu[real.$r]}" -v b="${cpu[floor6.$r]}" 'BEGIN { printf "%.1fx", a / b }')" \
+		"$(awk -v a="$((${cpu[real.$r]} + ${vac[real.$r]}))" -v b="$((${cpu[floor6.$r]} + ${vac[floor6.$r]}))" 'BEGIN { printf "%.1fx", a / b }')" \
 		"$(awk -v a="${wal[real.$r]}" -v b="${wal[floor6.$r]}" 'BEGIN { printf "%.2fx", a / b }')"
 done
-echo "(real: the local runner's path, every server process; floor6/floor4: the same rows as plain prepared"
+echo "(µs+vac: server CPU per run during the runs (every server process) + the VACUUM after them, per run;"
+echo " real: the local runner's path; floor6/floor4: the same rows as plain prepared"
 echo " statements in four transactions, with six audit events per run (today's) or one per transaction;"
 echo " wal/fpi: WAL bytes per run and, of them, full-page images after the CHECKPOINT before each measurement)"
 echo

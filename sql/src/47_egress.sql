@@ -123,8 +123,16 @@ CREATE FUNCTION agent._invocations_egress() RETURNS trigger
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 BEGIN
-	NEW.egress_policy := agent._effective_egress(NEW.org_id, NEW.agent_id, NEW.conversation_id);
-	NEW.egress_sha256 := agent._egress_sha256(NEW.egress_policy);
+	-- An org without rules (most) has no network: no policy, no hash (what
+	-- _effective_egress() and _egress_sha256() return then, without calling
+	-- them on every request).
+	IF EXISTS (SELECT 1 FROM agent.egress_rules r WHERE r.org_id = NEW.org_id) THEN
+		NEW.egress_policy := agent._effective_egress(NEW.org_id, NEW.agent_id, NEW.conversation_id);
+		NEW.egress_sha256 := agent._egress_sha256(NEW.egress_policy);
+	ELSE
+		NEW.egress_policy := NULL;
+		NEW.egress_sha256 := NULL;
+	END IF;
 	RETURN NEW;
 END
 $$;

@@ -15,3 +15,8 @@
 -- Each change says which part of sql/src it follows, in sql/src order.
 
 \echo Use "ALTER EXTENSION sandbox_ext UPDATE TO '0.3.0'" to load this file. \quit
+
+-- branch reqcost (issue 13, the request path's cost), 28_approvals.sql:
+-- request_execution() sends the new card's notification itself; the helper
+-- that did is gone.
+DROP FUNCTION agent._notify_new_card(uuid, uuid);

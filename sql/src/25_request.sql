@@ -239,18 +239,19 @@ BEGIN
 			   v_runtime, 'high', description, requested_by, now() + v_ctx.approval_timeout
 		  FROM inv
 		RETURNING approval_requests.code_sha256 INTO v_sha;
-	-- Last, so the org's audit chain is held for as short a time as possible.
+	-- Last, so the org's audit chain is held for as short a time as possible;
+	-- then, in the same query, the approvers of the workspace learn of the
+	-- card at commit (on the workspace's channel, 28_approvals.sql; the
+	-- payload is the card's id).
 	PERFORM agent._audit(v_org, workspace, 'capability.invoke_allowed', v_inv, requested_by,
 		jsonb_build_object('agent_id', agent, 'conversation_id', conversation,
 						   'language', language, 'code_sha256', v_sha,
 						   'code_bytes', v_bytes, 'plan', v_ctx.plan,
-						   'approval_id', v_appr));
-	-- The approvers of the workspace learn of the card at commit (on the
-	-- workspace's channel, 28_approvals.sql; the payload is the card's id).
-	PERFORM pg_catalog.pg_notify('sandbox_approvals_' || pg_catalog.replace(c.token::text, '-', ''),
-								 v_appr::text)
-	   FROM agent.workspace_channels c
-	  WHERE c.workspace_id = request_execution.workspace;
+						   'approval_id', v_appr)),
+		(SELECT pg_catalog.pg_notify('sandbox_approvals_' || pg_catalog.replace(c.token::text, '-', ''),
+									 v_appr::text)
+		   FROM agent.workspace_channels c
+		  WHERE c.workspace_id = request_execution.workspace);
 	IF NOT agent.supervisor_available() THEN
 		RAISE NOTICE 'no supervisor is running in this cluster'
 			USING HINT = 'Nothing will run until sandbox_ext is in shared_preload_libraries.';

@@ -186,12 +186,13 @@ BEGIN
 		   SET state = 'approved', approved_at = now()
 		 WHERE i.id = v_inv;
 	END IF;
+	-- The event, then the wake-up (the supervisor claims approved work when
+	-- this transaction commits): one query, in that order.
 	PERFORM agent._audit(v_org, v_ws, 'approval.approved', v_inv,
 						 approver, jsonb_strip_nulls(jsonb_build_object('approval_id', v_id,
 													  'code_sha256', v_sha,
-													  'egress_sha256', v_egress)));
-	-- The supervisor claims approved work when this transaction commits.
-	PERFORM agent._wake_supervisor();
+													  'egress_sha256', v_egress))),
+			agent._wake_supervisor();
 	RETURN v_inv;
 END
 $$;

@@ -46,7 +46,7 @@ CREATE FUNCTION pg_temp.tenant(org int) RETURNS void LANGUAGE sql AS $$
 	SELECT agent.set_tenant(format('43a00000-0000-4000-8000-00000000000%s', org)::uuid,
 							format('43b00000-0000-4000-8000-00000000000%s', org)::uuid) $$;
 
-SELECT plan(42);
+SELECT plan(43);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -218,6 +218,29 @@ SELECT is((SELECT (egress_policy, egress_sha256)::text FROM agent.invocations
 SELECT is((SELECT egress_policy->'rules'->0->>'host' FROM agent.invocations
 			WHERE id = '43f00000-0000-4000-8000-000000000002'), 'api.example.com',
 	'... which is the org''s rule, not the supplied one');
+-- Narrowed: the agent to one rule, a conversation of it to another; the
+-- trigger passes the agent and the conversation through.
+INSERT INTO agent.egress_rules (id, org_id, host, ports, created_by) VALUES
+	('43900000-0000-4000-8000-000000000002', '43a00000-0000-4000-8000-000000000002', 'b.example.com', '{443}', 'tap');
+INSERT INTO agent.conversations (id, org_id, workspace_id, agent_id, code_execution_enabled)
+	VALUES ('43d00000-0000-4000-8000-000000000002', '43a00000-0000-4000-8000-000000000002',
+			'43b00000-0000-4000-8000-000000000002', '43c00000-0000-4000-8000-000000000002', true);
+INSERT INTO agent.egress_narrowing (org_id, workspace_id, agent_id, conversation_id, rule_ids, set_by)
+	SELECT '43a00000-0000-4000-8000-000000000002', '43b00000-0000-4000-8000-000000000002',
+		   '43c00000-0000-4000-8000-000000000002', c, ARRAY[r.id], 'tap'
+	  FROM (VALUES (NULL::uuid, 'api.example.com'), ('43d00000-0000-4000-8000-000000000002', 'b.example.com')) v(c, h)
+	  JOIN agent.egress_rules r ON r.host = v.h AND r.org_id = '43a00000-0000-4000-8000-000000000002';
+INSERT INTO agent.invocations (id, org_id, workspace_id, agent_id, conversation_id, requested_by, language, code) VALUES
+	('43f00000-0000-4000-8000-000000000003', '43a00000-0000-4000-8000-000000000002',
+	 '43b00000-0000-4000-8000-000000000002', '43c00000-0000-4000-8000-000000000002', NULL, 'alice', 'shell', 'true'),
+	('43f00000-0000-4000-8000-000000000004', '43a00000-0000-4000-8000-000000000002',
+	 '43b00000-0000-4000-8000-000000000002', '43c00000-0000-4000-8000-000000000002',
+	 '43d00000-0000-4000-8000-000000000002', 'alice', 'shell', 'true');
+SELECT is(ARRAY(SELECT i.egress_policy->'rules'->0->>'host' || ' ' || (i.egress_sha256 = agent._egress_sha256(i.egress_policy))::text
+				  FROM agent.invocations i
+				 WHERE i.id IN ('43f00000-0000-4000-8000-000000000003', '43f00000-0000-4000-8000-000000000004') ORDER BY i.id),
+		  ARRAY['api.example.com true', NULL],
+	'the agent''s narrowing applies; a conversation narrowed to a rule the agent lacks has none, and no hash');
 
 ---- output_channel and wait, from the tenant and from another ----
 CREATE TEMP TABLE outchan AS

@@ -84,14 +84,6 @@ $$;
 -- Approve the card.  code_sha256, when given, is the hash of the code the
 -- approver was shown; a different hash is refused, so an approval can never
 -- cover code its approver did not see.  Returns the invocation's id.
---
--- The common case (every check passes) is one statement: the card and its
--- invocation locked as agent._lock_pending_approval() locks them (FOR NO
--- KEY UPDATE OF both, card first), on a condition that is the conjunction
--- of all the checks below it, then both updated.  When that statement
--- finds nothing (a check fails, or a concurrent decision won), the checks
--- run one by one, as before, and raise the error that applies; a row that
--- passes them all there (none can, under the locks) is decided as well.
 CREATE FUNCTION agent.approve(approval uuid, approver text, code_sha256 text DEFAULT NULL)
 	RETURNS uuid
 	LANGUAGE plpgsql
@@ -101,99 +93,50 @@ AS $$
 #variable_conflict use_variable
 DECLARE
 	v_card	record;
-	v_id	uuid;
-	v_inv	uuid;
-	v_org	uuid;
-	v_ws	uuid;
-	v_sha	text;
 	v_egress text;
 BEGIN
 	IF approver IS NULL OR btrim(approver) = '' THEN
 		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	PERFORM agent._require_person(approver, 'approver');
+	v_card := agent._lock_pending_approval(approval);
+	-- Four eyes: unless the org's policy says otherwise, the person who
+	-- asked for the run cannot also let it run.
+	IF v_card.require_distinct_approver
+	   AND agent._person_key(approver) = agent._person_key(v_card.requested_by) THEN
+		RAISE EXCEPTION 'cannot approve an execution request made by the same person'
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'The organization requires the approver to be someone other than the requester.',
+				  HINT = 'Ask another person to approve it; an administrator can change the policy with agent.set_require_distinct_approver().';
+	END IF;
+	IF code_sha256 IS NOT NULL AND lower(code_sha256) <> v_card.code_sha256 THEN
+		RAISE EXCEPTION 'code hash does not match approval request %', approval
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'The approver was shown different code than the card holds.',
+				  HINT = 'Reload the approval card and review the code again.';
+	END IF;
 
 	-- The card and its invocation in one statement.
 	-- The approval is bound to the egress policy the card showed too
 	-- (47_egress.sql): the invocation's frozen copy, by its hash.
-	IF approval IS NOT NULL AND agent.current_org() IS NOT NULL
-	   AND agent.current_workspace() IS NOT NULL THEN
-		WITH card AS (
-			SELECT a.id, a.invocation_id, a.org_id, a.workspace_id, a.code_sha256,
-				   i.egress_sha256
-			  FROM agent.approval_requests a
-			  JOIN agent.invocations i ON i.id = a.invocation_id
-			  JOIN agent.orgs o ON o.id = a.org_id
-			 WHERE a.id = approval AND a.org_id = agent.current_org()
-			   AND a.workspace_id = agent.current_workspace()
-			   -- pending and not expired; the code it shows is what will run
-			   AND a.status = 'pending' AND a.expires_at > now()
-			   AND i.code = a.code AND i.code_sha256 = a.code_sha256
-			   AND agent.code_sha256(i.code) = a.code_sha256
-			   AND i.state = 'pending_approval'
-			   -- four eyes, and the hash the approver was shown
-			   AND NOT (o.require_distinct_approver
-						AND agent._person_key(approver) = agent._person_key(i.requested_by))
-			   AND (code_sha256 IS NULL OR lower(code_sha256) = a.code_sha256)
-			   FOR NO KEY UPDATE OF a, i),
-		decided AS (
-			UPDATE agent.approval_requests a
-			   SET status = 'approved', decided_by = approver, decided_at = now(),
-				   approved_code_sha256 = card.code_sha256,
-				   approved_egress_sha256 = card.egress_sha256
-			  FROM card
-			 WHERE a.id = card.id)
-		UPDATE agent.invocations i
-		   SET state = 'approved', approved_at = now()
-		  FROM card
-		 WHERE i.id = card.invocation_id
-		RETURNING card.id, card.invocation_id, card.org_id, card.workspace_id,
-				  card.code_sha256, card.egress_sha256
-		  INTO v_id, v_inv, v_org, v_ws, v_sha, v_egress;
-	END IF;
-
-	IF v_inv IS NULL THEN
-		-- Something is wrong: find out what, in the order of the rules.
-		v_card := agent._lock_pending_approval(approval);
-		-- Four eyes: unless the org's policy says otherwise, the person who
-		-- asked for the run cannot also let it run.
-		IF v_card.require_distinct_approver
-		   AND agent._person_key(approver) = agent._person_key(v_card.requested_by) THEN
-			RAISE EXCEPTION 'cannot approve an execution request made by the same person'
-				USING ERRCODE = 'insufficient_privilege',
-					  DETAIL = 'The organization requires the approver to be someone other than the requester.',
-					  HINT = 'Ask another person to approve it; an administrator can change the policy with agent.set_require_distinct_approver().';
-		END IF;
-		IF code_sha256 IS NOT NULL AND lower(code_sha256) <> v_card.code_sha256 THEN
-			RAISE EXCEPTION 'code hash does not match approval request %', approval
-				USING ERRCODE = 'invalid_parameter_value',
-					  DETAIL = 'The approver was shown different code than the card holds.',
-					  HINT = 'Reload the approval card and review the code again.';
-		END IF;
-		v_id := v_card.id;
-		v_inv := v_card.invocation_id;
-		v_org := v_card.org_id;
-		v_ws := v_card.workspace_id;
-		v_sha := v_card.code_sha256;
-		v_egress := (SELECT i.egress_sha256 FROM agent.invocations i WHERE i.id = v_inv);
-		WITH decided AS (
-			UPDATE agent.approval_requests a
-			   SET status = 'approved', decided_by = approver, decided_at = now(),
-				   approved_code_sha256 = v_sha,
-				   approved_egress_sha256 = v_egress
-			 WHERE a.id = v_id)
-		UPDATE agent.invocations i
-		   SET state = 'approved', approved_at = now()
-		 WHERE i.id = v_inv;
-	END IF;
+	v_egress := (SELECT i.egress_sha256 FROM agent.invocations i WHERE i.id = v_card.invocation_id);
+	WITH decided AS (
+		UPDATE agent.approval_requests a
+		   SET status = 'approved', decided_by = approver, decided_at = now(),
+			   approved_code_sha256 = v_card.code_sha256,
+			   approved_egress_sha256 = v_egress
+		 WHERE a.id = v_card.id)
+	UPDATE agent.invocations i
+	   SET state = 'approved', approved_at = now()
+	 WHERE i.id = v_card.invocation_id;
 	-- The event, then the wake-up (the supervisor claims approved work when
 	-- this transaction commits): one query, in that order.
-	PERFORM agent._audit(v_org, v_ws, 'approval.approved', v_inv,
-						 approver, jsonb_strip_nulls(jsonb_build_object('approval_id', v_id,
-													  'code_sha256', v_sha,
+	PERFORM agent._audit(v_card.org_id, v_card.workspace_id, 'approval.approved', v_card.invocation_id,
+						 approver, jsonb_strip_nulls(jsonb_build_object('approval_id', v_card.id,
+													  'code_sha256', v_card.code_sha256,
 													  'egress_sha256', v_egress))),
 			agent._wake_supervisor();
-	RETURN v_inv;
+	RETURN v_card.invocation_id;
 END
 $$;
 

@@ -1,8 +1,8 @@
 -- The request path's calls, as rewritten for cost (issue 13): agent.approve()
--- decides in one statement when every rule holds and otherwise falls back
--- to the rules one by one; request_execution() checks its text arguments in
--- one query and announces the card itself; the egress trigger skips the
--- policy of an org without rules; agent.wait() keeps its plan.  Each rule is
+-- records its event and wakes the runners in one query; request_execution()
+-- checks its text arguments in one query and announces the card itself; the
+-- egress trigger (in C) skips the policy of an org without rules;
+-- agent.wait() keeps its plan.  Each rule of the decision is
 -- tried from the attacker's side (a backend that names another tenant's
 -- card, its own request, a hash it was not shown; an owner who tampers
 -- with the code behind a card) and the decision is checked row by row.

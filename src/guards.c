@@ -22,6 +22,8 @@
  *										function
  *	  agent._run_limits()				the GUCs a runner's steps check
  *	  agent._invocations_hash_code()	BEFORE INSERT: code_sha256 derived
+ *	  agent._invocations_egress()		BEFORE INSERT: the egress policy and
+ *										its hash copied in (none without rules)
  *	  agent._approval_requests_guard()	BEFORE UPDATE: the card is frozen,
  *										a decision is final
  * A PL/pgSQL trigger costs about 8 us a row (a fresh expression state per
@@ -38,6 +40,7 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -410,6 +413,89 @@ sandbox_invocations_hash_code(PG_FUNCTION_ARGS)
 	/* a NULL code leaves a NULL hash for the NOT NULL constraints */
 	return PointerGetDatum(heap_modify_tuple_by_cols(td->tg_trigtuple, desc, 1,
 													 &hash_att, &value, &value_null));
+}
+
+/*
+ * The effective egress policy of a new invocation and its hash, copied in
+ * at request time (47_egress.sql): whoever inserts cannot supply their own.
+ * An org without egress rules (most) has neither: both NULL, as
+ * agent._effective_egress() and agent._egress_sha256() return then, without
+ * calling them.  Otherwise they build and hash it, in one query.  Both
+ * queries are prepared once per backend; every name in them is
+ * schema-qualified, the operator too.
+ */
+static SPIPlanPtr egress_any_plan = NULL;
+static SPIPlanPtr egress_policy_plan = NULL;
+
+static SPIPlanPtr
+keep_plan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types)
+{
+	if (*slot == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		*slot = plan;
+	}
+	return *slot;
+}
+
+PG_FUNCTION_INFO_V1(sandbox_invocations_egress);
+Datum
+sandbox_invocations_egress(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = trigger_args(fcinfo, "_invocations_egress",
+								   TRIGGER_EVENT_INSERT);
+	Relation	rel = td->tg_relation;
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			cols[2] = {column(rel, "egress_policy"), column(rel, "egress_sha256")};
+	Datum		values[2] = {(Datum) 0, (Datum) 0};
+	bool		nulls[2] = {true, true};
+	Oid			types[3] = {UUIDOID, UUIDOID, UUIDOID};
+	Datum		args[3];
+	char		argnulls[3];
+	const char *const names[3] = {"org_id", "agent_id", "conversation_id"};
+	bool		isnull;
+	int			rc;
+
+	for (int i = 0; i < 3; i++)
+	{
+		args[i] = heap_getattr(td->tg_trigtuple, column(rel, names[i]), desc, &isnull);
+		argnulls[i] = isnull ? 'n' : ' ';
+	}
+	/* (not read-only: each query sees what has committed, as PL/pgSQL's) */
+	SPI_connect();
+	rc = SPI_execute_plan(keep_plan(&egress_any_plan,
+									"SELECT EXISTS (SELECT 1 FROM agent.egress_rules r"
+									" WHERE r.org_id OPERATOR(pg_catalog.=) $1)",
+									1, types),
+						  args, argnulls, false, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "the egress rules query failed: %s", SPI_result_code_string(rc));
+	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+	{
+		rc = SPI_execute_plan(keep_plan(&egress_policy_plan,
+										"SELECT p, agent._egress_sha256(p)"
+										" FROM agent._effective_egress($1, $2, $3) AS p",
+										3, types),
+							  args, argnulls, false, 1);
+		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "the egress policy query failed: %s", SPI_result_code_string(rc));
+		for (int i = 0; i < 2; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(SPI_tuptable->tupdesc, i);
+			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, &nulls[i]);
+
+			/* out of SPI's memory, into the trigger's caller's */
+			values[i] = nulls[i] ? (Datum) 0 : SPI_datumTransfer(d, att->attbyval, att->attlen);
+		}
+	}
+	SPI_finish();
+	return PointerGetDatum(heap_modify_tuple_by_cols(td->tg_trigtuple, desc, 2,
+													 cols, values, nulls));
 }
 
 /* IS DISTINCT FROM on one column, with the type's own equality. */

@@ -66,9 +66,12 @@ BEGIN
 		RAISE EXCEPTION '% must not be null', v_null USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	PERFORM agent._require_person(requested_by, 'requested_by');
-	PERFORM agent._check_text(language, 'language', 'language');
-	PERFORM agent._check_text(description, 'description', 'description');
-	PERFORM agent._check_text(idempotency_key, 'idempotency_key', 'idempotency_key', true);
+	-- One query for the three (each raises on a bad value, in this order).
+	-- Not with the STABLE check above: a plan may fold these IMMUTABLE
+	-- calls before it runs, which would change which error comes first.
+	PERFORM agent._check_text(language, 'language', 'language'),
+			agent._check_text(description, 'description', 'description'),
+			agent._check_text(idempotency_key, 'idempotency_key', 'idempotency_key', true);
 	IF v_org IS NULL OR agent.current_workspace() IS NULL THEN
 		PERFORM agent._require_tenant(true);	-- raises
 	END IF;
@@ -236,14 +239,19 @@ BEGIN
 			   v_runtime, 'high', description, requested_by, now() + v_ctx.approval_timeout
 		  FROM inv
 		RETURNING approval_requests.code_sha256 INTO v_sha;
-	-- Last, so the org's audit chain is held for as short a time as possible.
+	-- Last, so the org's audit chain is held for as short a time as possible;
+	-- then, in the same query, the approvers of the workspace learn of the
+	-- card at commit (on the workspace's channel, 28_approvals.sql; the
+	-- payload is the card's id).
 	PERFORM agent._audit(v_org, workspace, 'capability.invoke_allowed', v_inv, requested_by,
 		jsonb_build_object('agent_id', agent, 'conversation_id', conversation,
 						   'language', language, 'code_sha256', v_sha,
 						   'code_bytes', v_bytes, 'plan', v_ctx.plan,
-						   'approval_id', v_appr));
-	-- The approvers of the workspace learn of the card at commit.
-	PERFORM agent._notify_new_card(workspace, v_appr);
+						   'approval_id', v_appr)),
+		(SELECT pg_catalog.pg_notify('sandbox_approvals_' || pg_catalog.replace(c.token::text, '-', ''),
+									 v_appr::text)
+		   FROM agent.workspace_channels c
+		  WHERE c.workspace_id = request_execution.workspace);
 	IF NOT agent.supervisor_available() THEN
 		RAISE NOTICE 'no supervisor is running in this cluster'
 			USING HINT = 'Nothing will run until sandbox_ext is in shared_preload_libraries.';

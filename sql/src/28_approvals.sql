@@ -129,12 +129,13 @@ BEGIN
 	UPDATE agent.invocations i
 	   SET state = 'approved', approved_at = now()
 	 WHERE i.id = v_card.invocation_id;
+	-- The event, then the wake-up (the supervisor claims approved work when
+	-- this transaction commits): one query, in that order.
 	PERFORM agent._audit(v_card.org_id, v_card.workspace_id, 'approval.approved', v_card.invocation_id,
 						 approver, jsonb_strip_nulls(jsonb_build_object('approval_id', v_card.id,
 													  'code_sha256', v_card.code_sha256,
-													  'egress_sha256', v_egress)));
-	-- The supervisor claims approved work when this transaction commits.
-	PERFORM agent._wake_supervisor();
+													  'egress_sha256', v_egress))),
+			agent._wake_supervisor();
 	RETURN v_card.invocation_id;
 END
 $$;
@@ -376,19 +377,6 @@ END
 $$;
 COMMENT ON FUNCTION agent.approvals_channel() IS
 	'the LISTEN channel on which new approval cards of the current workspace are announced (its tenant only)';
-
--- Announce a new card (called by request_execution; delivered at commit).
-CREATE FUNCTION agent._notify_new_card(workspace uuid, approval uuid) RETURNS void
-	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent, pg_temp
-AS $$
-BEGIN
-	PERFORM pg_catalog.pg_notify('sandbox_approvals_' || pg_catalog.replace(c.token::text, '-', ''),
-								 approval::text)
-	   FROM agent.workspace_channels c
-	  WHERE c.workspace_id = workspace;
-END
-$$;
 
 -- For the supervisor, just before it runs an invocation: true only when
 -- its approval is approved and bound to the hash of the code as it is now.

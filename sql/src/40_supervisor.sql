@@ -41,7 +41,9 @@ AS $$
 DECLARE
 	v_token	uuid;
 BEGIN
-	PERFORM agent._require_tenant(true);
+	IF agent.current_org() IS NULL OR agent.current_workspace() IS NULL THEN
+		PERFORM agent._require_tenant(true);	-- raises
+	END IF;
 	IF invocation IS NULL THEN
 		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;

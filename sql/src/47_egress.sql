@@ -117,17 +117,13 @@ BEGIN
 END
 $$;
 
--- Copied at request time; whoever inserts cannot supply their own.
+-- Copied at request time; whoever inserts cannot supply their own.  An org
+-- without rules (most) has no network: no policy, no hash (what
+-- _effective_egress() and _egress_sha256() return then), without calling
+-- them on every request.  In C (src/guards.c), as it runs on every request.
 CREATE FUNCTION agent._invocations_egress() RETURNS trigger
-	LANGUAGE plpgsql
-	SET search_path = pg_catalog, agent, pg_temp
-AS $$
-BEGIN
-	NEW.egress_policy := agent._effective_egress(NEW.org_id, NEW.agent_id, NEW.conversation_id);
-	NEW.egress_sha256 := agent._egress_sha256(NEW.egress_policy);
-	RETURN NEW;
-END
-$$;
+	AS 'MODULE_PATHNAME', 'sandbox_invocations_egress'
+	LANGUAGE C;
 CREATE TRIGGER invocations_egress
 	BEFORE INSERT ON agent.invocations
 	FOR EACH ROW EXECUTE FUNCTION agent._invocations_egress();

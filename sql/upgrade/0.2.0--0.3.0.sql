@@ -21,3 +21,8 @@
 -- agent._record_tool_call, agent._produced_caps) and adds
 -- (agent._write_tool_call, agent._output_preview) keep or add signatures
 -- and are replayed below like every definition of sql/src.
+
+-- branch reqcost (issue 13, the request path's cost), 28_approvals.sql:
+-- request_execution() sends the new card's notification itself; the helper
+-- that did is gone.
+DROP FUNCTION agent._notify_new_card(uuid, uuid);

@@ -330,6 +330,26 @@ second" "$(tq "$ORG" "$WS" "SELECT string_agg(data, '' ORDER BY seq) FROM agent.
 		"$([[ -z "$channel" || "$channel" == *"$inv"* || "$channel" == *"${inv//-/}"* ]] && echo t || echo f)"
 }
 
+# The approvers of a workspace learn of each new card at commit, on the
+# workspace's approvals channel: the card's id as the payload, nothing for a
+# request that rolls back (request_execution() sends it itself).
+t_card_notify() {
+	local channel lpid appr
+	channel=$(tq "$ORG" "$WS" "SELECT agent.approvals_channel();")
+	as_pg "$tmp/listen" "host=$CLUSTER_DIR port=$PORT user=postgres dbname=$DB" "$channel" 60 >"$tmp/cards" 2>"$tmp/cards.err" &
+	lpid=$!
+	for _ in $(seq 1 50); do grep -q ready "$tmp/cards.err" 2>/dev/null && break; sleep 0.1; done
+	printf "BEGIN;\nSET LOCAL ROLE agent_backend;\nSELECT agent.set_tenant('%s', '%s');\nSELECT agent.request_execution('%s', '%s', NULL, 'shell', 'echo rolled-back', 'requester');\nROLLBACK;\n" \
+		"$ORG" "$WS" "$WS" "$AGENT" | q -f - >/dev/null
+	read -r _ appr < <(req "$A" shell 'echo carded')
+	for _ in $(seq 1 50); do grep -q " $appr\$" "$tmp/cards" && break; sleep 0.1; done
+	kill "$lpid" 2>/dev/null
+	wait "$lpid" 2>/dev/null
+	check "a new card is announced once on its workspace's approvals channel, with its id" "1|1" \
+		"$(grep -c " $appr\$" "$tmp/cards")|$(wc -l <"$tmp/cards")"
+	tq "$ORG" "$WS" "SELECT agent.deny('$appr', 'approver', 'notify test');" >/dev/null
+}
+
 # A notification is only a hint: forged ones do not end a client.
 # scripts/follow.sh is the demo's (and the docs') client.  Once the run has
 # printed its first line, NOTIFY a forged end on the old, guessable channel
@@ -670,7 +690,7 @@ t_warm_off() {
 }
 
 run_tests t_worker t_languages t_launcher t_warm_sql t_warm_bound t_warm_off t_outcomes t_start_report t_require_cgroup t_missing_jail t_unusable_work_dir \
-	t_insufficient_credits t_hash_mismatch t_cancel t_wait_timeout t_streaming t_forged_notify t_tenancy \
+	t_insufficient_credits t_hash_mismatch t_cancel t_wait_timeout t_streaming t_card_notify t_forged_notify t_tenancy \
 	t_concurrency_cap t_lease_lost t_drain t_remove t_check t_recovery_worker_killed t_recovery_immediate_restart t_not_preloaded
 
 # ---- invariants, over what this suite ran -------------------------------------

@@ -551,12 +551,34 @@ BEGIN
 				  HINT = 'Give each runner host a name of its own.';
 	END IF;
 
+	-- Two registrations at the same moment both pass the check above: the
+	-- unique indexes decide (the second waits for the first to commit), and
+	-- the loser is told why, not with the index's 23505.  Another role that
+	-- took the name: 42710, as above.  Another process of this role that
+	-- registered first (this one found no row yet): 55000; it is the
+	-- runner now, and this process may register again to take over, as a
+	-- restart does.
 	SELECT * INTO rn FROM agent.runners x WHERE x.login_role = v_role FOR UPDATE;
 	IF NOT FOUND THEN
-		INSERT INTO agent.runners AS x (name, login_role, host, version, slots)
-		VALUES (runner_register.name, v_role, runner_register.host, runner_register.version,
-				runner_register.slots)
-		RETURNING * INTO rn;
+		BEGIN
+			INSERT INTO agent.runners AS x (name, login_role, host, version, slots)
+			VALUES (runner_register.name, v_role, runner_register.host, runner_register.version,
+					runner_register.slots)
+			RETURNING * INTO rn;
+		EXCEPTION
+			WHEN unique_violation THEN
+				-- (which index the insert met first says nothing of whose
+				-- row it is: the row that won, committed now, says it)
+				IF EXISTS (SELECT 1 FROM agent.runners x WHERE x.login_role = v_role) THEN
+					RAISE EXCEPTION 'runner "%" was registered by another process of role % at the same time',
+						runner_register.name, v_role
+						USING ERRCODE = 'object_not_in_prerequisite_state',
+							  HINT = 'Run one sandbox-runner per role; registering again takes over from the other process.';
+				END IF;
+				RAISE EXCEPTION 'runner name "%" is registered by another role', runner_register.name
+					USING ERRCODE = 'duplicate_object',
+						  HINT = 'Give each runner host a name of its own.';
+		END;
 		ended := 0;
 	ELSE
 		IF rn.state = 'removed' THEN
@@ -575,13 +597,22 @@ BEGIN
 				ended := ended + 1;
 			END IF;
 		END LOOP;
-		UPDATE agent.runners x
-		   SET name = runner_register.name, host = runner_register.host,
-			   version = runner_register.version, slots = runner_register.slots,
-			   incarnation = pg_catalog.gen_random_uuid(), registered_at = now(),
-			   last_heartbeat = pg_catalog.clock_timestamp(), in_use = 0, gone_at = NULL
-		 WHERE x.id = rn.id
-		RETURNING * INTO rn;
+		-- (a new name another role took meanwhile: 42710, as above, and the
+		-- whole registration is undone, the leases ended above included)
+		BEGIN
+			UPDATE agent.runners x
+			   SET name = runner_register.name, host = runner_register.host,
+				   version = runner_register.version, slots = runner_register.slots,
+				   incarnation = pg_catalog.gen_random_uuid(), registered_at = now(),
+				   last_heartbeat = pg_catalog.clock_timestamp(), in_use = 0, gone_at = NULL
+			 WHERE x.id = rn.id
+			RETURNING * INTO rn;
+		EXCEPTION
+			WHEN unique_violation THEN
+				RAISE EXCEPTION 'runner name "%" is registered by another role', runner_register.name
+					USING ERRCODE = 'duplicate_object',
+						  HINT = 'Give each runner host a name of its own.';
+		END;
 	END IF;
 
 	runner_id := rn.id;

@@ -279,14 +279,43 @@ BEGIN
 END
 $$;
 
+-- Whether `runner`, the calling role's, holds the lease of invocation i
+-- (rn: its runner row) under `token`, now: the run in flight, the runner
+-- not removed, the lease's deadline (agent._lease_deadline) not passed;
+-- with staged_ok, the deadline no longer matters (the caller's result was
+-- staged under the lease).  One definition for every lookup of a lease:
+-- agent._runner_lease_of() and the locked read of agent.runner_finish().
+CREATE FUNCTION agent._lease_held(i agent.invocations, rn agent.runners, runner uuid,
+								  token uuid, staged_ok boolean)
+	RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	RETURN coalesce(i.runner_id = runner AND rn.id = i.runner_id
+					AND rn.login_role = agent._runner_role()
+					AND i.lease_token = token
+					AND i.state IN ('provisioning', 'running')
+					AND rn.state <> 'removed'
+					AND (staged_ok
+						 OR (agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, agent._runner_lease(),
+												   i.provisioned_at,
+												   coalesce(i.wall_time_s, (agent._run_limits()).default_wall_time_s),
+												   i.cancel_requested_at, agent._runner_grace())).deadline
+							> pg_catalog.clock_timestamp()),
+					false);
+END
+$$;
+
 -- The invocation if `runner`, the calling role's (agent._runner_self),
--- holds its lease under `token`; otherwise 42501 when the runner is not the
--- caller's, else 55000 (also for an invocation that does not exist or is
--- another runner's).  With staged_ok, the caller has just staged its own
--- result: the lease must still name it and the run still be in flight (the
--- deadline no longer matters: the result was staged under the lease).
--- Every invocation step starts with it: the runner's identity and its
--- lease in one lookup.
+-- holds its lease under `token` (agent._lease_held) and no result is staged
+-- for it; otherwise 42501 when the runner is not the caller's, else 55000
+-- (also for an invocation that does not exist or is another runner's).
+-- With staged_ok, the caller has just staged its own result: the lease
+-- must still name it and the run still be in flight (the deadline no
+-- longer matters: the result was staged under the lease).  Every
+-- invocation step starts with it: the runner's identity and its lease in
+-- one lookup.
 CREATE FUNCTION agent._runner_lease_of(runner uuid, token uuid, invocation uuid,
 									   staged_ok boolean DEFAULT false)
 	RETURNS agent.invocations
@@ -295,24 +324,14 @@ CREATE FUNCTION agent._runner_lease_of(runner uuid, token uuid, invocation uuid,
 AS $$
 DECLARE
 	r		agent.invocations;
-	v_lease	interval := agent._runner_lease();
-	v_grace	interval := agent._runner_grace();
-	v_wall	integer := (agent._run_limits()).default_wall_time_s;
 BEGIN
 	SELECT i.* INTO r
 	  FROM agent.invocations i
 	  JOIN agent.runners rn ON rn.id = i.runner_id
 	 WHERE i.id = invocation
-	   AND i.runner_id = runner
-	   AND rn.login_role = agent._runner_role()
-	   AND i.lease_token = token
-	   AND i.state IN ('provisioning', 'running')
-	   AND rn.state <> 'removed'
+	   AND agent._lease_held(i, rn, runner, token, staged_ok)
 	   AND (staged_ok
-			OR ((agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, v_lease, i.provisioned_at,
-									   coalesce(i.wall_time_s, v_wall), i.cancel_requested_at,
-									   v_grace)).deadline > pg_catalog.clock_timestamp()
-				AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id)));
+			OR NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id));
 	IF NOT FOUND THEN
 		PERFORM agent._runner_self(runner);		-- not the caller's runner: 42501
 		RAISE EXCEPTION 'lease of invocation % is not held by this runner', coalesce(invocation::text, 'NULL')
@@ -1011,16 +1030,7 @@ BEGIN
 			  FROM agent.invocations i
 			  JOIN agent.runners rn ON rn.id = i.runner_id
 			 WHERE i.id = invocation
-			   AND i.runner_id = runner
-			   AND rn.login_role = agent._runner_role()
-			   AND i.lease_token = token
-			   AND i.state IN ('provisioning', 'running')
-			   AND rn.state <> 'removed'
-			   AND (agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, agent._runner_lease(),
-										  i.provisioned_at,
-										  coalesce(i.wall_time_s, (agent._run_limits()).default_wall_time_s),
-										  i.cancel_requested_at, agent._runner_grace())).deadline
-				   > pg_catalog.clock_timestamp()
+			   AND agent._lease_held(i, rn, runner, token, false)
 			   FOR NO KEY UPDATE OF i NOWAIT;
 			IF FOUND THEN
 				PERFORM 1 FROM agent.audit_heads h, agent.org_usage u
@@ -1310,6 +1320,7 @@ $$;
 COMMENT ON FUNCTION agent.worker_status() IS
 	'the supervisor (whether it runs, its pid, the local runner''s slots and invocations, its work directory, why it claims nothing) and every runner, local and remote (runners); the local launcher''s warm pool (warm_*)';
 REVOKE ALL ON FUNCTION agent.worker_status() FROM PUBLIC;
+REVOKE ALL ON FUNCTION agent._lease_held(agent.invocations, agent.runners, uuid, uuid, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agent.worker_status() TO agent_auditor;
 
 -- Cap the slots of a runner (NULL: back to the setting runner_max_slots):

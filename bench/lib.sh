@@ -11,6 +11,10 @@
 #                             a trivial payload
 #   bench_start_cluster       scripts/cluster.sh start, or refuse with the end
 #                             of its output
+#   bench_server_ticks        CPU clock ticks (getconf CLK_TCK) of every server
+#                             process of $SANDBOX_CLUSTER_DIR's cluster so far: the
+#                             postmaster's own and its reaped children's, plus
+#                             those of its live children
 #   bench_tenant              a pro org with a workspace, a model and an
 #                             agent that may run code, and 100,000,000
 #                             credits; prints "ORG WS AGENT" (test/lib.sh's q)
@@ -88,4 +92,14 @@ SQL
 	[ -n "$agent" ] || bench_die "could not create the benchmark's tenant"
 	q -c "SELECT agent.grant_credits('$org', 100000000, 'bench')" >/dev/null
 	echo "$org $ws $agent"
+}
+
+bench_server_ticks() {
+	local pm s c
+	pm=$(head -n 1 "$SANDBOX_CLUSTER_DIR/data/postmaster.pid")
+	s=$(sed 's/^.*) //' "/proc/$pm/stat" | awk '{ print $12 + $13 + $14 + $15 }')
+	for c in $(cat "/proc/$pm/task/$pm/children" 2>/dev/null); do
+		s=$((s + $(sed 's/^.*) //' "/proc/$c/stat" 2>/dev/null | awk '{ print $12 + $13 + $14 + $15 }' || echo 0)))
+	done
+	echo "$s"
 }

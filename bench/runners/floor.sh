@@ -167,15 +167,7 @@ for f in floor6 floor4; do	# each script must run before it is timed
 		bench_die "the $f script does not run: $(grep -m 3 -i error "$tmp/check.log")"
 done
 
-ticks() {			# CPU ticks of the postmaster and its children, live and reaped
-	local pm s c
-	pm=$(head -n 1 "$SANDBOX_CLUSTER_DIR/data/postmaster.pid")
-	s=$(sed 's/^.*) //' "/proc/$pm/stat" | awk '{ print $12 + $13 + $14 + $15 }')
-	for c in $(cat "/proc/$pm/task/$pm/children" 2>/dev/null); do
-		s=$((s + $(sed 's/^.*) //' "/proc/$c/stat" 2>/dev/null | awk '{ print $12 + $13 + $14 + $15 }' || echo 0)))
-	done
-	echo "$s"
-}
+ticks() { bench_server_ticks; }
 HZ=$(getconf CLK_TCK)
 writes() {			# schema: "table ins upd del" of every table with writes, cumulative
 	q -F ' ' -c "SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables WHERE schemaname = '$1' ORDER BY relname"

@@ -46,15 +46,7 @@ conninfo="host=$SANDBOX_CLUSTER_DIR port=$SANDBOX_PGPORT user=postgres dbname=$S
 "$tmp/client" latency "$conninfo" "$ORG" "$WS" "$AGENT" shell true 5 >/dev/null ||
 	bench_die "the warm-up runs failed"
 
-ticks() {			# CPU ticks of the postmaster and its live children
-	local pm s c
-	pm=$(head -n 1 "$SANDBOX_CLUSTER_DIR/data/postmaster.pid")
-	s=$(sed 's/^.*) //' "/proc/$pm/stat" | awk '{ print $12 + $13 + $14 + $15 }')
-	for c in $(cat "/proc/$pm/task/$pm/children" 2>/dev/null); do
-		s=$((s + $(sed 's/^.*) //' "/proc/$c/stat" 2>/dev/null | awk '{ print $12 + $13 + $14 + $15 }' || echo 0)))
-	done
-	echo "$s"
-}
+ticks() { bench_server_ticks; }
 q -c "SELECT pg_stat_statements_reset()" -c "SELECT pg_stat_reset()" >/dev/null
 w0=$(q -c "SELECT pg_current_wal_lsn()")
 t0=$(ticks)

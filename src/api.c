@@ -50,20 +50,11 @@ current_state(Datum id, bool *terminal)
 				 errhint("Its snapshot would never see the invocation finish; call it in READ COMMITTED.")));
 	SPI_connect();
 	/* Prepared once per backend (agent.wait() is on every run's path). */
-	if (state_plan == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare("SELECT state, agent._state_is_terminal(state) "
-									   "FROM agent._invocation_state($1) AS state",
-									   1, &argtype);
-
-		if (plan == NULL)
-			elog(ERROR, "could not prepare the state query: %s",
-				 SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not keep the state query's plan");
-		state_plan = plan;
-	}
-	rc = SPI_execute_plan(state_plan, &id, NULL, false, 1);
+	rc = SPI_execute_plan(sandbox_keep_plan(&state_plan,
+											"SELECT state, agent._state_is_terminal(state) "
+											"FROM agent._invocation_state($1) AS state",
+											1, &argtype),
+						  &id, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "agent._invocation_state failed: %s", SPI_result_code_string(rc));
 	if (SPI_processed > 0)

@@ -80,18 +80,6 @@ static SPIPlanPtr head_plan = NULL;
 /* Raised only while this file's own statements run (see the header). */
 static bool audit_appending = false;
 
-static SPIPlanPtr
-prepare(const char *sql, int nargs, Oid *types)
-{
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
-
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "SPI_keepplan failed");
-	return plan;
-}
-
 PG_FUNCTION_INFO_V1(sandbox_audit);
 Datum
 sandbox_audit(PG_FUNCTION_ARGS)
@@ -119,10 +107,8 @@ sandbox_audit(PG_FUNCTION_ARGS)
 	values[6] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());	/* now() */
 
 	SPI_connect();
-	if (append_plan == NULL)
-		append_plan = prepare(append_sql, 7, types);
-	if (head_plan == NULL)
-		head_plan = prepare(head_sql, 1, types);
+	sandbox_keep_plan(&append_plan, append_sql, 7, types);
+	sandbox_keep_plan(&head_plan, head_sql, 1, types);
 
 	audit_appending = true;
 	PG_TRY();

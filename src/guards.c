@@ -427,22 +427,6 @@ sandbox_invocations_hash_code(PG_FUNCTION_ARGS)
 static SPIPlanPtr egress_any_plan = NULL;
 static SPIPlanPtr egress_policy_plan = NULL;
 
-static SPIPlanPtr
-keep_plan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types)
-{
-	if (*slot == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
-
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		*slot = plan;
-	}
-	return *slot;
-}
-
 PG_FUNCTION_INFO_V1(sandbox_invocations_egress);
 Datum
 sandbox_invocations_egress(PG_FUNCTION_ARGS)
@@ -468,7 +452,7 @@ sandbox_invocations_egress(PG_FUNCTION_ARGS)
 	}
 	/* (not read-only: each query sees what has committed, as PL/pgSQL's) */
 	SPI_connect();
-	rc = SPI_execute_plan(keep_plan(&egress_any_plan,
+	rc = SPI_execute_plan(sandbox_keep_plan(&egress_any_plan,
 									"SELECT EXISTS (SELECT 1 FROM agent.egress_rules r"
 									" WHERE r.org_id OPERATOR(pg_catalog.=) $1)",
 									1, types),
@@ -477,7 +461,7 @@ sandbox_invocations_egress(PG_FUNCTION_ARGS)
 		elog(ERROR, "the egress rules query failed: %s", SPI_result_code_string(rc));
 	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
 	{
-		rc = SPI_execute_plan(keep_plan(&egress_policy_plan,
+		rc = SPI_execute_plan(sandbox_keep_plan(&egress_policy_plan,
 										"SELECT p, agent._egress_sha256(p)"
 										" FROM agent._effective_egress($1, $2, $3) AS p",
 										3, types),

@@ -105,6 +105,9 @@ extern void sandbox_xact_begin(const char *activity);
 extern void sandbox_xact_commit(void);
 extern ErrorData *sandbox_xact_abort(void);
 extern void sandbox_xact_abort_log(int elevel, const char *doing);
+/* xact.c: a plan prepared once per backend and kept (SPI connected) */
+extern struct _SPI_plan *sandbox_keep_plan(struct _SPI_plan **slot, const char *sql,
+										   int nargs, Oid *types);
 
 /*
  * The one commit-time wake-up (shmem.c): what a committing transaction

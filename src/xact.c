@@ -80,3 +80,25 @@ sandbox_xact_abort_log(int elevel, const char *doing)
 			 edata->detail ? errdetail_internal("%s", edata->detail) : 0));
 	FreeErrorData(edata);
 }
+
+/*
+ * The plan of sql, prepared and kept (SPI_keepplan) on the first call of
+ * this backend and stored in *slot; the kept one afterwards.  For the
+ * statements the hot paths run on every call (audit appends, the egress
+ * trigger, agent.wait()); SPI must be connected.
+ */
+SPIPlanPtr
+sandbox_keep_plan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types)
+{
+	if (*slot == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		*slot = plan;
+	}
+	return *slot;
+}

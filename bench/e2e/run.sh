@@ -66,8 +66,10 @@ fi
 
 tmp=$(mktemp -d /tmp/sandbox_bench.XXXXXX)
 chmod 0755 "$tmp"
+# (named in full: an exit inside on_base runs this with the base's locals)
+this_cluster=("PGBIN=$PGBIN" "SANDBOX_CLUSTER_DIR=$SANDBOX_CLUSTER_DIR" "SANDBOX_PGPORT=$SANDBOX_PGPORT")
 cleanup() {
-	"$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true
+	env "${this_cluster[@]}" "$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true
 	if [ -n "$BASE_PG_CONFIG" ]; then on_base "$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true; fi
 	rm -rf "$tmp"
 }

@@ -3,6 +3,7 @@
  * plane plus supervisor plus jail, measured from a libpq client.
  *
  *	client latency CONNINFO ORG WS AGENT LANGUAGE CODE N
+ *				   [ROUNDS BASE_CONNINFO BASE_ORG BASE_WS BASE_AGENT]
  *		N sequential request+approve (after 3 uncounted warm-up runs); for
  *		each, the time from approve's COMMIT returning to the end of the
  *		run as a client learns it: LISTEN on the invocation's channel
@@ -12,9 +13,27 @@
  *		does, saying so on stderr).  Prints "p50_ms p99_ms mean_ms".  A run that does not
  *		succeed ends the client with status 1 (its time is not a sample).
  *
+ *		With a baseline (a second cluster, another install: bench/e2e/
+ *		run.sh BASE_PG_CONFIG=...), N runs on each, taken in ROUNDS blocks
+ *		of about N/ROUNDS that alternate between the two (the one that
+ *		goes first alternates too), so that the machine's drift falls on
+ *		both alike; prints "p50 p99 mean base_p50 base_p99 base_mean".
+ *		Both are timed by the same code, over the same interval, with the
+ *		same statements (below: the versions differ in no statement the
+ *		client sends).
+ *
  *	client throughput CONNINFO ORG WS AGENT LANGUAGE CODE CLIENTS SECONDS
  *		CLIENTS processes, each looping request+approve+agent.wait() for
- *		SECONDS.  Prints "completed per_second".
+ *		SECONDS (a fraction is allowed).  Prints "completed per_second
+ *		seconds" (the time from the first fork to the last client's end).
+ *
+ * What the client relies on exists in every version since the supervisor's
+ * first (b80ecf0): agent.request_execution, agent.approve, agent.wait(uuid,
+ * interval), agent.output_channel(uuid), agent._state_is_terminal(text).
+ * What changed is the "done" hint's payload: 'done' since eb956f3, JSON
+ * with a "done" key before (e.g. 3777718's {"done":true,"state":...}); the
+ * channel's name changed too (a hash since eb956f3), but the client asks
+ * agent.output_channel() for it.
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -171,7 +190,10 @@ cmp_double(const void *a, const void *b)
  * language, so that every timed run is a warm one and the refill of the
  * pool (an interpreter's start, ~0.5 s of CPU with pandas) is on nobody's
  * clock: with two warm Python places, waiting for one only would time
- * every run beside the other one's refill on these CPUs.
+ * every run beside the other one's refill on these CPUs.  The page is this
+ * install's; a baseline's runs wait for it too, so that none of them is
+ * timed beside this install's refill either (a baseline without a pool has
+ * no page of its own to wait for).
  */
 static void
 wait_warm(void)
@@ -196,95 +218,189 @@ wait_warm(void)
 	}
 }
 
+/*
+ * Whether a notification on an invocation's channel says the run ended:
+ * the payload 'done' (today's), or JSON with a "done" key (before the
+ * hint-only payloads of eb956f3, e.g. {"done":true,"state":"succeeded"}).
+ * Either is only a hint: the state is read next.
+ */
 static int
-latency(char **argv)
+done_hint(const char *payload)
 {
-	const char *conninfo = argv[2],
-			   *org = argv[3],
-			   *ws = argv[4],
-			   *agent = argv[5],
-			   *lang = argv[6],
+	return strcmp(payload, "done") == 0 ||
+		(payload[0] == '{' && strstr(payload, "\"done\"") != NULL);
+}
+
+/* One cluster under test (this install or the baseline) and its samples. */
+typedef struct BenchSide
+{
+	const char *label;			/* "this" or "base", in messages */
+	PGconn	   *conn;
+	const char *ws;
+	const char *agent;
+	double	   *ms;				/* the samples taken so far */
+	int			taken;
+} BenchSide;
+
+static void
+side_open(BenchSide *side, const char *label, char **args, int n)
+{
+	side->label = label;
+	side->conn = connect_tenant(args[0], args[1], args[2]);
+	side->ws = args[2];
+	side->agent = args[3];
+	side->ms = calloc(n, sizeof(double));
+	side->taken = 0;
+	if (side->ms == NULL)
+	{
+		fprintf(stderr, "client: out of memory\n");
+		exit(1);
+	}
+}
+
+/*
+ * One request+approve on a side; with record, its time is a sample.
+ * Returns 0, or 1 when the run did not succeed (said on stderr).
+ */
+static int
+side_run(BenchSide *side, const char *lang, const char *code, int record)
+{
+	PGconn	   *conn = side->conn;
+	char		inv[37],
+				appr[37];
+	double		t0;
+	int			done = 0;
+	char	   *channel;
+
+	request(conn, side->ws, side->agent, lang, code, inv, appr);
+	channel = listen_channel(conn, inv);
+	wait_warm();
+	approve(conn, appr);
+	t0 = now_ms();
+	for (int waited = 0; !done;)
+	{
+		PGnotify   *note;
+		fd_set		r;
+		int			sock = PQsocket(conn);
+		struct timeval tv = {1, 0};
+		int			rc;
+
+		/*
+		 * A notification may already be queued: libpq reads those that
+		 * arrive with a query's results (finished() below).
+		 */
+		while ((note = PQnotifies(conn)) != NULL)
+		{
+			int			hint = done_hint(note->extra);
+
+			PQfreemem(note);
+			if (hint && finished(conn, inv))
+				done = 1;
+		}
+		if (done)
+			break;
+		FD_ZERO(&r);
+		FD_SET(sock, &r);
+		rc = select(sock + 1, &r, NULL, NULL, &tv);
+		if (rc < 0)
+		{
+			perror("client: select");
+			return 1;
+		}
+		if (rc > 0)
+		{
+			PQconsumeInput(conn);
+			continue;
+		}
+		/* a hint is only a hint: look once a second, as agent.wait() does */
+		if (finished(conn, inv))
+		{
+			fprintf(stderr, "client: %s: %s ended without a done notification seen\n",
+					side->label, inv);
+			done = 1;
+		}
+		else if (++waited >= 60)
+		{
+			fprintf(stderr, "client: %s: no result within 60 s for %s\n", side->label, inv);
+			return 1;
+		}
+	}
+	if (record)
+		side->ms[side->taken++] = now_ms() - t0;
+	listen_verb(conn, "UNLISTEN", channel);
+	PQfreemem(channel);
+	if (!succeeded(conn, inv))
+	{
+		fprintf(stderr, "client: (on %s)\n", side->label);
+		return 1;
+	}
+	return 0;
+}
+
+/* "p50 p99 mean" of a side's samples (sorts them). */
+static void
+side_print(BenchSide *side, const char *sep)
+{
+	int			n = side->taken;
+	double		sum = 0;
+
+	for (int i = 0; i < n; i++)
+		sum += side->ms[i];
+	qsort(side->ms, n, sizeof(double), cmp_double);
+	printf("%.2f %.2f %.2f%s", side->ms[n / 2],
+		   side->ms[(int) (n * 0.99) < n ? (int) (n * 0.99) : n - 1], sum / n, sep);
+}
+
+static int
+latency(int argc, char **argv)
+{
+	const char *lang = argv[6],
 			   *code = argv[7];
 	int			n = atoi(argv[8]);
-	double	   *ms = calloc(n, sizeof(double));
-	double		sum = 0;
-	PGconn	   *conn = connect_tenant(conninfo, org, ws);
+	int			nsides = argc == 14 ? 2 : 1;
+	int			rounds = nsides == 2 ? atoi(argv[9]) : 1;
+	BenchSide	sides[2];
 
-	/* The first runs warm caches (plans, page cache); they are not counted. */
-	for (int i = -3; i < n; i++)
+	if (n < 1 || rounds < 1 || rounds > n)
 	{
-		char		inv[37],
-					appr[37];
-		double		t0;
-		int			done = 0;
-		char	   *channel;
-
-		request(conn, ws, agent, lang, code, inv, appr);
-		channel = listen_channel(conn, inv);
-		wait_warm();
-		approve(conn, appr);
-		t0 = now_ms();
-		for (int waited = 0; !done;)
-		{
-			PGnotify   *note;
-			fd_set		r;
-			int			sock = PQsocket(conn);
-			struct timeval tv = {1, 0};
-			int			rc;
-
-			/*
-			 * A notification may already be queued: libpq reads those that
-			 * arrive with a query's results (finished() below).
-			 */
-			while ((note = PQnotifies(conn)) != NULL)
-			{
-				int			hint = strcmp(note->extra, "done") == 0;
-
-				PQfreemem(note);
-				if (hint && finished(conn, inv))
-					done = 1;
-			}
-			if (done)
-				break;
-			FD_ZERO(&r);
-			FD_SET(sock, &r);
-			rc = select(sock + 1, &r, NULL, NULL, &tv);
-			if (rc < 0)
-			{
-				perror("client: select");
-				return 1;
-			}
-			if (rc > 0)
-			{
-				PQconsumeInput(conn);
-				continue;
-			}
-			/* a hint is only a hint: look once a second, as agent.wait() does */
-			if (finished(conn, inv))
-			{
-				fprintf(stderr, "client: %s ended without a done notification seen\n", inv);
-				done = 1;
-			}
-			else if (++waited >= 60)
-			{
-				fprintf(stderr, "client: no result within 60 s for %s\n", inv);
-				return 1;
-			}
-		}
-		if (i >= 0)
-		{
-			ms[i] = now_ms() - t0;
-			sum += ms[i];
-		}
-		listen_verb(conn, "UNLISTEN", channel);
-		PQfreemem(channel);
-		if (!succeeded(conn, inv))
-			return 1;
+		fprintf(stderr, "client: N must be at least 1 and ROUNDS between 1 and N\n");
+		return 2;
 	}
-	qsort(ms, n, sizeof(double), cmp_double);
-	printf("%.2f %.2f %.2f\n", ms[n / 2], ms[(int) (n * 0.99) < n ? (int) (n * 0.99) : n - 1],
-		   sum / n);
-	PQfinish(conn);
+	side_open(&sides[0], "this", argv + 2, n);
+	if (nsides == 2)
+		side_open(&sides[1], "base", argv + 10, n);
+
+	/*
+	 * The first runs of a connection warm caches (plans, page cache); they
+	 * are not counted.
+	 */
+	for (int s = 0; s < nsides; s++)
+		for (int i = 0; i < 3; i++)
+			if (side_run(&sides[s], lang, code, 0) != 0)
+				return 1;
+
+	/*
+	 * Round r takes runs [n*r/rounds, n*(r+1)/rounds) of each side; the
+	 * base goes first in even rounds, this install in odd ones.
+	 */
+	for (int r = 0; r < rounds; r++)
+	{
+		int			block = n * (r + 1) / rounds - n * r / rounds;
+
+		for (int k = 0; k < nsides; k++)
+		{
+			BenchSide  *side = &sides[nsides == 2 && r % 2 == 0 ? 1 - k : k];
+
+			for (int i = 0; i < block; i++)
+				if (side_run(side, lang, code, 1) != 0)
+					return 1;
+		}
+	}
+	for (int s = 0; s < nsides; s++)
+	{
+		side_print(&sides[s], s + 1 < nsides ? " " : "\n");
+		PQfinish(sides[s].conn);
+	}
 	return 0;
 }
 
@@ -346,19 +462,20 @@ throughput(char **argv)
 	while (wait(NULL) > 0)
 		;
 	t1 = now_ms();
-	printf("%ld %.1f\n", total, total / ((t1 - t0) / 1000.0));
+	printf("%ld %.1f %.3f\n", total, total / ((t1 - t0) / 1000.0), (t1 - t0) / 1000.0);
 	return 0;
 }
 
 int
 main(int argc, char **argv)
 {
-	if (argc == 9 && strcmp(argv[1], "latency") == 0)
-		return latency(argv);
+	if ((argc == 9 || argc == 14) && strcmp(argv[1], "latency") == 0)
+		return latency(argc, argv);
 	if (argc == 10 && strcmp(argv[1], "throughput") == 0)
 		return throughput(argv);
 	fprintf(stderr,
 			"usage: client latency CONNINFO ORG WS AGENT LANGUAGE CODE N\n"
+			"                      [ROUNDS BASE_CONNINFO BASE_ORG BASE_WS BASE_AGENT]\n"
 			"       client throughput CONNINFO ORG WS AGENT LANGUAGE CODE CLIENTS SECONDS\n");
 	return 2;
 }

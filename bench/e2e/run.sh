@@ -7,6 +7,16 @@
 #
 #   bench/e2e/run.sh            (after make install; starts its own cluster)
 #   N=100 SECONDS_=20 bench/e2e/run.sh
+#
+# Against a baseline install (bench/baseline.sh REV NAME prints its
+# pg_config), run side by side in the same run: a second throwaway cluster
+# of that install (BASE_CLUSTER_DIR, BASE_PGPORT) with the same tenant; every
+# latency row takes N runs on each cluster in ROUNDS blocks that alternate
+# between the two, and the throughput is measured in four parts of
+# SECONDS_/2, baseline, this, this, baseline.  Prints, after the usual
+# table, each row's p50/p99 on both and the ratio base/this.
+#
+#   BASE_PG_CONFIG=$(bench/baseline.sh 3777718 base9) bench/e2e/run.sh
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,10 +29,22 @@ export SANDBOX_CLUSTER_DIR=${SANDBOX_CLUSTER_DIR:-/tmp/sandbox_ext_bench}
 export SANDBOX_PGPORT=${SANDBOX_PGPORT:-55434}
 export SANDBOX_DB=${SANDBOX_DB:-sandbox_bench}
 export SANDBOX_EXTRA_CONF=${SANDBOX_EXTRA_CONF:-"sandbox.max_concurrent_runs = $CLIENTS"}
+BASE_PG_CONFIG=${BASE_PG_CONFIG:-}
+BASE_CLUSTER_DIR=${BASE_CLUSTER_DIR:-/tmp/sandbox_ext_bench_base}
+BASE_PGPORT=${BASE_PGPORT:-55435}
+ROUNDS=${ROUNDS:-4}
 
 # shellcheck source=../lib.sh
 . "$top/bench/lib.sh"
 q() { as_pg "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$SANDBOX_CLUSTER_DIR" -p "$SANDBOX_PGPORT" -U postgres -d "$SANDBOX_DB" "$@"; }
+# on_base CMD...: CMD (q, bench_*, cluster.sh) against the baseline's
+# install and cluster instead of this one's (locals: restored on return)
+on_base() {
+	local PGBIN PG_CONFIG=$BASE_PG_CONFIG SANDBOX_CLUSTER_DIR=$BASE_CLUSTER_DIR SANDBOX_PGPORT=$BASE_PGPORT
+	PGBIN=$(dirname "$BASE_PG_CONFIG")
+	export PGBIN PG_CONFIG SANDBOX_CLUSTER_DIR SANDBOX_PGPORT
+	"$@"
+}
 
 # What is timed must be there: the installed extension, the jail, the bare
 # interpreters, and a compiler for the client.
@@ -32,43 +54,87 @@ bench_need_jail "$JAIL"
 for b in /usr/bin/python3 /usr/bin/node; do
 	[ -x "$b" ] || bench_die "$b is not installed (scripts/deps.sh installs it)"
 done
+if [ -n "$BASE_PG_CONFIG" ]; then
+	[ -x "$BASE_PG_CONFIG" ] || bench_die "BASE_PG_CONFIG=$BASE_PG_CONFIG is not a pg_config (bench/baseline.sh REV NAME makes one)"
+	if [ "$BASE_PGPORT" = "$SANDBOX_PGPORT" ] || [ "$BASE_CLUSTER_DIR" = "$SANDBOX_CLUSTER_DIR" ]; then
+		bench_die "the baseline's cluster needs its own BASE_PGPORT and BASE_CLUSTER_DIR"
+	fi
+	if [ "$ROUNDS" -lt 1 ] || [ "$ROUNDS" -gt "$N" ]; then bench_die "ROUNDS must be between 1 and N"; fi
+	on_base bench_need_extension
+	on_base bench_need_jail "$(dirname "$BASE_PG_CONFIG")/sandbox-jail"
+fi
 
 tmp=$(mktemp -d /tmp/sandbox_bench.XXXXXX)
 chmod 0755 "$tmp"
-cleanup() { "$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true; rm -rf "$tmp"; }
+# (named in full: an exit inside on_base runs this with the base's locals)
+this_cluster=("PGBIN=$PGBIN" "SANDBOX_CLUSTER_DIR=$SANDBOX_CLUSTER_DIR" "SANDBOX_PGPORT=$SANDBOX_PGPORT")
+cleanup() {
+	env "${this_cluster[@]}" "$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true
+	if [ -n "$BASE_PG_CONFIG" ]; then on_base "$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true; fi
+	rm -rf "$tmp"
+}
 trap cleanup EXIT
-cc -O2 -Wall -o "$tmp/client" "$top/bench/e2e/client.c" -I"$("$PGBIN/pg_config" --includedir)" -I/usr/include/postgresql -lpq ||
+cc -O2 -Wall -Wextra -o "$tmp/client" "$top/bench/e2e/client.c" -I"$("$PGBIN/pg_config" --includedir)" -I/usr/include/postgresql -lpq ||
 	bench_die "could not build bench/e2e/client.c (libpq-dev)"
 
-"$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true
-bench_start_cluster
-read -r ORG WS AGENT < <(bench_tenant)
-# One org drives every client: its limit is the operator's to raise (the
-# default, max_runs_per_org = 2, would measure the limit, not the path).
-q -c "SELECT agent.set_org_limits('$ORG', $CLIENTS, NULL)" >/dev/null
+# ORG WS AGENT: the tenant's ids on the cluster of q (this one's, or the
+# baseline's under on_base).  One org drives every client: its limit is the
+# operator's to raise (the default, max_runs_per_org = 2, would measure the
+# limit, not the path); an install without per-org limits has none to raise.
+setup_cluster() {
+	local org ws agent
+	"$top/scripts/cluster.sh" stop >/dev/null 2>&1 || true
+	bench_start_cluster
+	read -r org ws agent < <(bench_tenant)
+	[ -n "${agent:-}" ] || exit 1
+	if [ "$(q -c "SELECT EXISTS (SELECT FROM pg_proc WHERE pronamespace = 'agent'::regnamespace AND proname = 'set_org_limits')")" = t ]; then
+		q -c "SELECT agent.set_org_limits('$org', $CLIENTS, NULL)" >/dev/null
+	fi
+	echo "$org $ws $agent"
+}
+read -r ORG WS AGENT < <(setup_cluster)
+[ -n "${AGENT:-}" ] || bench_die "could not set up the cluster in $SANDBOX_CLUSTER_DIR (above)"
 conninfo="host=$SANDBOX_CLUSTER_DIR port=$SANDBOX_PGPORT user=postgres dbname=$SANDBOX_DB"
+base=()
+if [ -n "$BASE_PG_CONFIG" ]; then
+	read -r BORG BWS BAGENT < <(on_base setup_cluster)
+	[ -n "${BAGENT:-}" ] || bench_die "could not set up the baseline's cluster in $BASE_CLUSTER_DIR (above)"
+	# the client's optional arguments: the baseline's cluster and tenant
+	base=("$ROUNDS" "host=$BASE_CLUSTER_DIR port=$BASE_PGPORT user=postgres dbname=$SANDBOX_DB" "$BORG" "$BWS" "$BAGENT")
+fi
 
 # One run of each language through the supervisor must succeed: timing runs
 # that fail (no launcher, no cgroups, a broken install) measures nothing.
-tenant_sql() {
-	q -F ' ' -v code="${2:-}" <<SQL | sed '/^$/d' | tail -n 1
+tenant_sql() {			# ORG WS SQL [CODE]
+	q -F ' ' -v code="${4:-}" <<SQL | sed '/^$/d' | tail -n 1
 BEGIN;
-SELECT agent.set_tenant('$ORG', '$WS');
-$1
+SELECT agent.set_tenant('$1', '$2');
+$3
 COMMIT;
 SQL
 }
-for spec in shell:true python:pass node:0; do
-	IFS=: read -r lang code <<<"$spec"
-	read -r inv appr < <(tenant_sql "SELECT invocation_id, approval_id FROM agent.request_execution('$WS', '$AGENT', NULL, '$lang', :'code', 'bench-requester');" "$code")
-	[ -n "${appr:-}" ] || bench_die "a $lang request was not accepted"
-	tenant_sql "SELECT agent.approve('$appr', 'bench-approver');" >/dev/null
-	st=$(tenant_sql "SELECT agent.wait('$inv', '60 s');")
-	[ "$st" = succeeded ] ||
-		bench_die "a $lang run through the supervisor ended ${st:-in no state} ($(q -c "SELECT state_reason FROM agent.invocations WHERE id = '$inv'")): nothing to time"
-done
+check_runs() {			# ORG WS AGENT WHICH
+	local spec lang code inv appr st
+	for spec in shell:true python:pass node:0; do
+		IFS=: read -r lang code <<<"$spec"
+		read -r inv appr < <(tenant_sql "$1" "$2" "SELECT invocation_id, approval_id FROM agent.request_execution('$2', '$3', NULL, '$lang', :'code', 'bench-requester');" "$code")
+		[ -n "${appr:-}" ] || bench_die "a $lang request was not accepted ($4)"
+		tenant_sql "$1" "$2" "SELECT agent.approve('$appr', 'bench-approver');" >/dev/null
+		st=$(tenant_sql "$1" "$2" "SELECT agent.wait('$inv', '60 s');")
+		[ "$st" = succeeded ] ||
+			bench_die "a $lang run through the supervisor ended ${st:-in no state} ($(q -c "SELECT state_reason FROM agent.invocations WHERE id = '$inv'")) ($4): nothing to time"
+	done
+}
+check_runs "$ORG" "$WS" "$AGENT" "this install"
+if [ -n "$BASE_PG_CONFIG" ]; then
+	on_base check_runs "$BORG" "$BWS" "$BAGENT" "the baseline"
+	this_version=$(q -c "SELECT extversion FROM pg_extension WHERE extname = 'sandbox_ext'")
+	base_version=$(on_base q -c "SELECT extversion FROM pg_extension WHERE extname = 'sandbox_ext'")
+fi
 
 # Mean ms of N sequential runs of a command (bash loop, as postgres).
+# (the script's $ are the inner shell's)
+# shellcheck disable=SC2016
 loop_ms() {
 	as_pg bash -c '
 		cd /tmp
@@ -129,13 +195,15 @@ for _ in range(1200):
 PY
 }
 
-# e2e ROW: "p50 p99" approve -> finished of N runs of ROW's program
+# e2e ROW: "p50 p99 mean" approve -> finished of N runs of ROW's program,
+# then with a baseline "base_p50 base_p99 base_mean" of as many there,
+# interleaved (the client alternates ROUNDS blocks)
 e2e() {
 	local lang=$1 code=$2 wl=$3
 	if [ -n "$wl" ] && [ "$warm" -ge 0 ]; then
-		WARM_PAGE=$page WARM_LANG=$wl "$tmp/client" latency "$conninfo" "$ORG" "$WS" "$AGENT" "$lang" "$code" "$N"
+		WARM_PAGE=$page WARM_LANG=$wl "$tmp/client" latency "$conninfo" "$ORG" "$WS" "$AGENT" "$lang" "$code" "$N" "${base[@]}"
 	else
-		"$tmp/client" latency "$conninfo" "$ORG" "$WS" "$AGENT" "$lang" "$code" "$N"
+		"$tmp/client" latency "$conninfo" "$ORG" "$WS" "$AGENT" "$lang" "$code" "$N" "${base[@]}"
 	fi
 }
 rows=("shell:true:/bin/true:$tmp/true.sh"
@@ -182,10 +250,54 @@ for spec in "${rows[@]}"; do
 done
 echo "(warm_*: approve -> finished with the warm pool (sandbox.warm_python/warm_node; shell is never warm), cold_*: the pool off, both in this run; jail_ms: the one-shot jail; bare_ms: the interpreter alone)"
 
+if [ -n "$BASE_PG_CONFIG" ]; then
+	echo
+	echo "against the baseline: $N runs on each cluster per row, in $ROUNDS interleaved blocks"
+	printf '%-8s %-5s %10s %10s %10s %10s %10s\n' program mode this_p50 this_p99 base_p50 base_p99 base/this
+	for spec in "${rows[@]}"; do
+		IFS=: read -r lang code _ _ <<<"$spec"
+		name=$lang
+		case $code in @*) name=${code#@} ;; esac
+		for mode in warm cold; do
+			read -r p50 p99 _ bp50 bp99 _ <<<"${res[$mode.$name]}"
+			printf '%-8s %-5s %10s %10s %10s %10s %10s\n' "$name" "$mode" "$p50" "$p99" "$bp50" "$bp99" \
+				"$(awk -v a="$bp50" -v b="$p50" 'BEGIN { printf "%.2fx", a / b }')"
+		done
+	done
+	echo "(ms, approve -> finished, the same interval and client on both; this: sandbox_ext $this_version of $PGBIN, mode warm with its warm pool, cold with the pool off; base: sandbox_ext $base_version of $(dirname "$BASE_PG_CONFIG") as it is configured by default in both modes: a baseline without a warm pool runs cold there, so a warm row's ratio is what the pool and everything since bought, a cold row's what everything but the pool did; base/this > 1: this install is faster)"
+fi
+
 # Throughput: CLIENTS clients through the whole control plane, next to the
 # jail run directly by 2 parallel loops (one per core) for the same time.
-read -r done rate < <("$tmp/client" throughput "$conninfo" "$ORG" "$WS" "$AGENT" shell true "$CLIENTS" "$DURATION")
-[ "${done:-0}" -gt 0 ] || bench_die "no run succeeded in the throughput test: nothing to time"
+# With a baseline, four parts of DURATION/2 each, baseline, this, this,
+# baseline (a drift of the machine's load in time falls on both alike); a
+# side's rate is its completed runs over its parts' time.
+# throughput CONNINFO ORG WS AGENT SECONDS: sets n (completed) and s (seconds)
+throughput() {
+	n=0 s=0
+	read -r n _ s < <("$tmp/client" throughput "$1" "$2" "$3" "$4" shell true "$CLIENTS" "$5")
+	[ "${n:-0}" -gt 0 ] || bench_die "no run succeeded in the throughput test: nothing to time"
+}
+if [ -z "$BASE_PG_CONFIG" ]; then
+	throughput "$conninfo" "$ORG" "$WS" "$AGENT" "$DURATION"
+	completed=$n secs=$s
+else
+	half=$(awk -v d="$DURATION" 'BEGIN { print d / 2 }')
+	completed=0 secs=0 bdone=0 bsecs=0
+	for side in base this this base; do
+		if [ $side = base ]; then
+			throughput "${base[1]}" "$BORG" "$BWS" "$BAGENT" "$half"
+			bdone=$((bdone + n)) bsecs=$(awk -v a="$bsecs" -v b="$s" 'BEGIN { print a + b }')
+		else
+			throughput "$conninfo" "$ORG" "$WS" "$AGENT" "$half"
+			completed=$((completed + n)) secs=$(awk -v a="$secs" -v b="$s" 'BEGIN { print a + b }')
+		fi
+	done
+	brate=$(awk -v n="$bdone" -v s="$bsecs" 'BEGIN { printf "%.1f", n / s }')
+fi
+rate=$(awk -v n="$completed" -v s="$secs" 'BEGIN { printf "%.1f", n / s }')
+# (the script's $ are the inner shell's; jail_run's words are the command's)
+# shellcheck disable=SC2016,SC2046
 direct=$(as_pg bash -c '
 	end=$(( $(date +%s) + $1 )); shift
 	count() { c=0; while [ "$(date +%s)" -lt "$end" ]; do "$@" >/dev/null 2>&1 </dev/null; c=$((c + 1)); done; echo $c; }
@@ -194,5 +306,10 @@ direct=$(as_pg bash -c '
 direct_rate=$(awk -v c="$direct" -v s="$DURATION" 'BEGIN { printf "%.1f", c / s }')
 echo
 printf 'throughput, shell true: %s clients %s/s (%s runs in %ss); jail direct loop x2 %s/s; ratio %s\n' \
-	"$CLIENTS" "$rate" "$done" "$DURATION" "$direct_rate" \
+	"$CLIENTS" "$rate" "$completed" "$DURATION" "$direct_rate" \
 	"$(awk -v a="$rate" -v b="$direct_rate" 'BEGIN { printf "%.2f", a / b }')"
+if [ -n "$BASE_PG_CONFIG" ]; then
+	printf 'throughput, baseline: %s clients %s/s (%s runs in %ss, alternated with the above in halves); this/base %s (> 1: this install is faster)\n' \
+		"$CLIENTS" "$brate" "$bdone" "$DURATION" \
+		"$(awk -v a="$rate" -v b="$brate" 'BEGIN { printf "%.2f", a / b }')"
+fi

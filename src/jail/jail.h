@@ -604,6 +604,7 @@ typedef struct JailRlimit
 extern int	jail_child_main(void *arg);
 extern void jail_child_fail(const JailChildArgs *a, const char *msg) __attribute__((noreturn));
 extern int	jail_loopback_up(char *err);
+extern int	jail_drop_bounding(char *err);
 extern int	jail_drop_held(char *err);
 extern int	jail_set_rlimits(const JailChildArgs *a, int which, char *err);
 extern void jail_payload_confine(const JailChildArgs *a, bool rlimits);

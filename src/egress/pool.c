@@ -226,9 +226,10 @@ proxy_pool_start(int lfd)
 }
 
 /*
- * The main thread, until a signal on signal_fd: the listening socket only
- * while every worker is busy (then a new connection gets a new worker, or,
- * with EGRESS_CONCURRENT busy, a refusal at once).
+ * The main thread, until a signal on signal_fd or the end of the summary
+ * pipe's reader: the listening socket only while every worker is busy
+ * (then a new connection gets a new worker, or, with EGRESS_CONCURRENT
+ * busy, a refusal at once).
  */
 void
 proxy_pool_serve(int signal_fd)
@@ -236,7 +237,7 @@ proxy_pool_serve(int signal_fd)
 	for (;;)
 	{
 		bool		all_busy;
-		struct pollfd p[3];
+		struct pollfd p[4];
 
 		pthread_mutex_lock(&proxy.lock);
 		all_busy = nidle == 0;
@@ -244,13 +245,19 @@ proxy_pool_serve(int signal_fd)
 		p[0] = (struct pollfd) {.fd = signal_fd,.events = POLLIN};
 		p[1] = (struct pollfd) {.fd = busy_efd,.events = POLLIN};
 		p[2] = (struct pollfd) {.fd = all_busy ? listen_fd : -1,.events = POLLIN};
-		if (poll(p, 3, -1) < 0)
+		/*
+		 * The summary pipe's reader is the run's jail (or a served run's
+		 * worker, which is not our parent): once it is gone (POLLERR on
+		 * our end) the run is over whatever happened to it, and so are we.
+		 */
+		p[3] = (struct pollfd) {.fd = proxy.summary_fd,.events = 0};
+		if (poll(p, 4, -1) < 0)
 		{
 			if (errno == EINTR)
 				continue;
 			break;
 		}
-		if (p[0].revents)
+		if (p[0].revents || (p[3].revents & (POLLERR | POLLHUP)))
 			break;
 		if (p[1].revents)
 		{

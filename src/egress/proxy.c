@@ -30,7 +30,10 @@
  * ("403 egress denied: example.org:443 is not in the allowlist").  Every
  * attempt is one JSON line on the log fd (log.c).  On the summary fd it
  * writes "ready" once it serves, and on SIGTERM (the run is over) it closes
- * every connection and writes one summary line there.  The run's caps
+ * every connection and writes one summary line there; when the summary's
+ * reader is gone (the jail or worker that ran the sandbox ended: a served
+ * run's proxy is its launcher's child, so no death signal tells it) it
+ * stops the same way.  The run's caps
  * (connections in vet.c, bytes each way in tunnel.c) are counted in the
  * shared ProxyRun; reaching one closes the connection and flags the summary.
  *

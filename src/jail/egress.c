@@ -186,6 +186,9 @@ jail_egress_init(JailEgress *e)
 	e->policyfd = -1;
 	e->summary = -1;
 	e->pid = -1;
+	e->spawner = -1;
+	e->pidfd = -1;
+	e->parent = getpid();
 }
 
 /*
@@ -357,12 +360,14 @@ wait_ready(JailEgress *e, char *err)
 /*
  * The proxy's process, from here to its execve: fds 3 (listen), 4 (log,
  * or closed), 5 (summary), 6 (policy), nothing else; nobody when root;
- * no_new_privs.  Never returns.
+ * no_new_privs; it dies with parent (its parent: the jail, or a served
+ * run's launcher).  Never returns.
  */
-static void exec_proxy(const char *path, const char *resolver, int lfd, int logfd,
-					   int sumfd, int policyfd) __attribute__((noreturn));
+static void exec_proxy(pid_t parent, const char *path, const char *resolver, int lfd,
+					   int logfd, int sumfd, int policyfd) __attribute__((noreturn));
 static void
-exec_proxy(const char *path, const char *resolver, int lfd, int logfd, int sumfd, int policyfd)
+exec_proxy(pid_t parent, const char *path, const char *resolver, int lfd, int logfd,
+		   int sumfd, int policyfd)
 {
 	char	   *argv[16];
 	int			a = 0;
@@ -374,6 +379,8 @@ exec_proxy(const char *path, const char *resolver, int lfd, int logfd, int sumfd
 				hi_p = fcntl(policyfd, F_DUPFD, 10);
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	if (getppid() != parent)
+		_exit(127);				/* it died before the line above */
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	/* out of the way first, so no target overwrites a source */
@@ -417,75 +424,159 @@ exec_proxy(const char *path, const char *resolver, int lfd, int logfd, int sumfd
 	_exit(127);
 }
 
-/* The stub's message: "path\0resolver\0" and [listen, summary, policy, log]. */
-#define STUB_FDS 4
+/*
+ * Served runs.  A launcher's worker sits in a network namespace of its
+ * own (worker.c), from which no process of the host's can be started; the
+ * launcher, in the host's namespace and its own cgroup, starts the proxy
+ * for it.  The worker sends the proxy's path and descriptors on the
+ * launcher's spawner socket (JailLauncher.egress_spawner: one
+ * SOCK_SEQPACKET pair every worker shares, a message is atomic), with one
+ * end of a pair of its own for the answer; the launcher forks the proxy
+ * and answers with a pidfd of it (jail_egress_spawn).  So the proxy is in
+ * the host's namespace and the launcher's cgroup, never in the run's
+ * slot, as a one-shot run's is in the jail's; it is the launcher's child,
+ * dies with the launcher (PDEATHSIG) and is reaped by it, and dies with
+ * the worker too: once the worker's end of the summary pipe is gone, the
+ * proxy stops (src/egress/pool.c).  A worker no longer forks a process of
+ * its own ahead for this: a fork is most of a worker's preparation on a
+ * host where forks are dear, and only a run with egress needs one.
+ *
+ * The message: "path\0resolver\0" and one byte, 'l' when a log is
+ * passed; descriptors [listen, summary, policy, log (or listen again),
+ * answer].  The answer: "ok PID" with [pidfd], or a reason.
+ */
+enum
+{
+	SPAWN_LISTEN,
+	SPAWN_SUMMARY,
+	SPAWN_POLICY,
+	SPAWN_LOG,
+	SPAWN_ANSWER,
+	SPAWN_NFDS
+};
 
-static int
-send_to_stub(JailEgress *e, const char *path, const char *resolver, int lfd, int sumfd)
+/* A worker: the launcher starts the proxy; its pid, e->pidfd set, or -1. */
+static pid_t
+spawn_by_launcher(JailEgress *e, const char *path, const char *resolver, int lfd,
+				  int sumfd, char *err)
 {
 	char		msg[PATH_MAX + 256];
-	int			fds[STUB_FDS] = {lfd, sumfd, e->policyfd, e->logfd >= 0 ? e->logfd : lfd};
-	int			n = snprintf(msg, sizeof(msg), "%s%c%s%c%c", path, 0, resolver ? resolver : "", 0,
-							 e->logfd >= 0 ? 'l' : '-');
+	char		ans[JAIL_ERRLEN];
+	int			ap[2];
+	int			fds[SPAWN_NFDS];
+	int			got[1];
+	int			ngot = 0;
+	bool		truncated = false;
+	ssize_t		n = -1;
+	struct pollfd p;
+	int			rc;
+	int			len = snprintf(msg, sizeof(msg), "%s%c%s%c%c", path, 0, resolver ? resolver : "", 0,
+							   e->logfd >= 0 ? 'l' : '-');
 
-	if (n < 0 || (size_t) n >= sizeof(msg))
+	if (len < 0 || (size_t) len >= sizeof(msg))
 	{
-		errno = ENAMETOOLONG;
+		jail_seterr(err, "egress: the proxy's path and resolver are too long");
 		return -1;
 	}
-	return jail_wire_send(e->stub, msg, n, fds, STUB_FDS) == n ? 0 : -1;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ap) < 0)
+	{
+		jail_seterr(err, "socketpair: %s", strerror(errno));
+		return -1;
+	}
+	fds[SPAWN_LISTEN] = lfd;
+	fds[SPAWN_SUMMARY] = sumfd;
+	fds[SPAWN_POLICY] = e->policyfd;
+	fds[SPAWN_LOG] = e->logfd >= 0 ? e->logfd : lfd;
+	fds[SPAWN_ANSWER] = ap[1];
+	if (jail_wire_send(e->spawner, msg, len, fds, SPAWN_NFDS) != len)
+	{
+		jail_seterr(err, "egress: could not ask the launcher for the proxy: %s", strerror(errno));
+		close(ap[0]);
+		close(ap[1]);
+		return -1;
+	}
+	close(ap[1]);
+	p.fd = ap[0];
+	p.events = POLLIN;
+	do
+		rc = poll(&p, 1, EGRESS_WAIT_MS);
+	while (rc < 0 && errno == EINTR);
+	if (rc == 1)
+		n = jail_wire_recv(ap[0], ans, sizeof(ans) - 1, got, 1, &ngot, &truncated);
+	close(ap[0]);
+	if (n > 3 && !truncated && ngot == 1 && strncmp(ans, "ok ", 3) == 0)
+	{
+		ans[n] = '\0';
+		e->pidfd = got[0];
+		return (pid_t) atoi(ans + 3);
+	}
+	for (int i = 0; i < ngot; i++)
+		close(got[i]);
+	if (n > 0)
+	{
+		ans[n] = '\0';
+		jail_seterr(err, "egress: the launcher could not start the proxy: %s", ans);
+	}
+	else
+		jail_seterr(err, "egress: the launcher did not answer for the proxy");
+	return -1;
 }
 
 /*
- * A worker's stub (worker.c): forked before the worker leaves the host's
- * network namespace.  It waits for one message from its worker: the
- * proxy to exec with its descriptors, or EOF (the request had no egress,
- * or the worker is gone).  Returns the stub's pid (-1: none, the run will
- * fork the proxy itself, which a served run cannot use: its start fails
- * as a setup error) and our end of the pair in *sock.
+ * The launcher (serve.c), its spawner socket readable: one worker's
+ * request, answered at once (the proxy's fork; nothing here waits for
+ * the proxy).  Every descriptor that came is closed before this returns.
  */
-pid_t
-jail_egress_stub_fork(int *sock)
+void
+jail_egress_spawn(int sock)
 {
-	int			sv[2];
-	pid_t		pid;
+	char		msg[PATH_MAX + 256];
+	char		ans[64 + JAIL_ERRLEN];
+	int			fds[SPAWN_NFDS];
+	int			nfds;
+	bool		truncated;
+	ssize_t		n;
+	size_t		plen,
+				rlen;
+	pid_t		pid = -1;
+	pid_t		self = getpid();
+	int			pidfd = -1;
+	int			alen;
 
-	*sock = -1;
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-		return -1;
-	pid = fork();
-	if (pid < 0)
+	n = jail_wire_recv(sock, msg, sizeof(msg) - 1, fds, SPAWN_NFDS, &nfds, &truncated);
+	if (n <= 0 || truncated || nfds != SPAWN_NFDS)
 	{
-		close(sv[0]);
-		close(sv[1]);
-		return -1;
+		/* not ours to answer: the worker sees its answer socket close */
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		return;
 	}
-	if (pid == 0)
+	msg[n] = '\0';
+	plen = strnlen(msg, n);
+	rlen = plen < (size_t) n ? strnlen(msg + plen + 1, n - plen - 1) : 0;
+	if (plen == 0 || plen + 1 + rlen + 2 != (size_t) n ||
+		(msg[n - 1] != 'l' && msg[n - 1] != '-'))
+		alen = snprintf(ans, sizeof(ans), "a malformed request");
+	else if ((pid = fork()) == 0)
+		exec_proxy(self, msg, msg + plen + 1, fds[SPAWN_LISTEN],
+				   msg[n - 1] == 'l' ? fds[SPAWN_LOG] : -1, fds[SPAWN_SUMMARY],
+				   fds[SPAWN_POLICY]);
+	else if (pid < 0)
+		alen = snprintf(ans, sizeof(ans), "fork: %s", strerror(errno));
+	else if ((pidfd = (int) syscall(SYS_pidfd_open, pid, 0)) < 0)
 	{
-		char		msg[PATH_MAX + 256];
-		int			fds[STUB_FDS];
-		int			nfds;
-		bool		truncated;
-		ssize_t		n;
-		size_t		plen;
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-		/* nothing of the worker's (the launcher's socket...): fd 3 only */
-		if (dup2(sv[1], 3) < 0)
-			_exit(127);
-		syscall(SYS_close_range, 4, ~0U, 0);
-		n = jail_wire_recv(3, msg, sizeof(msg) - 1, fds, STUB_FDS, &nfds, &truncated);
-		if (n <= 0 || truncated || nfds != STUB_FDS)
-			_exit(0);
-		msg[n] = '\0';
-		plen = strnlen(msg, n);
-		if (plen + 2 >= (size_t) n)
-			_exit(127);
-		exec_proxy(msg, msg + plen + 1, fds[0], msg[n - 1] == 'l' ? fds[3] : -1, fds[1], fds[2]);
+		alen = snprintf(ans, sizeof(ans), "pidfd_open: %s", strerror(errno));
+		kill(pid, SIGKILL);		/* reaped with the workers (serve.c) */
 	}
-	close(sv[1]);
-	*sock = sv[0];
-	return pid;
+	else
+		alen = snprintf(ans, sizeof(ans), "ok %d", (int) pid);
+	/* the worker waits on its own pair: never block the launcher on it */
+	(void) jail_wire_send_flags(fds[SPAWN_ANSWER], ans, alen, &pidfd, pidfd >= 0 ? 1 : 0,
+								MSG_DONTWAIT);
+	if (pidfd >= 0)
+		close(pidfd);
+	for (int i = 0; i < SPAWN_NFDS; i++)
+		close(fds[i]);
 }
 
 /*
@@ -524,25 +615,14 @@ jail_egress_start(JailEgress *e, const JailOptions *opts, char *err)
 		close(lfd);
 		return -1;
 	}
-	if (e->stub >= 0)
-	{
-		/* served: the worker's stub, in the host's namespace, becomes it */
-		if (send_to_stub(e, path, opts->egress_resolver, lfd, sp[1]) < 0)
-		{
-			jail_seterr(err, "egress: could not hand the proxy to its process: %s", strerror(errno));
-			close(lfd);
-			close(sp[0]);
-			close(sp[1]);
-			return -1;
-		}
-		pid = e->stub_pid;
-		e->stub = -1;
-	}
+	if (e->spawner >= 0)
+		pid = spawn_by_launcher(e, path, opts->egress_resolver, lfd, sp[1], err);
 	else if ((pid = fork()) == 0)
-		exec_proxy(path, opts->egress_resolver, lfd, e->logfd, sp[1], e->policyfd);
+		exec_proxy(e->parent, path, opts->egress_resolver, lfd, e->logfd, sp[1], e->policyfd);
+	else if (pid < 0)
+		jail_seterr(err, "fork: %s", strerror(errno));
 	if (pid < 0)
 	{
-		jail_seterr(err, "fork: %s", strerror(errno));
 		close(lfd);
 		close(sp[0]);
 		close(sp[1]);
@@ -568,6 +648,33 @@ summary_field(const char *line, const char *key)
 	return p ? strtoull(p + strlen(k), NULL, 10) : 0;
 }
 
+/* The proxy: our child, or (served) the launcher's, known by its pidfd. */
+static void
+proxy_signal(JailEgress *e, int sig)
+{
+	if (e->pidfd >= 0)
+		(void) syscall(SYS_pidfd_send_signal, e->pidfd, sig, NULL, 0);
+	else
+		kill(e->pid, sig);
+}
+
+/* After SIGKILL: its end (a pidfd reads as readable once it exited). */
+static void
+proxy_wait(JailEgress *e)
+{
+	if (e->pidfd >= 0)
+	{
+		struct pollfd p = {.fd = e->pidfd,.events = POLLIN};
+
+		while (poll(&p, 1, -1) < 0 && errno == EINTR)
+			;
+		jail_close(&e->pidfd);
+		return;
+	}
+	while (waitpid(e->pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+
 /*
  * After the sandbox ended: stop the proxy (SIGTERM: it closes every
  * connection and writes its summary), and put the summary in the result.
@@ -585,7 +692,7 @@ jail_egress_stop(JailEgress *e, JailResult *res)
 	{
 		uint64_t	deadline = jail_now_ms() + EGRESS_WAIT_MS;
 
-		kill(e->pid, SIGTERM);
+		proxy_signal(e, SIGTERM);
 		while (len < sizeof(line) - 1)
 		{
 			struct pollfd p = {.fd = e->summary,.events = POLLIN};
@@ -600,9 +707,8 @@ jail_egress_stop(JailEgress *e, JailResult *res)
 			len += n;
 		}
 		line[len] = '\0';
-		kill(e->pid, SIGKILL);	/* gone already, unless it hung */
-		while (waitpid(e->pid, NULL, 0) < 0 && errno == EINTR)
-			;
+		proxy_signal(e, SIGKILL);	/* gone already, unless it hung */
+		proxy_wait(e);
 		e->pid = -1;
 		res->egress_attempts = summary_field(line, "attempts");
 		res->egress_allowed = summary_field(line, "allowed");
@@ -611,6 +717,7 @@ jail_egress_stop(JailEgress *e, JailResult *res)
 		res->egress_bytes_down = summary_field(line, "bytes_down");
 		res->egress_limit_hit = strstr(line, "\"limit_hit\":true") != NULL;
 	}
+	jail_close(&e->pidfd);
 	jail_close(&e->summary);
 	jail_close(&e->sock[0]);
 	jail_close(&e->sock[1]);

@@ -31,7 +31,8 @@
  *	  worker.c		a launcher's worker and its one request
  *	  client.c		the launcher's command-line client (--client)
  *	  egress.c		egress: the proxy's socket made in the sandbox's netns, the
- *					proxy process (sandbox-egress), a worker's stub for it
+ *					proxy process (sandbox-egress), started for a served run
+ *					by its launcher
  *	  wire.c		one message with descriptors over a socket, and the
  *					launcher's messages (wire_protocol.h)
  *	  bpf_export.c	a libseccomp program as BPF (bpf_export.h; compiled into
@@ -49,7 +50,8 @@
  *					_exit when the parent is gone or when init is done
  *	  serve.c		a worker: _exit(jail_worker_main(...)) where it is forked
  *	  egress.c		the proxy's process before its execve: _exit(127) on a
- *					failure; a worker's egress stub: _exit when unused
+ *					failure (forked by the jail, or by a served run's
+ *					launcher)
  * The launcher itself returns from jail_serve_main like any command.
  *
  *-------------------------------------------------------------------------
@@ -328,9 +330,9 @@ typedef struct JailRunEnv
 	JailCgroup *slot;			/* this process already sits in it, or NULL */
 	const char *slot_parent;	/* the launcher's --cgroup-parent, or NULL */
 	bool		netns_ready;	/* we sit in a fresh netns, lo up: join it */
-	int			egress_stub;	/* a process in the host's netns that execs
-								 * the run's proxy (worker.c), or -1: fork */
-	pid_t		egress_stub_pid;
+	int			egress_spawner; /* the launcher's socket that starts the run's
+								 * proxy in the host's netns (egress.c), or
+								 * -1: fork it ourselves */
 	const JailFilter *filter;	/* compiled once by the launcher, or NULL */
 	const JailFilter *init_filter;	/* FILTER_INIT, for jail_prespawn */
 	JailPrespawn *pre;			/* a sandbox already cloned, or NULL */
@@ -358,8 +360,10 @@ typedef struct JailEgress
 	int			policyfd;		/* the policy, opened by us, read by the proxy */
 	int			summary;		/* read end: the proxy's summary line */
 	pid_t		pid;			/* the proxy, or -1 */
-	int			stub;			/* JailRunEnv.egress_stub, or -1 */
-	pid_t		stub_pid;
+	int			pidfd;			/* the proxy's pidfd when it is not our child
+								 * (a served run's: the launcher's), or -1 */
+	int			spawner;		/* JailRunEnv.egress_spawner, or -1 */
+	pid_t		parent;			/* who forks the proxy otherwise: us */
 	char	   *ca;				/* --egress-ca's text, or NULL */
 	size_t		ca_len;
 } JailEgress;
@@ -604,6 +608,7 @@ typedef struct JailRlimit
 extern int	jail_child_main(void *arg);
 extern void jail_child_fail(const JailChildArgs *a, const char *msg) __attribute__((noreturn));
 extern int	jail_loopback_up(char *err);
+extern int	jail_drop_bounding(char *err);
 extern int	jail_drop_held(char *err);
 extern int	jail_set_rlimits(const JailChildArgs *a, int which, char *err);
 extern void jail_payload_confine(const JailChildArgs *a, bool rlimits);
@@ -647,7 +652,7 @@ extern int	jail_egress_prepare(JailEgress *e, const JailOptions *opts, char *err
 extern int	jail_egress_start(JailEgress *e, const JailOptions *opts, char *err);
 extern void jail_egress_stop(JailEgress *e, JailResult *res);
 extern int	jail_egress_listen(int sock, char *err);
-extern pid_t jail_egress_stub_fork(int *sock);
+extern void jail_egress_spawn(int sock);
 extern int	jail_egress_write_files(const JailChildArgs *args, const char *root, char *err);
 extern int	jail_egress_env_add(char **env, int n, int room, bool with_ca);
 
@@ -675,6 +680,8 @@ typedef struct JailLauncher
 	uint32_t   *owner_hint;		/* a shared page: {uid, gid} of the last
 								 * run's outer ids, or NULL (JailRunEnv) */
 	JailWarmPage *warm_page;	/* --warm-*: the page callers read, or NULL */
+	int			egress_spawner; /* workers' end of the pair on which the
+								 * launcher starts egress proxies, or -1 */
 } JailLauncher;
 
 /*

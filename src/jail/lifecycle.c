@@ -39,7 +39,7 @@
 /* A one-shot run (jail_run without an env): our stdout and stderr. */
 static const JailRunEnv oneshot = {
 	.stdout_fd = STDOUT_FILENO,.stderr_fd = STDERR_FILENO,.cancel_fd = -1,
-	.egress_stub = -1,.egress_stub_pid = -1,
+	.egress_spawner = -1,
 };
 
 /* An init that reported itself alone, reaped by jail_run_reap(). */
@@ -256,8 +256,7 @@ run_prepare(JailRun *run)
 	if (run_open_workspace(run) < 0)
 		return -1;
 
-	run->egress.stub = env->egress_stub;
-	run->egress.stub_pid = env->egress_stub_pid;
+	run->egress.spawner = env->egress_spawner;
 	if (jail_egress_prepare(&run->egress, run->opts, run->err) < 0)
 		return -1;
 	if (env->filter)

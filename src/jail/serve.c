@@ -14,7 +14,11 @@
  *			a fresh cgroup slot "srv-<launcher pid>-<serial>" under the
  *			cgroup parent, forks the worker, and when the worker exits
  *			removes the slot and forks a replacement (the refill happens
- *			after a run, off the next request's path).
+ *			after a run, off the next request's path).  It also starts the
+ *			egress proxy of a worker's run, in the host's network
+ *			namespace and its own cgroup, when the worker asks
+ *			(egress.c, jail_egress_spawn): the one thing it reads from a
+ *			worker, checked as if it came from anyone.
  *	  worker (worker.c: one per run, forked in advance)
  *			before any request: moves itself into its slot, unshares a
  *			fresh network namespace and clones the sandbox ahead.  Then it
@@ -98,6 +102,7 @@ static uint64_t warm_retry_at[JAIL_WARM_NLANG];	/* ms: not before */
 static uint64_t warm_retry_ms[JAIL_WARM_NLANG];
 static bool slots_enabled;
 static unsigned long serial;
+static int	spawner_fd = -1;		/* our end of launcher.egress_spawner's pair */
 
 static int
 parse_serve_args(int argc, char **argv)
@@ -278,6 +283,7 @@ spawn_worker(int lfd, int sigfd, Worker *w)
 	{
 		/* the worker: never back into the launcher's loop */
 		close(sigfd);
+		close(spawner_fd);		/* the launcher's to read, not a worker's */
 		_exit(jail_worker_main(&launcher, lfd, w->has_slot ? &w->slot : NULL,
 							   kind >= 0 ? &warm_interp[kind] : NULL, page_index));
 	}
@@ -538,6 +544,19 @@ launcher_setup(char *err)
 		jail_filter_get(&launcher.init_filter, FILTER_INIT, err) < 0)
 		return -1;
 
+	/* the pair on which workers ask us for their runs' egress proxies */
+	{
+		int			sv[2];
+
+		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		{
+			jail_seterr(err, "socketpair: %s", strerror(errno));
+			return -1;
+		}
+		spawner_fd = sv[0];
+		launcher.egress_spawner = sv[1];
+	}
+
 	/*
 	 * {uid, gid} of the last run's outer ids, in a page shared by the
 	 * launcher and its workers: root's workers map their prespawned sandbox
@@ -572,7 +591,8 @@ launcher_loop(int lfd, int sigfd)
 {
 	for (;;)
 	{
-		struct pollfd pfd = {.fd = sigfd,.events = POLLIN};
+		struct pollfd pfd[2] = {{.fd = sigfd,.events = POLLIN},
+		{.fd = spawner_fd,.events = POLLIN}};
 		struct signalfd_siginfo si;
 		int			timeout = -1;
 		uint64_t	now = jail_now_ms();
@@ -597,8 +617,11 @@ launcher_loop(int lfd, int sigfd)
 				timeout = t;
 		}
 
-		if (poll(&pfd, 1, timeout) < 0 && errno != EINTR)
+		if (poll(pfd, 2, timeout) < 0 && errno != EINTR)
 			break;
+		/* a worker's egress proxy (egress.c): answered at once */
+		if (pfd[1].revents & POLLIN)
+			jail_egress_spawn(spawner_fd);
 		while (read(sigfd, &si, sizeof(si)) == sizeof(si))
 		{
 			if (si.ssi_signo != SIGCHLD)

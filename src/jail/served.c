@@ -372,7 +372,11 @@ jail_served_init(JailChildArgs *a)
 	int			reqpipe;
 	int			watch;
 	pid_t		payload;
+	char		err[JAIL_ERRLEN] = "";
 
+	/* before the fork: the payload inherits it (sandbox.c, jail_drop_bounding) */
+	if (jail_drop_bounding(err) < 0)
+		jail_child_fail(a, err);
 	payload = served_fork(a, &reqpipe, &watch);
 	served_confine(a, payload, watch, &st);
 	served_take_request(a, payload);

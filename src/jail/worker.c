@@ -46,15 +46,6 @@ static const char *const run_options[] = {
 	NULL
 };
 
-/*
- * Egress (egress.c): a process forked before we enter the slot and a
- * network namespace of our own, so it stays in the host's namespace and
- * the launcher's cgroup; a request with an egress policy has it exec the
- * run's proxy, any other lets it exit when we close our end.
- */
-static int	egress_stub = -1;
-static pid_t egress_stub_pid = -1;
-
 /* The launcher this worker was forked by (jail_worker_main). */
 static const JailLauncher *lc;
 
@@ -351,8 +342,7 @@ run_request(int conn, Request *rq, JailCgroup *slot, bool netns_ready,
 	env.slot_parent = lc->cgroup_parent;
 	env.owner_hint = lc->owner_hint;
 	env.defer_reap = true;
-	env.egress_stub = egress_stub;
-	env.egress_stub_pid = egress_stub_pid;
+	env.egress_spawner = lc->egress_spawner;	/* the proxy: egress.c */
 
 	limits = rq->opts;
 	if (pre && pre->warm)
@@ -659,8 +649,6 @@ jail_worker_main(const JailLauncher *launcher, int lfd, JailCgroup *slot,
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGCHLD, SIG_DFL);
-
-	egress_stub_pid = jail_egress_stub_fork(&egress_stub);
 
 	/*
 	 * Into the slot first (on cgroup v1 the write can wait ~10 ms for an

@@ -367,6 +367,11 @@ print("checked")'
 	t "$u: uid/gid inside are 1000" '[ "$(sed -n 1p "$WORK/out")" = 1000 ] && [ "$(sed -n 2p "$WORK/out")" = 1000 ]'
 	t "$u: all capability sets are zero" '[ "$(grep -c "^Cap.*:[[:space:]]*0000000000000000$" "$WORK/out")" = 5 ]'
 	t "$u: NoNewPrivs 1 and Seccomp 2" 'grep -q "^NoNewPrivs:[[:space:]]*1$" "$WORK/out" && grep -q "^Seccomp:[[:space:]]*2$" "$WORK/out"'
+	# securebits (PR_GET_SECUREBITS): NOROOT, NO_SETUID_FIXUP, NO_CAP_AMBIENT_RAISE
+	# and KEEP_CAPS off, each locked (0xef), whether the payload's process set
+	# them itself or inherited them from init (sandbox.c, jail_drop_bounding)
+	jr "$u" shell 'python3 -c "import ctypes; print(\"secbits\", ctypes.CDLL(None).prctl(27, 0, 0, 0, 0))"'
+	t "$u: securebits locked against regaining capabilities" 'out_has "^secbits 239$"'
 	jr "$u" shell '/suid/probe euid; ls -l /suid/probe' --ro-bind "$WORK/suid:/suid"
 	t "$u: setuid-root binary gains nothing" 'out_has "euid=1000 uid=1000" && out_has "^-rws"'
 	cp "$WORK/probe" "$WS/probe"

@@ -669,13 +669,24 @@ print("still", requests.get("https://allowed.test/after").text.strip())'
 
 t_served() {
 	# the resident launcher: the sandbox joins its worker's network
-	# namespace, the proxy is exec'd by the worker's stub left in the
-	# host's namespace (and the launcher's cgroup, not the run's slot)
-	local sock=$EGR_DIR/jail.sock lpid i
+	# namespace, the proxy is started by the launcher in the host's
+	# namespace (and the launcher's cgroup, not the run's slot) when the
+	# worker asks (egress.c, jail_egress_spawn)
+	local sock=$EGR_DIR/jail.sock lpid i w kids extra cpid proxy py worker
 	rm -f "$sock"
 	nsenter --net="/run/netns/$EGR_H" -- "$JAIL" --serve "$sock" --pool 2 --quiet >"$EGR_DIR/serve.out" 2>&1 &
 	lpid=$!
 	wait_for 30 '[ -S "$sock" ]' || { nok "the launcher came up" "$(cat "$EGR_DIR/serve.out")"; return; }
+	# a waiting worker forks nothing ahead for egress: its one child is its
+	# sandbox (there used to be a stub in the host's namespace per worker)
+	wait_for 30 '[ "$(pgrep -P "$lpid" | wc -l)" -ge 2 ]'
+	sleep 1
+	extra=
+	for w in $(pgrep -P "$lpid"); do
+		kids=$(pgrep -P "$w" | wc -l)
+		[ "$kids" -eq 1 ] || extra="$extra worker $w has $kids children;"
+	done
+	check "a waiting worker's only child is its sandbox" "" "$extra"
 	for i in 1 2 3; do
 		nrun=$((nrun + 1))
 		log=$EGR_DIR/log.$nrun
@@ -695,6 +706,42 @@ try:
 except OSError as e:
     print("closed", e.errno)' none
 	has "a served run without a policy after them: nothing listens" "closed 111"
+
+	# a run held open: its proxy is the launcher's child, in the host's
+	# network namespace and the launcher's cgroup; when its worker dies
+	# (SIGKILL: no verdict, no SIGTERM to the proxy) the proxy ends too
+	printf '%s\n' "import socket, time
+s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+print('held', flush=True)
+time.sleep(60)" >"$EGR_DIR/code.hold"
+	rm -f "$EGR_DIR/log.hold"
+	env ASAN_OPTIONS=log_path=$ASAN_LOG.hold "$JAIL" --client "$sock" --language python \
+		--workspace "$EGR_DIR/ws" --code-file "$EGR_DIR/code.hold" --wall-time 90 \
+		--verdict-file "$EGR_DIR/verdict.hold" --egress-policy "$POLICY" --egress-log "$EGR_DIR/log.hold" \
+		--egress-resolver "$EGR_RESOLVER" --egress-proxy "$PROXY" >"$EGR_DIR/hold.out" 2>&1 &
+	cpid=$!
+	if wait_for 60 'grep -q held "$EGR_DIR/hold.out"'; then
+		proxy=$(pgrep -P "$lpid" -f sandbox-egress | head -n 1)
+		check "the held run's proxy is the launcher's child" t "$([ -n "$proxy" ] && echo t)"
+		check "in the host's network namespace" "$(readlink "/proc/$lpid/ns/net")" \
+			"$(readlink "/proc/${proxy:-0}/ns/net" 2>/dev/null)"
+		check "in the launcher's cgroups, not the run's slot" "$(cat "/proc/$lpid/cgroup")" \
+			"$(cat "/proc/${proxy:-0}/cgroup" 2>/dev/null)"
+		# the payload (python, in its pid namespace), its init, its worker
+		py=$(for i in $(pgrep -x python3); do
+			w=$(awk '{ print $4 }' "/proc/$(awk '{ print $4 }' "/proc/$i/stat")/stat" 2>/dev/null)
+			[ "$(awk '{ print $4 }' "/proc/$w/stat" 2>/dev/null)" = "$lpid" ] && echo "$i"
+		done | head -n 1)
+		worker=$(awk '{ print $4 }' "/proc/$(awk '{ print $4 }' "/proc/${py:-0}/stat" 2>/dev/null)/stat" 2>/dev/null)
+		check "the held run's worker found" t "$([ -n "$worker" ] && [ -n "$proxy" ] && echo t)"
+		[ -n "$worker" ] && kill -KILL "$worker"
+		check "its proxy ended with it" t \
+			"$(wait_for 20 "! kill -0 ${proxy:-0} 2>/dev/null" && echo t)"
+	else
+		nok "a run held on the proxy" "$(cat "$EGR_DIR/hold.out")"
+	fi
+	kill "$cpid" 2>/dev/null
+	wait "$cpid" 2>/dev/null
 	kill "$lpid" 2>/dev/null
 	wait "$lpid" 2>/dev/null
 }

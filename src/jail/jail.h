@@ -18,6 +18,8 @@
  *	  verdict.c		the run's status (jail_verdict_decide) and its JSON line
  *	  cgroup.c		the per-run cgroup, v1 or v2
  *	  rootfs.c		the mount namespace (the sandbox's root)
+ *	  installers.c	which host paths are package installers (the root
+ *					covers them), and a launcher's cache of them
  *	  seccomp.c		the filter's policy (gen_filter.c compiles it at build
  *					time, filter.c embeds the result)
  *	  sandbox.c		everything that runs inside the namespaces: init, payload,
@@ -570,6 +572,10 @@ extern void jail_cgroup_destroy(JailCgroup *cg);
 extern int	jail_filter_build(JailFilter *filter, JailFilterKind kind, char *err);
 extern int	jail_filter_get(JailFilter *filter, JailFilterKind kind, char *err);
 extern int	jail_filter_load(const JailFilter *filter, int keep_sock, int watch_sock);
+
+/* installers.c */
+extern void jail_installers_refresh(void);
+extern int	jail_installers_each(int (*fn) (const char *path, char *err), char *err);
 
 /* rootfs.c */
 extern int	jail_rootfs_setup(const JailChildArgs *args, char *err);

@@ -44,7 +44,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,23 +354,10 @@ setup_etc(char *err)
  * wheels venv would install, npm's and corepack's code), and each command
  * that is a file of its own by INSTALLER_STUB, which says so and exits
  * 127.  A command that is a symlink into a covered directory (npm, npx,
- * corepack) is left dangling: "command not found".  Patterns are globbed
- * on the host (python3.11, pip3.11); what a host lacks is skipped.
- * Python's and Node's own libraries (requests, numpy, http) are not
- * touched: downloading a file from an allowed host stays possible, as
- * data.
+ * corepack) is left dangling: "command not found".  Which paths those are
+ * is installers.c's (the patterns, globbed on the host; a launcher's
+ * sandboxes take its cached result).
  */
-static const char *const installer_paths[] = {
-	"/usr/bin/pip", "/usr/bin/pip[0-9]*", "/usr/local/bin/pip", "/usr/local/bin/pip[0-9]*",
-	"/usr/lib/python3/dist-packages/pip", "/usr/lib/python3*/ensurepip",
-	"/usr/lib/python3*/site-packages/pip", "/usr/local/lib/python3*/dist-packages/pip",
-	"/usr/share/python-wheels",
-	"/usr/bin/npm", "/usr/bin/npx", "/usr/bin/corepack",
-	"/usr/lib/node_modules/npm", "/usr/lib/node_modules/corepack",
-	"/usr/local/lib/node_modules/npm", "/usr/local/lib/node_modules/corepack",
-	"/usr/share/nodejs/npm", "/usr/share/nodejs/corepack",
-	NULL
-};
 
 #define INSTALLER_STUB "/etc/sandbox-no-install"
 
@@ -413,27 +399,7 @@ hide_installers(char *err)
 
 	if (write_new(NEWROOT INSTALLER_STUB, stub, 0555, err) < 0)
 		return -1;
-	for (int i = 0; installer_paths[i]; i++)
-	{
-		glob_t		g;
-		int			rc = glob(installer_paths[i], GLOB_NOSORT, NULL, &g);
-
-		if (rc == GLOB_NOMATCH)
-			continue;
-		if (rc != 0)
-		{
-			jail_seterr(err, "glob %s failed", installer_paths[i]);
-			return -1;
-		}
-		for (size_t j = 0; j < g.gl_pathc; j++)
-			if (hide_one_installer(g.gl_pathv[j], err) < 0)
-			{
-				globfree(&g);
-				return -1;
-			}
-		globfree(&g);
-	}
-	return 0;
+	return jail_installers_each(hide_one_installer, err);
 }
 
 /* /dev/shm: POSIX shm and semaphores (multiprocessing) want one. */

@@ -278,6 +278,8 @@ spawn_worker(int lfd, int sigfd, Worker *w)
 		warm_no_slot(kind, err);
 		return;
 	}
+	/* what its sandboxes' roots hide, as of now (globbed only on a change) */
+	jail_installers_refresh();
 	w->pid = fork();
 	if (w->pid == 0)
 	{

@@ -305,6 +305,29 @@ while [ ! -e /tmp/done ]; do sleep 0.05; done; sleep 0.2; exit 4'
 
 	peer_checks "$u"
 	late_mount_check "$u"
+	installer_cache_check "$u"
+}
+
+# The installers a launcher's sandboxes cover come from its cached glob
+# (src/jail/installers.c), refreshed when a directory a pattern reads
+# changes.  A pip put on the host while the launcher runs: the 3 waiting
+# sandboxes were prepared before it (as any sandbox prepared ahead, they
+# see the host's /usr as it is at their run, new files included); a run
+# in a sandbox whose worker was forked after it has it covered.
+installer_cache_check() {
+	local u=$1 fake=/usr/local/bin/pip9.99.$MARK n
+	if [ ! -d /usr/local/bin ]; then
+		t "$u: /usr/local/bin exists for the installer cache check" false
+		return
+	fi
+	printf '#!/bin/sh\necho REAL-INSTALLER\n' > "$fake"
+	chmod 755 "$fake"
+	fresh_ws "$u"
+	for n in 1 2 3 4 5; do
+		jr "$u" shell "${fake##*/}; echo rc=\$?"
+	done
+	rm -f "$fake"
+	t "$u: an installer put on the host while the launcher runs is covered once a worker is forked after it" 'out_has "^rc=127$" && err_has "not available in the sandbox" && ! out_has REAL-INSTALLER'
 }
 
 # A file system mounted after the launcher's workers cloned their sandboxes

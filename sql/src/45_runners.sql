@@ -450,23 +450,41 @@ BEGIN
 END
 $$;
 
--- Is the conversation's active session on a live runner other than
--- `runner` (NULL: the in-database supervisor)?  Then its runs are that
+-- The live runner that holds the conversation's active session, or NULL
+-- (no active session, or its runner is not live).  Its runs are that
 -- runner's (affinity).  A runner is live while it is active and has
 -- heartbeated within a lease; a draining, removed or silent runner's
--- sessions are rebuilt by whoever claims the conversation next.
+-- sessions are rebuilt by whoever claims the conversation next.  (At most
+-- one session of a conversation is active: sessions_one_active.)
 -- (PL/pgSQL: agent.sessions is created after this file, 50_sessions.sql.)
+CREATE FUNCTION agent._session_runner(conversation uuid) RETURNS agent.runners
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	rn			agent.runners;
+BEGIN
+	SELECT r.* INTO rn
+	  FROM agent.sessions s
+	  JOIN agent.runners r ON r.id = s.runner_id
+	 WHERE s.conversation_id = conversation AND s.state = 'active'
+	   AND r.state = 'active'
+	   AND r.last_heartbeat >= now() - agent._runner_lease();
+	RETURN rn;
+END
+$$;
+
+-- Is the conversation's active session on a live runner other than
+-- `runner` (NULL: the in-database supervisor)?  Then its runs are that
+-- runner's (agent._session_runner).
 CREATE FUNCTION agent._session_elsewhere(conversation uuid, runner uuid) RETURNS boolean
 	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
+DECLARE
+	holder		uuid := (agent._session_runner(conversation)).id;
 BEGIN
-	RETURN EXISTS (SELECT 1 FROM agent.sessions s
-					 JOIN agent.runners rn ON rn.id = s.runner_id
-					WHERE s.conversation_id = conversation AND s.state = 'active'
-					  AND s.runner_id IS DISTINCT FROM runner
-					  AND rn.state = 'active'
-					  AND rn.last_heartbeat >= now() - agent._runner_lease());
+	RETURN holder IS NOT NULL AND holder IS DISTINCT FROM runner;
 END
 $$;
 

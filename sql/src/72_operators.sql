@@ -31,7 +31,8 @@ COMMENT ON VIEW agent.run_slots IS
 --   insufficient_credits  the org cannot pay: the next claim refuses it
 --   storage_quota_exhausted  the org is at its storage quota: the next claim refuses it
 --   conversation_busy     a run of its conversation is in flight or queued before it
---   session_elsewhere     its conversation's session is on another live runner host
+--   session_elsewhere     its conversation's session is on a live runner host
+--                         with no free slot (its runs are that host's)
 --   org_at_limit          the org has its limit of runs in flight
 --   workspace_at_limit    the workspace has its limit of runs in flight
 --   no_free_slot          every slot of the live active runners is taken
@@ -57,6 +58,7 @@ DECLARE
 	v_org_load	integer;
 	v_ws_load	integer;
 	v_limit		integer;
+	v_holder	agent.runners;	-- the live runner holding its session, or NULL
 BEGIN
 	IF v_all AND NOT (pg_catalog.pg_has_role(v_caller, 'agent_auditor', 'USAGE')
 					  OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = v_caller)) THEN
@@ -94,6 +96,8 @@ BEGIN
 		 WHERE j.org_id = x.org_id AND j.workspace_id = x.workspace_id
 		   AND j.state IN ('provisioning', 'running');
 		v_limit := agent._org_run_limit(x.org_id);
+		v_holder := CASE WHEN x.conversation_id IS NOT NULL
+						 THEN agent._session_runner(x.conversation_id) END;
 		IF v_runners = 0 THEN
 			waiting_for := 'supervisor_paused';
 			detail := 'no active runner has a run slot (sandbox.max_concurrent_runs is 0 and no runner host with slots is active)';
@@ -110,8 +114,8 @@ BEGIN
 						OR (j.state = 'approved' AND (j.approved_at, j.request_seq) < (x.approved_at, x.request_seq)))) THEN
 			waiting_for := 'conversation_busy';
 			detail := 'runs of a conversation are serial';
-		ELSIF x.conversation_id IS NOT NULL AND agent._session_elsewhere(x.conversation_id, NULL)
-			  AND v_free = 0 THEN
+		ELSIF v_holder.id IS NOT NULL AND agent._runner_free_slots(v_holder) <= 0 THEN
+			-- only that host claims it, whatever the others have free
 			waiting_for := 'session_elsewhere';
 			detail := 'its session''s runner host has no free slot';
 		ELSIF v_org_load >= v_limit THEN

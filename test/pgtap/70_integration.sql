@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(93);
+SELECT plan(94);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -391,6 +391,29 @@ RESET ROLE;
 SELECT agent.set_tenant(NULL, NULL);
 SELECT is((SELECT waiting_for || ':' || detail FROM queued WHERE k = 'q3'),
 	'no_free_slot:1 of 1 run slots in use on 1 active runners', '... and with them for the owner');
+RESET ROLE;
+-- q1 ends on the runner host, whose conversation's session stays there;
+-- the host then has no slot, another host has free ones: q2 is that
+-- session's host's to run (affinity), so it waits for that host, not for
+-- "next" (the free slots are another host's).
+CREATE TEMP TABLE q1lease AS
+	SELECT i.id, i.lease_token FROM agent.invocations i WHERE i.id = (SELECT id FROM pg_temp.inv WHERE k = 'q1');
+GRANT SELECT ON q1lease TO PUBLIC;
+SET SESSION AUTHORIZATION tap_queue_runner;
+SELECT agent.runner_finish(q.runner_id, l.lease_token, l.id,
+		'{"status":"exited","exit_code":0,"wall_ms":1,"cpu_ms":1,"peak_memory_bytes":1000000}', 0, NULL, true)
+  FROM qrunner q, q1lease l;
+SELECT agent.runner_heartbeat(runner_id, incarnation, 0, NULL, 0) FROM qrunner;
+RESET SESSION AUTHORIZATION;
+CREATE ROLE tap_queue_runner2 LOGIN IN ROLE agent_runner;
+SET SESSION AUTHORIZATION tap_queue_runner2;
+SELECT agent.runner_register('tap-queue-2', 'h2', '1', 2);
+RESET SESSION AUTHORIZATION;
+SET ROLE agent_backend;
+SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
+SELECT is((SELECT array_agg(k || ':' || waiting_for || ':' || coalesce(detail, '') ORDER BY k) FROM queued),
+	ARRAY['q2:session_elsewhere:its session''s runner host has no free slot', 'q3:next:'],
+	'a conversation whose session''s host has no free slot waits for that host (session_elsewhere), though another host has free slots');
 
 -- ---- operator views are scoped to the tenant -------------------------------
 SET ROLE agent_backend;

@@ -168,8 +168,11 @@ DECLARE
 BEGIN
 	PERFORM agent._require_tenant(false);
 	PERFORM agent._require_person(actor, 'actor');
-	PERFORM agent._check_text(host, 'host', 'host');
 	v_host := agent._egress_normalize_host(host);
+	-- The limit is the name's (253, as DNS has it): a full-length name
+	-- written with the root's trailing dot, or with blanks around it, is
+	-- that name.
+	PERFORM agent._check_text(v_host, 'host', 'host');
 	IF (v_host IS NULL) = (cidr IS NULL) THEN
 		RAISE EXCEPTION 'an egress rule needs exactly one of host and cidr'
 			USING ERRCODE = 'invalid_parameter_value';

@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(94);
+SELECT plan(96);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -160,6 +160,15 @@ SELECT is(pg_temp.error_size($$SELECT agent.add_egress_rule(repeat('h', 1048576)
 SELECT is(pg_temp.error_of($$SELECT agent.add_egress_rule(repeat('!', 250), '{443}', 'admin')$$),
 	'22023: invalid host pattern "' || repeat('!', 61) || '..."',
 	'an invalid host pattern within the limit is 22023, shown cut to 64 characters');
+-- 253 bytes is a name's limit without the root's trailing dot (63+1+63+1+63+1+61)
+CREATE TEMP TABLE full_name AS
+	SELECT pg_temp.error_of($$SELECT agent.add_egress_rule(repeat('a', 63) || '.' || repeat('b', 63) || '.' ||
+		repeat('c', 63) || '.' || repeat('d', 61) || '.', '{443}', 'admin')$$) AS e;
+SELECT is((SELECT e FROM full_name) || ' ' || (SELECT length(r.host) FROM agent.egress_rules r WHERE r.host LIKE 'aaa%'),
+	'no error 253', 'a full-length (253-byte) name with its trailing dot is taken, stored without the dot');
+SELECT is(pg_temp.error_of($$SELECT agent.add_egress_rule(repeat('a', 63) || '.' || repeat('b', 63) || '.' ||
+		repeat('c', 63) || '.' || repeat('d', 62), '{443}', 'admin')$$),
+	'22001: host is too long', 'a 254-byte name is 22001');
 RESET ROLE;
 SET ROLE agent_backend;
 SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');

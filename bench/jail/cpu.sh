@@ -11,9 +11,10 @@
 #
 # The launcher runs as postgres (the product's user), with its cgroup
 # slots under a parent of the benchmark's own, and is itself put in that
-# parent: the parent's cpuacct counter is then the whole process tree
-# (launcher, workers, egress stubs or proxies, sandboxes, payloads) and
-# nothing else.  What the kernel does in its own threads for a run (the
+# parent (v1) or in a leaf of it (v2, where a cgroup with children holds
+# no process): the parent's CPU counter (v1 cpuacct.usage, v2 cpu.stat's
+# usage_usec) is then the whole process tree (launcher, workers, egress
+# proxies, sandboxes, payloads) and nothing else.  What the kernel does in its own threads for a run (the
 # network namespace's clean-up, RCU callbacks) is not in it; the busy time
 # of the whole machine over the same window (/proc/stat) is printed beside
 # it, noisier.
@@ -30,10 +31,13 @@
 # alternating with this one (ROUNDS each, default 3), and prints the
 # ratios base / this: a before/after in one run.  Medians over the rounds.
 #
-# Needs root (the cgroup directories) and cgroup v1 with the memory, pids
-# and cpuacct hierarchies and scripts/jail-host-setup.sh's sandbox_ext
-# parent (this is what the development host has; a v2 variant is not
-# written).  Asserts nothing: a benchmark measures.
+# Needs root (the cgroup directories) and scripts/jail-host-setup.sh's
+# sandbox_ext parent: on cgroup v2 when the v2 hierarchy has the memory
+# and pids controllers (as the jail decides), else v1 with the memory,
+# pids and cpuacct hierarchies.  In the cgroup-v2 guest:
+#   test/cgroup-v2/guest.sh /bin/bash -c \
+#     "scripts/jail-host-setup.sh >/dev/null 2>&1; bench/jail/cpu.sh 20"
+# Asserts nothing: a benchmark measures.
 set -euo pipefail
 
 RUNS=${1:-100}
@@ -56,16 +60,27 @@ for b in "$BIN" ${BASE:+"$BASE"}; do
 	[ -x "$b" ] || die "no jail binary at $b (build it first: make -C src/jail)"
 done
 
-# The v1 hierarchies (mount points from mountinfo) and the delegated parent.
+# v2 where its hierarchy has memory and pids (the jail's own choice), else
+# the v1 hierarchies (mount points from mountinfo); the delegated parent.
 hier() { awk -v c="$1" '$9 == "cgroup" && ("," $NF ",") ~ ("," c ",") { print $5; exit }' /proc/self/mountinfo; }
-MEM=$(hier memory)
-PIDS=$(hier pids)
-CPU=$(hier cpuacct)
-[ -n "$MEM" ] && [ -n "$PIDS" ] && [ -n "$CPU" ] ||
-	die "needs cgroup v1 memory, pids and cpuacct hierarchies (this host has none; a v2 variant is not written)"
-for h in "$MEM" "$PIDS" "$CPU"; do
-	[ -d "$h/sandbox_ext" ] || die "no $h/sandbox_ext: run scripts/jail-host-setup.sh first"
-done
+V2=$(awk '$9 == "cgroup2" { print $5; exit }' /proc/self/mountinfo)
+MODE=v1
+if [ -n "$V2" ] && grep -qw memory "$V2/cgroup.controllers" 2>/dev/null &&
+	grep -qw pids "$V2/cgroup.controllers"; then
+	MODE=v2
+	[ -d "$V2/sandbox_ext" ] || die "no $V2/sandbox_ext: run scripts/jail-host-setup.sh first"
+	grep -qw cpu "$V2/sandbox_ext/cgroup.subtree_control" ||
+		die "the cpu controller is not enabled in $V2/sandbox_ext (its cgroup.subtree_control): no CPU counter"
+else
+	MEM=$(hier memory)
+	PIDS=$(hier pids)
+	CPU=$(hier cpuacct)
+	[ -n "$MEM" ] && [ -n "$PIDS" ] && [ -n "$CPU" ] ||
+		die "needs cgroup v2 with memory and pids, or the v1 memory, pids and cpuacct hierarchies"
+	for h in "$MEM" "$PIDS" "$CPU"; do
+		[ -d "$h/sandbox_ext" ] || die "no $h/sandbox_ext: run scripts/jail-host-setup.sh first"
+	done
+fi
 
 WORK=$(mktemp -d /tmp/cpubench.XXXXXX)
 chmod 755 "$WORK"
@@ -83,24 +98,45 @@ printf 'true\n' >"$WORK/true.sh"
 chmod 644 "$WORK/true.sh"
 gcc -O2 -o "$WORK/served-client" "$ROOT/bench/jail/served-client.c" || die "could not build served-client"
 
-# A fresh parent per round, in the three hierarchies, owned by the user.
+# A fresh parent per round, owned by the user: in the three v1
+# hierarchies; on v2 one directory with the controllers on for its
+# children and a leaf for the launcher.  PDIR: what --cgroup-parent names,
+# LDIR: where the launcher goes.
 make_parent() {
 	PARENT=sandbox_ext/cpubench.$$.$1
+	if [ $MODE = v2 ]; then
+		mkdir "$V2/$PARENT" "$V2/$PARENT/launcher"
+		echo "+memory +pids +cpu" >"$V2/$PARENT/cgroup.subtree_control"
+		chown -R "$USER_": "$V2/$PARENT"
+		PDIR=$V2/$PARENT
+		LDIR=$V2/$PARENT/launcher
+		return
+	fi
 	for h in "$MEM" "$PIDS" "$CPU"; do
 		mkdir "$h/$PARENT"
 		chown -R "$USER_": "$h/$PARENT"
 	done
+	PDIR=$CPU/$PARENT
+	LDIR=$CPU/$PARENT
 }
 remove_parent() {
+	local h
 	[ -n "$PARENT" ] || return 0
-	for h in "$MEM" "$PIDS" "$CPU"; do
+	for h in ${V2:+"$V2"} ${MEM:+"$MEM" "$PIDS" "$CPU"}; do
+		[ -d "$h/$PARENT" ] || continue
 		# slots a killed launcher left behind, then the parent
 		find "$h/$PARENT" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null || true
 		rmdir "$h/$PARENT" 2>/dev/null || true
 	done
 	PARENT=
 }
-usage_ns() { cat "$CPU/$PARENT/cpuacct.usage"; }
+usage_ns() {
+	if [ $MODE = v2 ]; then
+		awk '$1 == "usage_usec" { printf "%.0f\n", $2 * 1000 }' "$V2/$PARENT/cpu.stat"
+	else
+		cat "$CPU/$PARENT/cpuacct.usage"
+	fi
+}
 busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 # Wait until the parent's counter moves less than 1 ms in 300 ms (at most 60 s).
 settle() {
@@ -122,10 +158,11 @@ round() {
 	sock=$WORK/sock/$tag.sock
 	rm -f "$sock"
 	t0=$(usage_ns)
-	# (setpriv execs: $! is the launcher itself, not a session around it)
-	setpriv --reuid="$USER_" --regid="$USER_" --init-groups \
-		sh -c 'echo $$ > "$1/cgroup.procs" && exec "$2" --serve "$3" --pool "$4" --cgroup-parent "$1" --quiet' \
-		_ "$CPU/$PARENT" "$bin" "$sock" "$POOL" &
+	# (setpriv execs: $! is the launcher itself, not a session around it;
+	# root puts it in its cgroup first, which v2 lets only root do here)
+	sh -c 'echo $$ > "$1/cgroup.procs" && exec setpriv --reuid="$2" --regid="$2" --init-groups \
+			"$3" --serve "$4" --pool "$5" --cgroup-parent "$6" --quiet' \
+		_ "$LDIR" "$USER_" "$bin" "$sock" "$POOL" "$PDIR" &
 	LAUNCHER=$!
 	for _ in $(seq 600); do [ -S "$sock" ] && break; sleep 0.05; done
 	[ -S "$sock" ] || die "the launcher $bin did not start"
@@ -156,7 +193,7 @@ for r in $(seq "$ROUNDS"); do
 done
 
 col() { printf '%s\n' "$@" | awk -v c="$COL" '{ print $c }' | median; }
-echo "# CPU per served run of shell true (launcher's whole process tree, cgroup cpuacct): $RUNS runs back to back per round, $ROUNDS round(s), --pool $POOL, as $USER_; kernel $(uname -r), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# CPU per served run of shell true (launcher's whole process tree, cgroup $MODE): $RUNS runs back to back per round, $ROUNDS round(s), --pool $POOL, as $USER_; kernel $(uname -r), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-6s %14s %14s %12s %16s\n' "" fill_ms/worker cpu_ms/run p50_ms busy_ms/run
 line() {
 	local name=$1

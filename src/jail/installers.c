@@ -161,43 +161,74 @@ watch_prefixes(const char *pattern, time_t listed_at)
 	return true;
 }
 
-/* Glob every pattern into the cache: false (cache cleared) on a failure. */
+/*
+ * Glob every pattern on the host and call fn for each path it matches.
+ * 0, or -1 with err (fn's, or the glob's).
+ */
+static int
+glob_patterns(int (*fn) (const char *path, char *err), char *err)
+{
+	for (int i = 0; installer_patterns[i]; i++)
+	{
+		glob_t		g;
+		int			rc = glob(installer_patterns[i], GLOB_NOSORT, NULL, &g);
+
+		if (rc == GLOB_NOMATCH)
+			continue;
+		if (rc != 0)
+		{
+			jail_seterr(err, "glob %s failed", installer_patterns[i]);
+			return -1;
+		}
+		for (size_t j = 0; j < g.gl_pathc; j++)
+			if (fn(g.gl_pathv[j], err) < 0)
+			{
+				globfree(&g);
+				return -1;
+			}
+		globfree(&g);
+	}
+	return 0;
+}
+
+/* glob_patterns' callback for the cache: one path kept. */
+static int
+cache_add(const char *path, char *err)
+{
+	if (cache.npaths >= MAX_CACHED || (cache.paths[cache.npaths] = strdup(path)) == NULL)
+	{
+		jail_seterr(err, "more than %d installer paths", MAX_CACHED);
+		return -1;
+	}
+	cache.npaths++;
+	return 0;
+}
+
+/*
+ * The directories watched first (a change after their listing then shows
+ * as a changed mtime), then every pattern globbed into the cache.  False
+ * (cache cleared) on a failure.
+ */
 static bool
 cache_fill(void)
 {
 	time_t		listed_at = time(NULL);
+	char		err[JAIL_ERRLEN] = "";
 
 	cache_clear();
 	for (int i = 0; installer_patterns[i]; i++)
-	{
-		glob_t		g;
-		int			rc;
-
 		if (!watch_prefixes(installer_patterns[i], listed_at))
-			goto fail;
-		rc = glob(installer_patterns[i], GLOB_NOSORT, NULL, &g);
-		if (rc == GLOB_NOMATCH)
-			continue;
-		if (rc != 0)
-			goto fail;
-		for (size_t j = 0; j < g.gl_pathc; j++)
 		{
-			if (cache.npaths >= MAX_CACHED ||
-				(cache.paths[cache.npaths] = strdup(g.gl_pathv[j])) == NULL)
-			{
-				globfree(&g);
-				goto fail;
-			}
-			cache.npaths++;
+			cache_clear();
+			return false;
 		}
-		globfree(&g);
+	if (glob_patterns(cache_add, err) < 0)
+	{
+		cache_clear();
+		return false;
 	}
 	cache.valid = true;
 	return true;
-
-fail:
-	cache_clear();
-	return false;
 }
 
 /* Is every watched directory as it was when the cache was filled? */
@@ -238,32 +269,10 @@ jail_installers_refresh(void)
 int
 jail_installers_each(int (*fn) (const char *path, char *err), char *err)
 {
-	if (cache.valid)
-	{
-		for (int i = 0; i < cache.npaths; i++)
-			if (fn(cache.paths[i], err) < 0)
-				return -1;
-		return 0;
-	}
-	for (int i = 0; installer_patterns[i]; i++)
-	{
-		glob_t		g;
-		int			rc = glob(installer_patterns[i], GLOB_NOSORT, NULL, &g);
-
-		if (rc == GLOB_NOMATCH)
-			continue;
-		if (rc != 0)
-		{
-			jail_seterr(err, "glob %s failed", installer_patterns[i]);
+	if (!cache.valid)
+		return glob_patterns(fn, err);
+	for (int i = 0; i < cache.npaths; i++)
+		if (fn(cache.paths[i], err) < 0)
 			return -1;
-		}
-		for (size_t j = 0; j < g.gl_pathc; j++)
-			if (fn(g.gl_pathv[j], err) < 0)
-			{
-				globfree(&g);
-				return -1;
-			}
-		globfree(&g);
-	}
 	return 0;
 }

@@ -450,41 +450,41 @@ BEGIN
 END
 $$;
 
--- The live runner that holds the conversation's active session, or NULL
--- (no active session, or its runner is not live).  Its runs are that
--- runner's (affinity).  A runner is live while it is active and has
+-- The live runner that holds the conversation's active session (its id),
+-- or NULL (no active session, or its runner is not live).  Its runs are
+-- that runner's (affinity).  A runner is live while it is active and has
 -- heartbeated within a lease; a draining, removed or silent runner's
 -- sessions are rebuilt by whoever claims the conversation next.  (At most
 -- one session of a conversation is active: sessions_one_active.)
--- (PL/pgSQL: agent.sessions is created after this file, 50_sessions.sql.)
-CREATE FUNCTION agent._session_runner(conversation uuid) RETURNS agent.runners
+-- (PL/pgSQL: agent.sessions is created after this file, 50_sessions.sql.
+-- No SET clause, as agent._setting: the claim calls it for each row of a
+-- conversation, and a SET clause is a configuration save and restore per
+-- call; every name and operator is qualified.)
+CREATE FUNCTION agent._session_runner(conversation uuid) RETURNS uuid
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
-DECLARE
-	rn			agent.runners;
 BEGIN
-	SELECT r.* INTO rn
-	  FROM agent.sessions s
-	  JOIN agent.runners r ON r.id = s.runner_id
-	 WHERE s.conversation_id = conversation AND s.state = 'active'
-	   AND r.state = 'active'
-	   AND r.last_heartbeat >= now() - agent._runner_lease();
-	RETURN rn;
+	RETURN (SELECT s.runner_id
+			  FROM agent.sessions s
+			  JOIN agent.runners r ON r.id OPERATOR(pg_catalog.=) s.runner_id
+			 WHERE s.conversation_id OPERATOR(pg_catalog.=) conversation
+			   AND s.state OPERATOR(pg_catalog.=) 'active'::pg_catalog.text
+			   AND r.state OPERATOR(pg_catalog.=) 'active'::pg_catalog.text
+			   AND r.last_heartbeat OPERATOR(pg_catalog.>=)
+				   (pg_catalog.now() OPERATOR(pg_catalog.-) agent._runner_lease()));
 END
 $$;
 
 -- Is the conversation's active session on a live runner other than
 -- `runner` (NULL: the in-database supervisor)?  Then its runs are that
--- runner's (agent._session_runner).
+-- runner's (agent._session_runner).  (No SET clause: see there.)
 CREATE FUNCTION agent._session_elsewhere(conversation uuid, runner uuid) RETURNS boolean
 	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	holder		uuid := (agent._session_runner(conversation)).id;
+	holder		uuid := agent._session_runner(conversation);
 BEGIN
-	RETURN holder IS NOT NULL AND holder IS DISTINCT FROM runner;
+	RETURN holder IS NOT NULL AND (runner IS NULL OR holder OPERATOR(pg_catalog.<>) runner);
 END
 $$;
 

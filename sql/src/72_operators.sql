@@ -58,7 +58,7 @@ DECLARE
 	v_org_load	integer;
 	v_ws_load	integer;
 	v_limit		integer;
-	v_holder	agent.runners;	-- the live runner holding its session, or NULL
+	v_holder	uuid;			-- the live runner holding its session, or NULL
 BEGIN
 	IF v_all AND NOT (pg_catalog.pg_has_role(v_caller, 'agent_auditor', 'USAGE')
 					  OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = v_caller)) THEN
@@ -114,7 +114,8 @@ BEGIN
 						OR (j.state = 'approved' AND (j.approved_at, j.request_seq) < (x.approved_at, x.request_seq)))) THEN
 			waiting_for := 'conversation_busy';
 			detail := 'runs of a conversation are serial';
-		ELSIF v_holder.id IS NOT NULL AND agent._runner_free_slots(v_holder) <= 0 THEN
+		ELSIF v_holder IS NOT NULL
+			  AND (SELECT agent._runner_free_slots(rn) FROM agent.runners rn WHERE rn.id = v_holder) <= 0 THEN
 			-- only that host claims it, whatever the others have free
 			waiting_for := 'session_elsewhere';
 			detail := 'its session''s runner host has no free slot';

@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(96);
+SELECT plan(97);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -423,6 +423,26 @@ SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4
 SELECT is((SELECT array_agg(k || ':' || waiting_for || ':' || coalesce(detail, '') ORDER BY k) FROM queued),
 	ARRAY['q2:session_elsewhere:its session''s runner host has no free slot', 'q3:next:'],
 	'a conversation whose session''s host has no free slot waits for that host (session_elsewhere), though another host has free slots');
+RESET ROLE;
+-- The two helpers behind it (and the claim's affinity) run without a SET
+-- clause (45_runners.sql): a caller's search_path with a hostile `=` and
+-- `<>` for uuid and text ahead of pg_catalog's changes neither answer.
+CREATE SCHEMA tap_evil70;
+CREATE FUNCTION tap_evil70.never(text, text) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT false';
+CREATE FUNCTION tap_evil70.never(uuid, uuid) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT false';
+CREATE OPERATOR tap_evil70.= (LEFTARG = text, RIGHTARG = text, FUNCTION = tap_evil70.never);
+CREATE OPERATOR tap_evil70.= (LEFTARG = uuid, RIGHTARG = uuid, FUNCTION = tap_evil70.never);
+CREATE OPERATOR tap_evil70.<> (LEFTARG = uuid, RIGHTARG = uuid, FUNCTION = tap_evil70.never);
+SET LOCAL search_path = tap_evil70, pg_catalog, public;
+CREATE TEMP TABLE affinity_under_evil AS
+SELECT agent._session_runner('70d00000-0000-4000-8000-00000000000a') AS holder,
+	   agent._session_elsewhere('70d00000-0000-4000-8000-00000000000a', NULL) AS elsewhere,
+	   agent._session_elsewhere('70d00000-0000-4000-8000-00000000000a', q.runner_id) AS elsewhere_for_holder
+  FROM qrunner q;
+RESET search_path;
+SELECT is((SELECT row(a.holder = q.runner_id, a.elsewhere, a.elsewhere_for_holder)::text
+			 FROM affinity_under_evil a, qrunner q),
+	'(t,t,f)', 'a hostile search_path: the session''s runner is still found, elsewhere for others, not for itself');
 
 -- ---- operator views are scoped to the tenant -------------------------------
 SET ROLE agent_backend;

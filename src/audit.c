@@ -13,7 +13,8 @@
  *
  * The UPDATE of the org's head row takes its lock (held to commit) and, in
  * the same projection, draws the event id and hashes the event onto the
- * previous tip.  Under concurrency it waits for the lock and re-evaluates
+ * previous tip, with the audit hash's current version (SANDBOX_AUDIT_HASH_VERSION,
+ * digest.c).  Under concurrency it waits for the lock and re-evaluates
  * its SET list on the newest tip (READ COMMITTED's recheck), so the id is
  * drawn and the predecessor read only once the lock is ours: within an org
  * id order is chain order and the chain never forks (isolation spec
@@ -39,6 +40,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -46,12 +48,38 @@
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
 #include "sandbox_ext.h"
 
 static const char append_sql[] =
+"WITH head AS ("
+"  UPDATE agent.audit_heads h"
+"     SET prev_hash = h.last_hash,"
+"         (last_id, last_hash) ="
+"          (SELECT n.id, agent._audit_hash(" CppAsString2(SANDBOX_AUDIT_HASH_VERSION) ", CASE WHEN h.last_hash OPERATOR(pg_catalog.=) '' THEN NULL"
+"                                             ELSE h.last_hash END, n.id, $1, $2, $3, $4, $5, $6, $7)"
+"             FROM (SELECT pg_catalog.nextval('agent.audit_events_id_seq'::pg_catalog.regclass) AS id) n),"
+"         events = h.events OPERATOR(pg_catalog.+) 1"
+"   WHERE h.org_id OPERATOR(pg_catalog.=) $1"
+"  RETURNING h.last_id, h.last_hash, h.prev_hash)"
+" INSERT INTO agent.audit_events (id, org_id, workspace_id, event_type, invocation_id,"
+"                                 actor, details, created_at, prev_hash, hash, hash_version)"
+"  SELECT head.last_id, $1, $2, $3, $4, $5, $6, $7,"
+"         CASE WHEN head.prev_hash OPERATOR(pg_catalog.=) '' THEN NULL ELSE head.prev_hash END,"
+"         head.last_hash, " CppAsString2(SANDBOX_AUDIT_HASH_VERSION)
+"    FROM head"
+" RETURNING id";
+
+/*
+ * The same append on the catalog of 0.2.0, which this library runs between
+ * its install and ALTER EXTENSION UPDATE (docs/operations.md): no
+ * hash_version column, the version 1 hash (the update marks these events
+ * version 1 with the rest).
+ */
+static const char append_v1_sql[] =
 "WITH head AS ("
 "  UPDATE agent.audit_heads h"
 "     SET prev_hash = h.last_hash,"
@@ -75,10 +103,25 @@ static const char head_sql[] =
 " VALUES ($1, 0, '', 0) ON CONFLICT (org_id) DO NOTHING";
 
 static SPIPlanPtr append_plan = NULL;
+static SPIPlanPtr append_v1_plan = NULL;
 static SPIPlanPtr head_plan = NULL;
 
 /* Raised only while this file's own statements run (see the header). */
 static bool audit_appending = false;
+
+/*
+ * Whether the installed catalog versions its audit hashes (0.3.0 on): a
+ * few syscache look-ups per append, so an ALTER EXTENSION UPDATE in
+ * another session is followed at the next append.
+ */
+static bool
+catalog_has_hash_version(void)
+{
+	Oid			nsp = get_namespace_oid("agent", true);
+	Oid			rel = OidIsValid(nsp) ? get_relname_relid("audit_events", nsp) : InvalidOid;
+
+	return OidIsValid(rel) && get_attnum(rel, "hash_version") != InvalidAttrNumber;
+}
 
 PG_FUNCTION_INFO_V1(sandbox_audit);
 Datum
@@ -89,6 +132,7 @@ sandbox_audit(PG_FUNCTION_ARGS)
 	char		nulls[7];
 	volatile int64 id = 0;
 	volatile bool done = false;
+	SPIPlanPtr	plan;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -107,7 +151,10 @@ sandbox_audit(PG_FUNCTION_ARGS)
 	values[6] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());	/* now() */
 
 	SPI_connect();
-	sandbox_keep_plan(&append_plan, append_sql, 7, types);
+	if (catalog_has_hash_version())
+		plan = sandbox_keep_plan(&append_plan, append_sql, 7, types);
+	else
+		plan = sandbox_keep_plan(&append_v1_plan, append_v1_sql, 7, types);
 	sandbox_keep_plan(&head_plan, head_sql, 1, types);
 
 	audit_appending = true;
@@ -115,7 +162,7 @@ sandbox_audit(PG_FUNCTION_ARGS)
 	{
 		for (int attempt = 0; attempt < 2 && !done; attempt++)
 		{
-			int			rc = SPI_execute_plan(append_plan, values, nulls, false, 0);
+			int			rc = SPI_execute_plan(plan, values, nulls, false, 0);
 
 			if (rc != SPI_OK_INSERT_RETURNING)
 				elog(ERROR, "audit append failed: %s", SPI_result_code_string(rc));

@@ -128,4 +128,7 @@ extern void sandbox_export_shmem_startup(void);
 /* digest.c */
 extern text *sandbox_sha256_utf8(const char *s, int len);
 
+/* The audit hash version new events are appended with (digest.c, audit.c). */
+#define SANDBOX_AUDIT_HASH_VERSION 2
+
 #endif							/* SANDBOX_EXT_H */

@@ -96,7 +96,7 @@ WITH head AS (
   UPDATE floor.audit_heads h
      SET prev_hash = h.last_hash,
          (last_id, last_hash) =
-          (SELECT n.id, agent._audit_hash(nullif(h.last_hash, ''), n.id, :org, :ws, '$1', :inv,
+          (SELECT n.id, agent._audit_hash(2, nullif(h.last_hash, ''), n.id, :org, :ws, '$1', :inv,
                                           'floor', '{"floor": true}', now())
              FROM (SELECT nextval('floor.audit_events_id_seq') AS id) n),
          events = h.events + 1

@@ -19,7 +19,10 @@ CREATE TABLE agent.audit_events (
 	details			jsonb NOT NULL DEFAULT '{}',
 	created_at		timestamptz NOT NULL DEFAULT now(),
 	prev_hash		text,
-	hash			text NOT NULL
+	hash			text NOT NULL,
+	-- how hash encodes the event (agent._audit_hash): 2 for every event
+	-- appended since 0.3.0, 1 for those appended before
+	hash_version	smallint NOT NULL DEFAULT 2 CHECK (hash_version IN (1, 2))
 );
 COMMENT ON TABLE agent.audit_events IS 'append-only, per-org hash-chained audit trail';
 CREATE INDEX audit_events_org_idx ON agent.audit_events (org_id, id);
@@ -37,9 +40,24 @@ CREATE TABLE agent.audit_heads (
 );
 COMMENT ON TABLE agent.audit_heads IS 'the tip of each org''s audit chain (its lock serialises appends)';
 
--- The hash of one event.  Every field is rendered in a form that does not
--- depend on session settings (timestamps as epoch microseconds, jsonb in its
--- canonical text form):
+-- The hash of one event, in one of two versions (hash_version).  Every
+-- field is rendered in a form that does not depend on session settings
+-- (timestamps as epoch microseconds, jsonb in its canonical text form).
+--
+-- Version 2 (every event appended since 0.3.0) frames each field, so the
+-- input has exactly one reading and NULL is not the empty string:
+--   encode(sha256(convert_to('sandbox_ext audit v2', 'UTF8')
+--       || f(prev_hash) || f(id::text) || f(org_id::text)
+--       || f(workspace_id::text) || f(event_type) || f(invocation_id::text)
+--       || f(actor) || f(details::text)
+--       || f((extract(epoch FROM created_at) * 1000000)::bigint::text)), 'hex')
+--   where f(t) = CASE WHEN t IS NULL THEN '\x2d'::bytea      -- '-'
+--                ELSE convert_to(octet_length(convert_to(t, 'UTF8')) || ':', 'UTF8')
+--                     || convert_to(t, 'UTF8') END
+--
+-- Version 1 (events appended before 0.3.0) joined the fields with \x1f and
+-- left a NULL field out with its separator, so a field holding \x1f could
+-- be re-split into two without changing the hash:
 --   encode(sha256(convert_to(concat_ws(E'\x1f',
 --       coalesce(prev_hash, ''), id::text, org_id::text,
 --       coalesce(workspace_id::text, ''), event_type,
@@ -47,14 +65,37 @@ COMMENT ON TABLE agent.audit_heads IS 'the tip of each org''s audit chain (its l
 --       details::text,
 --       (extract(epoch FROM created_at) * 1000000)::bigint::text),
 --     'UTF8')), 'hex')
--- computed in C (src/digest.c); pgTAP checks it against this expression.
-CREATE FUNCTION agent._audit_hash(prev_hash text, id bigint, org_id uuid,
-								  workspace_id uuid, event_type text,
+-- verify_audit_chain() accepts a version 1 event only when its input has
+-- one reading (agent._audit_v1_unambiguous).  A version 2 input starts
+-- with 's', which no version 1 input can (a hex prev_hash, or \x1f), so an
+-- event's version cannot be changed under the same hash either.
+-- Computed in C (src/digest.c); pgTAP checks both against these formulas.
+CREATE FUNCTION agent._audit_hash(hash_version integer, prev_hash text, id bigint,
+								  org_id uuid, workspace_id uuid, event_type text,
 								  invocation_id uuid, actor text, details jsonb,
 								  created_at timestamptz)
 	RETURNS text
 	AS 'MODULE_PATHNAME', 'sandbox_audit_hash'
 	LANGUAGE C STABLE PARALLEL SAFE;
+
+-- Whether a version 1 event's hash input has one reading: no field that
+-- concat_ws left out when NULL is NULL, and no text field holds the
+-- separator (jsonb's text form escapes it, uuids and numbers cannot hold
+-- it).  prev_hash NULL against '' is told apart by the chain's links, and
+-- actor NULL against '' hash alike (docs/security.md).
+CREATE FUNCTION agent._audit_v1_unambiguous(prev_hash text, id bigint, org_id uuid,
+											  event_type text, actor text, details jsonb,
+											  created_at timestamptz)
+	RETURNS boolean
+	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT id IS NOT NULL AND org_id IS NOT NULL AND event_type IS NOT NULL
+	   AND details IS NOT NULL AND created_at IS NOT NULL
+	   AND strpos(event_type, E'\x1f') = 0
+	   AND strpos(coalesce(actor, ''), E'\x1f') = 0
+	   AND strpos(coalesce(prev_hash, ''), E'\x1f') = 0
+$$;
 
 -- Append one event to its org's chain and return its id.  Runs in the
 -- caller's transaction: if that rolls back, so does the event.  Not a
@@ -65,14 +106,14 @@ CREATE FUNCTION agent._audit_hash(prev_hash text, id bigint, org_id uuid,
 --       UPDATE agent.audit_heads h
 --          SET prev_hash = h.last_hash,
 --              (last_id, last_hash) =
---               (SELECT n.id, agent._audit_hash(nullif(h.last_hash, ''), n.id, org,
+--               (SELECT n.id, agent._audit_hash(2, nullif(h.last_hash, ''), n.id, org,
 --                           workspace, event_type, invocation, actor, details, now())
 --                  FROM (SELECT nextval('agent.audit_events_id_seq') AS id) n),
 --              events = h.events + 1
 --        WHERE h.org_id = org
 --       RETURNING h.last_id, h.last_hash, h.prev_hash)
 --   INSERT INTO agent.audit_events (...)
---       SELECT head.last_id, org, ..., nullif(head.prev_hash, ''), head.last_hash
+--       SELECT head.last_id, org, ..., nullif(head.prev_hash, ''), head.last_hash, 2
 --         FROM head
 --   RETURNING id
 --
@@ -140,8 +181,9 @@ CREATE FUNCTION agent._audit_anchors(org uuid,
 
 -- Walk an org's chain from its first event and report the first broken
 -- link: an event whose hash does not match its content, whose prev_hash is
--- not its predecessor's hash, or a chain whose end is not the recorded tip
--- (events removed from the end).  While the export is configured, the walk
+-- not its predecessor's hash, a version 1 event whose hash input has more
+-- than one reading or that follows a version 2 event, or a chain whose end
+-- is not the recorded tip (events removed from the end).  While the export is configured, the walk
 -- is also checked against every anchor ClickHouse holds for the org: the
 -- chain must contain each anchored event with the anchored hash at the
 -- anchored position, so a rewrite, re-hash, insertion or removal at or
@@ -171,6 +213,7 @@ DECLARE
 	v_more	boolean := false;	-- a_* hold the next anchor to compare
 	v_prev	text := NULL;
 	v_last	bigint := NULL;
+	v_version smallint := 1;	-- the previous event's hash_version
 	v_head	agent.audit_heads;
 BEGIN
 	IF org IS NULL THEN
@@ -205,13 +248,32 @@ BEGIN
 					ELSE 'prev_hash does not match the previous event''s hash' END;
 				EXIT walk;
 			END IF;
-			IF e.hash IS DISTINCT FROM agent._audit_hash(e.prev_hash, e.id, e.org_id,
-					e.workspace_id, e.event_type, e.invocation_id, e.actor, e.details,
-					e.created_at) THEN
+			IF e.hash_version IS NULL OR e.hash_version NOT IN (1, 2) THEN
+				ok := false; broken_event_id := e.id;
+				problem := pg_catalog.format('the event has an unknown audit hash version (%s)',
+											 coalesce(e.hash_version::text, 'NULL'));
+				EXIT walk;
+			ELSIF e.hash_version < v_version THEN
+				ok := false; broken_event_id := e.id;
+				problem := pg_catalog.format('the event has audit hash version %s after an event of version %s',
+											 e.hash_version, v_version);
+				EXIT walk;
+			END IF;
+			IF e.hash_version = 1
+			   AND NOT agent._audit_v1_unambiguous(e.prev_hash, e.id, e.org_id, e.event_type,
+												   e.actor, e.details, e.created_at) THEN
+				ok := false; broken_event_id := e.id;
+				problem := 'the event''s version 1 hash input has more than one reading (a field holds the separator, or a field was made NULL): its content was changed';
+				EXIT walk;
+			END IF;
+			IF e.hash IS DISTINCT FROM agent._audit_hash(e.hash_version, e.prev_hash, e.id,
+					e.org_id, e.workspace_id, e.event_type, e.invocation_id, e.actor,
+					e.details, e.created_at) THEN
 				ok := false; broken_event_id := e.id;
 				problem := 'the event''s content does not match its hash';
 				EXIT walk;
 			END IF;
+			v_version := e.hash_version;
 			v_prev := e.hash;
 			v_last := e.id;
 			WHILE v_more AND a_id <= e.id LOOP

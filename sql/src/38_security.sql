@@ -119,7 +119,8 @@ GRANT EXECUTE ON FUNCTION agent.text_limits(), agent.setting_rules()
 	TO agent_backend, agent_admin, agent_auditor;
 GRANT EXECUTE ON FUNCTION
 	agent.verify_audit_chain(uuid),
-	agent._audit_hash(text, bigint, uuid, uuid, text, uuid, text, jsonb, timestamptz),
+	agent._audit_hash(integer, text, bigint, uuid, uuid, text, uuid, text, jsonb, timestamptz),
+	agent._audit_v1_unambiguous(text, bigint, uuid, text, text, jsonb, timestamptz),
 	agent._audit_anchors(uuid),
 	agent._audit_anchors_configured(),
 	agent.approval_card(uuid),

@@ -26,3 +26,14 @@
 -- request_execution() sends the new card's notification itself; the helper
 -- that did is gone.
 DROP FUNCTION agent._notify_new_card(uuid, uuid);
+
+-- Branch lead (issue 27, the audit hash), 20_audit.sql: events carry the
+-- version of their hash; every event appended before this upgrade has
+-- version 1, every later one version 2 (the column's default from now on,
+-- and what agent._audit writes).  A constant default adds the column
+-- without rewriting the table (and fires no trigger: the events stay as
+-- they were).  agent._audit_hash takes the version first.
+ALTER TABLE agent.audit_events
+	ADD COLUMN hash_version smallint NOT NULL DEFAULT 1 CHECK (hash_version IN (1, 2));
+ALTER TABLE agent.audit_events ALTER COLUMN hash_version SET DEFAULT 2;
+DROP FUNCTION agent._audit_hash(text, bigint, uuid, uuid, text, uuid, text, jsonb, timestamptz);

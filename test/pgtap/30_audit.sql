@@ -1,7 +1,7 @@
 -- The audit trail: append-only for every role (the owner included), a
 -- linear hash chain per org, and verify_audit_chain() finding tampering.
 BEGIN;
-SELECT plan(27);
+SELECT plan(35);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -97,6 +97,90 @@ DELETE FROM agent.audit_events WHERE id = (SELECT id FROM ev WHERE n = 1);
 SELECT results_eq($$SELECT ok, broken_event_id, problem FROM agent.verify_audit_chain('ae000000-0000-4000-8000-000000000001')$$,
 	$$SELECT false, id, 'the first event of the chain has a predecessor hash' FROM ev WHERE n = 2$$,
 	'a removed first event is found');
+ALTER TABLE agent.audit_events ENABLE ALWAYS TRIGGER audit_events_append_only;
+
+-- The re-split of issue 27, as a superuser covering tracks would do it:
+-- the details moved into the actor behind the version 1 separator, the
+-- column's NOT NULL dropped and details made NULL.  A version 2 event's
+-- hash frames every field, so the change is found at that event.
+INSERT INTO agent.orgs (id, name, plan) VALUES ('ae000000-0000-4000-8000-0000000000b2', 'Tap v2', 'pro');
+CREATE TEMP TABLE v2 AS
+SELECT n, agent._audit('ae000000-0000-4000-8000-0000000000b2', NULL, 'tap.event', NULL, 'tap',
+					   jsonb_build_object('n', n)) AS id
+  FROM generate_series(1, 3) n;
+ALTER TABLE agent.audit_events DISABLE TRIGGER audit_events_append_only;
+ALTER TABLE agent.audit_events ALTER COLUMN details DROP NOT NULL;
+UPDATE agent.audit_events SET actor = actor || E'\x1f' || details::text, details = NULL
+ WHERE id = (SELECT id FROM v2 WHERE n = 2);
+SELECT results_eq($$SELECT ok, broken_event_id, problem FROM agent.verify_audit_chain('ae000000-0000-4000-8000-0000000000b2')$$,
+	$$SELECT false, id, 'the event''s content does not match its hash' FROM v2 WHERE n = 2$$,
+	'a version 2 event whose details were re-split into its actor is found');
+UPDATE agent.audit_events SET actor = 'tap', details = '{"n": 2}' WHERE id = (SELECT id FROM v2 WHERE n = 2);
+
+-- Events appended before 0.3.0 carry version 1.  Made here by re-hashing
+-- an org's first three events with version 1 (what an upgraded database
+-- holds; test/suites/upgrade.sh has the real thing).
+CREATE FUNCTION pg_temp.rehash(o uuid) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE e record; p text := NULL; lp text := ''; n bigint := 0; l bigint;
+BEGIN
+	FOR e IN SELECT * FROM agent.audit_events WHERE org_id = o ORDER BY id LOOP
+		lp := coalesce(p, '');
+		UPDATE agent.audit_events a
+		   SET prev_hash = p,
+			   hash = agent._audit_hash(a.hash_version, p, a.id, a.org_id, a.workspace_id, a.event_type,
+										a.invocation_id, a.actor, a.details, a.created_at)
+		 WHERE a.id = e.id RETURNING a.hash INTO p;
+		n := n + 1; l := e.id;
+	END LOOP;
+	UPDATE agent.audit_heads SET last_id = l, last_hash = p, prev_hash = lp, events = n WHERE org_id = o;
+END $$;
+INSERT INTO agent.orgs (id, name, plan) VALUES ('ae000000-0000-4000-8000-0000000000b1', 'Tap v1', 'pro');
+CREATE TEMP TABLE v1 AS
+SELECT n, agent._audit('ae000000-0000-4000-8000-0000000000b1', NULL, 'tap.event', NULL, 'tap',
+					   jsonb_build_object('n', n)) AS id
+  FROM generate_series(1, 3) n;
+ALTER TABLE agent.audit_heads DISABLE TRIGGER audit_heads_guard;
+UPDATE agent.audit_events SET hash_version = 1 WHERE org_id = 'ae000000-0000-4000-8000-0000000000b1';
+SELECT pg_temp.rehash('ae000000-0000-4000-8000-0000000000b1');
+ALTER TABLE agent.audit_heads ENABLE ALWAYS TRIGGER audit_heads_guard;
+SELECT is(agent._audit('ae000000-0000-4000-8000-0000000000b1', NULL, 'tap.event', NULL, 'tap', '{"n": 4}') > 0,
+		  true, 'a version 2 event is appended after version 1 events');
+SELECT results_eq($$SELECT ok, events_checked FROM agent.verify_audit_chain('ae000000-0000-4000-8000-0000000000b1')$$,
+	$$VALUES (true, 4::bigint)$$, 'a chain of version 1 events continued with version 2 verifies');
+SELECT is(ARRAY(SELECT hash_version FROM agent.audit_events
+				 WHERE org_id = 'ae000000-0000-4000-8000-0000000000b1' ORDER BY id),
+		  '{1,1,1,2}'::smallint[], 'each event keeps the version it was hashed with');
+-- The same re-split on a version 1 event keeps its hash: found because its
+-- input now has more than one reading.
+UPDATE agent.audit_events SET actor = actor || E'\x1f' || details::text, details = NULL
+ WHERE id = (SELECT id FROM v1 WHERE n = 2);
+SELECT is((SELECT hash = agent._audit_hash(1, prev_hash, id, org_id, workspace_id, event_type,
+										   invocation_id, actor, details, created_at)
+			 FROM agent.audit_events WHERE id = (SELECT id FROM v1 WHERE n = 2)),
+		  true, '(control) the re-split version 1 event still matches its hash');
+SELECT results_eq($$SELECT ok, broken_event_id, problem FROM agent.verify_audit_chain('ae000000-0000-4000-8000-0000000000b1')$$,
+	$$SELECT false, id, 'the event''s version 1 hash input has more than one reading (a field holds the separator, or a field was made NULL): its content was changed'
+		FROM v1 WHERE n = 2$$,
+	'a re-split version 1 event is found');
+UPDATE agent.audit_events SET actor = 'tap', details = '{"n": 2}' WHERE id = (SELECT id FROM v1 WHERE n = 2);
+ALTER TABLE agent.audit_events ALTER COLUMN details SET NOT NULL;
+-- A version 2 event turned into version 1 (re-hashed, head moved) is found.
+ALTER TABLE agent.audit_heads DISABLE TRIGGER audit_heads_guard;
+UPDATE agent.audit_events SET hash_version = 1
+ WHERE id = (SELECT max(id) FROM agent.audit_events WHERE org_id = 'ae000000-0000-4000-8000-0000000000b1');
+SELECT pg_temp.rehash('ae000000-0000-4000-8000-0000000000b1');
+SELECT results_eq($$SELECT ok FROM agent.verify_audit_chain('ae000000-0000-4000-8000-0000000000b1')$$,
+	$$VALUES (true)$$, '(control) an all version 1 chain verifies');
+SELECT agent._audit('ae000000-0000-4000-8000-0000000000b1', NULL, 'tap.event', NULL, 'tap', '{"n": 5}');
+UPDATE agent.audit_events SET hash_version = 1
+ WHERE id = (SELECT max(id) FROM agent.audit_events WHERE org_id = 'ae000000-0000-4000-8000-0000000000b1');
+UPDATE agent.audit_events SET hash_version = 2
+ WHERE id = (SELECT id FROM v1 WHERE n = 3);
+SELECT pg_temp.rehash('ae000000-0000-4000-8000-0000000000b1');
+ALTER TABLE agent.audit_heads ENABLE ALWAYS TRIGGER audit_heads_guard;
+SELECT results_eq($$SELECT ok, problem FROM agent.verify_audit_chain('ae000000-0000-4000-8000-0000000000b1')$$,
+	$$VALUES (false, 'the event has audit hash version 1 after an event of version 2')$$,
+	'a version 1 event after a version 2 event is found');
 ALTER TABLE agent.audit_events ENABLE ALWAYS TRIGGER audit_events_append_only;
 
 -- Concurrent-safe appends: the head row serialises them (see the isolation

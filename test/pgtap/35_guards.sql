@@ -2,7 +2,7 @@
 -- definitions they replaced: the same hashes byte for byte, the same state
 -- machine, the same refusals with the same SQLSTATEs.
 BEGIN;
-SELECT plan(25);
+SELECT plan(29);
 
 -- ---- hashes ----
 CREATE TEMP TABLE samples (s text);
@@ -19,8 +19,9 @@ SELECT is(agent.code_sha256(''), 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b93
 		  'the empty code hashes to the well-known empty SHA-256');
 SELECT ok(agent.code_sha256(NULL) IS NULL, 'code_sha256(NULL) is NULL');
 
--- The audit formula as the documentation states it (docs/control-plane.md).
-CREATE FUNCTION pg_temp.audit_hash_sql(prev_hash text, id bigint, org_id uuid,
+-- The audit formulas as the documentation states them (sql/src/20_audit.sql,
+-- docs/security.md): version 1 (events appended before 0.3.0) and version 2.
+CREATE FUNCTION pg_temp.audit_hash_v1_sql(prev_hash text, id bigint, org_id uuid,
 	workspace_id uuid, event_type text, invocation_id uuid, actor text, details jsonb,
 	created_at timestamptz) RETURNS text LANGUAGE sql STABLE
 	RETURN encode(sha256(convert_to(concat_ws(E'\x1f',
@@ -29,6 +30,24 @@ CREATE FUNCTION pg_temp.audit_hash_sql(prev_hash text, id bigint, org_id uuid,
 		coalesce(invocation_id::text, ''), coalesce(actor, ''),
 		details::text,
 		(extract(epoch FROM created_at) * 1000000)::bigint::text), 'UTF8')), 'hex');
+CREATE FUNCTION pg_temp.f(t text) RETURNS bytea LANGUAGE sql IMMUTABLE
+	RETURN CASE WHEN t IS NULL THEN '\x2d'::bytea
+		   ELSE convert_to(octet_length(convert_to(t, 'UTF8')) || ':', 'UTF8') || convert_to(t, 'UTF8') END;
+CREATE FUNCTION pg_temp.audit_hash_v2_sql(prev_hash text, id bigint, org_id uuid,
+	workspace_id uuid, event_type text, invocation_id uuid, actor text, details jsonb,
+	created_at timestamptz) RETURNS text LANGUAGE sql STABLE
+	RETURN encode(sha256(convert_to('sandbox_ext audit v2', 'UTF8')
+		|| pg_temp.f(prev_hash) || pg_temp.f(id::text) || pg_temp.f(org_id::text)
+		|| pg_temp.f(workspace_id::text) || pg_temp.f(event_type) || pg_temp.f(invocation_id::text)
+		|| pg_temp.f(actor) || pg_temp.f(details::text)
+		|| pg_temp.f((extract(epoch FROM created_at) * 1000000)::bigint::text)), 'hex');
+CREATE FUNCTION pg_temp.audit_hash_sql(v integer, prev_hash text, id bigint, org_id uuid,
+	workspace_id uuid, event_type text, invocation_id uuid, actor text, details jsonb,
+	created_at timestamptz) RETURNS text LANGUAGE sql STABLE
+	RETURN CASE v WHEN 1 THEN pg_temp.audit_hash_v1_sql(prev_hash, id, org_id, workspace_id,
+								event_type, invocation_id, actor, details, created_at)
+			   WHEN 2 THEN pg_temp.audit_hash_v2_sql(prev_hash, id, org_id, workspace_id,
+								event_type, invocation_id, actor, details, created_at) END;
 
 CREATE TEMP TABLE hash_cases AS
 SELECT * FROM (VALUES
@@ -40,27 +59,53 @@ SELECT * FROM (VALUES
 	 '{"b": [1, 2.50, null, "é"], "a": {"nested": true}}', '2026-11-29 12:34:56.789012+05:30'),
 	('', 0, 'a3000000-0000-4000-8000-000000000002', NULL, 'e', NULL, '', '"just a string"',
 	 '1969-12-31 23:59:59.999999+00'),
-	('p', -5, 'a3000000-0000-4000-8000-000000000002', NULL, NULL, NULL, NULL, NULL, NULL)
+	('p', -5, 'a3000000-0000-4000-8000-000000000002', NULL, NULL, NULL, NULL, NULL, NULL),
+	(NULL, 7, 'a3000000-0000-4000-8000-000000000002', NULL, 'x.split', NULL,
+	 E'alice\x1f{"a": 1}', NULL, '2026-01-01 00:00:00+00')
 ) v(prev_hash, id, org_id, workspace_id, event_type, invocation_id, actor, details, created_at);
 
-SELECT is((SELECT count(*) FROM hash_cases c
-			WHERE agent._audit_hash(c.prev_hash, c.id, c.org_id, c.workspace_id, c.event_type,
+SELECT is((SELECT count(*) FROM hash_cases c, (VALUES (1), (2)) v(v)
+			WHERE agent._audit_hash(v.v, c.prev_hash, c.id, c.org_id, c.workspace_id, c.event_type,
 									c.invocation_id, c.actor, c.details, c.created_at)
-				= pg_temp.audit_hash_sql(c.prev_hash, c.id, c.org_id, c.workspace_id, c.event_type,
+				= pg_temp.audit_hash_sql(v.v, c.prev_hash, c.id, c.org_id, c.workspace_id, c.event_type,
 										 c.invocation_id, c.actor, c.details, c.created_at)),
-		  4::bigint,
-		  '_audit_hash() equals the documented SQL formula (NULLs, non-ASCII, big ids, pre-1970 and fractional timestamps)');
+		  10::bigint,
+		  '_audit_hash() equals the documented SQL formula of versions 1 and 2 (NULLs, non-ASCII, big ids, pre-1970 and fractional timestamps)');
 SET LOCAL timezone = 'America/St_Johns';
-SELECT is((SELECT agent._audit_hash(c.prev_hash, c.id, c.org_id, c.workspace_id, c.event_type,
-									c.invocation_id, c.actor, c.details, c.created_at)
-			 FROM hash_cases c WHERE c.id = 9007199254740993),
-		  (SELECT pg_temp.audit_hash_sql(c.prev_hash, c.id, c.org_id, c.workspace_id, c.event_type,
-										 c.invocation_id, c.actor, c.details, c.created_at)
-			 FROM hash_cases c WHERE c.id = 9007199254740993),
+SELECT is((SELECT array_agg(agent._audit_hash(v.v, c.prev_hash, c.id, c.org_id, c.workspace_id, c.event_type,
+									c.invocation_id, c.actor, c.details, c.created_at) ORDER BY v.v)
+			 FROM hash_cases c, (VALUES (1), (2)) v(v) WHERE c.id = 9007199254740993),
+		  (SELECT array_agg(pg_temp.audit_hash_sql(v.v, c.prev_hash, c.id, c.org_id, c.workspace_id, c.event_type,
+										 c.invocation_id, c.actor, c.details, c.created_at) ORDER BY v.v)
+			 FROM hash_cases c, (VALUES (1), (2)) v(v) WHERE c.id = 9007199254740993),
 		  '_audit_hash() does not depend on the session time zone');
-SELECT throws_ok($$SELECT agent._audit_hash(NULL, 1, 'a3000000-0000-4000-8000-000000000001', NULL,
+RESET timezone;
+SELECT throws_ok($$SELECT agent._audit_hash(2, NULL, 1, 'a3000000-0000-4000-8000-000000000001', NULL,
 		'e', NULL, NULL, '{}', 'infinity')$$,
 	'22003', NULL, 'an infinite timestamp is refused, as the SQL formula refuses it');
+SELECT throws_ok($$SELECT agent._audit_hash(3, NULL, 1, 'a3000000-0000-4000-8000-000000000001', NULL,
+		'e', NULL, NULL, '{}', now())$$,
+	'22023', 'unknown audit hash version 3', 'an unknown hash version is refused');
+
+-- The re-split of issue 27: the details moved into the actor behind the
+-- separator, details made NULL.  Version 1 hashes both alike (which is why
+-- verify_audit_chain refuses such a version 1 event); version 2 does not,
+-- nor does it hash NULL as the empty string.
+SELECT is(agent._audit_hash(1, NULL, 7, 'a3000000-0000-4000-8000-000000000002', NULL, 'x.split', NULL,
+							'alice', '{"a": 1}', '2026-01-01 00:00:00+00'),
+		  agent._audit_hash(1, NULL, 7, 'a3000000-0000-4000-8000-000000000002', NULL, 'x.split', NULL,
+							E'alice\x1f{"a": 1}', NULL, '2026-01-01 00:00:00+00'),
+		  'version 1: a field re-split at the separator keeps the hash (the hole version 2 closes)');
+SELECT isnt(agent._audit_hash(2, NULL, 7, 'a3000000-0000-4000-8000-000000000002', NULL, 'x.split', NULL,
+							  'alice', '{"a": 1}', '2026-01-01 00:00:00+00'),
+			agent._audit_hash(2, NULL, 7, 'a3000000-0000-4000-8000-000000000002', NULL, 'x.split', NULL,
+							  E'alice\x1f{"a": 1}', NULL, '2026-01-01 00:00:00+00'),
+			'version 2: the re-split event hashes differently');
+SELECT isnt(agent._audit_hash(2, NULL, 7, 'a3000000-0000-4000-8000-000000000002', NULL, 'x.split', NULL,
+							  NULL, '{}', '2026-01-01 00:00:00+00'),
+			agent._audit_hash(2, NULL, 7, 'a3000000-0000-4000-8000-000000000002', NULL, 'x.split', NULL,
+							  '', '{}', '2026-01-01 00:00:00+00'),
+			'version 2: a NULL actor is not an empty one');
 
 -- Real events verify with the formula too (an external auditor's check).
 INSERT INTO agent.orgs (id, name, plan) VALUES ('a3000000-0000-4000-8000-000000000009', 'Tap guards', 'pro');
@@ -68,10 +113,10 @@ CREATE TEMP TABLE appended AS
 	SELECT agent._audit('a3000000-0000-4000-8000-000000000009', NULL, 'tap.guard', NULL, 'Zoë',
 						jsonb_build_object('n', n, 'é', 'ü')) AS id FROM generate_series(1, 3) n;
 SELECT is((SELECT count(*) FROM agent.audit_events e
-			WHERE e.org_id = 'a3000000-0000-4000-8000-000000000009'
-			  AND e.hash = pg_temp.audit_hash_sql(e.prev_hash, e.id, e.org_id, e.workspace_id,
+			WHERE e.org_id = 'a3000000-0000-4000-8000-000000000009' AND e.hash_version = 2
+			  AND e.hash = pg_temp.audit_hash_v2_sql(e.prev_hash, e.id, e.org_id, e.workspace_id,
 					e.event_type, e.invocation_id, e.actor, e.details, e.created_at)),
-		  3::bigint, 'appended events carry the documented hash');
+		  3::bigint, 'appended events carry version 2 and the documented hash');
 
 -- ---- the state machine ----
 CREATE FUNCTION pg_temp.transition_sql(from_state text, to_state text) RETURNS boolean

@@ -105,7 +105,7 @@ BEGIN
 		lp := coalesce(p, '');
 		UPDATE agent.audit_events a
 		   SET prev_hash = p,
-		       hash = agent._audit_hash(p, a.id, a.org_id, a.workspace_id, a.event_type,
+		       hash = agent._audit_hash(a.hash_version, p, a.id, a.org_id, a.workspace_id, a.event_type,
 		                                a.invocation_id, a.actor, a.details, a.created_at)
 		 WHERE a.id = e.id RETURNING a.hash INTO p;
 		n := n + 1; l := e.id;
@@ -150,7 +150,7 @@ SQL
 # The chain is consistent in itself (what a walk without anchors sees).
 self_consistent() {
 	sql "SELECT count(*) = 0 FROM (
-	       SELECT a.hash <> agent._audit_hash(a.prev_hash, a.id, a.org_id, a.workspace_id, a.event_type,
+	       SELECT a.hash <> agent._audit_hash(a.hash_version, a.prev_hash, a.id, a.org_id, a.workspace_id, a.event_type,
 	                                          a.invocation_id, a.actor, a.details, a.created_at)
 	              OR a.prev_hash IS DISTINCT FROM lag(a.hash) OVER (ORDER BY a.id) AS bad
 	         FROM agent.audit_events a WHERE a.org_id = '$1') s WHERE bad"
@@ -398,6 +398,34 @@ t_approval() {
 		"$(verify "$e")"
 }
 
+# ---- attack 5: re-split an anchored event without changing its hash ----
+# (issue 27) The version 1 hash joined fields with \x1f and left a NULL
+# out with its separator: the details moved into the actor behind a \x1f,
+# details made NULL, hashed alike, and verify said ok, anchors and all.
+t_resplit() {
+	local r r3 anchored
+	r=$(new_org resplit)
+	anchor_now "$r"
+	hold_anchors
+	r3=$(event_id "$r" 3)
+	anchored=$(head_of "$r")
+	check "attack 5: the re-split event is found at itself, before any anchor comparison" \
+		"f|3|$r3|the event's content does not match its hash|0|{\"n\": 3}" \
+		"$(q <<SQL | tail -n 1
+$TOOLS
+BEGIN;
+SELECT pg_temp.triggers_off();
+ALTER TABLE agent.audit_events ALTER COLUMN details DROP NOT NULL;
+UPDATE agent.audit_events SET actor = actor || E'\\x1f' || details::text, details = NULL WHERE id = $r3;
+SELECT v.ok, v.events_checked, v.broken_event_id, v.problem, v.anchors_checked,
+       (SELECT split_part(actor, E'\\x1f', 2) FROM agent.audit_events WHERE id = $r3)
+  FROM agent.verify_audit_chain('$r') v;
+ROLLBACK;
+SQL
+)"
+	check "attack 5 (control): rolled back, the chain verifies against its anchor" "t|5|1" "$(verify3 "$r")"
+}
+
 # ---- what is not found: a rewrite after the last anchor ----
 t_after_anchor() {
 	local f f7
@@ -467,6 +495,6 @@ set_conf sandbox.max_concurrent_runs 0 \
 	sandbox.clickhouse_anchor_insert_table audit_anchors_in \
 	sandbox.anchor_interval 1s sandbox.export_poll_interval 1s
 
-run_tests t_insert_only_user t_publish t_uncommitted t_batch \
+run_tests t_insert_only_user t_publish t_uncommitted t_batch t_resplit \
 	t_rewrite t_erase t_backdate t_approval t_after_anchor t_clickhouse_down t_no_export
 finish_suite

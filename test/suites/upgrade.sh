@@ -95,6 +95,31 @@ t_after_update() {
 		"$(field "$inv" state)|$(output "$inv")|$(field "$inv" credits_charged)"
 	check "the chain still verifies after the new run" 0 \
 		"$(q -c "SELECT count(*) FROM agent.orgs o, LATERAL agent.verify_audit_chain(o.id) v WHERE NOT v.ok")"
+	# (issue 27) Events appended before the update keep their version 1
+	# hash; every later one is version 2; a version 1 event re-split at
+	# its separator (same hash) is found, as a superuser would do it.
+	local org=${A%% *}
+	check "events of $OLD keep hash version 1, the new run's are version 2" "1:true|2:true" \
+		"$(q -c "SELECT string_agg(v || ':' || ok, '|' ORDER BY v) FROM (
+		           SELECT e.hash_version AS v, bool_and((e.invocation_id = '$inv') = (e.hash_version = 2)) AS ok
+		             FROM agent.audit_events e WHERE e.org_id = '$org' GROUP BY e.hash_version) s")"
+	check "a re-split event of $OLD (its version 1 hash unchanged) is found" \
+		"t|f|the event's version 1 hash input has more than one reading (a field holds the separator, or a field was made NULL): its content was changed" \
+		"$(q <<SQL | tail -n 1
+BEGIN;
+ALTER TABLE agent.audit_events DISABLE TRIGGER audit_events_append_only;
+ALTER TABLE agent.audit_events ALTER COLUMN details DROP NOT NULL;
+CREATE TEMP TABLE victim AS
+	SELECT id FROM agent.audit_events WHERE org_id = '$org' AND hash_version = 1 AND details <> '{}' ORDER BY id LIMIT 1;
+UPDATE agent.audit_events SET actor = coalesce(actor, '') || E'\\x1f' || details::text, details = NULL
+ WHERE id = (SELECT id FROM victim);
+SELECT e.hash = agent._audit_hash(1, e.prev_hash, e.id, e.org_id, e.workspace_id, e.event_type,
+                                  e.invocation_id, e.actor, e.details, e.created_at),
+       v.ok, v.problem
+  FROM agent.audit_events e, agent.verify_audit_chain('$org') v WHERE e.id = (SELECT id FROM victim);
+ROLLBACK;
+SQL
+)"
 	check "one log line for the new run (state, ms, charge)" 1 \
 		"$(grep -cE "sandbox_ext invocation $inv ended: org [0-9a-f-]+, state succeeded, [0-9]+ ms, 2 credits charged" "$(cluster_dir 1)/server.log")"
 	setconf sandbox.jail_path /nonexistent/sandbox-jail

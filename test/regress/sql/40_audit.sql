@@ -84,7 +84,7 @@ BEGIN;
 ALTER TABLE agent.audit_events DISABLE TRIGGER audit_events_append_only;
 UPDATE agent.audit_events e
    SET actor = 'forger',
-	   hash = agent._audit_hash(e.prev_hash, e.id, e.org_id, e.workspace_id, e.event_type,
+	   hash = agent._audit_hash(e.hash_version, e.prev_hash, e.id, e.org_id, e.workspace_id, e.event_type,
 								e.invocation_id, 'forger', e.details, e.created_at)
  WHERE id = (SELECT id FROM ev WHERE n = 1);
 SELECT ok, events_checked, broken_event_id = (SELECT id FROM ev WHERE n = 2) AS at_2, problem

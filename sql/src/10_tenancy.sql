@@ -198,19 +198,24 @@ END
 $$;
 
 -- A person's name as names are compared (requester against approver,
--- reserved names): white space trimmed at both ends, lower case.
+-- reserved names): Unicode's NFKC_Casefold (compatibility forms and case
+-- folded, default-ignorable code points removed), without format
+-- characters (General_Category Cf) and with white space trimmed at both
+-- ends.  In C (src/person_key.c), from the Unicode Character Database.
 CREATE FUNCTION agent._person_key(name text) RETURNS text
-	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-	RETURN pg_catalog.lower(pg_catalog.regexp_replace(name,
-		'^[[:space:]\u00a0\u200b\ufeff]+|[[:space:]\u00a0\u200b\ufeff]+$', '', 'g'));
+	AS 'MODULE_PATHNAME', 'sandbox_person_key'
+	LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- The check of every argument that names a person (requested_by, approver,
 -- actor, uploaded_by, created_by, owner): not null, not empty, and not a
 -- name the product records for itself: the actors of its own audit events
--- ('system', 'supervisor', 'runner', 'exporter'), its roles, or the owner's
--- role (current_user here, as the SECURITY DEFINER API runs as the owner;
--- owner-run functions record it).  So no person can pass for the product
--- in the audit trail.
+-- ('system', 'supervisor', 'runner', 'exporter'), the owner's role
+-- (current_user here, as the SECURITY DEFINER API runs as the owner;
+-- owner-run functions record it), and every role of the product: its
+-- group roles (agent_backend, agent_admin, agent_auditor, agent_runner),
+-- the local runner's sandbox_runner_local, and every role that is a member
+-- of one of them (the backend's and admin console's logins, each runner
+-- host's).  So no person can pass for the product in the audit trail.
 CREATE FUNCTION agent._require_person(name text, argument text) RETURNS boolean
 	LANGUAGE plpgsql STABLE
 AS $$
@@ -226,8 +231,13 @@ BEGIN
 		RAISE EXCEPTION '% must not be empty', argument USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	IF v_key IN ('system', 'supervisor', 'runner', 'exporter', 'sandbox_ext',
-				 'agent_backend', 'agent_admin', 'agent_auditor', 'agent_runner')
-	   OR v_key = pg_catalog.lower(current_user::text) THEN
+				 'agent_backend', 'agent_admin', 'agent_auditor', 'agent_runner',
+				 'sandbox_runner_local')
+	   OR v_key = agent._person_key(current_user::text)
+	   OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r, pg_catalog.pg_roles g
+				   WHERE pg_catalog.lower(r.rolname::text) = v_key
+					 AND g.rolname IN ('agent_backend', 'agent_admin', 'agent_auditor', 'agent_runner')
+					 AND pg_catalog.pg_has_role(r.oid, g.oid, 'MEMBER')) THEN
 		RAISE EXCEPTION '% "%" is a reserved name', argument, agent._shown(v_key)
 			USING ERRCODE = 'reserved_name',
 				  DETAIL = 'sandbox_ext records this name as the actor of its own actions; it cannot name a person.',

@@ -42,13 +42,40 @@ EXCEPTION WHEN OTHERS THEN
 	RETURN h;
 END
 $$;
+CREATE FUNCTION pg_temp.sqlstate_of(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE stmt;
+	RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE;
+END
+$$;
+-- Invisible and format code points of every kind the Unicode Character
+-- Database marks (Default_Ignorable_Code_Point, General_Category Cf), from
+-- many blocks: the five of issue 27 first.
+CREATE TEMP TABLE invisible (cp int PRIMARY KEY, what text);
+INSERT INTO invisible VALUES
+	(x'180E'::int, 'Mongolian vowel separator'), (x'2060'::int, 'word joiner'),
+	(x'200C'::int, 'zero width non-joiner'), (x'200D'::int, 'zero width joiner'),
+	(x'00AD'::int, 'soft hyphen'), (x'034F'::int, 'combining grapheme joiner'),
+	(x'061C'::int, 'Arabic letter mark'), (x'115F'::int, 'Hangul choseong filler'),
+	(x'17B4'::int, 'Khmer vowel inherent aq'), (x'200B'::int, 'zero width space'),
+	(x'200E'::int, 'left-to-right mark'), (x'202E'::int, 'right-to-left override'),
+	(x'2066'::int, 'left-to-right isolate'), (x'2064'::int, 'invisible plus'),
+	(x'3164'::int, 'Hangul filler'), (x'FE0F'::int, 'variation selector-16'),
+	(x'FEFF'::int, 'zero width no-break space'), (x'FFA0'::int, 'halfwidth Hangul filler'),
+	(x'FFF9'::int, 'interlinear annotation anchor'), (x'0600'::int, 'Arabic number sign'),
+	(x'110BD'::int, 'Kaithi number sign'), (x'1BCA0'::int, 'shorthand format letter overlap'),
+	(x'1D173'::int, 'musical symbol begin beam'), (x'E0001'::int, 'language tag'),
+	(x'E0041'::int, 'tag Latin capital letter A'), (x'E0100'::int, 'variation selector-17'),
+	(x'E0FFF'::int, 'unassigned default ignorable');
 CREATE TEMP TABLE owner AS
 	SELECT r.rolname::text AS name FROM pg_extension e JOIN pg_roles r ON r.oid = e.extowner
 	 WHERE e.extname = 'sandbox_ext';
 CREATE FUNCTION pg_temp.card(k int) RETURNS uuid LANGUAGE sql AS $$ SELECT approval_id FROM pg_temp.req WHERE req.k = card.k $$;
 CREATE FUNCTION pg_temp.inv(k int) RETURNS uuid LANGUAGE sql AS $$ SELECT invocation_id FROM pg_temp.req WHERE req.k = inv.k $$;
 
-SELECT plan(28);
+SELECT plan(36);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -69,6 +96,18 @@ SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.card(1), E'  Mal
 	'42501', NULL, '... nor with another case and white space around the name');
 SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.card(1), E'\u00a0MALLORY@a\u200b'),
 	'42501', NULL, '... nor with non-breaking or zero-width spaces around it');
+-- ... nor with an invisible or format character after, inside or before
+-- it: every one of them, anywhere in the name, is dropped from the key.
+SELECT is((SELECT string_agg(format('U+%s %s: %s', to_hex(i.cp), i.what, st), '; ')
+			 FROM invisible i, (VALUES ('%s%s%s'), ('%2$s%1$s%3$s'), ('%2$s%3$s%1$s')) f(fmt),
+				  LATERAL (SELECT pg_temp.sqlstate_of(format('SELECT agent.approve(%L, %L)', pg_temp.card(1),
+								  format(f.fmt, chr(i.cp), 'mallory', '@a'))) AS st) x
+			WHERE st <> '42501'),
+		  NULL, '... nor with any invisible or format character (27 of them, from many blocks) in her name');
+SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.card(1), E'\uFF2D\uFF41\uFF4C\uFF4C\uFF4F\uFF52\uFF59\uFF20\uFF41'),
+	'42501', NULL, '... nor in full-width letters');
+SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.card(1), E'MALLORY@A\u3000'),
+	'42501', NULL, '... nor with an ideographic space after it');
 SELECT throws_ok(format('SELECT agent.approve(%L, %L, %L)', pg_temp.card(1), 'mallory@a',
 						agent.code_sha256('print(1)')),
 	'42501', NULL, '... nor with the right code hash');
@@ -111,6 +150,17 @@ SELECT throws_ok($$SELECT agent.set_agent_file_upload('5c000000-0000-4000-8000-0
 	'42939', NULL, 'nobody changes a toggle as "exporter"');
 SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.card(3), (SELECT name FROM owner)),
 	'42939', NULL, 'nobody approves under the extension owner''s role name (what owner-run functions record)');
+SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.card(3), 'sandbox_runner_local'),
+	'42939', 'approver "sandbox_runner_local" is a reserved name', 'nobody approves as the local runner''s role');
+RESET ROLE;
+CREATE ROLE tap_runner_host_7 LOGIN IN ROLE agent_runner;
+CREATE ROLE tap_backend_login LOGIN IN ROLE agent_backend;
+SET ROLE agent_backend;
+SELECT agent.set_tenant('5a000000-0000-4000-8000-000000000001', '5b000000-0000-4000-8000-000000000001');
+SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.card(3), 'TAP_Runner_Host_7'),
+	'42939', NULL, 'nobody approves as a runner host''s login role');
+SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.card(3), 'tap_backend_login'),
+	'42939', NULL, 'nobody approves as the backend''s login role');
 RESET ROLE;
 SET ROLE agent_admin;
 SELECT agent.set_tenant('5a000000-0000-4000-8000-000000000001', NULL);
@@ -144,6 +194,12 @@ SELECT results_eq($$SELECT event_type, actor FROM agent.audit_events
 SELECT is((SELECT count(*) FROM agent.audit_events WHERE org_id = '5a000000-0000-4000-8000-000000000001'
 			 AND agent._person_key(actor) IN ('system', 'supervisor', 'runner', 'exporter', 'agent_backend')),
 	0::bigint, 'no event of the org carries a product name as its actor');
+
+-- The key itself (the owner's function).
+SELECT is(agent._person_key(E'Zo\u00EB STRASSE'), agent._person_key(E'zoe\u0308 stra\u00DFe'),
+	'composed and decomposed letters, and full case folding (sharp s), give one key');
+SELECT isnt(agent._person_key('mallory@a'), agent._person_key(E'mallory\u0430@a'),
+	'(control) a letter of another script is another name (confusables are not folded)');
 
 SELECT * FROM finish();
 ROLLBACK;

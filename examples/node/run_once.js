@@ -146,9 +146,9 @@ async function main() {
     // One call: the end, the output and the tool call.
     await inTenant(requester, async (c) => {
       const r = (await c.query(
-        "SELECT state, timed_out, exit_code, stdout, tool_call_id, output_preview, files FROM agent.wait_result($1, '60 s')",
+        "SELECT state, finished, exit_code, stdout, tool_call_id, output_preview, files FROM agent.wait_result($1, '60 s')",
         [req.invocation_id])).rows[0];
-      expect('the run succeeded', r.state === 'succeeded' && r.timed_out === false && r.exit_code === 0, r);
+      expect('the run succeeded', r.state === 'succeeded' && r.finished === true && r.exit_code === 0, r);
       expect('its output is the whole stdout', r.stdout.endsWith('total 250\n'), r.stdout);
       expect('the tool call is there', r.tool_call_id !== null && r.output_preview === r.stdout);
       const produced = r.files.filter((f) => f.name === 'total.txt');

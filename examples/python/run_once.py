@@ -149,10 +149,10 @@ def main():
     with requester.transaction():
         tenant(requester)
         r = requester.execute(
-            "SELECT state, timed_out, exit_code, stdout, tool_call_id, output_preview, files"
+            "SELECT state, finished, exit_code, stdout, tool_call_id, output_preview, files"
             "  FROM agent.wait_result(%s, '60 s')", (inv,)).fetchone()
-        state, timed_out, exit_code, stdout, tool_call, preview, files = r
-        expect("the run succeeded", (state, timed_out, exit_code) == ("succeeded", False, 0), r[:3])
+        state, finished, exit_code, stdout, tool_call, preview, files = r
+        expect("the run succeeded", (state, finished, exit_code) == ("succeeded", True, 0), r[:3])
         expect("its output is the whole stdout", stdout.endswith("total 250\n"), stdout)
         expect("the tool call is there", tool_call is not None and preview == stdout)
         produced = [f for f in files if f["name"] == "total.txt"]

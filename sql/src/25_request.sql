@@ -75,6 +75,11 @@ BEGIN
 	IF v_org IS NULL OR agent.current_workspace() IS NULL THEN
 		PERFORM agent._require_tenant(true);	-- raises
 	END IF;
+	-- The shell language runs bash: "bash" is its other name (recorded as
+	-- shell, so an idempotent replay matches either spelling).
+	IF language = 'bash' THEN
+		language := 'shell';
+	END IF;
 	IF workspace <> agent.current_workspace() THEN
 		RAISE EXCEPTION 'workspace % is not the current workspace', workspace
 			USING ERRCODE = 'insufficient_privilege',
@@ -181,7 +186,8 @@ BEGIN
 		v_runtime := v_ctx.runtime;
 		IF v_runtime IS NULL THEN
 			v_reason := 'language_not_supported'; v_sqlstate := '22023';
-			v_message := format('Language "%s" is not supported; use python, node or shell.', agent._shown(language));
+			v_message := format('Language "%s" is not supported; the languages are python, node and shell (or bash).',
+								agent._shown(language));
 		ELSIF code !~ '\S' THEN
 			v_reason := 'code_empty'; v_sqlstate := '22023';
 			v_message := 'The code is empty.';

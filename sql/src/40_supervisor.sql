@@ -1421,14 +1421,16 @@ COMMENT ON FUNCTION agent.wait(uuid, interval) IS
 	'block until the invocation reaches a final state or the timeout passes; returns its state';
 
 -- The common path's last round trip: wait (as agent.wait()) and return
--- what the run produced with its tool call, in one statement.  timed_out
--- is true when the timeout passed before the run reached a final state
--- (the rest then describes it as it is so far).  Output is at most
--- sandbox.output_limit per stream (the supervisor keeps no more).
+-- what the run produced with its tool call, in one statement.  finished
+-- is true when the run reached a final state before the wait ended, false
+-- when the timeout passed first (the rest then describes it as it is so
+-- far).  Whether the run itself timed out is its state ('timed_out'), as
+-- everywhere else.  Output is at most sandbox.output_limit per stream (the
+-- supervisor keeps no more).
 CREATE TYPE agent.run_result AS (
 	invocation_id	uuid,
 	state			text,
-	timed_out		boolean,
+	finished		boolean,
 	state_reason	text,
 	exit_code		integer,
 	stdout			text,
@@ -1450,7 +1452,7 @@ DECLARE
 BEGIN
 	PERFORM agent._require_tenant(true);
 	PERFORM agent.wait(invocation, timeout);
-	SELECT i.id, i.state, NOT agent._state_is_terminal(i.state), i.state_reason, i.exit_code,
+	SELECT i.id, i.state, agent._state_is_terminal(i.state), i.state_reason, i.exit_code,
 		   (SELECT string_agg(o.data, '' ORDER BY o.seq) FROM agent.invocation_output o
 			 WHERE o.invocation_id = i.id AND o.stream = 'stdout'),
 		   (SELECT string_agg(o.data, '' ORDER BY o.seq) FROM agent.invocation_output o
@@ -1465,7 +1467,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION agent.wait_result(uuid, interval) IS
-	'wait for an invocation like agent.wait() and return its state, whether the wait timed out, its output and its tool call';
+	'wait for an invocation like agent.wait() and return its state, whether it finished before the wait ended, its output and its tool call';
 
 -- What the supervisor publishes in shared memory (src/supervisor.c): its
 -- life, and what the local runner's slots run.  agent.worker_status()

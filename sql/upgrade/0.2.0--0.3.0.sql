@@ -37,3 +37,10 @@ ALTER TABLE agent.audit_events
 	ADD COLUMN hash_version smallint NOT NULL DEFAULT 1 CHECK (hash_version IN (1, 2));
 ALTER TABLE agent.audit_events ALTER COLUMN hash_version SET DEFAULT 2;
 DROP FUNCTION agent._audit_hash(text, bigint, uuid, uuid, text, uuid, text, jsonb, timestamptz);
+
+-- Branch lead (issue 27, item 7), 40_supervisor.sql: agent.run_result's
+-- third column says whether the run finished before the wait ended
+-- (finished, true) instead of whether the wait timed out (timed_out, which
+-- everywhere else means the run hit its wall time).  The same position,
+-- the opposite sense; agent.wait_result is replayed with the new column.
+ALTER TYPE agent.run_result RENAME ATTRIBUTE timed_out TO finished;

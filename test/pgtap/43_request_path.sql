@@ -46,7 +46,7 @@ CREATE FUNCTION pg_temp.tenant(org int) RETURNS void LANGUAGE sql AS $$
 	SELECT agent.set_tenant(format('43a00000-0000-4000-8000-00000000000%s', org)::uuid,
 							format('43b00000-0000-4000-8000-00000000000%s', org)::uuid) $$;
 
-SELECT plan(43);
+SELECT plan(46);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -266,6 +266,26 @@ SELECT throws_ok(format('SELECT agent.wait(%L, %L)', pg_temp.inv(9), '0 s'),
 	'P0002', format('invocation %s does not exist', pg_temp.inv(9)), 'wait does not see another tenant''s');
 SELECT throws_ok(format('SELECT agent.wait(%L, %L)', pg_temp.inv(9), '0 s'),
 	'P0002', NULL, '... twice');
+
+---- the language's names (issue 27: the README said bash, the language was shell) ----
+CREATE TEMP TABLE bash_req AS
+	SELECT r.* FROM agent.request_execution('43b00000-0000-4000-8000-000000000001',
+		'43c00000-0000-4000-8000-000000000001', NULL, 'bash', 'echo $BASH_VERSION', 'alice') r;
+SELECT is((SELECT b.status || ' ' || i.language || ' ' || c.language
+			 FROM bash_req b JOIN agent.invocations i ON i.id = b.invocation_id
+			 JOIN agent.approval_cards c ON c.approval_id = b.approval_id),
+		  'pending_approval shell shell', '"bash" is accepted as the shell language, and recorded as shell');
+CREATE TEMP TABLE ruby_req AS
+	SELECT r.* FROM agent.request_execution('43b00000-0000-4000-8000-000000000001',
+		'43c00000-0000-4000-8000-000000000001', NULL, 'ruby', 'puts 1', 'alice') r;
+SELECT is((SELECT status || ' ' || reason || ' ' || sqlstate FROM ruby_req),
+		  'denied language_not_supported 22023', 'an unknown language is refused');
+RESET ROLE;
+SELECT is((SELECT details->>'message' FROM agent.audit_events
+			WHERE org_id = '43a00000-0000-4000-8000-000000000001' AND event_type = 'capability.invoke_denied'
+			ORDER BY id DESC LIMIT 1),
+		  'Language "ruby" is not supported; the languages are python, node and shell (or bash).',
+		  '... and the refusal names the languages there are');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -279,8 +279,9 @@ t_cancel() {
 }
 
 # A wait that ends before the run does: wait() returns the state so far,
-# wait_result() says timed_out with that state; once the run has ended,
-# timed_out is false.  (No timing asserted: the run sleeps a minute and is
+# wait_result() says not finished with that state; once the run has ended,
+# finished.  (issue 27: the column was timed_out, which everywhere else means
+# the run timed out.)  (No timing asserted: the run sleeps a minute and is
 # cancelled; the waits are a fraction of a second.)
 t_wait_timeout() {
 	local inv
@@ -289,12 +290,17 @@ t_wait_timeout() {
 	wait_for 30 '[ "$(output "$inv")" = started ]'
 	check "wait() past its timeout returns the state so far" running \
 		"$(tq "$ORG" "$WS" "SELECT agent.wait('$inv', '200 ms');" | tail -n 1)"
-	check "wait_result() past its timeout: timed_out, the state and output so far" "running|true|started" \
-		"$(tq "$ORG" "$WS" "SELECT r.state || '|' || r.timed_out || '|' || rtrim(r.stdout, E'\\n') FROM agent.wait_result('$inv', '200 ms') r;" |
+	check "wait_result() past its timeout: not finished, the state and output so far" "running|false|started" \
+		"$(tq "$ORG" "$WS" "SELECT r.state || '|' || r.finished || '|' || rtrim(r.stdout, E'\\n') FROM agent.wait_result('$inv', '200 ms') r;" |
 			tail -n 1)"
 	tq "$ORG" "$WS" "SELECT agent.cancel('$inv', 'requester', 'waited enough');" >/dev/null
-	check "... and once the run has ended, not timed_out" "cancelled|false" \
-		"$(tq "$ORG" "$WS" "SELECT r.state || '|' || r.timed_out FROM agent.wait_result('$inv', '30 s') r;" | tail -n 1)"
+	check "... and once the run has ended, finished" "cancelled|true" \
+		"$(tq "$ORG" "$WS" "SELECT r.state || '|' || r.finished FROM agent.wait_result('$inv', '30 s') r;" | tail -n 1)"
+	inv=$(start "$A" shell 'sleep 30' '' 1)
+	check "a run that hit its wall time: state timed_out, and finished (one meaning for timed_out)" "timed_out|true" \
+		"$(tq "$ORG" "$WS" "SELECT r.state || '|' || r.finished FROM agent.wait_result('$inv', '60 s') r;" | tail -n 1)"
+	check "run_result has no timed_out column any more" 0 \
+		"$(q -c "SELECT count(*) FROM pg_attribute WHERE attrelid = 'agent.run_result'::regclass AND attname = 'timed_out'")"
 }
 
 t_streaming() {

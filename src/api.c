@@ -106,11 +106,21 @@ sandbox_wait(PG_FUNCTION_ARGS)
 
 	state = current_state(id, &terminal);
 	if (state == NULL)
+	{
+		/*
+		 * Without a tenant nothing is visible: say so, as wait_result()
+		 * does (42501), rather than that the invocation does not exist.
+		 */
+		SPI_connect();
+		if (SPI_execute("SELECT agent._require_tenant(true)", true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "agent._require_tenant failed");
+		SPI_finish();
 		ereport(ERROR,
 				(errcode(ERRCODE_NO_DATA_FOUND),
 				 errmsg("invocation %s does not exist",
 						DatumGetCString(DirectFunctionCall1(uuid_out, id))),
-				 errhint("Check the id and that sandbox.org_id and sandbox.workspace_id name its tenant.")));
+				 errhint("Check the id, and that agent.set_tenant() named its org and workspace.")));
+	}
 	if (terminal || sandbox_shared == NULL)
 		PG_RETURN_TEXT_P(cstring_to_text(state));
 

@@ -213,7 +213,7 @@ DECLARE
 	v_more	boolean := false;	-- a_* hold the next anchor to compare
 	v_prev	text := NULL;
 	v_last	bigint := NULL;
-	v_version smallint := 1;	-- the previous event's hash_version
+	v_version integer := 1;		-- the previous event's hash_version
 	v_head	agent.audit_heads;
 BEGIN
 	IF org IS NULL THEN
@@ -236,6 +236,20 @@ BEGIN
 		v_open := true;
 		FETCH v_anchors INTO a_id, a_hash, a_events, a_variants, a_at;
 		v_more := FOUND;
+	END IF;
+	-- An org nobody knows: not in agent.orgs, no event, no tip, no anchor
+	-- (an org whose rows were all deleted still has its anchors, and is
+	-- walked: the walk reports the removal).
+	IF NOT v_more
+	   AND NOT EXISTS (SELECT 1 FROM agent.orgs o WHERE o.id = org)
+	   AND NOT EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id = org)
+	   AND NOT EXISTS (SELECT 1 FROM agent.audit_events ae WHERE ae.org_id = org) THEN
+		IF v_open THEN
+			CLOSE v_anchors;
+		END IF;
+		RAISE EXCEPTION 'org % does not exist', org
+			USING ERRCODE = 'no_data_found',
+				  DETAIL = 'It has no audit events, no chain tip and no anchor.';
 	END IF;
 	<<walk>>
 	BEGIN
@@ -273,7 +287,7 @@ BEGIN
 				problem := 'the event''s content does not match its hash';
 				EXIT walk;
 			END IF;
-			v_version := e.hash_version;
+			v_version := e.hash_version::integer;
 			v_prev := e.hash;
 			v_last := e.id;
 			WHILE v_more AND a_id <= e.id LOOP

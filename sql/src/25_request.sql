@@ -72,6 +72,12 @@ BEGIN
 	PERFORM agent._check_text(language, 'language', 'language'),
 			agent._check_text(description, 'description', 'description'),
 			agent._check_text(idempotency_key, 'idempotency_key', 'idempotency_key', true);
+	IF idempotency_key !~ '\S' THEN
+		-- an empty key would be one key for every caller who sends ''
+		RAISE EXCEPTION 'idempotency_key must not be empty'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Pass NULL for a request without an idempotency key.';
+	END IF;
 	IF v_org IS NULL OR agent.current_workspace() IS NULL THEN
 		PERFORM agent._require_tenant(true);	-- raises
 	END IF;

@@ -95,9 +95,6 @@ DECLARE
 	v_card	record;
 	v_egress text;
 BEGIN
-	IF approver IS NULL OR btrim(approver) = '' THEN
-		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
 	PERFORM agent._require_person(approver, 'approver');
 	v_card := agent._lock_pending_approval(approval);
 	-- Four eyes: unless the org's policy says otherwise, the person who
@@ -151,9 +148,6 @@ AS $$
 DECLARE
 	v_card	record;
 BEGIN
-	IF approver IS NULL OR btrim(approver) = '' THEN
-		RAISE EXCEPTION 'approver must be named' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
 	PERFORM agent._require_person(approver, 'approver');
 	PERFORM agent._check_text(reason, 'reason', 'reason');
 	-- The requester may deny (withdraw) their own request: a denial runs

@@ -1425,7 +1425,7 @@ COMMENT ON FUNCTION agent.wait(uuid, interval) IS
 -- is true when the run reached a final state before the wait ended, false
 -- when the timeout passed first (the rest then describes it as it is so
 -- far).  Whether the run itself timed out is its state ('timed_out'), as
--- everywhere else.  Output is at most sandbox.output_limit per stream (the
+-- everywhere else.  stdout and stderr are '' when the stream is empty.  Output is at most sandbox.output_limit per stream (the
 -- supervisor keeps no more).
 CREATE TYPE agent.run_result AS (
 	invocation_id	uuid,
@@ -1453,10 +1453,10 @@ BEGIN
 	PERFORM agent._require_tenant(true);
 	PERFORM agent.wait(invocation, timeout);
 	SELECT i.id, i.state, agent._state_is_terminal(i.state), i.state_reason, i.exit_code,
-		   (SELECT string_agg(o.data, '' ORDER BY o.seq) FROM agent.invocation_output o
-			 WHERE o.invocation_id = i.id AND o.stream = 'stdout'),
-		   (SELECT string_agg(o.data, '' ORDER BY o.seq) FROM agent.invocation_output o
-			 WHERE o.invocation_id = i.id AND o.stream = 'stderr'),
+		   coalesce((SELECT string_agg(o.data, '' ORDER BY o.seq) FROM agent.invocation_output o
+					  WHERE o.invocation_id = i.id AND o.stream = 'stdout'), ''),
+		   coalesce((SELECT string_agg(o.data, '' ORDER BY o.seq) FROM agent.invocation_output o
+					  WHERE o.invocation_id = i.id AND o.stream = 'stderr'), ''),
 		   i.output_truncated, i.credits_charged, t.id, t.output_preview, t.files
 	  INTO r
 	  FROM agent.invocations i

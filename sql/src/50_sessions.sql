@@ -61,6 +61,39 @@ CREATE TABLE agent.agent_skills (
 	FOREIGN KEY (org_id, skill_id) REFERENCES agent.skills (org_id, id)
 );
 
+-- The content type of a file by its name's extension (case-insensitive),
+-- application/octet-stream when it is not known: what a produced file is
+-- stored with, and an upload given no content type.  The one table.
+CREATE FUNCTION agent.content_type_of(name text) RETURNS text
+	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+	SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT coalesce(
+		(SELECT t.type FROM (VALUES
+			('txt', 'text/plain'), ('log', 'text/plain'), ('md', 'text/markdown'),
+			('csv', 'text/csv'), ('tsv', 'text/tab-separated-values'),
+			('html', 'text/html'), ('htm', 'text/html'), ('css', 'text/css'),
+			('xml', 'application/xml'), ('json', 'application/json'),
+			('jsonl', 'application/x-ndjson'), ('ndjson', 'application/x-ndjson'),
+			('yaml', 'application/yaml'), ('yml', 'application/yaml'), ('toml', 'application/toml'),
+			('py', 'text/x-python'), ('js', 'text/javascript'), ('mjs', 'text/javascript'),
+			('ts', 'text/plain'), ('sh', 'text/x-shellscript'), ('sql', 'application/sql'),
+			('png', 'image/png'), ('jpg', 'image/jpeg'), ('jpeg', 'image/jpeg'),
+			('gif', 'image/gif'), ('webp', 'image/webp'), ('svg', 'image/svg+xml'),
+			('bmp', 'image/bmp'), ('tif', 'image/tiff'), ('tiff', 'image/tiff'),
+			('ico', 'image/vnd.microsoft.icon'),
+			('pdf', 'application/pdf'),
+			('xlsx', 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet'),
+			('xls', 'application/vnd.ms-excel'), ('ods', 'application/vnd.oasis.opendocument.spreadsheet'),
+			('docx', 'application/vnd.openxmlformats-officedocument.wordprocessingml.document'),
+			('pptx', 'application/vnd.openxmlformats-officedocument.presentationml.presentation'),
+			('zip', 'application/zip'), ('gz', 'application/gzip'), ('tar', 'application/x-tar'),
+			('parquet', 'application/vnd.apache.parquet'), ('wav', 'audio/wav'),
+			('mp3', 'audio/mpeg'), ('mp4', 'video/mp4')) t(ext, type)
+		  WHERE t.ext = lower(substring(name FROM '\.([A-Za-z0-9]+)$'))),
+		'application/octet-stream')
+$$;
+
 -- A relative path inside a workspace or bundle: no absolute path, no "..",
 -- no empty or "." component, no NUL or control characters, bounded length.
 CREATE FUNCTION agent.valid_relative_path(path text) RETURNS boolean
@@ -343,7 +376,8 @@ BEGIN
 	INSERT INTO agent.files (org_id, workspace_id, conversation_id, name, origin, content, size,
 							 sha256, content_type, created_by)
 	VALUES (c.org_id, c.workspace_id, c.id, name, 'uploaded', content, octet_length(content),
-			encode(sha256(content), 'hex'), content_type, uploaded_by)
+			encode(sha256(content), 'hex'), coalesce(content_type, agent.content_type_of(name)),
+			uploaded_by)
 	RETURNING id INTO v_id;
 	PERFORM agent._audit(c.org_id, c.workspace_id, 'file.uploaded', NULL, uploaded_by,
 						 jsonb_build_object('file_id', v_id, 'conversation_id', c.id, 'name', name,
@@ -805,12 +839,13 @@ BEGIN
 		PERFORM agent._use_storage(r.org_id, octet_length(content), format('file "%s"', v_name), true);
 	END IF;
 	INSERT INTO agent.files (org_id, workspace_id, conversation_id, invocation_id, name, origin,
-							 status, reason, content, size, sha256, created_by)
+							 status, reason, content, size, sha256, content_type, created_by)
 	VALUES (r.org_id, r.workspace_id, r.conversation_id, r.id, v_name, 'produced', status,
 			CASE WHEN status = 'saved' THEN NULL ELSE reason END,
 			CASE WHEN status = 'saved' THEN content END,
 			octet_length(content),
 			CASE WHEN status = 'saved' THEN encode(sha256(content), 'hex') END,
+			CASE WHEN status = 'saved' THEN agent.content_type_of(v_name) END,
 			'supervisor')
 	RETURNING id INTO v_id;
 	IF status = 'saved' AND r.session_id IS NOT NULL THEN
@@ -926,7 +961,8 @@ REVOKE ALL ON FUNCTION agent._session_for(agent.invocations, uuid), agent._files
 GRANT EXECUTE ON FUNCTION agent.upload_file(uuid, text, bytea, text, text),
 	agent.list_files(uuid), agent.download_file(uuid), agent.delete_file(uuid, text, text),
 	agent.delete_skill(uuid, text), agent.create_skill(text, jsonb, text),
-	agent.set_agent_skill(uuid, uuid, boolean), agent.valid_relative_path(text) TO agent_backend;
+	agent.set_agent_skill(uuid, uuid, boolean), agent.valid_relative_path(text),
+	agent.content_type_of(text) TO agent_backend;
 
 -- ----------------------------------------------------------------------
 -- pg_cron: schedule the maintenance jobs when pg_cron is installed here.

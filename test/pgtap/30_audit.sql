@@ -1,7 +1,7 @@
 -- The audit trail: append-only for every role (the owner included), a
 -- linear hash chain per org, and verify_audit_chain() finding tampering.
 BEGIN;
-SELECT plan(35);
+SELECT plan(36);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -182,6 +182,11 @@ SELECT results_eq($$SELECT ok, problem FROM agent.verify_audit_chain('ae000000-0
 	$$VALUES (false, 'the event has audit hash version 1 after an event of version 2')$$,
 	'a version 1 event after a version 2 event is found');
 ALTER TABLE agent.audit_events ENABLE ALWAYS TRIGGER audit_events_append_only;
+
+-- An org nobody knows is not an empty chain that verifies (issue 27: it
+-- said ok with 0 events).
+SELECT throws_ok($$SELECT agent.verify_audit_chain('ae000000-0000-4000-8000-0000000000ff')$$,
+	'P0002', 'org ae000000-0000-4000-8000-0000000000ff does not exist', 'an unknown org is P0002');
 
 -- Concurrent-safe appends: the head row serialises them (see the isolation
 -- test audit-chain); here, the head always names the last event.

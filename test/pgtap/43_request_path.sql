@@ -46,7 +46,7 @@ CREATE FUNCTION pg_temp.tenant(org int) RETURNS void LANGUAGE sql AS $$
 	SELECT agent.set_tenant(format('43a00000-0000-4000-8000-00000000000%s', org)::uuid,
 							format('43b00000-0000-4000-8000-00000000000%s', org)::uuid) $$;
 
-SELECT plan(46);
+SELECT plan(50);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -266,6 +266,22 @@ SELECT throws_ok(format('SELECT agent.wait(%L, %L)', pg_temp.inv(9), '0 s'),
 	'P0002', format('invocation %s does not exist', pg_temp.inv(9)), 'wait does not see another tenant''s');
 SELECT throws_ok(format('SELECT agent.wait(%L, %L)', pg_temp.inv(9), '0 s'),
 	'P0002', NULL, '... twice');
+-- Without a tenant: one answer from wait and wait_result (issue 27: wait
+-- said P0002, wait_result 42501).
+SELECT agent.set_tenant(NULL, NULL);
+SELECT throws_ok(format('SELECT agent.wait(%L, %L)', pg_temp.inv(1), '0 s'),
+	'42501', 'no tenant is set for this transaction', 'wait without a tenant: 42501, as wait_result');
+SELECT throws_ok(format('SELECT agent.wait_result(%L, %L)', pg_temp.inv(1), '0 s'),
+	'42501', 'no tenant is set for this transaction', 'wait_result without a tenant: 42501');
+SELECT pg_temp.tenant(1);
+
+---- an empty idempotency key (issue 27: '' was a key like any other) ----
+SELECT throws_ok($$SELECT agent.request_execution('43b00000-0000-4000-8000-000000000001',
+	'43c00000-0000-4000-8000-000000000001', NULL, 'shell', 'true', 'alice', NULL, '')$$,
+	'22023', 'idempotency_key must not be empty', 'an empty idempotency key is refused');
+SELECT throws_ok($$SELECT agent.request_execution('43b00000-0000-4000-8000-000000000001',
+	'43c00000-0000-4000-8000-000000000001', NULL, 'shell', 'true', 'alice', NULL, '   ')$$,
+	'22023', 'idempotency_key must not be empty', '... and so is one of white space only');
 
 ---- the language's names (issue 27: the README said bash, the language was shell) ----
 CREATE TEMP TABLE bash_req AS

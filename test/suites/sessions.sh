@@ -84,7 +84,16 @@ south,80" "$(tq "$org" "$ws" "SELECT rtrim(convert_from(content, 'UTF8'), E'\\n'
 	check "list_files: uploads and produced files with origin" \
 		"by_region.csv:produced,by_rep.csv:produced,notes.txt:produced,sales.csv:uploaded" \
 		"$(tq "$org" "$ws" "SELECT string_agg(name || ':' || origin, ',' ORDER BY name) FROM agent.list_files('$conv') WHERE current;")"
-	check "sha256 stored matches the content (4 files)" "4|true" \
+	# (issue 27: produced files had no content type)
+	check "content types: the uploader's, else the name's (produced files, an upload without one)" \
+		"by_region.csv:text/csv,by_rep.csv:text/csv,notes.txt:text/plain,sales.csv:text/plain" \
+		"$(tq "$org" "$ws" "SELECT string_agg(name || ':' || content_type, ',' ORDER BY name) FROM agent.list_files('$conv') WHERE current;")"
+	tq "$org" "$ws" "SELECT agent.upload_file('$conv', 'Chart.PNG', '\\x89504e47'::bytea, 'alice'),
+	                        agent.upload_file('$conv', 'blob.xyz', '\\x00'::bytea, 'alice');" >/dev/null
+	check "an upload without a content type gets its name's" "Chart.PNG:image/png,blob.xyz:application/octet-stream" \
+		"$(tq "$org" "$ws" "SELECT string_agg(name || ':' || content_type, ',' ORDER BY name) FROM agent.list_files('$conv')
+		                    WHERE name IN ('Chart.PNG', 'blob.xyz');")"
+	check "sha256 stored matches the content (6 files)" "6|true" \
 		"$(q -c "SELECT count(*) || '|' || bool_and(sha256 = encode(sha256(content), 'hex') AND size = octet_length(content)) FROM agent.files WHERE conversation_id = '$conv' AND status = 'saved'")"
 }
 

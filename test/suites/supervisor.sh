@@ -297,8 +297,9 @@ t_wait_timeout() {
 	check "... and once the run has ended, finished" "cancelled|true" \
 		"$(tq "$ORG" "$WS" "SELECT r.state || '|' || r.finished FROM agent.wait_result('$inv', '30 s') r;" | tail -n 1)"
 	inv=$(start "$A" shell 'sleep 30' '' 1)
-	check "a run that hit its wall time: state timed_out, and finished (one meaning for timed_out)" "timed_out|true" \
-		"$(tq "$ORG" "$WS" "SELECT r.state || '|' || r.finished FROM agent.wait_result('$inv', '60 s') r;" | tail -n 1)"
+	check "a run that hit its wall time: state timed_out, and finished (one meaning for timed_out); no output is '', not NULL" \
+		"timed_out|true|[]|[]" \
+		"$(tq "$ORG" "$WS" "SELECT r.state || '|' || r.finished || '|[' || coalesce(r.stdout, 'NULL') || ']|[' || coalesce(r.stderr, 'NULL') || ']' FROM agent.wait_result('$inv', '60 s') r;" | tail -n 1)"
 	check "run_result has no timed_out column any more" 0 \
 		"$(q -c "SELECT count(*) FROM pg_attribute WHERE attrelid = 'agent.run_result'::regclass AND attname = 'timed_out'")"
 }

@@ -27,8 +27,9 @@ SELECT row_number() OVER (ORDER BY id) AS n, prev_hash IS NULL AS first,
   FROM agent.audit_events WHERE org_id = 'a4000000-0000-4000-8000-000000000001' ORDER BY id;
 SELECT * FROM agent.verify_audit_chain('a4000000-0000-4000-8000-000000000001');
 SELECT * FROM agent.verify_audit_chain('a4000000-0000-4000-8000-000000000002');
--- An org without events has an empty, valid chain.
-SELECT * FROM agent.verify_audit_chain('00000000-0000-4000-8000-000000000000');
+-- An org nobody knows (no row, no event, no tip, no anchor) is P0002, not an
+-- empty chain that verifies.
+SELECT pg_temp.sqlstate_of($$SELECT agent.verify_audit_chain('00000000-0000-4000-8000-000000000000')$$);
 SELECT pg_temp.sqlstate_of($$SELECT agent.verify_audit_chain(NULL)$$);
 SELECT pg_temp.sqlstate_of($$SELECT agent._audit(NULL, NULL, 'x', NULL, NULL, NULL)$$);
 

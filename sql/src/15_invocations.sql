@@ -12,16 +12,50 @@ CREATE FUNCTION agent.code_sha256(code text) RETURNS text
 	LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 -- Egress (47_egress.sql): what the card shows of a policy: "api.github.com:443, *.example.com:80,443", or
--- 'nothing (no network)'.
+-- 'nothing (no network)'.  A policy of another shape is 22023, saying
+-- which part is wrong (the policies the request path copies always have
+-- this one).
 CREATE FUNCTION agent.egress_may_reach(policy jsonb) RETURNS text
-	LANGUAGE sql IMMUTABLE
+	LANGUAGE plpgsql IMMUTABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
-	SELECT coalesce(string_agg(coalesce(e->>'host', e->>'cidr') || ':' ||
-							   (SELECT string_agg(p, ',' ORDER BY p::integer)
-								  FROM jsonb_array_elements_text(e->'ports') p), ', '
-							   ORDER BY o), 'nothing (no network)')
-	  FROM jsonb_array_elements(coalesce(policy->'rules', '[]')) WITH ORDINALITY AS x(e, o)
+DECLARE
+	v_bad	text;
+BEGIN
+	IF policy IS NOT NULL AND jsonb_typeof(policy) <> 'object' THEN
+		v_bad := 'a policy is a JSON object';
+	ELSIF jsonb_typeof(policy->'rules') NOT IN ('array', 'null') THEN
+		v_bad := '"rules" is an array';
+	ELSE
+		SELECT CASE
+				 WHEN jsonb_typeof(e) <> 'object' THEN format('rule %s is an object', o)
+				 WHEN jsonb_typeof(coalesce(e->'host', e->'cidr')) IS DISTINCT FROM 'string'
+					THEN format('rule %s has a "host" or "cidr" string', o)
+				 WHEN jsonb_typeof(e->'ports') IS DISTINCT FROM 'array'
+					  OR EXISTS (SELECT 1 FROM jsonb_array_elements(e->'ports') p
+								  WHERE jsonb_typeof(p) <> 'number' OR p::text !~ '^[0-9]{1,5}$')
+					THEN format('rule %s has "ports", an array of port numbers', o) END
+		  INTO v_bad
+		  FROM jsonb_array_elements(coalesce(policy->'rules', '[]')) WITH ORDINALITY AS x(e, o)
+		 WHERE jsonb_typeof(e) <> 'object'
+			OR jsonb_typeof(coalesce(e->'host', e->'cidr')) IS DISTINCT FROM 'string'
+			OR jsonb_typeof(e->'ports') IS DISTINCT FROM 'array'
+			OR EXISTS (SELECT 1 FROM jsonb_array_elements(e->'ports') p
+						WHERE jsonb_typeof(p) <> 'number' OR p::text !~ '^[0-9]{1,5}$')
+		 ORDER BY o LIMIT 1;
+	END IF;
+	IF v_bad IS NOT NULL THEN
+		RAISE EXCEPTION 'invalid egress policy'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('Expected: %s.', v_bad),
+				  HINT = 'A policy is {"rules": [{"host": "api.example.com", "ports": [443]}, ...]}, as agent.invocations.egress_policy holds.';
+	END IF;
+	RETURN (SELECT coalesce(string_agg(coalesce(e->>'host', e->>'cidr') || ':' ||
+									   (SELECT string_agg(p, ',' ORDER BY p::integer)
+										  FROM jsonb_array_elements_text(e->'ports') p), ', '
+									   ORDER BY o), 'nothing (no network)')
+			  FROM jsonb_array_elements(coalesce(policy->'rules', '[]')) WITH ORDINALITY AS x(e, o));
+END
 $$;
 
 -- The states of an invocation.  A function rather than an IN list in the

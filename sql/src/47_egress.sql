@@ -177,7 +177,14 @@ BEGIN
 		RAISE EXCEPTION 'an egress rule needs exactly one of host and cidr'
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	IF ports IS NULL OR cardinality(ports) NOT BETWEEN 1 AND 16
+	-- (array_position() refuses a multidimensional array with 0A000: the
+	-- dimensions first)
+	IF ports IS NULL OR array_ndims(ports) IS DISTINCT FROM 1 THEN
+		RAISE EXCEPTION 'invalid ports for an egress rule'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A rule lists 1 to 16 ports, each between 1 and 65535, in a one-dimensional array.';
+	END IF;
+	IF cardinality(ports) NOT BETWEEN 1 AND 16
 	   OR NOT (1 <= ALL (ports) AND 65535 >= ALL (ports)) OR array_position(ports, NULL) IS NOT NULL THEN
 		RAISE EXCEPTION 'invalid ports for an egress rule'
 			USING ERRCODE = 'invalid_parameter_value',

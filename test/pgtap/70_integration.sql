@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(97);
+SELECT plan(102);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -169,6 +169,18 @@ SELECT is((SELECT e FROM full_name) || ' ' || (SELECT length(r.host) FROM agent.
 SELECT is(pg_temp.error_of($$SELECT agent.add_egress_rule(repeat('a', 63) || '.' || repeat('b', 63) || '.' ||
 		repeat('c', 63) || '.' || repeat('d', 62), '{443}', 'admin')$$),
 	'22001: host is too long', 'a 254-byte name is 22001');
+-- (issue 27: a two-dimensional port array was 0A000 from array_position)
+SELECT is(pg_temp.error_of($$SELECT agent.add_egress_rule('api.example.com', '{{443},{80}}', 'admin')$$),
+	'22023: invalid ports for an egress rule', 'a two-dimensional port array is 22023');
+-- (issue 27: a value that is not a policy was jsonb's own error)
+SELECT is(pg_temp.error_of($$SELECT agent.egress_may_reach('{"rules": 5}')$$),
+	'22023: invalid egress policy', 'egress_may_reach of rules that are no array: 22023');
+SELECT is(pg_temp.error_of($$SELECT agent.egress_may_reach('{"rules": [{"host": "a.test", "ports": [443]}, {"host": "b.test", "ports": ["x"]}]}')$$),
+	'22023: invalid egress policy', '... of a rule with a port that is no number: 22023');
+SELECT is(pg_temp.error_of($$SELECT agent.egress_may_reach('[1]')$$),
+	'22023: invalid egress policy', '... of a value that is no object: 22023');
+SELECT is(agent.egress_may_reach('{"rules": [{"host": "a.test", "ports": [443, 80]}, {"cidr": "10.0.0.0/8", "ports": [22]}]}'),
+	'a.test:80,443, 10.0.0.0/8:22', '(control) a policy is shown as before');
 RESET ROLE;
 SET ROLE agent_backend;
 SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');

@@ -19,7 +19,7 @@ MODULE_big = sandbox_ext
 OBJS = src/sandbox_ext.o src/shmem.o src/xact.o \
 	src/supervisor.o src/local_runner.o src/api.o \
 	src/export_worker.o src/export_stream.o src/export_copy.o src/export_state.o src/pgoutput.o src/chclient.o \
-	src/anchor.o src/guards.o src/digest.o src/person_key.o src/audit.o src/jail_wire.o
+	src/anchor.o src/guards.o src/digest.o src/person_key.o src/audit.o src/refusals.o src/jail_wire.o
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--$(PREVVERSION)--$(EXTVERSION).sql
 # The frozen scripts of released versions (install and upgrade).

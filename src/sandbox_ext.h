@@ -128,6 +128,14 @@ extern void sandbox_export_shmem_startup(void);
 /* digest.c */
 extern text *sandbox_sha256_utf8(const char *s, int len);
 
+/* refusals.c: refusals that outlive their caller's rollback */
+struct Latch;
+extern Size sandbox_refusals_shmem_size(void);
+extern void sandbox_refusals_shmem_startup(void);
+extern void sandbox_refusals_attach(struct Latch *latch);
+extern void sandbox_refusals_detach(void);
+extern bool sandbox_refusals_write(void);
+
 /* The audit hash version new events are appended with (digest.c, audit.c). */
 #define SANDBOX_AUDIT_HASH_VERSION 2
 

@@ -56,6 +56,7 @@ sandbox_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(MAXALIGN(sizeof(SandboxShared)));
 	RequestAddinShmemSpace(sandbox_export_shmem_size());
+	RequestAddinShmemSpace(sandbox_refusals_shmem_size());
 }
 
 static void
@@ -75,6 +76,7 @@ sandbox_shmem_startup(void)
 		ConditionVariableInit(&sandbox_shared->finished_cv);
 	}
 	sandbox_export_shmem_startup();
+	sandbox_refusals_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -13,6 +13,9 @@
  *						SIGHUP (all of it local_runner.c's)
  *	staged results		results a runner staged behind a lock a backend
  *						holds are applied here (agent._finish_pending)
+ *	refusals			the audit events of refused requests whose caller
+ *						rolled back, handed over in shared memory, are
+ *						appended (refusals.c)
  *	leases				every few seconds, the invocations whose runner
  *						stopped renewing its lease are ended by the billing
  *						rule (agent.reap_expired_leases; pg_cron does it
@@ -204,6 +207,7 @@ step_reap_leases(void)
 static void
 supervisor_shmem_exit(int code, Datum arg)
 {
+	sandbox_refusals_detach();
 	sandbox_local_runner_stop();
 	SpinLockAcquire(&sandbox_shared->mutex);
 	sandbox_shared->supervisor_pid = 0;
@@ -281,6 +285,7 @@ supervisor_start(void)
 		handle_interrupts();
 	}
 	step_recover();
+	sandbox_refusals_attach(MyLatch);
 	(void) sandbox_local_runner_configure();
 	elog(LOG, "supervisor started (database \"%s\", local runner %s)", sandbox_database,
 		 sandbox_local_runner ? "on" : "off");
@@ -330,6 +335,8 @@ sandbox_supervisor_main(Datum main_arg)
 				sandbox_local_runner_event(events[e].fd, &staged);
 		}
 		sandbox_local_runner_poll();
+		if (sandbox_refusals_write())
+			SetLatch(MyLatch);	/* more queued than one turn writes */
 		if (staged)
 		{
 			results_pending = true;

@@ -129,6 +129,19 @@ CREATE FUNCTION agent._audit(org uuid, workspace uuid, event_type text,
 	AS 'MODULE_PATHNAME', 'sandbox_audit'
 	LANGUAGE C VOLATILE;
 
+-- A refused request's event (capability.invoke_denied) is appended in the
+-- caller's transaction like every event, and kept by this backend until
+-- that transaction ends: if it, or the subtransaction of the request,
+-- rolls back, the supervisor appends the event again in a transaction of
+-- its own, with rolled_back and refused_at added to its details; what its
+-- bounded queue cannot hold is appended as a count
+-- (capability.invoke_denied_counted).  In C (src/refusals.c); a no-op when
+-- the library is not preloaded.
+CREATE FUNCTION agent._keep_refusal(org uuid, workspace uuid, actor text, details jsonb)
+	RETURNS void
+	AS 'MODULE_PATHNAME', 'sandbox_keep_refusal'
+	LANGUAGE C VOLATILE;
+
 -- The tip of an audit chain moves only with an append: agent._audit (C,
 -- src/audit.c) raises a backend-local flag around its own statement, and
 -- this guard (C, src/audit.c) refuses every INSERT, UPDATE or DELETE of

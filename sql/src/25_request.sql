@@ -7,7 +7,9 @@
 -- refusal (plan, admin switch, toggles, model, language, code size,
 -- credits, storage quota) is a
 -- returned status: the capability.invoke_denied audit event must survive,
--- so raising (and rolling it back) is not an option.  The returned row
+-- so raising (and rolling it back) is not an option; and should the
+-- caller roll back, the supervisor writes the event anyway
+-- (agent._keep_refusal).  The returned row
 -- still carries the SQLSTATE the refusal corresponds to, for callers that
 -- map statuses to errors.
 
@@ -51,6 +53,7 @@ DECLARE
 	v_runtime	text;
 	v_sha		text;
 	v_bytes		integer;
+	v_details	jsonb;
 	v_inv		uuid;
 	v_appr		uuid;
 	r			agent.execution_request;
@@ -215,8 +218,7 @@ BEGIN
 
 	IF v_reason IS NOT NULL THEN
 		v_sha := agent.code_sha256(code);
-		PERFORM agent._audit(v_org, workspace, 'capability.invoke_denied', NULL, requested_by,
-			jsonb_build_object('reason', v_reason, 'message', v_message,
+		v_details := jsonb_build_object('reason', v_reason, 'message', v_message,
 							   'agent_id', agent, 'conversation_id', conversation,
 							   'language', language, 'code_sha256', v_sha,
 							   'code_bytes', v_bytes, 'plan', v_ctx.plan,
@@ -226,7 +228,11 @@ BEGIN
 					WHEN v_reason = 'storage_quota_exhausted'
 					THEN jsonb_build_object('stored_bytes', v_ctx.stored_bytes,
 											'max_stored_bytes', v_ctx.max_stored_bytes)
-					ELSE '{}'::jsonb END);
+					ELSE '{}'::jsonb END;
+		-- The event is in this transaction; kept too, it is written again
+		-- by the supervisor if the caller rolls back (20_audit.sql).
+		PERFORM agent._audit(v_org, workspace, 'capability.invoke_denied', NULL, requested_by, v_details),
+				agent._keep_refusal(v_org, workspace, requested_by, v_details);
 		r := ROW(NULL::uuid, NULL::uuid, 'denied', v_reason, v_sqlstate, false);
 		RETURN r;
 	END IF;

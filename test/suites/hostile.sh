@@ -251,6 +251,76 @@ t_lock_holder() {
 
 # ---- 3. the database's disk ------------------------------------------------------
 
+# ---- a refusal whose caller rolls back (issue 27, item 13) -----------------------
+# The event of a refused request is in the caller's transaction; if that (or
+# the request's subtransaction) rolls back, the supervisor writes it anyway,
+# marked rolled_back.  A flood of rolled-back refusals is bounded per org:
+# what the queue does not hold is written as a count, and another org's
+# refusals are written one by one all the same.  (On eacd621 a rolled-back
+# refusal left no event.)
+t_rolled_back_refusal() {
+	local R S rorg rws ragent sorg sws sagent deny
+	R=$(new_tenant 0)
+	S=$(new_tenant 0)
+	read -r rorg rws ragent _ <<<"$R"
+	read -r sorg sws sagent _ <<<"$S"
+	# (no credits: every request is refused, insufficient_credits)
+	deny() {		# org ws agent key
+		echo "SELECT (agent.request_execution('$2', '$3', NULL, 'shell', 'echo', 'prober', NULL, '$4')).status;"
+	}
+	# rejected_events ORG KEY-PREFIX: "plain|rolled_back" counts of its invoke_denied events
+	rejected_events() {
+		q -c "SELECT count(*) FILTER (WHERE NOT coalesce((details->>'rolled_back')::boolean, false)) || '|' ||
+		             count(*) FILTER (WHERE (details->>'rolled_back')::boolean)
+		        FROM agent.audit_events WHERE org_id = '$1' AND event_type = 'capability.invoke_denied'
+		         AND details->>'idempotency_key' LIKE '$2%'"
+	}
+	check "a refused request, committed: its event, once" "denied|1|0" \
+		"$(tq "$rorg" "$rws" "$(deny "$rorg" "$rws" "$ragent" c-1)" | tail -n 1)|$(rejected_events "$rorg" c-)"
+	printf "BEGIN;\nSET LOCAL ROLE agent_backend;\nSELECT agent.set_tenant('%s', '%s');\n%s\nROLLBACK;\n" \
+		"$rorg" "$rws" "$(deny "$rorg" "$rws" "$ragent" rb-1)" | q -f - >/dev/null
+	wait_for 30 "[ \"\$(rejected_events '$rorg' rb-1)\" = '0|1' ]"
+	check "a refused request rolled back by its caller: the supervisor writes its event, marked rolled_back" "0|1" \
+		"$(rejected_events "$rorg" rb-1)"
+	check "... with the refusal's reason, code hash, requester and time" "insufficient_credits|true|prober|true" \
+		"$(q -c "SELECT details->>'reason' || '|' || (details->>'code_sha256' = agent.code_sha256('echo')) || '|' || actor || '|' ||
+		               ((details->>'refused_at')::timestamptz <= created_at)
+		          FROM agent.audit_events WHERE org_id = '$rorg' AND details->>'idempotency_key' = 'rb-1'")"
+	printf "BEGIN;\nSET LOCAL ROLE agent_backend;\nSELECT agent.set_tenant('%s', '%s');\nSAVEPOINT s;\n%s\nROLLBACK TO SAVEPOINT s;\nSAVEPOINT t;\n%s\nRELEASE SAVEPOINT t;\nCOMMIT;\n" \
+		"$rorg" "$rws" "$(deny "$rorg" "$rws" "$ragent" sp-rolled)" "$(deny "$rorg" "$rws" "$ragent" sp-kept)" | q -f - >/dev/null
+	wait_for 30 "[ \"\$(rejected_events '$rorg' sp-rolled)\" = '0|1' ]"
+	check "a savepoint rolled back around a refusal, the transaction committed: written once, rolled_back; a released one is in the transaction" \
+		"0|1 1|0" "$(rejected_events "$rorg" sp-rolled) $(rejected_events "$rorg" sp-kept)"
+	# The flood: 100 refusals rolled back in one transaction; another org's
+	# 5 rolled back meanwhile.
+	{ printf "BEGIN;\nSET LOCAL ROLE agent_backend;\nSELECT agent.set_tenant('%s', '%s');\n" "$rorg" "$rws"
+	  for i in $(seq 1 100); do deny "$rorg" "$rws" "$ragent" "fl-$i"; done
+	  printf "ROLLBACK;\n"; } | q -f - >/dev/null
+	{ printf "BEGIN;\nSET LOCAL ROLE agent_backend;\nSELECT agent.set_tenant('%s', '%s');\n" "$sorg" "$sws"
+	  for i in $(seq 1 5); do deny "$sorg" "$sws" "$sagent" "other-$i"; done
+	  printf "ROLLBACK;\n"; } | q -f - >/dev/null
+	# (how many are written one by one depends on how fast the supervisor
+	# frees slots while the flood is queued: at least the bound, and the
+	# rest counted)
+	flood() {
+		q -c "SELECT (SELECT count(*) FROM agent.audit_events WHERE org_id = '$rorg' AND event_type = 'capability.invoke_denied'
+		                AND details->>'idempotency_key' LIKE 'fl-%' AND (details->>'rolled_back')::boolean)
+		           + (SELECT coalesce(sum((details->>'count')::int), 0) FROM agent.audit_events
+		               WHERE org_id = '$rorg' AND event_type = 'capability.invoke_denied_counted')"
+	}
+	wait_for 60 "[ \"\$(flood)\" = 100 ]"
+	check "a flood of 100 rolled back: none lost (written one by one, or counted)" 100 "$(flood)"
+	check "... at least the per-org bound (32) one by one, and the rest as counts" "true|true" \
+		"$(q -c "SELECT (count(*) FILTER (WHERE event_type = 'capability.invoke_denied') >= 32) || '|' ||
+		               (count(*) FILTER (WHERE event_type = 'capability.invoke_denied_counted') >= 1)
+		          FROM agent.audit_events WHERE org_id = '$rorg'
+		           AND (event_type = 'capability.invoke_denied_counted' OR details->>'idempotency_key' LIKE 'fl-%')")"
+	wait_for 30 "[ \"\$(rejected_events '$sorg' other-)\" = '0|5' ]"
+	check "... another org's refusals rolled back meanwhile are each written" "0|5" "$(rejected_events "$sorg" other-)"
+	check "both chains verify" "true|true" \
+		"$(q -c "SELECT (SELECT ok FROM agent.verify_audit_chain('$rorg')) || '|' || (SELECT ok FROM agent.verify_audit_chain('$sorg'))")"
+}
+
 t_work_dir_on_data_fs() {
 	local inv
 	setconf sandbox.work_dir sandbox_work
@@ -494,7 +564,7 @@ CONF
 }
 
 run_tests t_launcher_killed t_oneshot_killed t_cancel_backend t_work_dir_moved t_many_entries \
-	t_unfunded_flood t_paying_flood t_lock_holder \
+	t_unfunded_flood t_paying_flood t_lock_holder t_rolled_back_refusal \
 	t_work_dir_on_data_fs t_storage_quota t_output_quota t_delete_files t_skill_gc t_session_disk_budget t_disk_full
 
 check_invariants

@@ -705,11 +705,13 @@ CASES = [
     ("name-space", H + b"X A: b\r\n", END),
     ("fold-tab", H + b"X-A: a\r\n\t", b"b\r\n\r\n"),
     ("no-colon", H + b"X-A\r\n", END),
+    ("name-not-token", H + b"X(A): b\r\n", END),
     ("oversize", H + b"X-A: " + b"a" * 16400, b"\r\n\r\n"),
     ("too-many", H + b"".join(b"X-%d: v\r\n" % i for i in range(100)), END),
     ("host-other", T + b"Host: denied.test\r\n", END),
     ("host-port-sign", T + b"Host: allowed.test:+8081\r\n", END),
     ("target-port-sign", b"GET http://allowed.test:+8081/ HTTP/1.1\r\n", b"Host: allowed.test:8081\r\n\r\n"),
+    ("target-host-bad", b"GET http://allow!ed.test:8081/ HTTP/1.1\r\n", b"Host: allow!ed.test:8081\r\n\r\n"),
     ("connect-host-other", C + b"Host: evil.test\r\n", b"\r\n"),
     ("connect-host-space", C + b"Host : allowed.test\r\n", b"\r\n"),
     ("connect-dup-host", C + b"Host: allowed.test\r\nHost: allowed.test\r\n", b"\r\n"),
@@ -772,11 +774,13 @@ P
 		"name-space|the request head is malformed: whitespace in a header field's name or before its colon"
 		"fold-tab|the request head is malformed: a folded header line (obs-fold)"
 		"no-colon|the request head is malformed: a header line without a colon"
+		"name-not-token|the request head is malformed: an invalid header field name"
 		"oversize|the request head is larger than 16384 bytes"
 		"too-many|the request head has more than 100 header fields"
 		"host-other|the Host header does not name the request's host"
 		"host-port-sign|the Host header does not name the request's host"
 		"target-port-sign|invalid request target"
+		"target-host-bad|invalid host name"
 		"connect-host-other|the Host header does not name the request's host"
 		"connect-host-space|the request head is malformed: whitespace in a header field's name or before its colon"
 		"connect-dup-host|the request needs exactly one Host header"

@@ -15,8 +15,9 @@
  *					compiled at build time by gen_filter.c)
  *	    proxy.c		the proxy program: main and its configuration; its
  *					own rooms (proxy.h) are pool.c (the workers), log.c,
- *					request.c, vet.c (the decision and the dial),
- *					tunnel.c (caps, relay, CONNECT) and http.c
+ *					request.c, head.c (the request head's grammar), vet.c
+ *					(the decision and the dial), tunnel.c (caps, relay,
+ *					CONNECT) and http.c
  *
  *-------------------------------------------------------------------------
  */

@@ -2,9 +2,11 @@
  *
  * http.c
  *	  sandbox-egress: the HTTP path.  An absolute-form request
- *	  ("GET http://host/..."): Host must name the same host and port, a body
- *	  only by one Content-Length; vetted and dialled like CONNECT, then the
- *	  head goes out once in origin form with Connection: close.
+ *	  ("GET http://host/..."), its head parsed and judged by head.c (one
+ *	  Host naming the target, a body only by one Content-Length): vetted
+ *	  and dialled like CONNECT, then sent once in origin form with
+ *	  Connection: close, written anew from the parsed parts, never copied:
+ *	  no byte of the client's head that head.c did not parse goes upstream.
  *
  *-------------------------------------------------------------------------
  */
@@ -16,187 +18,143 @@
 #include "proxy.h"
 
 /*
- * The request target "http://host[:port]/path": raw gets the host as
- * written, c->port the port (80 if none), *path the path or NULL; false
- * after a refusal was sent.
+ * The head written upstream is at most the client's: the request line is
+ * shorter (the path instead of the target), each field line longer by at
+ * most the SP after its colon, and "Connection: close" comes in.
  */
-static bool
-http_target(Conn *c, const char *target, size_t tlen, char *raw, size_t rawlen,
-			const char **path)
-{
-	const char *auth = target + 7;
-	size_t		alen;
+#define HTTP_OUT_MAX	(EGRESS_HEAD_MAX + EGRESS_HEAD_FIELDS_MAX + 64)
 
-	if (tlen < 8 || strncasecmp(target, "http://", 7) != 0)
+/* The request upstream, being written; a write past cap is flagged, not done. */
+typedef struct HttpOut
+{
+	char	   *buf;
+	size_t		len;
+	size_t		cap;
+	bool		overflow;
+} HttpOut;
+
+static void
+out_add(HttpOut *o, const void *p, size_t n)
+{
+	if (o->overflow || n > o->cap - o->len)
 	{
-		proxy_refuse(c, 403, "only CONNECT and absolute http:// requests go through the proxy");
-		return false;
+		o->overflow = true;
+		return;
 	}
-	*path = memchr(auth, '/', target + tlen - auth);
-	alen = *path ? (size_t) (*path - auth) : (size_t) (target + tlen - auth);
-	if (memchr(auth, '@', alen) || memchr(auth, '?', alen) || memchr(auth, '#', alen) ||
-		proxy_split_authority(c, auth, alen, 80, raw, rawlen) < 0)
-	{
-		proxy_refuse(c, 403, "invalid request target");
-		return false;
-	}
-	return true;
+	memcpy(o->buf + o->len, p, n);
+	o->len += n;
 }
 
-/* Exactly one Host header, naming raw and c->port; false after a refusal. */
-static bool
-http_host_matches(Conn *c, const char *raw)
+static void
+out_str(HttpOut *o, const char *s)
 {
-	const char *hv;
-	size_t		hvlen;
-	int			count;
-	Conn		tmp;
-	char		hraw[EGRESS_HOST_MAX + 8],
-				a[EGRESS_HOST_MAX + 1],
-				b[EGRESS_HOST_MAX + 1],
-				err[EGRESS_ERRLEN];
+	out_add(o, s, strlen(s));
+}
 
-	hv = proxy_find_header(c, "Host", &hvlen, &count);
-	if (count != 1)
-	{
-		snprintf(c->host, sizeof(c->host), "%.253s", raw);
-		proxy_refuse(c, 403, "the request needs exactly one Host header");
-		return false;
-	}
-	memset(&tmp, 0, sizeof(tmp.port));
-	if (proxy_split_authority(&tmp, hv, hvlen, 80, hraw, sizeof(hraw)) < 0 ||
-		egress_normalize_host(hraw, strlen(hraw), a, err) < 0 ||
-		egress_normalize_host(raw, strlen(raw), b, err) < 0 ||
-		strcmp(a, b) != 0 || tmp.port != c->port)
-	{
-		snprintf(c->host, sizeof(c->host), "%.253s", raw);
-		proxy_refuse(c, 403, "the Host header does not name the request's host");
-		return false;
-	}
-	return true;
+static void
+out_span(HttpOut *o, const Conn *c, HeadSpan s)
+{
+	out_add(o, c->head + s.off, s.len);
 }
 
 /*
- * The body's length: one Content-Length, or none (0); no Transfer-Encoding.
- * False after a refusal was sent.
+ * Fields for this hop only (RFC 9110, 7.6.1), not forwarded: the proxy
+ * speaks for itself upstream (Connection: close), and Transfer-Encoding
+ * never got this far (head.c refuses it).
  */
 static bool
-http_body_length(Conn *c, uint64_t *body)
+hop_by_hop(const Conn *c, HeadSpan name)
 {
-	const char *clv;
-	size_t		hvlen,
-				cllen = 0;
-	int			clcount,
-				tecount;
-	char		nb[24];
-	char	   *end;
+	static const char *const names[] = {"Connection", "Keep-Alive", "TE", "Trailer", "Upgrade"};
+	const char *n = (const char *) c->head + name.off;
 
-	*body = 0;
-	proxy_find_header(c, "Transfer-Encoding", &hvlen, &tecount);
-	clv = proxy_find_header(c, "Content-Length", &cllen, &clcount);
-	if (tecount || clcount > 1)
-	{
-		proxy_refuse(c, 403, "request bodies need one Content-Length (no chunked uploads through the proxy)");
-		return false;
-	}
-	if (!clcount)
+	if (name.len >= 6 && strncasecmp(n, "Proxy-", 6) == 0)
 		return true;
-	if (cllen == 0 || cllen >= sizeof(nb))
-	{
-		proxy_refuse(c, 403, "invalid Content-Length");
-		return false;
-	}
-	memcpy(nb, clv, cllen);
-	nb[cllen] = '\0';
-	*body = strtoull(nb, &end, 10);
-	if (*end || nb[0] == '-')
-	{
-		proxy_refuse(c, 403, "invalid Content-Length");
-		return false;
-	}
-	return true;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strlen(names[i]) == name.len && strncasecmp(n, names[i], name.len) == 0)
+			return true;
+	return false;
 }
 
 /*
- * The head in origin form into out (EGRESS_HEAD_MAX + 256 bytes), hop-by-hop
- * and proxy headers dropped, Connection: close added; returns its length.
+ * The request in origin form, from the parsed head: "METHOD path
+ * VERSION", each field as "Name: value" (its OWS gone) but the hop-by-hop
+ * ones, then Connection: close.
  */
-static size_t
-http_origin_head(const Conn *c, const char *method, size_t mlen, const char *target,
-				 size_t tlen, const char *path, const char *version, char *out)
+static void
+http_origin_head(const Conn *c, HttpOut *o)
 {
-	size_t		olen;
-	const char *p;
+	const RequestHead *r = &c->req;
 
-	olen = snprintf(out, EGRESS_HEAD_MAX, "%.*s %s %s\r\n", (int) mlen, method,
-					path ? "" : "/", version);
-	if (path)
+	out_span(o, c, r->method);
+	out_str(o, " ");
+	if (r->path.len)
+		out_span(o, c, r->path);
+	else
+		out_str(o, "/");
+	out_str(o, " ");
+	out_span(o, c, r->version);
+	out_str(o, "\r\n");
+	for (int i = 0; i < r->nfields; i++)
 	{
-		/* the path, up to the version (after the method and target) */
-		size_t		pl = target + tlen - path;
+		const HeadField *f = &r->fields[i];
 
-		olen = snprintf(out, EGRESS_HEAD_MAX, "%.*s %.*s %s\r\n", (int) mlen, method,
-						(int) pl, path, version);
-	}
-	p = strstr((const char *) c->head, "\r\n") + 2;
-	while ((const uint8_t *) p < c->head + c->headend - 2)
-	{
-		const char *eol = strstr(p, "\r\n");
-		size_t		l = eol - p;
-
-		if (!(strncasecmp(p, "Proxy-", 6) == 0 || strncasecmp(p, "Connection:", 11) == 0 ||
-			  strncasecmp(p, "Keep-Alive:", 11) == 0))
+		if (hop_by_hop(c, f->name))
+			continue;
+		out_span(o, c, f->name);
+		out_str(o, ":");
+		if (f->value.len)
 		{
-			memcpy(out + olen, p, l + 2);
-			olen += l + 2;
+			out_str(o, " ");
+			out_span(o, c, f->value);
 		}
-		p = eol + 2;
+		out_str(o, "\r\n");
 	}
-	memcpy(out + olen, "Connection: close\r\n\r\n", 21);
-	olen += 21;
-	return olen;
+	out_str(o, "Connection: close\r\n\r\n");
 }
 
 /*
- * "METHOD http://host[:port]/path HTTP/1.x": Host must name the same
- * host and port; the request goes out in origin form with Connection:
- * close and its body (Content-Length only), nothing after it.
+ * "METHOD http://host[:port]/path HTTP/1.x", its head parsed: the request
+ * goes out in origin form with Connection: close and its body (the
+ * Content-Length's bytes), nothing after it (a pipelined second request
+ * is dropped).
  */
 void
-proxy_serve_http(Conn *c, const char *method, size_t mlen, const char *target, size_t tlen,
-				 const char *version)
+proxy_serve_http(Conn *c)
 {
-	char		raw[EGRESS_HOST_MAX + 8];
-	const char *path;
-	uint64_t	body;
+	uint64_t	body = c->req.length;
 	EgressAddr	dst;
-	char	   *out;
-	size_t		olen;
+	HttpOut		o = {.cap = HTTP_OUT_MAX};
+	size_t		extra;
 
-	c->mode = MODE_HTTP;
-	if (!http_target(c, target, tlen, raw, sizeof(raw), &path) ||
-		!http_host_matches(c, raw) ||
-		!http_body_length(c, &body))
+	if (!proxy_vet(c, c->req.rawhost, &dst))
 		return;
-	if (!proxy_vet(c, raw, &dst))
-		return;
-	if (!proxy_dial_vetted(c, &dst))
-		return;
-
-	out = malloc(EGRESS_HEAD_MAX + 256);
-	if (!out)
-		return;
-	olen = http_origin_head(c, method, mlen, target, tlen, path, version, out);
-	c->allowed = true;
-	if (proxy_send_counted(c, c->ufd, (uint8_t *) out, olen, true) == 0)
+	o.buf = malloc(o.cap);
+	if (!o.buf)
 	{
-		size_t		extra = c->headlen - c->headend;
-
-		if (extra > body)
-			extra = body;		/* a pipelined second request is dropped */
-		if (extra == 0 ||
-			proxy_send_counted(c, c->ufd, c->head + c->headend, extra, true) == 0)
-			proxy_relay(c, body - extra);
+		proxy_refuse(c, 502, "out of memory");
+		return;
 	}
-	free(out);
+	http_origin_head(c, &o);
+	if (o.overflow)
+	{
+		/* cannot happen (HTTP_OUT_MAX); checked all the same */
+		proxy_refuse(c, 403, "the request head is larger than %d bytes", EGRESS_HEAD_MAX);
+		free(o.buf);
+		return;
+	}
+	if (!proxy_dial_vetted(c, &dst))
+	{
+		free(o.buf);
+		return;
+	}
+	c->allowed = true;
+	extra = c->headlen - c->headend;
+	if (extra > body)
+		extra = body;			/* a pipelined second request is dropped */
+	if (proxy_send_counted(c, c->ufd, (uint8_t *) o.buf, o.len, true) == 0 &&
+		(extra == 0 ||
+		 proxy_send_counted(c, c->ufd, c->head + c->headend, extra, true) == 0))
+		proxy_relay(c, body - extra);
+	free(o.buf);
 }

@@ -18,14 +18,16 @@
  * can see the filter kill the process.
  *
  * The workers (pool.c) each serve one connection at a time.  A worker
- * reads one request head within EGRESS_HEAD_TIMEOUT_MS (request.c), then:
+ * reads one request head within EGRESS_HEAD_TIMEOUT_MS (request.c), parsed
+ * strictly as it arrives (head.c: a malformed head is refused at the byte
+ * that makes it so), then:
  *	  CONNECT host:port		vet, resolve, vet the addresses, dial the vetted
  *							address (vet.c), answer 200, then require the
  *							first bytes to be a TLS ClientHello whose SNI is
  *							host (tunnel.c)
  *	  GET http://host/...	(absolute form) the same vetting, Host must be
- *							host, forwarded once with Connection: close
- *							(http.c)
+ *							host, forwarded once with Connection: close,
+ *							written anew from the parsed head (http.c)
  * A refusal is answered at once with a status line that says why
  * ("403 egress denied: example.org:443 is not in the allowlist").  Every
  * attempt is one JSON line on the log fd (log.c).  On the summary fd it

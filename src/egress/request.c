@@ -2,10 +2,9 @@
  *
  * request.c
  *	  sandbox-egress: one connection's request head.  Reading it within
- *	  EGRESS_HEAD_TIMEOUT_MS, the request line and the headers, the
- *	  authority (host and port), the refusal a connection is answered with,
- *	  and the dispatch to the CONNECT tunnel (tunnel.c) or the HTTP path
- *	  (http.c).
+ *	  EGRESS_HEAD_TIMEOUT_MS, each read given to the parser (head.c) at
+ *	  once, the refusal a connection is answered with, and the dispatch to
+ *	  the CONNECT tunnel (tunnel.c) or the HTTP path (http.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -13,9 +12,7 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "proxy.h"
@@ -61,167 +58,73 @@ proxy_wait_readable(int fd, uint64_t deadline)
 	}
 }
 
-/* Read the request head (up to CRLFCRLF) within the head timeout. */
-static int
+/*
+ * Read the request head within the head timeout, each read's bytes given
+ * to the parser (head.c) as they come, so that a malformed head is refused
+ * as soon as the byte that makes it so arrives.  False when there is no
+ * head to serve: c->reason says why, and the client was answered where it
+ * could still read.
+ */
+static bool
 read_head(Conn *c)
 {
 	uint64_t	deadline = c->started + EGRESS_HEAD_TIMEOUT_MS;
 
-	while (c->headlen < EGRESS_HEAD_MAX)
+	for (;;)
 	{
 		ssize_t		n;
-		char	   *e;
+		HeadResult	r;
 
+		if (c->headlen >= EGRESS_HEAD_MAX)
+		{
+			if (!c->host[0])
+				snprintf(c->host, sizeof(c->host), "(none)");
+			proxy_refuse(c, 403, "the request head is larger than %d bytes", EGRESS_HEAD_MAX);
+			return false;
+		}
 		if (!proxy_wait_readable(c->cfd, deadline))
-			return -1;
-		n = read(c->cfd, c->head + c->headlen, EGRESS_HEAD_MAX - c->headlen);
-		if (n <= 0)
-			return -1;
-		c->headlen += n;
-		c->head[c->headlen] = '\0';
-		if (memchr(c->head, '\0', c->headlen))
-			return -2;
-		e = strstr((char *) c->head, "\r\n\r\n");
-		if (e)
-		{
-			c->headend = (uint8_t *) e + 4 - c->head;
-			return 0;
-		}
-	}
-	return -2;
-}
-
-/* "host:port" or "[v6]:port" (port required) into c->host and c->port. */
-int
-proxy_split_authority(Conn *c, const char *a, size_t len, uint16_t defport, char *rawhost,
-				size_t rawlen)
-{
-	const char *hs = a,
-			   *he,
-			   *colon = NULL;
-	char		hb[EGRESS_HOST_MAX + 8];
-	long		port = defport;
-
-	if (len && a[0] == '[')
-	{
-		he = memchr(a, ']', len);
-		if (!he)
-			return -1;
-		hs = a + 1;
-		if (he + 1 < a + len)
-		{
-			if (he[1] != ':')
-				return -1;
-			colon = he + 1;
-		}
-	}
-	else
-	{
-		colon = memrchr(a, ':', len);
-		he = colon ? colon : a + len;
-	}
-	if (colon)
-	{
-		char		pb[8];
-		size_t		pl = a + len - colon - 1;
-		char	   *end;
-
-		if (pl == 0 || pl >= sizeof(pb))
-			return -1;
-		memcpy(pb, colon + 1, pl);
-		pb[pl] = '\0';
-		port = strtol(pb, &end, 10);
-		if (*end || port < 1 || port > 65535)
-			return -1;
-	}
-	else if (defport == 0)
-		return -1;
-	if (he - hs <= 0 || (size_t) (he - hs) >= sizeof(hb) || (size_t) (he - hs) >= rawlen)
-		return -1;
-	memcpy(hb, hs, he - hs);
-	hb[he - hs] = '\0';
-	memcpy(rawhost, hb, he - hs + 1);
-	c->port = (uint16_t) port;
-	return 0;
-}
-
-/* A header's value in the head (first occurrence), or NULL. */
-const char *
-proxy_find_header(const Conn *c, const char *name, size_t *vlen, int *count)
-{
-	const char *p = strstr((const char *) c->head, "\r\n");
-	const char *found = NULL;
-	size_t		nl = strlen(name);
-
-	*count = 0;
-	while (p && (const uint8_t *) p + 2 < c->head + c->headend - 2)
-	{
-		const char *line = p + 2;
-		const char *eol = strstr(line, "\r\n");
-
-		if (!eol)
 			break;
-		if ((size_t) (eol - line) > nl && strncasecmp(line, name, nl) == 0 && line[nl] == ':')
+		n = read(c->cfd, c->head + c->headlen, EGRESS_HEAD_MAX - c->headlen);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n < 0)
 		{
-			const char *v = line + nl + 1;
-
-			while (*v == ' ' || *v == '\t')
-				v++;
-			if (!found)
-			{
-				found = v;
-				*vlen = eol - v;
-				while (*vlen && (v[*vlen - 1] == ' ' || v[*vlen - 1] == '\t'))
-					(*vlen)--;
-			}
-			(*count)++;
+			if (!c->host[0])
+				snprintf(c->host, sizeof(c->host), "(none)");
+			snprintf(c->reason, sizeof(c->reason),
+					 "the connection failed before the request head ended: %s", strerror(errno));
+			return false;
 		}
-		p = eol;
+		if (n == 0)
+		{
+			if (!c->host[0])
+				snprintf(c->host, sizeof(c->host), "(none)");
+			if (c->headlen == 0)
+				snprintf(c->reason, sizeof(c->reason), "the connection ended without a request");
+			else				/* half-closed: it may still read why */
+				proxy_refuse(c, 403, "the connection ended before the request head did");
+			return false;
+		}
+		c->headlen += n;
+		r = proxy_head_parse(c);
+		if (r != HEAD_MORE)
+			return r == HEAD_COMPLETE;
 	}
-	return found;
+	if (!c->host[0])
+		snprintf(c->host, sizeof(c->host), "(none)");
+	snprintf(c->reason, sizeof(c->reason), "no request within %d s",
+			 EGRESS_HEAD_TIMEOUT_MS / 1000);
+	return false;
 }
 
+/* One connection: its head, then CONNECT's tunnel or the HTTP request. */
 void
 proxy_serve(Conn *c)
 {
-	char	   *sp1,
-			   *sp2,
-			   *eol;
-	char	   *line = (char *) c->head;
-	int			rc = read_head(c);
-
-	if (rc == -1)
-	{
-		snprintf(c->host, sizeof(c->host), "(none)");
-		snprintf(c->reason, sizeof(c->reason), "no request within %d s",
-				 EGRESS_HEAD_TIMEOUT_MS / 1000);
+	if (!read_head(c))
 		return;
-	}
-	if (rc == -2)
-	{
-		snprintf(c->host, sizeof(c->host), "(none)");
-		proxy_refuse(c, 403, "the request head is malformed or larger than %d bytes",
-			   EGRESS_HEAD_MAX);
-		return;
-	}
-	eol = strstr(line, "\r\n");
-	sp1 = memchr(line, ' ', eol - line);
-	sp2 = sp1 ? memchr(sp1 + 1, ' ', eol - sp1 - 1) : NULL;
-	if (!sp1 || !sp2 || (strncmp(sp2 + 1, "HTTP/1.1", 8) != 0 &&
-						 strncmp(sp2 + 1, "HTTP/1.0", 8) != 0) || sp2 + 9 != eol)
-	{
-		snprintf(c->host, sizeof(c->host), "(none)");
-		proxy_refuse(c, 403, "not an HTTP/1 proxy request");
-		return;
-	}
-	if (sp1 - line == 7 && strncmp(line, "CONNECT", 7) == 0)
-		proxy_serve_connect(c, sp1 + 1, sp2 - sp1 - 1);
+	if (c->mode == MODE_CONNECT)
+		proxy_serve_connect(c);
 	else
-	{
-		char		version[9];
-
-		memcpy(version, sp2 + 1, 8);
-		version[8] = '\0';
-		proxy_serve_http(c, line, sp1 - line, sp1 + 1, sp2 - sp1 - 1, version);
-	}
+		proxy_serve_http(c);
 }

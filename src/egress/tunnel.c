@@ -170,23 +170,17 @@ out:
 	}
 }
 
+/* CONNECT host:port, its head parsed (head.c): vet, dial, 200, the tunnel. */
 void
-proxy_serve_connect(Conn *c, const char *target, size_t tlen)
+proxy_serve_connect(Conn *c)
 {
-	char		raw[EGRESS_HOST_MAX + 8];
 	EgressAddr	dst;
 	char		sni[EGRESS_HOST_MAX + 2];
 	int			r;
 	uint64_t	deadline;
 	static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 
-	c->mode = MODE_CONNECT;
-	if (proxy_split_authority(c, target, tlen, 0, raw, sizeof(raw)) < 0)
-	{
-		proxy_refuse(c, 403, "CONNECT needs host:port");
-		return;
-	}
-	if (!proxy_vet(c, raw, &dst))
+	if (!proxy_vet(c, c->req.rawhost, &dst))
 		return;
 	if (!proxy_dial_vetted(c, &dst))
 		return;

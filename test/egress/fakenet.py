@@ -10,9 +10,14 @@
 #   * HTTP on :80 and :8080, HTTPS on :443 and :8443 (a certificate of
 #     the suite's test CA for every name below), on every address of the
 #     namespace.  GET /... answers "hello <Host> <path> from <local address>";
-#     GET /bytes/N answers N bytes; POST answers the body's length.
+#     GET /bytes/N answers N bytes; POST answers the body's length;
+#   * a recorder on :8081, a raw HTTP/1 server that keeps what reached it:
+#     every connection is counted when it is accepted, and what it read
+#     (the head and a Content-Length body, byte for byte) is its answer's
+#     body; GET /recorded on the HTTP servers says how many connections it
+#     has accepted.
 # Usage: fakenet.py RESOLVER CERT KEY
-import socket, ssl, struct, sys, threading
+import re, socket, ssl, struct, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PUB, PUB2, PUB3 = "93.184.216.34", "93.184.216.35", "140.82.112.3"
@@ -27,6 +32,8 @@ NAMES = {
 }
 AAAA = {"v6ula.test": ["fd00::1"], "v6loop.test": ["::1"]}
 queries = {}
+recorded = [0]
+recorded_lock = threading.Lock()
 
 def dns_answer(q):
     qid, flags, qd = struct.unpack(">HHH", q[:6])
@@ -92,6 +99,10 @@ class H(BaseHTTPRequestHandler):
         if self.path.startswith("/dns-queries/"):
             self.reply(b"%d\n" % queries.get(self.path[13:], 0))
             return
+        if self.path == "/recorded":
+            with recorded_lock:
+                self.reply(b"%d\n" % recorded[0])
+            return
         if self.path.startswith("/bytes/"):
             n = int(self.path[7:])
             self.send_response(200)
@@ -119,6 +130,41 @@ def serve(port, ctx=None):
         srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     srv.serve_forever()
 
+def record_one(s):
+    s.settimeout(30)
+    got = b""
+    try:
+        while b"\r\n\r\n" not in got:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+        head, _, body = got.partition(b"\r\n\r\n")
+        m = re.search(rb"\r\ncontent-length: *([0-9]+)\r", head + b"\r", re.I)
+        n = int(m.group(1)) if m else 0
+        while len(body) < n:
+            d = s.recv(65536)
+            if not d:
+                break
+            body += d
+        got = head + b"\r\n\r\n" + body
+        s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(got) + got)
+    except OSError:
+        pass
+    finally:
+        s.close()
+
+def recorder(port):
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", port))
+    srv.listen(64)
+    while True:
+        s, _ = srv.accept()
+        with recorded_lock:
+            recorded[0] += 1
+        threading.Thread(target=record_one, args=(s,), daemon=True).start()
+
 def main():
     resolver, cert, key = sys.argv[1:4]
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -128,6 +174,7 @@ def main():
         ts.append(threading.Thread(target=serve, args=(p,), daemon=True))
     for p in (443, 8443):
         ts.append(threading.Thread(target=serve, args=(p, ctx), daemon=True))
+    ts.append(threading.Thread(target=recorder, args=(8081,), daemon=True))
     for t in ts:
         t.start()
     print("ready", flush=True)

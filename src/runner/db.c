@@ -10,9 +10,20 @@
  * (libpq's PQconnectPoll, driven by the loop's poll()) or UP.  Nothing
  * here blocks longer than a deadline: a connection that does not answer
  * in time is dropped and made again, so that the loop goes on reading its
- * jails' output, reaping them and fencing itself while the database is
- * away.  Every step is idempotent in SQL (fenced on the state it expects),
- * so a step whose answer was lost may be sent again.
+ * jails' output and reaping them while the database is away.  Every step
+ * is idempotent in SQL (fenced on the state it expects), so a step whose
+ * answer was lost may be sent again.
+ *
+ * A step's deadline is its own (STEP_TIMEOUT_MS, and more for a large
+ * one), not the fence's, and the start of a connection resolves a host
+ * name synchronously (PQconnectStartParams: DNS, as long as the resolver
+ * takes): the self-fencing kill does not wait for either, the fence's
+ * thread does it at the deadline wherever this thread waits (fence.c).
+ * Cutting a step short at a fence deadline would add nothing to that and
+ * lose what the step could still do: a heartbeat answered late still
+ * renews the runs claimed after the one whose deadline passed, and a
+ * finish that arrives in time is judged by the database's deadline, not
+ * ours.
  *
  * The conninfo is the operator's (config.c); this file adds what the
  * runner needs unless the operator set it: application_name, a short

@@ -528,7 +528,9 @@ jail_read_verdict(Run *run)
 			continue;
 		if (r < 0 && errno == EAGAIN)
 			break;
-		/* EOF (or an error) */
+		/* EOF (or an error); a served run's fence used this connection */
+		if (j->served)
+			fence_disarm(run);
 		close_fd(&j->verdict_fd);
 		if (j->served)
 			run_exited(run);
@@ -541,15 +543,24 @@ jail_read_verdict(Run *run)
 		j->verdict.data[--j->verdict.len] = '\0';
 }
 
-/* Reap a one-shot jail that exited. */
+/*
+ * Reap a one-shot jail that exited.  It is looked at first without being
+ * reaped: its fence is disarmed before its pid is freed and its pidfd
+ * closed, never after (fence.c).
+ */
 void
 jail_reap(Run *run)
 {
+	siginfo_t	si;
 	int			status;
 	pid_t		r;
 
 	if (run->phase != RUN_STARTED || run->jail.served)
 		return;
+	memset(&si, 0, sizeof(si));
+	if (waitid(P_PID, run->jail.pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == 0)
+		return;					/* still running */
+	fence_disarm(run);
 	r = waitpid(run->jail.pid, &status, WNOHANG);
 	if (r == run->jail.pid || (r < 0 && errno == ECHILD))
 	{
@@ -575,6 +586,7 @@ jail_signal(Run *run, int sig)
 	{
 		if (sig == SIGKILL)
 		{
+			fence_disarm(run);
 			close_fd(&j->verdict_fd);
 			run_exited(run);
 		}
@@ -589,13 +601,14 @@ jail_signal(Run *run, int sig)
 		(void) kill(j->pid, sig);
 }
 
-/* Kill a one-shot jail and wait for it (shutdown). */
+/* Kill a one-shot jail and wait for it (shutdown, a fence). */
 void
 jail_kill_wait(Run *run)
 {
 	bool		oneshot = run->phase == RUN_STARTED && !run->jail.served;
 
 	jail_signal(run, SIGKILL);
+	fence_disarm(run);			/* before the pid is reaped */
 	if (oneshot && run->jail.pid > 0)
 		(void) waitpid(run->jail.pid, NULL, 0);
 }
@@ -639,6 +652,7 @@ jail_failure(Run *run, int *jail_status)
 void
 jail_close(Run *run)
 {
+	fence_disarm(run);
 	close_fd(&run->out.fd[STREAM_STDOUT]);
 	close_fd(&run->out.fd[STREAM_STDERR]);
 	close_fd(&run->jail.verdict_fd);

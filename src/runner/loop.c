@@ -24,9 +24,13 @@
  * Leases (steps.c): the runner registers when it first connects, renews
  * every lease it holds with one heartbeat every heartbeat_seconds, and
  * fences itself, killing every sandbox, when it could not renew for a
- * lease's length.  A connection made again does not register again (that
- * would end our own runs): it heartbeats, and the database says which
- * leases we lost meanwhile.
+ * lease's length.  The kill does not wait for this loop: the fence's
+ * thread (fence.c) does it at the deadline wherever the loop is (a step
+ * on a dead link, a connection, a finish); the loop drops those runs'
+ * results and frees their slots when it next looks, at the top of every
+ * turn and after every wait.  A connection made again does not register
+ * again (that would end our own runs): it heartbeats, and the database
+ * says which leases we lost meanwhile.
  *
  *-------------------------------------------------------------------------
  */
@@ -449,6 +453,8 @@ runner_loop(void)
 		woken = wait_and_read(&nevents);
 		if (shutdown_requested)
 			break;
+		/* (a connection made in the wait heartbeats, and may have waited) */
+		step_self_fence();
 		check_runs();
 		if (step_mark_due() >= 0 && step_mark_due() <= runner_now_ms() && db_connected())
 			step_mark_started();

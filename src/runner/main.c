@@ -189,6 +189,8 @@ main(int argc, char **argv)
 	(void) workdir_usable(true);
 	workdir_clean_root();
 	runs_init();
+	if (!fence_start())
+		exit(1);
 	(void) launcher_ensure();
 	runner_log(RLOG_LOG, "runner \"%s\" started (%d slots, jail \"%s\", work directory \"%s\")",
 			   runner_conf.name, runner_conf.slots, runner_conf.jail_path, workdir_root());

@@ -94,6 +94,7 @@ run_reset(Run *run)
 	d->egress = d->egress_collected = false;
 	d->egress_log = NULL;
 	arena_reset(&run->arena);
+	fence_reset(run);
 	status_dirty = true;
 }
 
@@ -170,6 +171,8 @@ run_start(Run *run, const ClaimedRun *c)
 	{
 		run->phase = RUN_STARTED;
 		run->report_at = run->mark_retry_at = runner_now_ms() + runner_conf.start_report_delay_ms;
+		/* (a deadline that passed while it was prepared: killed at once) */
+		fence_arm(run, me.lease_ms > 0 ? step_lease_deadline(run) : FENCE_NEVER);
 	}
 	else if (run->phase == RUN_CLAIMED)
 		run->phase = RUN_UNSTARTED;
@@ -234,6 +237,19 @@ run_finish(Run *run)
 	workdir_collect(run, error != NULL);
 	egress_collect(run);
 	workdir_release(run);
+
+	/*
+	 * Not a result of ours to record when its jail was killed by the fence
+	 * (its verdict says killed, but not by its payload), nor once its lease
+	 * ran out by our clock: reading the workspace may have taken a while.
+	 */
+	if (step_fence_due(run))
+	{
+		run_fence(run, fence_fired(run) ?
+				  "its lease could not be renewed in time; the fence killed its sandbox at the deadline" :
+				  "its lease could not be renewed");
+		return true;
+	}
 
 	/* (with the output that waited for the start report) */
 	o = step_record_result(run, error, jail_status, true, &applied, &err);

@@ -25,13 +25,19 @@
  *	workdir.c	the work directory: a run's directory, workspaces, skills
  *				on disk, what is swept away
  *	files.c		host-side file work in sandbox-writable directories
+ *	fence.c		the fence's thread: kills the sandbox of a run whose
+ *				lease could not be renewed in time, wherever the main
+ *				thread is
  *	local.c		the link with the supervisor that started us (--local)
  *	check.c		--check: what the host lacks
  *	util.c		clock, logging, per-run memory, string lists
  *
- * One process, one thread.  No transaction is open while a jail runs but
- * the prepare step's, which spans placing the conversation's files (so
- * that the database records exactly what was placed).
+ * One process, two threads: the main thread does everything but the
+ * fence's kills, which are the fence's thread's (fence.c), so that they
+ * happen on time even while the main thread waits in a step, a connection
+ * or a finish.  No transaction is open while a jail runs but the prepare
+ * step's, which spans placing the conversation's files (so that the
+ * database records exactly what was placed).
  *
  *-------------------------------------------------------------------------
  */
@@ -472,7 +478,14 @@ typedef struct RunnerIdentity
 	char		refused[512];	/* why the last registration was refused, or "" */
 } RunnerIdentity;
 
-/* Fence ourselves this long before a lease we could not renew runs out. */
+/*
+ * Fence ourselves this long before a lease we could not renew runs out by
+ * our count (which starts when the claim or the heartbeat was sent, never
+ * later than the database's): what the kill may take to land (the fence's
+ * thread waking, the launcher's worker reading the hang-up, the kernel
+ * ending the sandbox's pid namespace) and the drift between our monotonic
+ * clock and the database's over one lease.
+ */
 #define SELF_FENCE_MARGIN_MS	1000
 
 extern RunnerIdentity me;
@@ -484,6 +497,8 @@ extern void step_lease_params(DbParam *p, const Run *run);
 extern bool step_register(void);
 extern bool step_heartbeat(void);
 extern msec step_lease_deadline(const Run *run);
+extern bool step_fence_due(const Run *run);
+extern void step_fence_update(void);
 extern void step_self_fence(void);
 extern int	step_claim(int want, ClaimedRun *out);
 extern msec step_mark_due(void);
@@ -495,6 +510,15 @@ extern bool step_sweep_lists(StrList *live_sessions, StrList *skills_in_use);
 extern bool step_store_output(const bool ready[][NSTREAMS], bool *stored);
 extern DbOutcome step_record_result(Run *run, const char *error, int jail_status,
 									bool with_files, bool *applied, char **err);
+
+/* ---- fence.c ---- */
+#define FENCE_NEVER		PG_INT64_MAX	/* a deadline that never comes */
+extern bool fence_start(void);
+extern void fence_arm(const Run *run, msec deadline);
+extern void fence_set_deadline(const Run *run, msec deadline);
+extern void fence_disarm(const Run *run);
+extern void fence_reset(const Run *run);
+extern bool fence_fired(const Run *run);
 
 /* ---- local.c ---- */
 extern int	link_fd;			/* -1 unless --local */

@@ -194,8 +194,12 @@ step_heartbeat(void)
 
 	initStringInfo(&held);
 	appendStringInfoChar(&held, '{');
+	/*
+	 * (a run whose sandbox the fence's thread killed is not ours to name,
+	 * though its slot is not free yet: the database ends it now)
+	 */
 	for (int i = 0; i < nruns; i++)
-		if (runs[i].phase != RUN_FREE)
+		if (runs[i].phase != RUN_FREE && !fence_fired(&runs[i]))
 			appendStringInfo(&held, "%s%s", n++ ? "," : "", runs[i].id);
 	appendStringInfoChar(&held, '}');
 	snprintf(in_use, sizeof(in_use), "%d", nactive);
@@ -227,6 +231,7 @@ step_heartbeat(void)
 		}
 		strlcpy(me.state, state, sizeof(me.state));
 		me.renewed_at = sent;
+		step_fence_update();
 		for (char *t = strtok_r(lost, "{},", &save); t; t = strtok_r(NULL, "{},", &save))
 			for (int i = 0; i < nruns; i++)
 				if (runs[i].phase != RUN_FREE && strcmp(runs[i].id, t) == 0)
@@ -266,27 +271,59 @@ step_lease_deadline(const Run *run)
 }
 
 /*
- * Self-fencing: a run whose lease we could not renew in time is about to
- * be reaped, or is: whatever its sandbox does now is no invocation's.
- * Kill it and drop its result before the database ends it.  Called every
- * turn.
+ * Is the run to be fenced: did the fence's thread kill its jail, or did
+ * its lease run out by our clock (a run without a jail: claimed, exited,
+ * waiting to record its result)?
+ */
+bool
+step_fence_due(const Run *run)
+{
+	if (run->phase == RUN_FREE)
+		return false;
+	if (fence_fired(run))
+		return true;
+	return me.registered && me.lease_ms > 0 && runner_now_ms() >= step_lease_deadline(run);
+}
+
+/*
+ * Tell the fence's thread the deadline of every running jail: after a
+ * heartbeat renewed our leases (or said the lease changed).
+ */
+void
+step_fence_update(void)
+{
+	for (int i = 0; i < nruns; i++)
+		if (runs[i].phase == RUN_STARTED)
+			fence_set_deadline(&runs[i], me.lease_ms > 0 ? step_lease_deadline(&runs[i]) : FENCE_NEVER);
+}
+
+/*
+ * Self-fencing, the main thread's part: a run whose lease we could not
+ * renew in time is about to be reaped, or is: whatever its sandbox does
+ * now is no invocation's.  Its jail is killed (already, when the fence's
+ * thread did it at the deadline, fence.c) and its result dropped before
+ * the database ends it.  Called every turn and whenever the main thread
+ * may have been held up (a step, a finish).
  */
 void
 step_self_fence(void)
 {
-	msec		now = runner_now_ms();
-
-	if (!me.registered || nactive == 0 || me.lease_ms <= 0)
+	if (nactive == 0)
 		return;
 	for (int i = 0; i < nruns; i++)
 	{
 		Run		   *run = &runs[i];
 
-		if (run->phase == RUN_FREE || now < step_lease_deadline(run))
+		if (!step_fence_due(run))
 			continue;
-		runner_log(RLOG_WARNING, "could not renew the lease of invocation %s for %d s",
-				   run->id, (int) ((now - Max(run->leased_at, me.renewed_at)) / 1000));
-		run_fence(run, "its lease could not be renewed");
+		if (fence_fired(run))
+			run_fence(run, "its lease could not be renewed in time; the fence killed its sandbox at the deadline");
+		else
+		{
+			runner_log(RLOG_WARNING, "could not renew the lease of invocation %s for %d s",
+					   run->id, (int) ((runner_now_ms() - Max(run->leased_at, me.renewed_at)) / 1000));
+			run_fence(run, "its lease could not be renewed");
+		}
 	}
 }
 

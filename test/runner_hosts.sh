@@ -42,7 +42,8 @@ RH_A=$((PORT / 256))
 RH_B=$((PORT % 256))
 RH_DIR=${RH_DIR:-/tmp/sbxr_$PORT}
 RH_N=0
-# The daemon (fault injection may point this at another build of it).
+# The daemon (fault injection may point this at another build of it, the
+# ASan one too: rh_pid finds it by its file name).
 RH_RUNNER=${RH_RUNNER:-$PGBIN/sandbox-runner}
 
 rh_ns() { echo "sbxr-$PORT-$1"; }
@@ -170,7 +171,7 @@ CONF
 	chmod 0600 "$RH_DIR/h$h/runner.conf"
 }
 
-rh_pid() { pgrep -o -u postgres -f -- "sandbox-runner --config $RH_DIR/h$1/runner.conf\$"; }
+rh_pid() { pgrep -o -u postgres -f -- "$(basename "$RH_RUNNER") --config $RH_DIR/h$1/runner.conf\$"; }
 
 rh_start() {			# host [slots]
 	local h=$1

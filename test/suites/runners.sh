@@ -15,8 +15,12 @@
 #   - kill -9 of a runner mid-run: the run ends after its lease, a failure
 #     of ours (refunded), and nothing of it is left on its host once the
 #     runner is back;
-#   - a runner's link cut mid-run until its lease expires: refunded, its
-#     sandbox killed, nothing it sends once the link is back is recorded;
+#   - a runner's link cut mid-run until its lease expires: its sandbox
+#     killed before the database's deadline for the lease while the runner
+#     still waits in a step on the dead link, refunded, nothing it sends
+#     once the link is back is recorded; the same at the default lease with
+#     the runner held in a large finish on a link slowed to a crawl, then
+#     cut (test/tools/fence_order.c observes which came first);
 #   - an immediate restart of PostgreSQL: the runners reconnect, their runs
 #     in flight end as their payloads did, new runs go everywhere;
 #   - session affinity, and the rebuild on another runner once the
@@ -64,6 +68,11 @@ if ! rh_setup 4 >"$RH_DIR.setup.log" 2>&1; then
 	finish_suite
 fi
 rm -f "$RH_DIR.setup.log"
+if ! cc -O2 -Wall -Werror -o "$RH_DIR/fence_order" "$top/test/tools/fence_order.c" \
+	-I"$("$PGBIN/pg_config" --includedir)" -I/usr/include/postgresql -lpq; then
+	nok "build the fence_order tool"
+	finish_suite
+fi
 q -c "ALTER SYSTEM SET sandbox.max_concurrent_runs = 0" -c "SELECT pg_reload_conf()" >/dev/null
 setting runner_lease_seconds "$LEASE"
 for h in 1 2 3; do rh_start "$h"; done
@@ -100,6 +109,38 @@ rh_try() {
 		sed -n 's/^psql: error: //p' <<<"$out" | head -n 1
 	fi
 }
+# Which came first, the end of the sandbox "sleep MARK" or the database's
+# deadline for INV's lease, observed from outside (test/tools/fence_order.c:
+# a pidfd of the sandbox's process and one connection, no clock compared
+# but the database's): "killed before the deadline", "alive after the
+# deadline", or "killed, seen after the deadline" (neither order seen).
+fence_order() {		# inv mark seconds
+	local pid
+	pid=$(pgrep -o -f "^sleep $2\$")
+	if [ -z "$pid" ]; then
+		echo "no sandbox to watch"
+		return
+	fi
+	as_pg "$RH_DIR/fence_order" "host=$CLUSTER_DIR port=$PORT user=postgres dbname=$DB" "$1" "$pid" "$3"
+}
+# Host H's runner log from line N on: what it says first of INV's end.  The
+# fence's thread logs its kill ("the lease of invocation INV could not be
+# renewed in time"); the run loop logs the run dropped ("invocation INV is
+# not ours any more") once it gets control back from the call it waited in.
+fence_log() {		# host line inv
+	tail -n +"$2" "$RH_DIR/h$1/runner.log" |
+		grep -oE "lease of invocation $3 could not be renewed in time|invocation $3 is not ours any more" |
+		head -n 2 | sed "s/$3/INV/" | tr '\n' '|'
+}
+log_lines() { wc -l <"$RH_DIR/h$1/runner.log"; }
+last_heartbeat() { q -c "SELECT last_heartbeat FROM agent.runners WHERE name = '$(rh_name "$1")'"; }
+# Wait for host H's next heartbeat to be recorded.
+next_heartbeat() {
+	local before
+	before=$(last_heartbeat "$1")
+	wait_for 40 '[ "$(last_heartbeat '"$1"')" != "'"$before"'" ]'
+}
+
 # A tenant that may run eight at once (the default per-org limit is two).
 wide_tenant() {
 	local t
@@ -223,7 +264,7 @@ t_kill9() {
 
 # ---- a runner's link cut mid-run -------------------------------------------------
 t_cut() {
-	local A inv h snap others o rid tok
+	local A inv h snap others o rid tok from
 	A=$(wide_tenant)
 	next_mark
 	inv=$(start "$A" shell "sleep $mark & for i in \$(seq 1 40); do echo tick \$i; sleep 0.5; done; wait" none 120)
@@ -235,20 +276,24 @@ t_cut() {
 		return
 	fi
 	check "the run's sandbox is on its runner's host" alive "$(sandbox_alive "$mark" && echo alive || echo gone)"
+	from=$(log_lines "$h")
+	# (the runner's next step waits on the dead link for 10 s, longer than
+	# the lease has left: the kill must not wait for it)
 	rh_cut "$h"
 	# What the primary has of the run once nothing can reach it from the host.
 	sleep 0.5
 	snap=$(output "$inv")
+	check "link cut mid-run: its sandbox is killed on its host before the database's deadline for its lease (self-fencing)" \
+		"killed before the deadline" "$(fence_order "$inv" "$mark" 60)"
 	check "link cut mid-run: after its lease the run ends, a failure of ours, refunded" \
 		"provision_failed|charge:-2,refund:2" "$(await "$A" "$inv" 90)|$(ledger "$inv")"
 	check "... the reason names the runner and its lease" \
 		"the runner \"$(rh_name "$h")\" stopped renewing its lease" "$(field "$inv" state_reason)"
-	wait_for 30 '! sandbox_alive '"$mark"
-	check "... its sandbox is killed on its host while the link is still down (self-fencing)" gone \
-		"$(sandbox_alive "$mark" && echo alive || echo gone)"
 	rh_mend "$h"
 	wait_for 60 '[ "$(live '"$h"')" = t ]'
 	check "link restored: the runner is live again" t "$(live "$h")"
+	check "... its log: the fence's thread killed the sandbox, the run loop dropped the run once its call on the dead link gave up" \
+		"lease of invocation INV could not be renewed in time|invocation INV is not ours any more|" "$(fence_log "$h" "$from" "$inv")"
 	# Whatever it still had to say about the run (output, its finish) came
 	# after its lease: none of it is recorded.
 	wait_for 10 '[ "$(q -c "SELECT in_use FROM agent.runner_status WHERE name = '"'$(rh_name "$h")'"'")" = 0 ]'
@@ -270,6 +315,65 @@ t_cut() {
 	inv=$(run "$A" shell 'echo after the cut' none)
 	for o in $others; do resume "$o"; done
 	check "... and runs again" "succeeded|after the cut|$h" "$(field "$inv" state)|$(output "$inv")|$(host_of "$inv")"
+}
+
+# ---- at the default lease, the link cut while the runner waits in a large finish -
+# The runner's loop is held in a database call for longer than a lease has
+# left: a run's finish sends 40 MB of files over a link that has slowed to a
+# crawl (a token bucket of 1 Mbit/s on the host's side of its link, tc:
+# fault injection), so no heartbeat can go out; once the database has heard
+# nothing from the runner for two heartbeats' time, the link is cut.  The
+# runner's other run must be killed before the database's deadline for its
+# lease (30 s from the last heartbeat the database recorded); the call the
+# runner waits in ends only later (its deadline, 10 s and a second per MB
+# it sends; the connection's TCP user timeout, 20 s after the cut; or, once
+# the link is mended, the database's refusal of the finish).
+t_cut_in_finish() {
+	local A inv big h=1 ns dev from
+	ns=$(rh_ns "$h")
+	dev="sr${PORT}n$h"
+	A=$(wide_tenant)
+	next_mark
+	drain 2
+	drain 3
+	inv=$(start "$A" shell "echo started; sleep $mark" none 120)
+	big=$(start "$A" shell 'head -c 20000000 /dev/urandom >a.bin && head -c 20000000 /dev/urandom >b.bin && echo ready; while [ ! -e go ]; do sleep 0.1; done' none 120)
+	wait_state "$inv" running 300
+	wait_state "$big" running 300
+	wait_for 60 '[ "$(output '"$inv"')" = started ] && [ "$(output '"$big"')" = ready ]'
+	check "two runs on host $h: one sleeps, one made 40 MB of files and waits" "$h|$h|started|ready|alive" \
+		"$(host_of "$inv")|$(host_of "$big")|$(output "$inv")|$(output "$big")|$(sandbox_alive "$mark" && echo alive || echo gone)"
+	# The default lease; the runner follows from a heartbeat's answer, and the
+	# second heartbeat recorded after the change was sent after an answer
+	# that carried it.
+	setting runner_lease_seconds 30
+	next_heartbeat "$h" && next_heartbeat "$h"
+	from=$(log_lines "$h")
+	ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate 1mbit burst 16kb latency 1s
+	: >"$RH_DIR/h$h/work/w/$big/workspace/go"
+	wait_for 30 '[ -n "$(q -c "SELECT 1 FROM pg_stat_activity WHERE application_name = '"'sandbox-runner-$(rh_name "$h")'"' AND query LIKE '"'%runner_store_produced_file%'"' AND state = '"'active'"' AND wait_event = '"'ClientRead'"'")" ]'
+	check "the runner is in its finish's database call (its backend waits for the rest of the files)" 1 \
+		"$(q -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sandbox-runner-$(rh_name "$h")' AND query LIKE '%runner_store_produced_file%' AND state = 'active' AND wait_event = 'ClientRead'")"
+	wait_for 60 '[ "$(q -c "SELECT pg_catalog.clock_timestamp() > last_heartbeat + interval '"'20 s'"' FROM agent.runners WHERE name = '"'$(rh_name "$h")'"'")" = t ]'
+	rh_cut "$h"
+	check "link cut while the runner waits in a database call, at the default lease: the other run's sandbox is killed before the database's deadline for its lease" \
+		"killed before the deadline" "$(fence_order "$inv" "$mark" 60)"
+	check "... both runs end after the lease, failures of ours, refunded" \
+		"provision_failed|charge:-2,refund:2|provision_failed|charge:-2,refund:2" \
+		"$(await "$A" "$inv" 90)|$(ledger "$inv")|$(await "$A" "$big" 90)|$(ledger "$big")"
+	ip netns exec "$ns" tc qdisc del dev "$dev" root
+	rh_mend "$h"
+	wait_for 60 '[ "$(live '"$h"')" = t ] && [ "$(q -c "SELECT in_use FROM agent.runner_status WHERE name = '"'$(rh_name "$h")'"'")" = 0 ]'
+	check "link restored: the runner is live again, holding nothing" "t|0" \
+		"$(live "$h")|$(q -c "SELECT in_use FROM agent.runner_status WHERE name = '$(rh_name "$h")'")"
+	check "... its log: the fence's thread killed the sandbox, the run loop dropped the run once its finish's call ended" \
+		"lease of invocation INV could not be renewed in time|invocation INV is not ours any more|" "$(fence_log "$h" "$from" "$inv")"
+	check "... the finish it was sending is not recorded, refunded once" \
+		"provision_failed|the runner \"$(rh_name "$h")\" stopped renewing its lease|charge:-2,refund:2|credits.charged,credits.refunded,invocation.provision_failed" \
+		"$(field "$big" state)|$(field "$big" state_reason)|$(ledger "$big")|$(events "$big")"
+	setting runner_lease_seconds "$LEASE"
+	resume 2
+	resume 3
 }
 
 # ---- an immediate restart of PostgreSQL -------------------------------------------
@@ -641,5 +745,5 @@ t_attacker_lease_cap() {
 }
 
 after_test() { check_invariants; }
-run_tests t_hosts t_spread t_kill9 t_cut t_pg_restart t_affinity t_attacker_catalog t_attacker_steps t_attacker_lease_cap
+run_tests t_hosts t_spread t_kill9 t_cut t_cut_in_finish t_pg_restart t_affinity t_attacker_catalog t_attacker_steps t_attacker_lease_cap
 finish_suite

@@ -16,7 +16,11 @@
  *	  a Content-Length of 1 to EGRESS_LENGTH_DIGITS_MAX digits and nothing
  *	  else (two equal ones are taken as one, two different ones refused);
  *	  no Transfer-Encoding (bodies are relayed by Content-Length only, so
- *	  never both); at most EGRESS_HEAD_FIELDS_MAX fields.  Every refusal
+ *	  never both); a Connection header that names none of Host,
+ *	  Content-Length and Transfer-Encoding (the fields it names are for this
+ *	  hop and are not forwarded, http.c; those three frame or route the
+ *	  request and cannot be dropped); at most EGRESS_HEAD_FIELDS_MAX
+ *	  fields.  Every refusal
  *	  here is a 403 whose reason says what was wrong (docs/egress.md).
  *
  *	  The parser is fed the bytes as request.c reads them, and looks at
@@ -259,6 +263,48 @@ length_field(Conn *c, const HeadField *f, bool *dup)
 	return HEAD_MORE;
 }
 
+/*
+ * Calls each comma-separated token of a field's value (OWS around it
+ * trimmed; empty list elements skipped, RFC 9110 5.6.1) until fn says
+ * stop; returns whether it did.
+ */
+bool
+proxy_head_tokens(const uint8_t *v, size_t len,
+				   bool (*fn) (const uint8_t *tok, size_t n, void *arg), void *arg)
+{
+	size_t		i = 0;
+
+	while (i < len)
+	{
+		size_t		start,
+					end;
+
+		while (i < len && (v[i] == ' ' || v[i] == '\t'))
+			i++;
+		start = i;
+		while (i < len && v[i] != ',')
+			i++;
+		end = i;
+		while (end > start && (v[end - 1] == ' ' || v[end - 1] == '\t'))
+			end--;
+		if (end > start && fn(v + start, end - start, arg))
+			return true;
+		i++;					/* past the comma */
+	}
+	return false;
+}
+
+static bool
+names_framing_field(const uint8_t *tok, size_t n, void *arg)
+{
+	static const char *const framing[] = {"Host", "Content-Length", "Transfer-Encoding"};
+
+	for (size_t i = 0; i < sizeof(framing) / sizeof(framing[0]); i++)
+		if (strlen(framing[i]) == n && strncasecmp((const char *) tok, framing[i], n) == 0)
+			return true;
+	return false;
+}
+
 /* A field line is whole: judge the fields that frame or route the request. */
 static HeadResult
 field_done(Conn *c)
@@ -279,6 +325,9 @@ field_done(Conn *c)
 	}
 	else if (name_is(c, f->name, "Transfer-Encoding"))
 		return refuse(c, "request bodies need one Content-Length (no chunked uploads through the proxy)");
+	else if (name_is(c, f->name, "Connection") &&
+			 proxy_head_tokens(c->head + f->value.off, f->value.len, names_framing_field, NULL))
+		return refuse(c, "the Connection header names a field that frames or routes the request");
 	if (!dup)
 		r->fields[r->nfields++] = *f;
 	r->state = HEAD_FIELD_START;

@@ -57,22 +57,47 @@ out_span(HttpOut *o, const Conn *c, HeadSpan s)
 	out_add(o, c->head + s.off, s.len);
 }
 
+typedef struct NameArg
+{
+	const char *name;
+	size_t		len;
+} NameArg;
+
+static bool
+token_is_name(const uint8_t *tok, size_t n, void *arg)
+{
+	const NameArg *a = arg;
+
+	return n == a->len && strncasecmp((const char *) tok, a->name, n) == 0;
+}
+
 /*
  * Fields for this hop only (RFC 9110, 7.6.1), not forwarded: the proxy
- * speaks for itself upstream (Connection: close), and Transfer-Encoding
- * never got this far (head.c refuses it).
+ * speaks for itself upstream (Connection: close), and so are the fields a
+ * Connection header names (head.c refused one that names Host,
+ * Content-Length or Transfer-Encoding); Transfer-Encoding never got this
+ * far (head.c refuses it).
  */
 static bool
 hop_by_hop(const Conn *c, HeadSpan name)
 {
 	static const char *const names[] = {"Connection", "Keep-Alive", "TE", "Trailer", "Upgrade"};
 	const char *n = (const char *) c->head + name.off;
+	NameArg		arg = {n, name.len};
 
 	if (name.len >= 6 && strncasecmp(n, "Proxy-", 6) == 0)
 		return true;
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (strlen(names[i]) == name.len && strncasecmp(n, names[i], name.len) == 0)
 			return true;
+	for (int i = 0; i < c->req.nfields; i++)
+	{
+		const HeadField *f = &c->req.fields[i];
+
+		if (f->name.len == 10 && strncasecmp((const char *) c->head + f->name.off, "Connection", 10) == 0 &&
+			proxy_head_tokens(c->head + f->value.off, f->value.len, token_is_name, &arg))
+			return true;
+	}
 	return false;
 }
 

@@ -181,6 +181,8 @@ extern void proxy_serve(Conn *c);
 
 /* head.c */
 extern HeadResult proxy_head_parse(Conn *c);
+extern bool proxy_head_tokens(const uint8_t *v, size_t len,
+							  bool (*fn) (const uint8_t *tok, size_t n, void *arg), void *arg);
 extern int	proxy_split_authority(const char *a, size_t len, uint16_t defport,
 								  char *rawhost, size_t rawlen, uint16_t *port);
 

@@ -716,6 +716,8 @@ CASES = [
     ("connect-host-space", C + b"Host : allowed.test\r\n", b"\r\n"),
     ("connect-dup-host", C + b"Host: allowed.test\r\nHost: allowed.test\r\n", b"\r\n"),
     ("connect-te", C + b"Transfer-Encoding: chunked\r\n", b"\r\n"),
+    ("connection-names-cl", H + b"Content-Length: 0\r\nConnection: keep-alive, content-length\r\n", END),
+    ("connection-names-host", H + b"Connection: , Host \r\n", END),
 ]
 
 def answer(data, half_close=False):
@@ -785,6 +787,8 @@ P
 		"connect-host-space|the request head is malformed: whitespace in a header field's name or before its colon"
 		"connect-dup-host|the request needs exactly one Host header"
 		"connect-te|request bodies need one Content-Length (no chunked uploads through the proxy)"
+		"connection-names-cl|the Connection header names a field that frames or routes the request"
+		"connection-names-host|the Connection header names a field that frames or routes the request"
 	)
 	before=$(recorded)
 	jrun python "$MALFORMED" "$EGR_DIR/pol.heads"
@@ -803,7 +807,8 @@ P
 		"$(logrows '"decision":"denied"')|$(logrows 'no request within')"
 
 	# What is forwarded is written from what was parsed: OWS trimmed, a
-	# space after each colon, hop-by-hop fields dropped, Connection: close;
+	# space after each colon, hop-by-hop fields dropped (and those the
+	# Connection header names), Connection: close;
 	# a body (a NUL in it) sent in the head's segment reaches the server
 	# intact; two equal Content-Lengths go up as one; a CONNECT's Host
 	# without a port (RFC 9110's own example) names the target.
@@ -823,7 +828,8 @@ def upstream_got(req):
     return got.partition(b"\r\n\r\n")[2] if got.startswith(b"HTTP/1.1 200 ") else got.split(b"\r\n")[0]
 for name, req, want in [
     ("tidy", b"GET http://allowed.test:8081/p?q=1 HTTP/1.1\r\nhost:allowed.test:8081\r\nX-A: \t v 1 \t\r\n"
-             b"Proxy-Connection: keep-alive\r\nConnection: keep-alive\r\nKeep-Alive: 5\r\nX-Empty:\r\n"
+             b"Proxy-Connection: keep-alive\r\nConnection: keep-alive, x-hop\r\nX-Hop: for the proxy\r\n"
+             b"Keep-Alive: 5\r\nX-Empty:\r\n"
              b"Content-Length: 0\r\nUpgrade: h2c\r\nTE: trailers\r\n\r\n",
      b"GET /p?q=1 HTTP/1.1\r\nhost: allowed.test:8081\r\nX-A: v 1\r\nX-Empty:\r\nContent-Length: 0\r\n"
      b"Connection: close\r\n\r\n"),

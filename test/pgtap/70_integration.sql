@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(97);
+SELECT plan(100);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -359,7 +359,23 @@ GRANT SELECT ON queued TO PUBLIC;
 SELECT is((SELECT array_agg(k || ':' || waiting_for ORDER BY k) FROM queued),
 	ARRAY['q1:supervisor_paused', 'q2:supervisor_paused', 'q3:supervisor_paused'],
 	'queue_status: no runner with a slot (the local runner''s are 0) is supervisor_paused');
+SELECT is((SELECT detail FROM queued WHERE k = 'q1'),
+	'sandbox.max_concurrent_runs is 0, and no runner host with slots is active', '... saying why the local runner has none');
 RESET ROLE;
+-- The same with the local runner drained, or silent, while it has slots
+-- (issue 27, item 12): the detail says what holds it, not that
+-- sandbox.max_concurrent_runs is 0.
+UPDATE agent.runners SET slots = 2 WHERE login_role = 'sandbox_runner_local';
+SELECT agent.drain_runner('local');
+SELECT is((SELECT array_agg(k || ':' || waiting_for || ':' || detail ORDER BY k) FROM queued WHERE k = 'q1'),
+	ARRAY['q1:supervisor_paused:the local runner is draining (agent.drain_runner), and no runner host with slots is active'],
+	'queue_status: the local runner drained, with slots: supervisor_paused, because it is draining');
+SELECT agent.drain_runner('local', resume => true);
+UPDATE agent.runners SET last_heartbeat = now() - 2 * agent._runner_lease() WHERE login_role = 'sandbox_runner_local';
+SELECT is((SELECT detail FROM queued WHERE k = 'q1'),
+	'the local runner is not running, and no runner host with slots is active',
+	'... and silent for longer than a lease: not running');
+UPDATE agent.runners SET slots = 0, last_heartbeat = now() WHERE login_role = 'sandbox_runner_local';
 -- A runner host with free slots: the reasons of the queue itself.
 CREATE ROLE tap_queue_runner LOGIN IN ROLE agent_runner;
 SET SESSION AUTHORIZATION tap_queue_runner;

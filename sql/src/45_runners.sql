@@ -1326,7 +1326,10 @@ COMMENT ON VIEW agent.runner_status IS
 --   {name, local, host, version, state, slots, max_slots, in_use, live,
 --    liveness, leases, next_lease_deadline, last_heartbeat, registered_at,
 --    gone_at, removed_at}
--- SECURITY DEFINER: the caller needs neither the C function nor the view.
+-- problem adds to the supervisor's what is wrong with the maintenance jobs
+-- (agent._maintenance_problem: failing or not running), after a "; ".
+-- SECURITY DEFINER: the caller needs neither the C function nor the view
+-- (nor pg_cron's tables).
 CREATE FUNCTION agent.worker_status(
 		OUT preloaded boolean, OUT running boolean, OUT pid integer,
 		OUT started_at timestamptz, OUT slots_in_use integer,
@@ -1339,7 +1342,8 @@ CREATE FUNCTION agent.worker_status(
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 SELECT s.preloaded, s.running, s.pid, s.started_at, s.slots_in_use, s.max_concurrent_runs,
-	   s.invocations, s.work_dir, s.problem,
+	   s.invocations, s.work_dir,
+	   NULLIF(pg_catalog.concat_ws('; ', s.problem, agent._maintenance_problem()), ''),
 	   (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
 				'name', r.name, 'local', r.login_role = 'sandbox_runner_local', 'host', r.host,
 				'version', r.version, 'state', r.state, 'slots', r.slots, 'max_slots', r.max_slots,
@@ -1353,7 +1357,7 @@ SELECT s.preloaded, s.running, s.pid, s.started_at, s.slots_in_use, s.max_concur
   FROM agent._supervisor_status() s
 $$;
 COMMENT ON FUNCTION agent.worker_status() IS
-	'the supervisor (whether it runs, its pid, the local runner''s slots and invocations, its work directory, why it claims nothing) and every runner, local and remote (runners); the local launcher''s warm pool (warm_*)';
+	'the supervisor (whether it runs, its pid, the local runner''s slots and invocations, its work directory, why it claims nothing or what fails in the maintenance jobs) and every runner, local and remote (runners); the local launcher''s warm pool (warm_*)';
 REVOKE ALL ON FUNCTION agent.worker_status() FROM PUBLIC;
 REVOKE ALL ON FUNCTION agent._lease_held(agent.invocations, agent.runners, uuid, uuid, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agent.worker_status() TO agent_auditor;

@@ -1,7 +1,7 @@
 -- The maintenance jobs (pg_cron): scheduling them, where their tasks
 -- connect, and whether they run.  docs/sessions.md ("Scheduling with
--- pg_cron") lists the jobs; docs/operations.md ("Monitoring") says what
--- agent.worker_status() reports of them.
+-- pg_cron") lists the jobs; docs/operations.md ("Maintenance jobs") says
+-- where they connect and what agent.worker_status() reports of them.
 --
 -- Unless cron.use_background_workers is on, pg_cron runs a job through a
 -- libpq connection to the host and port it stored with the job (cron.job
@@ -11,10 +11,11 @@
 -- cannot connect fails every minute without a word anywhere but
 -- cron.job_run_details.  So the jobs are pointed at this server the way it
 -- can be reached from its own host (agent._maintenance_host), when they
--- are scheduled, after a restore (agent.after_restore) and by the upgrade
--- to 0.3.0; and agent.worker_status() reports a job whose last run failed
--- or that has stopped running (agent._maintenance_problem), whatever the
--- cause (pg_hba.conf, a password, a port changed since).  With
+-- are scheduled, after a restore (agent.after_restore), by the upgrade to
+-- 0.3.0 and at each start of the supervisor (agent._supervisor_recover,
+-- 40_supervisor.sql); and agent.worker_status() reports a job whose last
+-- run failed or that has stopped running (agent._maintenance_problem),
+-- whatever the cause (pg_hba.conf, a password, a port changed since).  With
 -- cron.use_background_workers on (the README's configuration) a job
 -- connects to nothing.
 --
@@ -50,8 +51,10 @@ $$;
 -- Point the maintenance jobs (sandbox_ext_*) at this server: the host of
 -- agent._maintenance_host(), this server's port and this database.  Their
 -- schedule, command, user and active flag (an operator's choices) are
--- kept; pg_cron's cache trigger picks the change up.  moved: how many
--- changed; jobs: how many there are (NULL: pg_cron is not installed here).
+-- kept.  pg_cron's cache trigger on cron.job is a statement trigger: the
+-- UPDATE makes its launcher read the jobs again even when no row changes
+-- (agent._supervisor_recover counts on it).  moved: how many changed;
+-- jobs: how many there are (NULL: pg_cron is not installed here).
 CREATE FUNCTION agent._point_maintenance_jobs(OUT moved integer, OUT jobs integer,
 											  OUT host text, OUT port integer)
 	LANGUAGE plpgsql VOLATILE

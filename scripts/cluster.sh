@@ -7,6 +7,11 @@
 #                              (at SANDBOX_EXT_VERSION when set, else the
 #                              default version; with SANDBOX_NO_DB=1 the
 #                              database is not created: a restore target)
+#                              SANDBOX_CRON_HOST, SANDBOX_JAIL_PATH: the
+#                              server's cron.host and sandbox.jail_path
+#                              (default: its socket directory and this
+#                              build's jail; set empty, no line: the
+#                              server's own default)
 #   scripts/cluster.sh stop    stop it and remove its directory
 #   scripts/cluster.sh env     print the environment to reach it (eval-able),
 #                              and the ids the demo made there; without
@@ -52,6 +57,7 @@ start() {
 	fi
 	as_pg "$PGBIN/initdb" -D "$CLUSTER_DIR/data" -U postgres -A trust \
 		--no-sync -E UTF8 --locale=C.UTF-8 >"$CLUSTER_DIR/initdb.log"
+	local cron_host=${SANDBOX_CRON_HOST-$CLUSTER_DIR} jail_path=${SANDBOX_JAIL_PATH-$PGBIN/sandbox-jail}
 	cat >>"$CLUSTER_DIR/data/postgresql.conf" <<CONF
 listen_addresses = ''
 unix_socket_directories = '$CLUSTER_DIR'
@@ -60,16 +66,17 @@ fsync = off
 max_connections = 100
 shared_preload_libraries = 'pg_cron,sandbox_ext'
 cron.database_name = '$DB'
-# pg_cron's jobs connect through libpq; this cluster has only a unix socket.
-cron.host = '$CLUSTER_DIR'
 wal_level = logical
 max_replication_slots = 8
 max_wal_senders = 8
 sandbox.database = '$DB'
-sandbox.jail_path = '$PGBIN/sandbox-jail'
 log_min_messages = warning
 log_line_prefix = '%m [%p] %b '
 CONF
+	# (pg_cron's jobs connect through libpq; this cluster has only a Unix
+	# socket, where sandbox_ext points them when cron.host is not set)
+	[ -z "$cron_host" ] || echo "cron.host = '$cron_host'" >>"$CLUSTER_DIR/data/postgresql.conf"
+	[ -z "$jail_path" ] || echo "sandbox.jail_path = '$jail_path'" >>"$CLUSTER_DIR/data/postgresql.conf"
 	if [ -n "${SANDBOX_EXTRA_CONF:-}" ]; then
 		printf '%s\n' "$SANDBOX_EXTRA_CONF" >>"$CLUSTER_DIR/data/postgresql.conf"
 	fi

@@ -87,6 +87,16 @@ char	   *sandbox_egress_ca_file = NULL;
 static char *sandbox_org_id = NULL;
 static char *sandbox_workspace_id = NULL;
 
+/*
+ * sandbox.jail_path's default: the sandbox-jail beside this server's own
+ * postgres executable (make install puts it in the bindir the build was
+ * configured for, and sandbox-runner beside it: local_runner.c).  Not a
+ * path fixed at compile time: a relocated copy of the PostgreSQL tree
+ * (scripts/private-pg.sh) would then run another build's jail without a
+ * word.  A GUC keeps a pointer to its boot value: static storage.
+ */
+static char sandbox_default_jail_path[MAXPGPATH];
+
 /* True when loaded through shared_preload_libraries. */
 bool		sandbox_preloaded = false;
 
@@ -174,10 +184,18 @@ sandbox_define_gucs(void)
 								   &sandbox_database, "postgres",
 								   PGC_POSTMASTER, 0,
 								   NULL, NULL, NULL);
+	/*
+	 * my_exec_path is the postgres executable the postmaster found at its
+	 * start (symbolic links resolved); every process of the server inherits
+	 * it.
+	 */
+	strlcpy(sandbox_default_jail_path, my_exec_path, sizeof(sandbox_default_jail_path));
+	get_parent_directory(sandbox_default_jail_path);
+	join_path_components(sandbox_default_jail_path, sandbox_default_jail_path, "sandbox-jail");
 	DefineCustomStringVariable("sandbox.jail_path",
 							   "Path of the sandbox-jail executable.",
-							   NULL,
-							   &sandbox_jail_path, SANDBOX_DEFAULT_JAIL_PATH,
+							   "Default: sandbox-jail in the directory of this server's postgres executable.",
+							   &sandbox_jail_path, sandbox_default_jail_path,
 							   PGC_SIGHUP, 0,
 							   NULL, NULL, NULL);
 	DefineCustomStringVariable("sandbox.egress_resolver",

@@ -8,10 +8,6 @@
 #ifndef SANDBOX_EXT_H
 #define SANDBOX_EXT_H
 
-#ifndef SANDBOX_DEFAULT_JAIL_PATH
-#define SANDBOX_DEFAULT_JAIL_PATH "/usr/lib/postgresql/15/bin/sandbox-jail"
-#endif
-
 /*
  * Where work directories live when sandbox.work_dir is empty (the default):
  * <base>/<the cluster's system identifier>.  scripts/jail-host-setup.sh

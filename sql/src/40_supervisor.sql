@@ -1249,6 +1249,16 @@ $$;
 -- the number of rows it found in flight.  Only the supervisor's own rows
 -- (no runner): what runner hosts hold ends with their lease
 -- (agent.reap_expired_leases) or their next registration.
+-- It also points the maintenance jobs at this server as it runs now (a
+-- restart may have changed its port or sockets; a restored or promoted
+-- copy's jobs name the source: agent._point_maintenance_jobs,
+-- 44_maintenance.sql).  Its UPDATE of cron.job, even of no row, makes
+-- pg_cron's launcher read its jobs again: pg_cron 1.4 misses the jobs
+-- of a CREATE EXTENSION sandbox_ext whose invalidations overflowed its
+-- queue (its cache callback ignores a reset; fixed upstream in pg_cron
+-- f677150), and the supervisor starts seconds after the extension
+-- appears, after that reset.  cron.job locked by an operator's open
+-- transaction (the supervisor's lock_timeout) is no reason to stay down.
 CREATE FUNCTION agent._supervisor_recover() RETURNS integer
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
@@ -1256,6 +1266,12 @@ AS $$
 DECLARE
 	n	integer;
 BEGIN
+	BEGIN
+		PERFORM agent._point_maintenance_jobs();
+	EXCEPTION
+		WHEN lock_not_available THEN
+			RAISE LOG 'sandbox_ext did not point the maintenance jobs at this server: cron.job is locked';
+	END;
 	SELECT count(*)::integer INTO n FROM agent.invocations i
 	 WHERE i.state IN ('provisioning', 'running') AND i.runner_id IS NULL;
 	INSERT INTO agent.run_results (invocation_id, error, spawned)

@@ -1278,6 +1278,17 @@ COMMENT ON FUNCTION agent.remove_runner(text) IS
 -- a view's functions run with the reader's rights.  next_lease_deadline is
 -- agent._lease_deadline written out; max_slots is the cap in force
 -- (agent._runner_slots; NULL: none, the local runner's).
+-- live: not removed, and heard from within a lease: it holds its leases and
+-- its sessions (what claims and session affinity go by).  liveness says
+-- what an operator can tell of it (the one definition; worker_status()
+-- shows it too):
+--   live         its last heartbeat is at most a heartbeat interval and a
+--                half old (a runner heartbeats every heartbeat_seconds, a
+--                third of a lease, as runner_register computes it; the
+--                half is the margin for a slow transaction)
+--   unconfirmed  a heartbeat is missed: it may be dead (killed, cut off)
+--                but keeps its leases and sessions until a lease has passed
+--   gone         silent for a lease (its leases are reaped), or removed
 CREATE VIEW agent.runner_status AS
 SELECT rn.name, rn.host, rn.version, rn.state, rn.slots, rn.in_use,
 	   rn.state <> 'removed' AND rn.last_heartbeat >= now() - l.lease AS live,
@@ -1288,9 +1299,14 @@ SELECT rn.name, rn.host, rn.version, rn.state, rn.slots, rn.in_use,
 				 i.cancel_requested_at + l.grace)) AS next_lease_deadline,
 	   rn.last_heartbeat, rn.registered_at, rn.gone_at, rn.removed_at, rn.login_role, rn.id,
 	   coalesce(rn.max_slots, CASE WHEN rn.login_role <> 'sandbox_runner_local' THEN l.max_slots END)
-		   AS max_slots
+		   AS max_slots,
+	   CASE WHEN rn.state = 'removed' OR rn.last_heartbeat < now() - l.lease THEN 'gone'
+			WHEN rn.last_heartbeat < now() - 1.5 * l.heartbeat THEN 'unconfirmed'
+			ELSE 'live' END AS liveness
   FROM agent.runners rn
  CROSS JOIN (SELECT pg_catalog.make_interval(secs => (max(s.value) FILTER (WHERE s.key = 'runner_lease_seconds'))::integer) AS lease,
+					pg_catalog.make_interval(secs => greatest((max(s.value) FILTER (WHERE s.key = 'runner_lease_seconds'))::integer / 3, 1))
+						AS heartbeat,
 					pg_catalog.make_interval(secs => (max(s.value) FILTER (WHERE s.key = 'runner_grace_seconds'))::integer) AS grace,
 					(max(s.value) FILTER (WHERE s.key = 'runner_max_slots'))::integer AS max_slots,
 					pg_catalog.current_setting('sandbox.default_wall_time', true)::interval AS default_wall
@@ -1299,17 +1315,21 @@ SELECT rn.name, rn.host, rn.version, rn.state, rn.slots, rn.in_use,
   LEFT JOIN agent.invocations i
 		 ON i.runner_id = rn.id AND i.state IN ('provisioning', 'running')
 		AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id)
- GROUP BY rn.id, l.lease, l.grace, l.max_slots, l.default_wall;
+ GROUP BY rn.id, l.lease, l.heartbeat, l.grace, l.max_slots, l.default_wall;
 COMMENT ON VIEW agent.runner_status IS
-	'runner hosts: host, version, state, slots (declared, and the cap in force: max_slots), in use, live, leases held, last heartbeat';
+	'runner hosts: host, version, state, slots (declared, and the cap in force: max_slots), in use, live, leases held, last heartbeat, liveness (live, unconfirmed after a missed heartbeat, gone)';
 
 -- The supervisor and every runner, for an operator (owner, agent_auditor):
 -- the row of agent._supervisor_status() (the supervisor's life, the local
 -- runner's slots and why it claims nothing) and `runners`, one object per
 -- row of agent.runner_status, the local runner first:
---   {name, local, host, version, state, slots, max_slots, in_use, live, leases,
---    next_lease_deadline, last_heartbeat, registered_at, gone_at, removed_at}
--- SECURITY DEFINER: the caller needs neither the C function nor the view.
+--   {name, local, host, version, state, slots, max_slots, in_use, live,
+--    liveness, leases, next_lease_deadline, last_heartbeat, registered_at,
+--    gone_at, removed_at}
+-- problem adds to the supervisor's what is wrong with the maintenance jobs
+-- (agent._maintenance_problem: failing or not running), after a "; ".
+-- SECURITY DEFINER: the caller needs neither the C function nor the view
+-- (nor pg_cron's tables).
 CREATE FUNCTION agent.worker_status(
 		OUT preloaded boolean, OUT running boolean, OUT pid integer,
 		OUT started_at timestamptz, OUT slots_in_use integer,
@@ -1322,12 +1342,13 @@ CREATE FUNCTION agent.worker_status(
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 SELECT s.preloaded, s.running, s.pid, s.started_at, s.slots_in_use, s.max_concurrent_runs,
-	   s.invocations, s.work_dir, s.problem,
+	   s.invocations, s.work_dir,
+	   NULLIF(pg_catalog.concat_ws('; ', s.problem, agent._maintenance_problem()), ''),
 	   (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
 				'name', r.name, 'local', r.login_role = 'sandbox_runner_local', 'host', r.host,
 				'version', r.version, 'state', r.state, 'slots', r.slots, 'max_slots', r.max_slots,
 				'in_use', r.in_use,
-				'live', r.live, 'leases', r.leases, 'next_lease_deadline', r.next_lease_deadline,
+				'live', r.live, 'liveness', r.liveness, 'leases', r.leases, 'next_lease_deadline', r.next_lease_deadline,
 				'last_heartbeat', r.last_heartbeat, 'registered_at', r.registered_at,
 				'gone_at', r.gone_at, 'removed_at', r.removed_at)
 			  ORDER BY r.login_role <> 'sandbox_runner_local', r.name), '[]'::jsonb)
@@ -1336,7 +1357,7 @@ SELECT s.preloaded, s.running, s.pid, s.started_at, s.slots_in_use, s.max_concur
   FROM agent._supervisor_status() s
 $$;
 COMMENT ON FUNCTION agent.worker_status() IS
-	'the supervisor (whether it runs, its pid, the local runner''s slots and invocations, its work directory, why it claims nothing) and every runner, local and remote (runners); the local launcher''s warm pool (warm_*)';
+	'the supervisor (whether it runs, its pid, the local runner''s slots and invocations, its work directory, why it claims nothing or what fails in the maintenance jobs) and every runner, local and remote (runners); the local launcher''s warm pool (warm_*)';
 REVOKE ALL ON FUNCTION agent.worker_status() FROM PUBLIC;
 REVOKE ALL ON FUNCTION agent._lease_held(agent.invocations, agent.runners, uuid, uuid, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agent.worker_status() TO agent_auditor;

@@ -963,39 +963,3 @@ GRANT EXECUTE ON FUNCTION agent.upload_file(uuid, text, bytea, text, text),
 	agent.delete_skill(uuid, text), agent.create_skill(text, jsonb, text),
 	agent.set_agent_skill(uuid, uuid, boolean), agent.valid_relative_path(text),
 	agent.content_type_of(text) TO agent_backend;
-
--- ----------------------------------------------------------------------
--- pg_cron: schedule the maintenance jobs when pg_cron is installed here.
--- ----------------------------------------------------------------------
-
-CREATE FUNCTION agent.schedule_maintenance(schedule text DEFAULT '* * * * *')
-	RETURNS text
-	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent
-AS $$
-BEGIN
-	IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron') THEN
-		RETURN 'pg_cron is not installed in this database; see docs/sessions.md to schedule '
-			   'agent.expire_idle_sessions(), agent.expire_pending_approvals() and '
-			   'agent.reap_expired_leases() from elsewhere';
-	END IF;
-	EXECUTE format('SELECT cron.schedule(%L, %L, %L)', 'sandbox_ext_expire_idle_sessions', schedule,
-				   'SELECT agent.expire_idle_sessions()');
-	EXECUTE format('SELECT cron.schedule(%L, %L, %L)', 'sandbox_ext_expire_pending_approvals', schedule,
-				   'SELECT agent.expire_pending_approvals()');
-	-- A backstop: the supervisor reaps every few seconds (docs/runners.md).
-	EXECUTE format('SELECT cron.schedule(%L, %L, %L)', 'sandbox_ext_reap_expired_leases', schedule,
-				   'SELECT agent.reap_expired_leases()');
-	-- Hourly, whatever the schedule above (70_retention.sql).
-	EXECUTE format('SELECT cron.schedule(%L, %L, %L)', 'sandbox_ext_prune_retention', '17 * * * *',
-				   'CALL agent.prune_retention()');
-	RETURN 'scheduled sandbox_ext_expire_idle_sessions, sandbox_ext_expire_pending_approvals and '
-		   'sandbox_ext_reap_expired_leases (' || schedule || '), sandbox_ext_prune_retention (hourly)';
-END
-$$;
-COMMENT ON FUNCTION agent.schedule_maintenance(text) IS
-	'schedule agent.expire_idle_sessions(), agent.expire_pending_approvals(), agent.reap_expired_leases() and agent.prune_retention() with pg_cron (idempotent)';
-
--- Not while a dump is restored (session_replication_role = replica): the
--- dump of cron.job brings the jobs back (98_backup.sql).
-SELECT agent.schedule_maintenance() WHERE pg_catalog.current_setting('session_replication_role') <> 'replica';

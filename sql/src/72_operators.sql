@@ -25,9 +25,10 @@ COMMENT ON VIEW agent.run_slots IS
 -- is a runner's (the local runner, whose slots are
 -- sandbox.max_concurrent_runs, or a runner host: runners.md); the
 -- supervisor runs none itself, so the slots are the live active runners'.
---   supervisor_paused     no live active runner has a slot (the local runner's
---                         sandbox.max_concurrent_runs is 0 or it is off, and no
---                         runner host with slots is active)
+--   supervisor_paused     no live active runner has a slot: the detail says
+--                         what holds the local runner (draining, removed, not
+--                         running, sandbox.max_concurrent_runs 0, capped at 0),
+--                         and no runner host with slots is active
 --   insufficient_credits  the org cannot pay: the next claim refuses it
 --   storage_quota_exhausted  the org is at its storage quota: the next claim refuses it
 --   conversation_busy     a run of its conversation is in flight or queued before it
@@ -59,6 +60,7 @@ DECLARE
 	v_ws_load	integer;
 	v_limit		integer;
 	v_holder	uuid;			-- the live runner holding its session, or NULL
+	v_paused	text;			-- why the local runner has no slot, when none has
 BEGIN
 	IF v_all AND NOT (pg_catalog.pg_has_role(v_caller, 'agent_auditor', 'USAGE')
 					  OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = v_caller)) THEN
@@ -71,6 +73,19 @@ BEGIN
 	  FROM agent.runners rn
 	 WHERE rn.state = 'active' AND agent._runner_slots(rn) > 0
 	   AND rn.last_heartbeat >= now() - agent._runner_lease();
+	IF v_runners = 0 THEN
+		-- (the first that holds, in the order an operator would look)
+		SELECT CASE
+				   WHEN rn.state = 'draining' THEN 'the local runner is draining (agent.drain_runner)'
+				   WHEN rn.state = 'removed' THEN 'the local runner is removed (agent.remove_runner)'
+				   WHEN rn.last_heartbeat < now() - agent._runner_lease() THEN 'the local runner is not running'
+				   WHEN rn.slots = 0 THEN 'sandbox.max_concurrent_runs is 0'
+				   ELSE 'the local runner''s slots are capped at 0 (agent.set_runner_slots)' END
+		  INTO v_paused
+		  FROM agent.runners rn WHERE rn.login_role = 'sandbox_runner_local';
+		v_paused := coalesce(v_paused, 'no local runner has registered (sandbox.local_runner)')
+					|| ', and no runner host with slots is active';
+	END IF;
 
 	FOR x IN
 		SELECT i.*, p.credits_per_invocation AS price,
@@ -100,7 +115,7 @@ BEGIN
 						 THEN agent._session_runner(x.conversation_id) END;
 		IF v_runners = 0 THEN
 			waiting_for := 'supervisor_paused';
-			detail := 'no active runner has a run slot (sandbox.max_concurrent_runs is 0 and no runner host with slots is active)';
+			detail := v_paused;
 		ELSIF x.balance < x.price THEN
 			waiting_for := 'insufficient_credits';
 			detail := pg_catalog.format('the org has %s credits; a run costs %s', x.balance, x.price);

@@ -102,9 +102,11 @@ ALTER TABLE agent.runtimes ENABLE REPLICA TRIGGER runtimes_restore_replaces_row;
 --     (nodename, nodeport: cron.host and the port of the server that
 --     scheduled it) and the database.  The restored rows keep the source's,
 --     so the maintenance jobs would prune, expire and reap on the source
---     server, or fail to connect.  They are re-pointed to this server; the
+--     server, or fail to connect.  They are pointed at this server
+--     (agent._point_maintenance_jobs, 44_maintenance.sql: the host it is
+--     reached at from its own host, its port, this database); the
 --     schedule, command, user and active flag (an operator's choices) are
---     kept.  pg_cron's cache trigger picks the change up.
+--     kept.
 --   * agent.runtimes: the versions the source host probed; probed again
 --     here (agent.refresh_runtimes(): superuser, COPY FROM PROGRAM).
 -- The export's slot cannot be carried over: the last step only says
@@ -115,11 +117,7 @@ CREATE FUNCTION agent.after_restore()
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	v_host	text := coalesce(pg_catalog.current_setting('cron.host', true), 'localhost');
-	v_port	integer := pg_catalog.current_setting('port')::integer;
-	v_db	text := pg_catalog.current_database()::text;
-	v_moved	integer;
-	v_jobs	integer;
+	p	record;
 BEGIN
 	IF pg_catalog.current_setting('session_replication_role') = 'replica' THEN
 		RAISE EXCEPTION 'cannot run agent.after_restore() in session_replication_role = replica'
@@ -128,21 +126,10 @@ BEGIN
 	END IF;
 
 	step := 'cron_jobs';
-	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension x WHERE x.extname = 'pg_cron') THEN
-		detail := 'pg_cron is not installed in this database';
-	ELSE
-		-- cron.* exists only with pg_cron: dynamic, as agent.schedule_maintenance().
-		EXECUTE $sql$WITH u AS (
-						 UPDATE cron.job j SET nodename = $1, nodeport = $2, database = $3
-						  WHERE j.jobname LIKE 'sandbox\_ext\_%'
-							AND (j.nodename, j.nodeport, j.database) IS DISTINCT FROM ($1, $2, $3)
-						 RETURNING 1)
-					 SELECT (SELECT count(*)::integer FROM u),
-							(SELECT count(*)::integer FROM cron.job j WHERE j.jobname LIKE 'sandbox\_ext\_%')$sql$
-			INTO v_moved, v_jobs USING v_host, v_port, v_db;
-		detail := pg_catalog.format('%s of %s maintenance jobs re-pointed to host %s port %s database %s',
-									v_moved, v_jobs, v_host, v_port, v_db);
-	END IF;
+	SELECT * INTO p FROM agent._point_maintenance_jobs();
+	detail := CASE WHEN p.jobs IS NULL THEN 'pg_cron is not installed in this database'
+				   ELSE pg_catalog.format('%s of %s maintenance jobs re-pointed to host %s port %s database %s',
+										  p.moved, p.jobs, p.host, p.port, pg_catalog.current_database()) END;
 	RETURN NEXT;
 
 	step := 'runtimes';

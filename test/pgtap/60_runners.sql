@@ -126,7 +126,7 @@ CREATE FUNCTION pg_temp.claim(name text, n integer) RETURNS text LANGUAGE sql AS
 	SELECT coalesce(string_agg(tag, ',' ORDER BY tag), '') FROM ins
 $$;
 
-SELECT plan(178);
+SELECT plan(181);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -870,6 +870,25 @@ SELECT is((SELECT string_agg(format('%s:%s:%s:%s:%s:%s', r ->> 'name', r ->> 'lo
 		  'agent.worker_status() lists every runner with its slots, liveness and leases');
 SELECT is((SELECT count(*)::integer FROM agent.worker_status()), 1, '... in the one row of the supervisor');
 RESET SESSION AUTHORIZATION;
+-- What an operator can tell of a runner (issue 27, item 12): a runner that
+-- was killed keeps its leases for a lease, but once it has missed a
+-- heartbeat (every third of a lease, and half of one more for a slow
+-- transaction) it is no longer shown live: unconfirmed.  Runner b last
+-- heard from 0.6 of a lease ago, a (above) longer than a lease ago.
+UPDATE agent.runners SET last_heartbeat = now() - 0.6 * agent._runner_lease() WHERE name = 'tap-b';
+SET ROLE agent_auditor;
+SELECT is((SELECT string_agg(format('%s:%s:%s', name, live, liveness), ',' ORDER BY name)
+			 FROM agent.runner_status WHERE name IN ('tap-a', 'tap-b')),
+		  'tap-a:f:gone,tap-b:t:unconfirmed',
+		  'agent.runner_status: a runner that missed a heartbeat is unconfirmed (it still holds its leases: live), not live');
+SELECT is((SELECT string_agg(format('%s:%s', r ->> 'name', r ->> 'liveness'), ',' ORDER BY r ->> 'name')
+			 FROM agent.worker_status() w, jsonb_array_elements(w.runners) r
+			WHERE r ->> 'name' IN ('tap-a', 'tap-b')),
+		  'tap-a:gone,tap-b:unconfirmed', '... and so does agent.worker_status()');
+RESET ROLE;
+UPDATE agent.runners SET last_heartbeat = now() - 0.45 * agent._runner_lease() WHERE name = 'tap-b';
+SELECT is((SELECT liveness FROM agent.runner_status WHERE name = 'tap-b'), 'live',
+		  '... while a heartbeat late by less than half an interval is live');
 SET ROLE agent_backend;
 SELECT is(pg_temp.error_of('SELECT agent.worker_status()'), '42501: permission denied for function worker_status',
 		  'the backend may not call agent.worker_status()');

@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(102);
+SELECT plan(113);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -371,7 +371,23 @@ GRANT SELECT ON queued TO PUBLIC;
 SELECT is((SELECT array_agg(k || ':' || waiting_for ORDER BY k) FROM queued),
 	ARRAY['q1:supervisor_paused', 'q2:supervisor_paused', 'q3:supervisor_paused'],
 	'queue_status: no runner with a slot (the local runner''s are 0) is supervisor_paused');
+SELECT is((SELECT detail FROM queued WHERE k = 'q1'),
+	'sandbox.max_concurrent_runs is 0, and no runner host with slots is active', '... saying why the local runner has none');
 RESET ROLE;
+-- The same with the local runner drained, or silent, while it has slots
+-- (issue 27, item 12): the detail says what holds it, not that
+-- sandbox.max_concurrent_runs is 0.
+UPDATE agent.runners SET slots = 2 WHERE login_role = 'sandbox_runner_local';
+SELECT agent.drain_runner('local');
+SELECT is((SELECT array_agg(k || ':' || waiting_for || ':' || detail ORDER BY k) FROM queued WHERE k = 'q1'),
+	ARRAY['q1:supervisor_paused:the local runner is draining (agent.drain_runner), and no runner host with slots is active'],
+	'queue_status: the local runner drained, with slots: supervisor_paused, because it is draining');
+SELECT agent.drain_runner('local', resume => true);
+UPDATE agent.runners SET last_heartbeat = now() - 2 * agent._runner_lease() WHERE login_role = 'sandbox_runner_local';
+SELECT is((SELECT detail FROM queued WHERE k = 'q1'),
+	'the local runner is not running, and no runner host with slots is active',
+	'... and silent for longer than a lease: not running');
+UPDATE agent.runners SET slots = 0, last_heartbeat = now() WHERE login_role = 'sandbox_runner_local';
 -- A runner host with free slots: the reasons of the queue itself.
 CREATE ROLE tap_queue_runner LOGIN IN ROLE agent_runner;
 SET SESSION AUTHORIZATION tap_queue_runner;
@@ -472,6 +488,61 @@ RESET ROLE;
 SET ROLE agent_auditor;
 SELECT is(pg_temp.error_of('SELECT * FROM agent.export_status()'), 'no error', 'the auditor reads export_status()');
 RESET ROLE;
+
+-- ---- the maintenance jobs, as worker_status() reports them ------------------
+-- (issue 27, item 6: jobs that failed every minute showed nowhere.)  Runs
+-- are recorded as pg_cron records them, in cron.job_run_details, with
+-- runids above any it gave, so that a run the real launcher records while
+-- this runs comes before them.
+CREATE TEMP SEQUENCE cronrun;
+SELECT setval('cronrun', (SELECT coalesce(max(runid), 0) + 1000000 FROM cron.job_run_details));
+CREATE FUNCTION pg_temp.cron_run(job text, status text, message text, started timestamptz) RETURNS void
+	LANGUAGE sql AS $$
+INSERT INTO cron.job_run_details (jobid, runid, database, username, command, status, return_message, start_time, end_time)
+SELECT j.jobid, nextval('pg_temp.cronrun'), j.database, j.username, j.command, status, message, started,
+	   CASE WHEN started IS NOT NULL THEN started + interval '10 ms' END
+  FROM cron.job j WHERE j.jobname = job;
+$$;
+SELECT is((SELECT string_agg(jobname || ' ' || schedule, ', ' ORDER BY jobname) FROM cron.job
+			WHERE jobname LIKE 'sandbox\_ext\_%' AND active),
+	'sandbox_ext_expire_idle_sessions * * * * *, sandbox_ext_expire_pending_approvals * * * * *, '
+	'sandbox_ext_prune_retention 17 * * * *, sandbox_ext_reap_expired_leases * * * * *',
+	'the install scheduled the four maintenance jobs');
+SELECT pg_temp.cron_run(jobname, 'succeeded', '1 row', now()) FROM cron.job WHERE jobname LIKE 'sandbox\_ext\_%';
+SELECT is(agent._maintenance_problem(), NULL, 'every job''s last run succeeded: no problem');
+SELECT pg_temp.cron_run(j, 'failed', 'connection failed', NULL)
+  FROM unnest(ARRAY['sandbox_ext_reap_expired_leases', 'sandbox_ext_expire_idle_sessions']) j;
+SELECT is(agent._maintenance_problem(),
+	(SELECT format('maintenance jobs sandbox_ext_expire_idle_sessions, sandbox_ext_reap_expired_leases failed: '
+				   'connection failed (pg_cron connects to host %s port %s as %s; '
+				   'cron.use_background_workers = on needs no connection)', nodename, nodeport, username)
+	   FROM cron.job WHERE jobname = 'sandbox_ext_reap_expired_leases'),
+	'jobs whose last run could not connect: named, with where pg_cron connects and as whom');
+SET ROLE agent_auditor;
+SELECT ok((SELECT problem FROM agent.worker_status())
+			LIKE '%maintenance jobs sandbox_ext_expire_idle_sessions, sandbox_ext_reap_expired_leases failed: connection failed (%',
+	'... in agent.worker_status()''s problem, for the auditor');
+RESET ROLE;
+SELECT pg_temp.cron_run('sandbox_ext_expire_idle_sessions', 'succeeded', '1 row', now());
+SELECT pg_temp.cron_run('sandbox_ext_expire_idle_sessions', 'failed', 'server restarted', NULL);
+SELECT pg_temp.cron_run('sandbox_ext_reap_expired_leases', 'failed',
+	'ERROR:  permission denied for function reap_expired_leases', now());
+SELECT is(agent._maintenance_problem(),
+	'maintenance job sandbox_ext_reap_expired_leases failed: ERROR:  permission denied for function reap_expired_leases',
+	'a job that ran again is off the list (a run pg_cron marked "server restarted" says nothing of it); an error is quoted');
+SELECT pg_temp.cron_run('sandbox_ext_reap_expired_leases', 'succeeded', '1 row', now());
+SELECT is((SELECT array_agg(m[1] ORDER BY m[1]) FROM regexp_matches(agent._maintenance_problem(now() + interval '1 hour'),
+																	   'maintenance job ([a-z_]+) has not run since', 'g') m),
+	ARRAY['sandbox_ext_expire_idle_sessions', 'sandbox_ext_expire_pending_approvals', 'sandbox_ext_reap_expired_leases'],
+	'an hour without a start: the minutely jobs have not run (the hourly one is not late yet)');
+SELECT is((SELECT count(*)::integer FROM regexp_matches(agent._maintenance_problem(now() + interval '3 hours'),
+														 'has not run since', 'g')),
+	4, '... and three hours: the hourly one too');
+SELECT is((SELECT array_agg(coalesce(agent._cron_period(x)::text, '-') ORDER BY n)
+			 FROM unnest(ARRAY['* * * * *', '*/5 * * * *', '17 * * * *', '0 */6 * * *', '30 2 * * *',
+							   '0 3 * * 1', '@hourly', '30 seconds', '@reboot']) WITH ORDINALITY u(x, n)),
+	ARRAY['00:01:00', '00:05:00', '01:00:00', '06:00:00', '1 day', '-', '01:00:00', '00:00:30', '-'],
+	'the longest gap a schedule leaves (none for days of the week, @reboot)');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -5,7 +5,11 @@
 #
 # Cluster 1 (lib.sh) is the source, cluster 2 the target, started without
 # its database: the database is created empty and restored in one
-# transaction in session_replication_role = replica.
+# transaction in session_replication_role = replica.  The roles the
+# database depends on (a runner host's login, a backend's, a monitoring
+# role granted a view) are globals: taken with pg_dumpall --globals-only,
+# the restore without them fails, after them they log in again (issue 27,
+# item 9).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=../lib.sh
@@ -18,9 +22,18 @@ SRC_ROWS=
 DUMP=
 LIVE=
 T_REPOINT=
+GLOBALS=
+RUNNER_ID=
 
 seq_values() { q -c "SELECT string_agg(c.relname || '=' || coalesce(s.last_value::text, 'null'), ',' ORDER BY c.relname) FROM pg_class c JOIN pg_sequences s ON s.schemaname = 'agent' AND s.sequencename = c.relname WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind = 'S'"; }
 max_ids() { q -c "SELECT (SELECT max(id) FROM agent.audit_events) || '|' || (SELECT max(id) FROM agent.credit_ledger)"; }
+# psql on the cluster in use as another login (the clusters trust local
+# connections, but for the roles a pg_hba.conf line of a test names).
+login_q() {			# role [psql options]
+	local role=$1
+	shift
+	as_pg "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$CLUSTER_DIR" -p "$PORT" -U "$role" -d "$DB" "$@"
+}
 
 t_fill_source() {
 	if ! start_cluster 1; then
@@ -35,6 +48,16 @@ t_fill_source() {
 	# The source host's probed interpreter version, which this host does
 	# not have (agent.after_restore probes the target's).
 	q -c "UPDATE agent.runtimes SET version = '1.0' WHERE language = 'node'" >/dev/null
+	# The globals an operator makes (docs/runners.md, README): a runner
+	# host's login with a password, registered as its runner (0 slots: it
+	# claims nothing); a backend's login; a monitoring role granted a view.
+	q -c "CREATE ROLE bkp_runner LOGIN PASSWORD 'bkp-runner-secret'" -c "GRANT agent_runner TO bkp_runner" \
+	  -c "CREATE ROLE bkp_backend LOGIN" -c "GRANT agent_backend TO bkp_backend" \
+	  -c "CREATE ROLE bkp_monitor LOGIN" -c "GRANT USAGE ON SCHEMA agent TO bkp_monitor" \
+	  -c "GRANT SELECT ON agent.runner_status TO bkp_monitor" >/dev/null
+	RUNNER_ID=$(login_q bkp_runner -c "SELECT runner_id FROM agent.runner_register('bkp-host', 'bkp', '1', 0)")
+	check "the source's runner host registered with its own login" 1 \
+		"$(q -c "SELECT count(*) FROM agent.runners WHERE id = '$RUNNER_ID' AND login_role = 'bkp_runner'")"
 	check "the source ran every kind of run" \
 		"cancelled:1,denied:1,expired:1,failed:1,insufficient_credits:1,provision_failed:1,succeeded:2,timed_out:1" \
 		"$(fill_states)"
@@ -68,6 +91,10 @@ t_dump() {
 		"$(as_pg "$PGBIN/pg_restore" -l "$DUMP" | grep -c ' SEQUENCE SET agent ')"
 	SRC_SEQ=$(seq_values)
 	SRC_MAX=$(max_ids)
+	GLOBALS=$work_dir/globals.sql
+	as_pg "$PGBIN/pg_dumpall" -h "$CLUSTER_DIR" -p "$PORT" -U postgres --globals-only -f "$GLOBALS"
+	check "pg_dumpall --globals-only has the logins, their memberships and the runner's password" "3|3|1" \
+		"$(grep -cE '^CREATE ROLE bkp_(runner|backend|monitor);' "$GLOBALS")|$(grep -cE '^GRANT agent_(runner|backend) TO bkp_|^GRANT agent_runner TO sandbox_runner_local' "$GLOBALS")|$(grep -c "^ALTER ROLE bkp_runner .*PASSWORD 'SCRAM-SHA-256" "$GLOBALS")"
 }
 
 t_restore() {
@@ -77,6 +104,39 @@ t_restore() {
 		finish_suite
 	fi
 	use_cluster 2
+	# The procedure of docs/operations.md takes the globals with the dump
+	# and applies them before the restore (what follows runs it).
+	check "docs/operations.md: pg_dumpall --globals-only with the dump, psql -f globals.sql before pg_restore" "1|1" \
+		"$(awk '/^### Roles are not in the dump/ { on = 1 } on && /^```/ { if (b) exit; b = 1; next } b { print }' "$top/docs/operations.md" |
+		   grep -c '^pg_dumpall --globals-only -f globals.sql')|$(awk '/^### Restore/ { on = 1 } on && /^```/ { if (b) exit; b = 1; next } b { print }' "$top/docs/operations.md" |
+		   grep -oE '^(psql -X -d postgres -f globals.sql|createdb|PGOPTIONS=.* pg_restore)' | sed 's/ .*//' | paste -sd' ' | grep -c '^psql createdb PGOPTIONS=')"
+	# Without the source's globals (in cluster 3, a new one like this, with
+	# the database pg_cron wants): the dump grants a view to a role the
+	# cluster does not have; the restore fails as a whole, and the runner
+	# host's login does not exist.
+	if start_cluster 3 nodb; then
+		use_cluster 3
+		q -d postgres -c "CREATE DATABASE $DB" >/dev/null
+		out=$(as_pg env PGOPTIONS='-c session_replication_role=replica' \
+			"$PGBIN/pg_restore" -h "$CLUSTER_DIR" -p "$PORT" -U postgres -1 --exit-on-error -d "$DB" "$DUMP" 2>&1)
+		rc=$?
+		check "without the globals the restore fails, on the role a grant names" "1|1" \
+			"$([ "$rc" -ne 0 ] && echo 1 || echo 0)|$(grep -c 'role "bkp_monitor" does not exist' <<<"$out")"
+		[ "$rc" -ne 0 ] && grep -m 1 'ERROR' <<<"$out" | sed 's/^/#   /'
+		check "... and leaves nothing behind, no role either" "0|0" \
+			"$(q -c "SELECT count(*) FROM pg_extension WHERE extname = 'sandbox_ext'")|$(q -c "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'agent\_%' OR rolname LIKE 'bkp\_%'")"
+		check "... and the runner host's login is refused" 1 \
+			"$(login_q bkp_runner -c 'SELECT 1' 2>&1 | grep -c 'role "bkp_runner" does not exist')"
+		stop_cluster 3
+		use_cluster 2
+	else
+		nok "a cluster without the globals starts"
+	fi
+	# The globals first, as docs/operations.md says: the only errors are
+	# for roles the cluster has (its bootstrap superuser).
+	out=$(as_pg "$PGBIN/psql" -X -q -h "$CLUSTER_DIR" -p "$PORT" -U postgres -d postgres -f "$GLOBALS" 2>&1)
+	check "psql -f globals.sql: no error but \"role postgres already exists\"" "" \
+		"$(grep 'ERROR' <<<"$out" | grep -v 'role "postgres" already exists')"
 	# A plain restore (triggers on) must fail as a whole, not half-apply.
 	q -d postgres -c "CREATE DATABASE plain_restore" >/dev/null
 	out=$(as_pg "$PGBIN/pg_restore" -h "$CLUSTER_DIR" -p "$PORT" -U postgres -1 --exit-on-error -d plain_restore "$DUMP" 2>&1)
@@ -111,10 +171,17 @@ t_compare() {
 		"$(q -c "SELECT (SELECT count(*) FROM agent.settings) || '|' || (SELECT count(*) FROM agent.plans) || '|' || (SELECT count(*) FROM agent.runtimes)")"
 	check "the maintenance jobs are there once each" 4 \
 		"$(q -c "SELECT count(*) FROM cron.job WHERE jobname LIKE 'sandbox_ext_%'")"
-	# What the next step is for: pg_cron's rows name the server that
-	# scheduled them.
-	check "as dumped, they name the source server" "4|$(cluster_dir 1)|$(cluster_port 1)" \
-		"$(q -c "SELECT count(*) || '|' || min(nodename) || '|' || min(nodeport) FROM cron.job WHERE jobname LIKE 'sandbox_ext_%'")"
+	# pg_cron's rows name the server that scheduled them, as dumped; the
+	# restored server's supervisor points them at it when it starts (it
+	# waits for the extension, which the restore's commit brings).
+	check "as dumped, they name the source server" 4 \
+		"$(as_pg "$PGBIN/pg_restore" -a -t job -f - "$DUMP" | grep -cF "$(printf '\t%s\t%s\t' "$(cluster_dir 1)" "$(cluster_port 1)")")"
+	if wait_for 30 "[ \"\$(q -c \"SELECT count(*) FROM cron.job WHERE jobname LIKE 'sandbox_ext_%' AND nodename = '$(cluster_dir 2)' AND nodeport = $(cluster_port 2)\")\" = 4 ]"; then
+		ok "the restored server's supervisor points them at it when it starts"
+	else
+		nok "the restored server's supervisor points them at it when it starts" \
+			"$(q -c "SELECT string_agg(nodename || ':' || nodeport, ' ') FROM cron.job WHERE jobname LIKE 'sandbox_ext_%'")"
+	fi
 	# (pg_cron's launcher has the same race, not ours: only our workers count)
 	check "no worker of ours tried the database before it existed" 0 \
 		"$(grep 'sandbox_ext' "$CLUSTER_DIR/server.log" | grep -c 'database "'"$DB"'" does not exist')"
@@ -124,10 +191,13 @@ t_compare() {
 
 # The post-restore step (docs/operations.md, "Restore"): the maintenance
 # jobs run on this server, the runtimes are this host's.  The source is
-# stopped first: a job still pointed at it fails to connect.
+# stopped first: a job still pointed at it fails to connect.  The jobs are
+# put back as dumped (where a server whose supervisor is not running would
+# have them), for the step to point them here.
 t_after_restore() {
 	local out node
 	stop_cluster 1
+	q -c "UPDATE cron.job SET nodename = '$(cluster_dir 1)', nodeport = $(cluster_port 1) WHERE jobname LIKE 'sandbox\_ext\_%'" >/dev/null
 	T_REPOINT=$(q -c "SELECT clock_timestamp()")
 	out=$(q -F ' ' -c "SELECT step, detail FROM agent.after_restore()" 2>&1)
 	echo "$out" | sed 's/^/#   /'
@@ -141,6 +211,29 @@ t_after_restore() {
 		"$(q -c "SELECT version FROM agent.runtimes WHERE language = 'node'")"
 	check "it says whether the export needs a resync" 1 \
 		"$(grep -cE '^export (not set up|the export slot)' <<<"$out")"
+}
+
+# The globals came with globals.sql: the runner host's login, with its
+# password (a pg_hba.conf line makes this cluster ask for it), registers
+# again as its restored runner; the backend's login reads its tenant's
+# rows; the monitoring role reads its view.
+t_globals_restored() {
+	local org ws rest
+	read -r org ws rest <<<"$A"
+	as_pg sed -i "1i local all bkp_runner scram-sha-256" "$CLUSTER_DIR/data/pg_hba.conf"
+	q -c "SELECT pg_reload_conf()" >/dev/null
+	check "the runner host's login with a wrong password is refused" 1 \
+		"$(PGPASSWORD=wrong login_q bkp_runner -c 'SELECT 1' 2>&1 | grep -c 'password authentication failed for user "bkp_runner"')"
+	check "with its password it registers again, as its restored runner" "$RUNNER_ID|active" \
+		"$(PGPASSWORD=bkp-runner-secret login_q bkp_runner -F '|' -c "SELECT runner_id, state FROM agent.runner_register('bkp-host', 'bkp', '1', 0)" 2>&1)"
+	check "the backend's login reads its tenant's runs" \
+		"$(q -c "SELECT count(*) FROM agent.invocations WHERE org_id = '$org' AND workspace_id = '$ws'")" \
+		"$(login_q bkp_backend -c "BEGIN" -c "SELECT agent.set_tenant('$org', '$ws')" \
+			-c "SELECT count(*) FROM agent.invocations" -c "COMMIT" 2>&1 | tail -n 1)"
+	check "the monitoring role reads agent.runner_status" "$(q -c "SELECT count(*) FROM agent.runners")" \
+		"$(login_q bkp_monitor -c "SELECT count(*) FROM agent.runner_status" 2>&1)"
+	as_pg sed -i '1d' "$CLUSTER_DIR/data/pg_hba.conf"
+	q -c "SELECT pg_reload_conf()" >/dev/null
 }
 
 t_restored_works() {
@@ -212,6 +305,6 @@ t_monitoring_queries() {
 
 work_dir=$(mktemp -d /tmp/sandbox_backup.XXXXXX)
 chmod 0777 "$work_dir"
-trap 'stop_cluster 1; stop_cluster 2; rm -rf "$work_dir"' EXIT
-run_tests t_fill_source t_dump t_restore t_compare t_after_restore t_restored_works t_monitoring_queries t_cron_runs_here
+trap 'stop_cluster 1; stop_cluster 2; stop_cluster 3; rm -rf "$work_dir"' EXIT
+run_tests t_fill_source t_dump t_restore t_compare t_after_restore t_globals_restored t_restored_works t_monitoring_queries t_cron_runs_here
 finish_suite

@@ -119,13 +119,18 @@ t_promote_with_a_run_in_flight() {
 }
 
 # The promoted standby's cron.job is the old primary's: its jobs name the
-# old primary's socket and port until agent.after_restore().
+# old primary's socket and port, until the new primary's supervisor points
+# them at it when it starts; agent.after_restore() leaves them there.
 t_after_promotion_step() {
 	local out
-	check "as replicated, the maintenance jobs name the old primary" "4|$(cluster_port $P)" \
-		"$(q -c "SELECT count(*) || '|' || max(nodeport) FROM cron.job WHERE jobname LIKE 'sandbox_ext_%'")"
+	if wait_for 30 "[ \"\$(q -c \"SELECT count(*) || '|' || max(nodeport) FROM cron.job WHERE jobname LIKE 'sandbox_ext_%' AND nodename = '$(cluster_dir $S)'\")\" = '4|$(cluster_port $S)' ]"; then
+		ok "the new primary's supervisor points the replicated maintenance jobs at it"
+	else
+		nok "the new primary's supervisor points the replicated maintenance jobs at it" \
+			"$(q -c "SELECT string_agg(nodename || ':' || nodeport, ' ') FROM cron.job WHERE jobname LIKE 'sandbox_ext_%'")"
+	fi
 	out=$(q -F ' ' -c "SELECT step, detail FROM agent.after_restore()")
-	check "agent.after_restore() re-points them to the new primary" "4|$(cluster_dir $S)|$(cluster_port $S)" \
+	check "after agent.after_restore() they name the new primary" "4|$(cluster_dir $S)|$(cluster_port $S)" \
 		"$(q -c "SELECT count(*) || '|' || min(nodename) || '|' || max(nodeport) FROM cron.job WHERE jobname LIKE 'sandbox_ext_%' AND nodename = '$(cluster_dir $S)'")"
 	check "and says the export needs a resync" 1 \
 		"$(grep -c '^export the export slot does not exist on this server' <<<"$out")"

@@ -208,6 +208,11 @@ AS $$
 DECLARE
 	p	record;
 BEGIN
+	IF schedule IS NULL THEN
+		RAISE EXCEPTION 'schedule must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Pass a cron schedule such as ''* * * * *'', or call agent.schedule_maintenance() for the default.';
+	END IF;
 	IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron') THEN
 		RETURN 'pg_cron is not installed in this database; see docs/sessions.md to schedule '
 			   'agent.expire_idle_sessions(), agent.expire_pending_approvals() and '

@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(113);
+SELECT plan(115);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -543,6 +543,11 @@ SELECT is((SELECT array_agg(coalesce(agent._cron_period(x)::text, '-') ORDER BY 
 							   '0 3 * * 1', '@hourly', '30 seconds', '@reboot']) WITH ORDINALITY u(x, n)),
 	ARRAY['00:01:00', '00:05:00', '01:00:00', '06:00:00', '1 day', '-', '01:00:00', '00:00:30', '-'],
 	'the longest gap a schedule leaves (none for days of the week, @reboot)');
+-- (issue 27: a NULL schedule was XX000 from deep inside pg_cron)
+SELECT is(pg_temp.error_of($$SELECT agent.schedule_maintenance(NULL)$$),
+	'22004: schedule must not be null', 'schedule_maintenance(NULL) is 22004');
+SELECT is(left(pg_temp.error_of($$SELECT agent.schedule_maintenance('nonsense')$$), 5),
+	'22023', '... and a schedule pg_cron does not read is 22023');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -187,6 +187,9 @@ BEGIN
 	PERFORM agent._audit(agent.current_org(), agent.current_workspace(),
 						 CASE WHEN attached THEN 'skill.attached' ELSE 'skill.detached' END, NULL,
 						 current_user, jsonb_build_object('agent_id', set_agent_skill.agent, 'skill_id', skill));
+	IF attached THEN	-- (a detach frees: never refused)
+		PERFORM agent._use_storage(agent.current_org(), 0, 'the skill''s attachment');
+	END IF;
 END
 $$;
 
@@ -339,6 +342,8 @@ BEGIN
 			agent._setting('max_conversation_bytes')
 			USING ERRCODE = 'program_limit_exceeded';
 	END IF;
+	-- Counted (and a file past the quota refused) before it is written;
+	-- checked again once its audit event is counted too.
 	PERFORM agent._use_storage(c.org_id, octet_length(content), format('file "%s"', left(name, 256)));
 	INSERT INTO agent.files (org_id, workspace_id, conversation_id, name, origin, content, size,
 							 sha256, content_type, created_by)
@@ -349,6 +354,7 @@ BEGIN
 						 jsonb_build_object('file_id', v_id, 'conversation_id', c.id, 'name', name,
 											'size', octet_length(content),
 											'sha256', encode(sha256(content), 'hex')));
+	PERFORM agent._use_storage(c.org_id, 0, format('file "%s"', left(name, 256)));
 	RETURN v_id;
 END
 $$;

@@ -13,20 +13,26 @@ INSERT INTO agent.settings (key, value, description) VALUES
 UPDATE agent.settings SET description = 'bytes of files, skills, stored output, requests and audit events one org may keep, unless agent.orgs.max_stored_bytes says otherwise'
  WHERE key = 'max_stored_bytes_per_org';
 
--- Branch quota, 14_limits.sql / 21_audit_usage.sql: what 0.3.0 counts
--- against an org's storage and 0.2.0 did not: each request's code,
--- description and idempotency key (once: the card's copies are gone), and
--- every audit event's details and actor, with the same functions as the
--- running code.  (This update appends no audit event, so the trigger that
--- counts the events from now on, replayed above, has counted none of
--- these.)
+-- Branch quota, 14_limits.sql / 21_audit_usage.sql / 50_sessions.sql:
+-- what 0.3.0 counts against an org's storage and 0.2.0 did not: each
+-- request's code, description and idempotency key (once: the card's
+-- copies are gone), every audit event's details and actor, and each
+-- skill's text (its name, description and paths: 0.2.0 counted its
+-- content), with the same functions as the running code.  (This update
+-- appends no audit event, so the trigger that counts the events from now
+-- on, replayed above, has counted none of these.)
 WITH b AS (
 	SELECT x.org_id, sum(x.bytes)::bigint AS bytes
 	  FROM (SELECT i.org_id, agent._request_bytes(i.code, i.description, i.idempotency_key) AS bytes
 			  FROM agent.invocations i
 			UNION ALL
 			SELECT e.org_id, agent._audit_event_bytes(e.details, e.actor)
-			  FROM agent.audit_events e) x
+			  FROM agent.audit_events e
+			UNION ALL
+			SELECT s.org_id, agent._skill_bytes(s.id)
+						   - coalesce((SELECT sum(octet_length(f.content)) FROM agent.skill_files f
+									   WHERE f.skill_id = s.id), 0)
+			  FROM agent.skills s) x
 	 GROUP BY x.org_id)
 INSERT INTO agent.org_usage AS u (org_id, stored_bytes)
 	SELECT b.org_id, b.bytes FROM b JOIN agent.orgs o ON o.id = b.org_id

@@ -393,7 +393,8 @@ t_delete_files() {
 	check "another tenant cannot delete it" "P0002 skill $skill does not exist" "$err"
 	tq "$org" "$ws" "SELECT agent.set_agent_skill('$agent', '$skill', false);" >/dev/null
 	freed=$(tq "$org" "$ws" "SELECT agent.delete_skill('$skill', 'requester');" | tail -n 1)
-	check "a detached skill is deleted, its bytes freed and audited" "10|$stored0|0|1" \
+	# (its content, 10 bytes, and its text: name del-me and path a.sh)
+	check "a detached skill is deleted, its bytes freed and audited" "20|$stored0|0|1" \
 		"$freed|$(($(stored) - $(events_since "$last" skill.attached skill.detached skill.deleted)))|$(q -c "SELECT count(*) FROM agent.skill_files WHERE skill_id = '$skill'")|$(q -c "SELECT count(*) FROM agent.audit_events WHERE org_id = '$org' AND event_type = 'skill.deleted' AND details ->> 'skill_id' = '$skill'")"
 }
 
@@ -507,6 +508,8 @@ t_quota_setters() {
 		"$(tq_error "$org" "$ws" "SELECT agent.set_agent_code_execution('$agent', true, 'mallory');" | cut -d ' ' -f 1)"
 	check "... nor start a conversation (53400)" 53400 \
 		"$(tq_error "$org" "$ws" "SELECT agent.create_conversation('$agent', 'mallory', 'more');" | cut -d ' ' -f 1)"
+	check "... nor create a skill of empty files with an 8 kB description (53400: its text counts)" 53400 \
+		"$(tq_error "$org" "$ws" "SELECT agent.create_skill('empty', '{\"a.txt\": \"\"}'::jsonb, repeat('d', 8192));" | cut -d ' ' -f 1)"
 	check "... and it can free storage: delete_file gives back the file's bytes" 1000 \
 		"$(tq "$org" "$ws" "SELECT agent.delete_file('$conv', 'keep.txt', 'mallory');" | tail -n 1)"
 	q -c "SELECT agent.set_org_limits('$org', NULL, NULL)" >/dev/null

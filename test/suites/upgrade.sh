@@ -56,14 +56,18 @@ t_fill_and_update() {
 	check "the cards' copies of the code and description are their invocation's (dropping them loses nothing)" "t|0" \
 		"$(q -c "SELECT count(*) > 0 FROM agent.approval_requests")|$(q -c "SELECT count(*) FROM agent.approval_requests a JOIN agent.invocations i ON i.id = a.invocation_id WHERE (a.code, a.description) IS DISTINCT FROM (i.code, i.description)")"
 	# What each org stores after the update: what it stored, and its
-	# requests' code, description and key, and its audit events' details
-	# and actor (14_limits.sql), reckoned here from the old catalog.
-	usage_want=$(q -c "SELECT string_agg(o.id || ':' || (coalesce(u.stored_bytes, 0) + coalesce(r.b, 0) + coalesce(e.b, 0)), ',' ORDER BY o.id)
+	# requests' code, description and key, its audit events' details and
+	# actor, and its skills' names, descriptions and paths (14_limits.sql),
+	# reckoned here from the old catalog.
+	usage_want=$(q -c "SELECT string_agg(o.id || ':' || (coalesce(u.stored_bytes, 0) + coalesce(r.b, 0) + coalesce(e.b, 0) + coalesce(k.b, 0)), ',' ORDER BY o.id)
 						 FROM agent.orgs o LEFT JOIN agent.org_usage u ON u.org_id = o.id
 						 LEFT JOIN (SELECT org_id, sum(octet_length(code) + coalesce(octet_length(description), 0) + coalesce(octet_length(idempotency_key), 0)) b
 									  FROM agent.invocations GROUP BY 1) r ON r.org_id = o.id
 						 LEFT JOIN (SELECT org_id, sum(octet_length(details::text) + coalesce(octet_length(actor), 0)) b
-									  FROM agent.audit_events GROUP BY 1) e ON e.org_id = o.id")
+									  FROM agent.audit_events GROUP BY 1) e ON e.org_id = o.id
+						 LEFT JOIN (SELECT s.org_id, sum(octet_length(s.name) + coalesce(octet_length(s.description), 0)
+														 + coalesce((SELECT sum(octet_length(f.path)) FROM agent.skill_files f WHERE f.skill_id = s.id), 0)) b
+									  FROM agent.skills s GROUP BY 1) k ON k.org_id = o.id")
 	# An operator's value in agent.settings (a row the install script
 	# writes, left out of the digest above): the update must keep it.
 	setting approval_timeout '20 minutes'

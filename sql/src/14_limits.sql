@@ -81,17 +81,6 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION agent._org_pending_limit(org uuid) RETURNS integer
-	LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-	RETURN coalesce((SELECT o.max_pending_requests FROM agent.orgs o WHERE o.id OPERATOR(pg_catalog.=) org),
-					(SELECT s.value FROM agent.settings s
-					  WHERE s.key OPERATOR(pg_catalog.=) 'max_pending_requests_per_org')::integer,
-					agent._setting('max_pending_requests_per_org')::integer);
-END
-$$;
-
 -- What a request stores beside its audit event: its code, description and
 -- idempotency key (the one definition: agent.request_execution() counts
 -- it, retention gives back the code and description, the upgrade to 0.3.0

@@ -129,10 +129,10 @@ $$;
 -- under its storage locks (agent._lock_storage); then, unless allow_over or
 -- the call gives bytes back, raise 53400 if the org stores more than its
 -- limit: whatever this transaction stored, its audit events included, is
--- then rolled back with it.  bytes 0 is the check alone, for a call whose
--- only storage is its audit event (a setter), made after it wrote it.
--- allow_over: what the system must keep whatever the quota (a run's
--- output, bounded by sandbox.output_limit).  Returns the new total.
+-- then rolled back with it.  bytes 0 is the check alone (of a call whose
+-- storage is its events: agent._check_storage, below).  allow_over: what
+-- the system must keep whatever the quota (a run's output, bounded by
+-- sandbox.output_limit).  Returns the new total.
 CREATE FUNCTION agent._use_storage(org uuid, bytes bigint, what text,
 								   allow_over boolean DEFAULT false)
 	RETURNS bigint
@@ -158,6 +158,24 @@ BEGIN
 				  HINT = 'Delete files or skills the organization no longer needs (agent.delete_file(), agent.delete_skill()), or ask the operator for a larger quota (agent.orgs.max_stored_bytes).';
 	END IF;
 	RETURN v_total;
+END
+$$;
+
+-- The check of a tenant's call whose storage is its audit events (a
+-- setter, an approval), made after its appends: raise 53400 (through
+-- agent._use_storage, with the figures) if the org now stores more than
+-- its limit, so that everything the call wrote is rolled back with it.
+-- Exact without a lock of its own: the appends' trigger holds the org's
+-- usage row (21_audit_usage.sql).  (PL/pgSQL without a SET clause, as
+-- agent._org_storage_limit: it is on the approval's path.)
+CREATE FUNCTION agent._check_storage(org uuid, what text) RETURNS void
+	LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+	IF (SELECT u.stored_bytes FROM agent.org_usage u WHERE u.org_id OPERATOR(pg_catalog.=) org)
+	   OPERATOR(pg_catalog.>) agent._org_storage_limit(org) THEN
+		PERFORM agent._use_storage(org, 0::pg_catalog.int8, what);
+	END IF;
 END
 $$;
 

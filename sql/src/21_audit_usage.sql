@@ -8,8 +8,8 @@
 -- the appends stay where they are (20_audit.sql is the chain's alone).
 -- It never refuses: an event records something that happened, and a
 -- tenant's call that must stay within the quota checks it after its
--- appends (agent._use_storage(org, 0, ...)), so that its events are
--- rolled back with it.  The events the system must keep (a denial, an
+-- appends (agent._check_storage(org, what), 14_limits.sql), so that its
+-- events are rolled back with it.  The events the system must keep (a denial, an
 -- expiry, a run's end) are kept past the quota, counted all the same;
 -- each is bounded by the limits of the arguments and verdicts it records.
 --

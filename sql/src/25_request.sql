@@ -123,6 +123,9 @@ BEGIN
 		   coalesce(o.max_pending_requests,
 					(SELECT s.value::integer FROM agent.settings s
 					  WHERE s.key = 'max_pending_requests_per_org')) AS max_pending,
+		   coalesce(o.max_stored_bytes,
+					(SELECT s.value::bigint FROM agent.settings s
+					  WHERE s.key = 'max_stored_bytes_per_org')) AS max_stored,
 		   (SELECT s.value::integer FROM agent.settings s WHERE s.key = 'max_code_bytes') AS max_code_bytes,
 		   (SELECT s.value::interval FROM agent.settings s WHERE s.key = 'approval_timeout') AS approval_timeout
 	  INTO v_ctx
@@ -223,12 +226,26 @@ BEGIN
 										'approval_id', v_appr);
 		v_need := agent._request_bytes(code, description, idempotency_key)
 				  + agent._audit_event_bytes(v_details, requested_by);
-		-- The two counts, exact under the org's storage locks (header).
-		SELECT l.stored_bytes, l.max_stored_bytes INTO v_stored, v_max_stored
-		  FROM agent._lock_storage(v_org) l;
-		SELECT count(*)::integer INTO v_pending
-		  FROM agent.approval_requests a
-		 WHERE a.org_id = v_org AND a.status = 'pending' AND a.expires_at > now();
+		-- The two counts, exact under the org's storage locks (header),
+		-- taken here as agent._lock_storage() takes them: the head first
+		-- (a statement of its own: the next one's snapshot then sees what
+		-- the org's previous holder committed), then the usage row, read
+		-- with the org's pending cards.  (Inline: the request path's
+		-- cost, docs/control-plane.md "Performance notes".)
+		PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = v_org FOR UPDATE;
+		SELECT u.stored_bytes,
+			   (SELECT count(*)::integer FROM agent.approval_requests a
+				 WHERE a.org_id = v_org AND a.status = 'pending' AND a.expires_at > now())
+		  INTO v_stored, v_pending
+		  FROM agent.org_usage u WHERE u.org_id = v_org
+		   FOR NO KEY UPDATE OF u;
+		IF NOT FOUND THEN		-- an old org without its usage row
+			SELECT l.stored_bytes INTO v_stored FROM agent._lock_storage(v_org) l;
+			SELECT count(*)::integer INTO v_pending
+			  FROM agent.approval_requests a
+			 WHERE a.org_id = v_org AND a.status = 'pending' AND a.expires_at > now();
+		END IF;
+		v_max_stored := v_ctx.max_stored;
 		IF v_pending >= v_ctx.max_pending THEN
 			-- A decision or an expiry frees a slot (an expired card counts no
 			-- more from its expires_at, before pg_cron marks it).

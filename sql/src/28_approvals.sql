@@ -139,7 +139,7 @@ BEGIN
 	-- quota the approval is refused (53400) and rolled back (the claim
 	-- would refuse to start the run anyway).  A denial, an expiry, a
 	-- cancel are kept past it (counted all the same).
-	PERFORM agent._use_storage(v_card.org_id, 0, 'the approval''s audit event');
+	PERFORM agent._check_storage(v_card.org_id, 'the approval''s audit event');
 	RETURN v_card.invocation_id;
 END
 $$;

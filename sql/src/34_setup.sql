@@ -86,7 +86,7 @@ BEGIN
 									  'owner', owner, 'model_id', model,
 									  'code_execution_enabled', code_execution_enabled,
 									  'file_upload_enabled', file_upload_enabled));
-	PERFORM agent._use_storage(v_org, 0, format('agent "%s"', agent._shown(name)));
+	PERFORM agent._check_storage(v_org, format('agent "%s"', agent._shown(name)));
 	RETURN v_id;
 END
 $$;
@@ -131,7 +131,7 @@ BEGIN
 		pg_catalog.jsonb_build_object('conversation_id', v_id, 'agent_id', agent,
 									  'title', title,
 									  'code_execution_enabled', code_execution_enabled));
-	PERFORM agent._use_storage(v_org, 0, 'a new conversation');
+	PERFORM agent._check_storage(v_org, 'a new conversation');
 	RETURN v_id;
 END
 $$;
@@ -211,7 +211,7 @@ BEGIN
 								pg_catalog.jsonb_build_object('agent_id', a.id) || c);
 	END LOOP;
 	IF NOT v_narrows THEN
-		PERFORM agent._use_storage(a.org_id, 0, pg_catalog.format('the change of agent %s', a.id));
+		PERFORM agent._check_storage(a.org_id, pg_catalog.format('the change of agent %s', a.id));
 	END IF;
 	RETURN true;
 END
@@ -322,7 +322,7 @@ BEGIN
 		pg_catalog.jsonb_build_object('conversation_id', c.id, 'setting', 'code_execution_enabled',
 									  'from', c.code_execution_enabled, 'to', enabled));
 	IF enabled THEN		-- (turning it off narrows: never refused)
-		PERFORM agent._use_storage(c.org_id, 0, pg_catalog.format('the change of conversation %s', c.id));
+		PERFORM agent._check_storage(c.org_id, pg_catalog.format('the change of conversation %s', c.id));
 	END IF;
 	RETURN true;
 END
@@ -362,7 +362,7 @@ BEGIN
 	PERFORM agent._audit(c.org_id, c.workspace_id, 'conversation.changed', NULL, actor,
 		pg_catalog.jsonb_build_object('conversation_id', c.id, 'setting', 'title',
 									  'from', c.title, 'to', title));
-	PERFORM agent._use_storage(c.org_id, 0, pg_catalog.format('the new title of conversation %s', c.id));
+	PERFORM agent._check_storage(c.org_id, pg_catalog.format('the new title of conversation %s', c.id));
 	RETURN true;
 END
 $$;
@@ -401,7 +401,7 @@ BEGIN
 	RETURNING workspaces.id INTO v_id;
 	PERFORM agent._audit(v_org, NULL, 'workspace.created', NULL, actor,
 		pg_catalog.jsonb_build_object('workspace_id', v_id, 'name', name));
-	PERFORM agent._use_storage(v_org, 0, pg_catalog.format('workspace "%s"', agent._shown(name)));
+	PERFORM agent._check_storage(v_org, pg_catalog.format('workspace "%s"', agent._shown(name)));
 	RETURN v_id;
 END
 $$;
@@ -441,7 +441,7 @@ BEGIN
 	PERFORM agent._audit(w.org_id, NULL, 'workspace.changed', NULL, actor,
 		pg_catalog.jsonb_build_object('workspace_id', w.id, 'setting', 'name',
 									  'from', w.name, 'to', name));
-	PERFORM agent._use_storage(w.org_id, 0, pg_catalog.format('the new name of workspace %s', w.id));
+	PERFORM agent._check_storage(w.org_id, pg_catalog.format('the new name of workspace %s', w.id));
 	RETURN true;
 END
 $$;
@@ -502,7 +502,7 @@ BEGIN
 		PERFORM agent._audit(o.id, NULL, 'org.policy_changed', NULL, actor, c);
 	END LOOP;
 	IF NOT v_narrows THEN
-		PERFORM agent._use_storage(o.id, 0, 'the change of the organization''s policy');
+		PERFORM agent._check_storage(o.id, 'the change of the organization''s policy');
 	END IF;
 	RETURN true;
 END

@@ -203,7 +203,7 @@ BEGIN
 						 CASE WHEN attached THEN 'skill.attached' ELSE 'skill.detached' END, NULL,
 						 current_user, jsonb_build_object('agent_id', set_agent_skill.agent, 'skill_id', skill));
 	IF attached THEN	-- (a detach frees: never refused)
-		PERFORM agent._use_storage(agent.current_org(), 0, 'the skill''s attachment');
+		PERFORM agent._check_storage(agent.current_org(), 'the skill''s attachment');
 	END IF;
 END
 $$;
@@ -369,7 +369,7 @@ BEGIN
 						 jsonb_build_object('file_id', v_id, 'conversation_id', c.id, 'name', name,
 											'size', octet_length(content),
 											'sha256', encode(sha256(content), 'hex')));
-	PERFORM agent._use_storage(c.org_id, 0, format('file "%s"', left(name, 256)));
+	PERFORM agent._check_storage(c.org_id, format('file "%s"', left(name, 256)));
 	RETURN v_id;
 END
 $$;

@@ -505,8 +505,13 @@ PG_FUNCTION_INFO_V1(sandbox_approval_requests_guard);
 Datum
 sandbox_approval_requests_guard(PG_FUNCTION_ARGS)
 {
+	/*
+	 * The code a card shows is its invocation's, frozen there (0.3.0).  A
+	 * catalog before the update to 0.3.0 still has the card's own copy,
+	 * which this library must keep frozen until the update drops it.
+	 */
 	static const char *const frozen[] = {
-		"code", "code_sha256", "language", "runtime", "invocation_id",
+		"code_sha256", "language", "runtime", "invocation_id",
 		"org_id", "workspace_id", "requested_by", "created_at", NULL
 	};
 	TriggerData *td = trigger_args(fcinfo, "_approval_requests_guard",
@@ -515,6 +520,7 @@ sandbox_approval_requests_guard(PG_FUNCTION_ARGS)
 	TupleDesc	desc = RelationGetDescr(rel);
 	HeapTuple	old = td->tg_trigtuple;
 	HeapTuple	new = td->tg_newtuple;
+	int			old_code = SPI_fnumber(desc, "code");
 	char	   *status;
 
 	for (const char *const *c = frozen; *c; c++)
@@ -523,6 +529,11 @@ sandbox_approval_requests_guard(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("cannot change the card of approval request %s",
 							SPI_getvalue(old, desc, column(rel, "id")))));
+	if (old_code > 0 && column_distinct(old, new, desc, old_code))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot change the card of approval request %s",
+						SPI_getvalue(old, desc, column(rel, "id")))));
 
 	status = text_column(old, rel, "status");
 	if (status && strcmp(status, "pending") != 0)

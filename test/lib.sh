@@ -252,16 +252,18 @@ fill_states() {
 }
 
 # table_digest_sql [EXCLUDED...]: one SQL statement giving "table|rows|md5"
-# for every table of schema agent but the excluded ones, over the columns
-# each has now (run it again later, or elsewhere, to digest the same
-# columns).  The md5 is over the rows' text in sorted order.
+# for every table of schema agent but the excluded ones (TABLE, or
+# TABLE.COLUMN for one column of it), over the columns each has now (run
+# it again later, or elsewhere, to digest the same columns).  The md5 is
+# over the rows' text in sorted order.
 table_digest_sql() {
 	local ex="''"
 	[ $# -gt 0 ] && ex=$(printf "'%s'," "$@") && ex=${ex%,}
 	q -c "SELECT string_agg(format('SELECT %L || ''|'' || count(*) || ''|'' || md5(coalesce(string_agg(r::text, chr(10) ORDER BY r::text), '''')) FROM (SELECT %s FROM agent.%I) r',
 								   c.relname,
 								   (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) FROM pg_attribute a
-									 WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+									 WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+									   AND c.relname || '.' || a.attname NOT IN ($ex)),
 								   c.relname), ' UNION ALL ' ORDER BY c.relname)
 		  FROM pg_class c WHERE c.relnamespace = 'agent'::regnamespace AND c.relkind IN ('r', 'p')
 		   AND c.relname NOT IN ($ex)"

@@ -85,11 +85,15 @@ ALTER TABLE floor.credit_ledger ALTER COLUMN id SET DEFAULT nextval('floor.credi
 CREATE TABLE floor.credit_balances (LIKE agent.credit_balances INCLUDING ALL);
 CREATE TABLE floor.agent_tool_calls (LIKE agent.agent_tool_calls INCLUDING ALL);
 CREATE TABLE floor.tool_invocations (LIKE agent.tool_invocations INCLUDING ALL);
+CREATE TABLE floor.org_usage (LIKE agent.org_usage INCLUDING ALL);
 INSERT INTO floor.audit_heads (org_id, last_id, last_hash, events) VALUES ('$ORG', 0, '', 0);
+INSERT INTO floor.org_usage (org_id) VALUES ('$ORG');
 INSERT INTO floor.credit_balances (org_id, balance) VALUES ('$ORG', 100000000);
 SQL
 
-# One audit append, the shape of src/audit.c's statement.  $1: event type.
+# One audit append, the shape of src/audit.c's statement, and the count of
+# its bytes against the org's storage (sql/src/21_audit_usage.sql's
+# trigger).  $1: event type.
 audit() {
 	cat <<SQL
 WITH head AS (
@@ -106,6 +110,7 @@ INSERT INTO floor.audit_events (id, org_id, workspace_id, event_type, invocation
                                 created_at, prev_hash, hash)
   SELECT head.last_id, :org, :ws, '$1', :inv, 'floor', '{"floor": true}', now(),
          nullif(head.prev_hash, ''), head.last_hash FROM head;
+UPDATE floor.org_usage u SET stored_bytes = u.stored_bytes + 20, updated_at = now() WHERE u.org_id = :org;
 SQL
 }
 # the floor script; $1 = 6 (the events a run records today) or 4 (one per transaction)
@@ -118,9 +123,9 @@ INSERT INTO floor.invocations (id, org_id, workspace_id, agent_id, requested_by,
                                code_sha256, approval_id, wall_time_s, memory_mb)
   VALUES (:inv, :org, :ws, :agent, 'bench-requester', 'shell', 'true', agent.code_sha256('true'),
           :appr, 60, 512);
-INSERT INTO floor.approval_requests (id, invocation_id, org_id, workspace_id, code, code_sha256,
+INSERT INTO floor.approval_requests (id, invocation_id, org_id, workspace_id, code_sha256,
                                      language, runtime, requested_by, expires_at)
-  VALUES (:appr, :inv, :org, :ws, 'true', agent.code_sha256('true'), 'shell', 'bash',
+  VALUES (:appr, :inv, :org, :ws, agent.code_sha256('true'), 'shell', 'bash',
           'bench-requester', now() + interval '1 hour');
 $(audit capability.invoke_allowed)
 COMMIT;

@@ -270,6 +270,7 @@ AS $$
 		('max_runs_per_org', 'integer', '0', '1024'),
 		('max_stored_bytes_per_org', 'integer', '0', '1125899906842624'),
 		('max_session_disk_per_org', 'integer', '0', '1125899906842624'),
+		('max_pending_requests_per_org', 'integer', '0', '100000'),
 		('runner_lease_seconds', 'integer', '3', '3600'),
 		('runner_grace_seconds', 'integer', '1', '86400'),
 		('runner_max_slots', 'integer', '0', '1024'),
@@ -286,6 +287,7 @@ AS $$
 		('retention_previews', 'retention', '0 seconds', '100 years'),
 		('retention_produced_files', 'retention', '0 seconds', '100 years'),
 		('retention_uploaded_files', 'retention', '0 seconds', '100 years'),
+		('retention_requests', 'retention', '0 seconds', '100 years'),
 		('retention_batch', 'integer', '1', '100000')
 $$;
 COMMENT ON FUNCTION agent.setting_rules() IS

@@ -27,7 +27,9 @@ CREATE TABLE agent.orgs (
 	-- limits (14_limits.sql): NULL means the default in agent.settings
 	max_concurrent_runs integer CHECK (max_concurrent_runs >= 0),
 	max_stored_bytes bigint CHECK (max_stored_bytes >= 0),
-	created_at		timestamptz NOT NULL DEFAULT now()
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	-- (a limit added in 0.3.0, last as columns added later are)
+	max_pending_requests integer CHECK (max_pending_requests >= 0)
 );
 
 CREATE TABLE agent.workspaces (

@@ -74,7 +74,9 @@ CREATE TABLE agent.invocations (
 	conversation_id uuid,
 	requested_by	text NOT NULL,
 	language		text NOT NULL CHECK (language IN ('python', 'node', 'shell')),
-	code			text NOT NULL,
+	-- the one copy of the code (the card shows it from here) and of the
+	-- description; NULL only once retention pruned them (pruned_at)
+	code			text,
 	code_sha256		text NOT NULL,
 	description		text,
 	idempotency_key text,
@@ -136,6 +138,9 @@ CREATE TABLE agent.invocations (
 	warm			boolean,
 	warm_cpu_ms		bigint,
 	warm_memory_bytes bigint,
+	-- when retention emptied code and description (70_retention.sql): the
+	-- row, its hashes, states and billing stay
+	pruned_at		timestamptz,
 	FOREIGN KEY (org_id, workspace_id, agent_id)
 		REFERENCES agent.agents (org_id, workspace_id, id),
 	FOREIGN KEY (org_id, workspace_id, conversation_id)
@@ -143,7 +148,9 @@ CREATE TABLE agent.invocations (
 	UNIQUE (org_id, idempotency_key),
 	-- a lease is a runner, a token and a deadline, or nothing
 	CHECK ((runner_id IS NULL) = (lease_token IS NULL)
-		   AND (runner_id IS NULL) = (lease_expires_at IS NULL))
+		   AND (runner_id IS NULL) = (lease_expires_at IS NULL)),
+	-- the code is there until it is pruned
+	CONSTRAINT invocations_code_kept CHECK (code IS NOT NULL OR pruned_at IS NOT NULL)
 );
 COMMENT ON TABLE agent.invocations IS 'one requested code execution and its life (see docs/control-plane.md)';
 
@@ -184,28 +191,40 @@ CREATE TRIGGER invocations_hash_code
 	BEFORE INSERT ON agent.invocations
 	FOR EACH ROW EXECUTE FUNCTION agent._invocations_hash_code();
 
--- What was requested (and shown on the card) never changes afterwards, so
--- an approval can only ever cover the code it was given.
+-- What was requested (and shown on the card: the card has no copy of its
+-- own) never changes afterwards, so an approval can only ever cover the
+-- code it was given.  One change only: retention (70_retention.sql) empties
+-- the code and description of an invocation in a terminal state, once,
+-- stamping pruned_at; its code_sha256 stays.  (The owner's pruning is the
+-- only writer; no role may update invocations.)
 CREATE FUNCTION agent._invocations_freeze_request() RETURNS trigger
 	LANGUAGE plpgsql
 AS $$
+DECLARE
+	v_pruning boolean := OLD.pruned_at IS NULL AND NEW.pruned_at IS NOT NULL
+						 AND agent._state_is_terminal(OLD.state);
 BEGIN
-	IF (NEW.code, NEW.code_sha256, NEW.language, NEW.org_id, NEW.workspace_id,
+	IF (NEW.code_sha256, NEW.language, NEW.org_id, NEW.workspace_id,
 		NEW.agent_id, NEW.conversation_id, NEW.requested_by, NEW.idempotency_key)
 		IS DISTINCT FROM
-	   (OLD.code, OLD.code_sha256, OLD.language, OLD.org_id, OLD.workspace_id,
-		OLD.agent_id, OLD.conversation_id, OLD.requested_by, OLD.idempotency_key) THEN
+	   (OLD.code_sha256, OLD.language, OLD.org_id, OLD.workspace_id,
+		OLD.agent_id, OLD.conversation_id, OLD.requested_by, OLD.idempotency_key)
+	   OR (NEW.code IS DISTINCT FROM OLD.code AND NOT (v_pruning AND NEW.code IS NULL))
+	   OR (NEW.description IS DISTINCT FROM OLD.description
+		   AND NOT (v_pruning AND NEW.description IS NULL))
+	   OR (NEW.pruned_at IS DISTINCT FROM OLD.pruned_at
+		   AND NOT (v_pruning AND NEW.code IS NULL AND NEW.description IS NULL)) THEN
 		RAISE EXCEPTION 'cannot change the request of invocation %', OLD.id
 			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = 'The code, language, tenant, agent, conversation and requester of an invocation are fixed when it is requested.',
+				  DETAIL = 'The code, description, language, tenant, agent, conversation and requester of an invocation are fixed when it is requested; retention may only empty the code and description of a finished one.',
 				  HINT = 'Request a new execution instead.';
 	END IF;
 	RETURN NEW;
 END
 $$;
 CREATE TRIGGER invocations_freeze_request
-	BEFORE UPDATE OF code, code_sha256, language, org_id, workspace_id, agent_id,
-		conversation_id, requested_by, idempotency_key ON agent.invocations
+	BEFORE UPDATE OF code, code_sha256, description, language, org_id, workspace_id, agent_id,
+		conversation_id, requested_by, idempotency_key, pruned_at ON agent.invocations
 	FOR EACH ROW EXECUTE FUNCTION agent._invocations_freeze_request();
 
 -- Like is_invocation_state().
@@ -213,8 +232,10 @@ CREATE FUNCTION agent.is_approval_status(status text) RETURNS boolean
 	AS 'MODULE_PATHNAME', 'sandbox_is_approval_status'
 	LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
--- The approval card.  approved_code_sha256 is what the approver approved;
--- the CHECK makes an approval of any other code impossible to record.
+-- The approval card.  It shows its invocation's code and description
+-- (stored once, there: agent.approval_cards) and holds the hash of that
+-- code; approved_code_sha256 is what the approver approved; the CHECK
+-- makes an approval of any other code impossible to record.
 CREATE TABLE agent.approval_requests (
 	id				uuid PRIMARY KEY DEFAULT gen_random_uuid(),
 	invocation_id	uuid NOT NULL UNIQUE,
@@ -222,12 +243,10 @@ CREATE TABLE agent.approval_requests (
 	workspace_id	uuid NOT NULL,
 	status			text NOT NULL DEFAULT 'pending'
 						CHECK (agent.is_approval_status(status)),
-	code			text NOT NULL,
 	code_sha256		text NOT NULL,
 	language		text NOT NULL,
 	runtime			text NOT NULL,
 	risk_level		text NOT NULL DEFAULT 'high' CHECK (risk_level IN ('low', 'medium', 'high')),
-	description		text,
 	requested_by	text NOT NULL,
 	decided_by		text,
 	decided_at		timestamptz,
@@ -244,15 +263,20 @@ CREATE TABLE agent.approval_requests (
 COMMENT ON TABLE agent.approval_requests IS 'the approval card of an invocation and its decision';
 CREATE INDEX approval_requests_pending_idx ON agent.approval_requests (expires_at)
 	WHERE status = 'pending';
+-- An org's pending cards, counted against its max_pending_requests by
+-- agent.request_execution().
+CREATE INDEX approval_requests_org_pending_idx ON agent.approval_requests (org_id, expires_at)
+	WHERE status = 'pending';
 
 -- invocations.approval_id is a convenience pointer back at the card; the
 -- authoritative link is approval_requests.invocation_id (unique, a foreign
 -- key).  Both are written by request_execution() in one statement pair.
 
 -- A card's content never changes and a decision is final.
--- Refuses (SQLSTATE 55000) a change of code, code_sha256, language,
--- runtime, invocation_id, org_id, workspace_id, requested_by or created_at,
--- and any change at all once the status is no longer pending.  In C
+-- Refuses (SQLSTATE 55000) a change of code_sha256, language, runtime,
+-- invocation_id, org_id, workspace_id, requested_by or created_at, and any
+-- change at all once the status is no longer pending (the code and
+-- description it shows are its invocation's, frozen there).  In C
 -- (src/guards.c): it runs on every decision.
 CREATE FUNCTION agent._approval_requests_guard() RETURNS trigger
 	AS 'MODULE_PATHNAME', 'sandbox_approval_requests_guard'

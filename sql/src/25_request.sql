@@ -5,13 +5,22 @@
 -- that does not exist in the caller's tenant, limits out of range) raises
 -- an error with a specific SQLSTATE and leaves no row behind.  A policy
 -- refusal (plan, admin switch, toggles, model, language, code size,
--- credits, storage quota) is a
+-- credits, pending requests, storage quota) is a
 -- returned status: the capability.invoke_denied audit event must survive,
 -- so raising (and rolling it back) is not an option; and should the
 -- caller roll back, the supervisor writes the event anyway
 -- (agent._keep_refusal).  The returned row
 -- still carries the SQLSTATE the refusal corresponds to, for callers that
 -- map statuses to errors.
+--
+-- The last two checks count what the org holds now, so they are made under
+-- the org's storage locks (agent._lock_storage: its audit head, which the
+-- request's event takes anyway, then its usage row): two requests of one
+-- org cannot both take the last pending slot or the last bytes of the
+-- quota.  What an allowed request stores (its code, description and
+-- idempotency key, and its audit event) is counted in agent.org_usage; a
+-- refusal's event is counted too, and kept past the quota (it records a
+-- decision; it is bounded by the argument limits).
 
 CREATE TYPE agent.execution_request AS (
 	invocation_id	uuid,		-- NULL when denied
@@ -53,9 +62,13 @@ DECLARE
 	v_runtime	text;
 	v_sha		text;
 	v_bytes		integer;
-	v_details	jsonb;
 	v_inv		uuid;
 	v_appr		uuid;
+	v_details	jsonb;
+	v_need		bigint;
+	v_stored	bigint;
+	v_max_stored bigint;
+	v_pending	integer;
 	r			agent.execution_request;
 BEGIN
 	---- Arguments: errors, nothing written ----
@@ -120,14 +133,18 @@ BEGIN
 		   rt.interpreter || ' ' || rt.version AS runtime,
 		   p.credits_per_invocation AS price,
 		   coalesce((SELECT b.balance FROM agent.credit_balances b WHERE b.org_id = w.org_id), 0) AS balance,
-		   st.exhausted AS storage_exhausted, st.stored_bytes, st.max_stored_bytes,
+		   coalesce(o.max_pending_requests,
+					(SELECT s.value::integer FROM agent.settings s
+					  WHERE s.key = 'max_pending_requests_per_org')) AS max_pending,
+		   coalesce(o.max_stored_bytes,
+					(SELECT s.value::bigint FROM agent.settings s
+					  WHERE s.key = 'max_stored_bytes_per_org')) AS max_stored,
 		   (SELECT s.value::integer FROM agent.settings s WHERE s.key = 'max_code_bytes') AS max_code_bytes,
 		   (SELECT s.value::interval FROM agent.settings s WHERE s.key = 'approval_timeout') AS approval_timeout
 	  INTO v_ctx
 	  FROM agent.workspaces w
 	  JOIN agent.orgs o ON o.id = w.org_id
 	  JOIN agent.plans p ON p.plan = o.plan
-	  CROSS JOIN LATERAL agent._storage_exhausted(o.id) st
 	  LEFT JOIN agent.agents a ON a.id = request_execution.agent
 							  AND a.org_id = w.org_id AND a.workspace_id = w.id
 	  LEFT JOIN agent.models m ON m.id = a.model_id
@@ -208,16 +225,56 @@ BEGIN
 			-- provisioned (a balance may fall between now and then).
 			v_reason := 'insufficient_credits'; v_sqlstate := '53000';
 			v_message := format('The organization has %s credits; a run costs %s.', v_ctx.balance, v_ctx.price);
-		ELSIF v_ctx.storage_exhausted THEN
-			-- Checked again when the run is claimed (agent._claim_invocations).
+		END IF;
+	END IF;
+	v_sha := agent.code_sha256(code);
+
+	IF v_reason IS NULL THEN
+		-- What the request would store, its event included (the event's
+		-- details are complete here: the ids are drawn now).
+		v_inv := gen_random_uuid();
+		v_appr := gen_random_uuid();
+		v_details := jsonb_build_object('agent_id', agent, 'conversation_id', conversation,
+										'language', language, 'code_sha256', v_sha,
+										'code_bytes', v_bytes, 'plan', v_ctx.plan,
+										'approval_id', v_appr);
+		v_need := agent._request_bytes(code, description, idempotency_key)
+				  + agent._audit_event_bytes(v_details, requested_by);
+		-- The two counts, exact under the org's storage locks (header),
+		-- taken here as agent._lock_storage() takes them: the head first
+		-- (a statement of its own: the next one's snapshot then sees what
+		-- the org's previous holder committed), then the usage row, read
+		-- with the org's pending cards.  (Inline: the request path's
+		-- cost, docs/control-plane.md "Performance notes".)
+		PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = v_org FOR UPDATE;
+		SELECT u.stored_bytes,
+			   (SELECT count(*)::integer FROM agent.approval_requests a
+				 WHERE a.org_id = v_org AND a.status = 'pending' AND a.expires_at > now())
+		  INTO v_stored, v_pending
+		  FROM agent.org_usage u WHERE u.org_id = v_org
+		   FOR NO KEY UPDATE OF u;
+		IF NOT FOUND THEN		-- an old org without its usage row
+			SELECT l.stored_bytes INTO v_stored FROM agent._lock_storage(v_org) l;
+			SELECT count(*)::integer INTO v_pending
+			  FROM agent.approval_requests a
+			 WHERE a.org_id = v_org AND a.status = 'pending' AND a.expires_at > now();
+		END IF;
+		v_max_stored := v_ctx.max_stored;
+		IF v_pending >= v_ctx.max_pending THEN
+			-- A decision or an expiry frees a slot (an expired card counts no
+			-- more from its expires_at, before pg_cron marks it).
+			v_reason := 'too_many_pending_requests'; v_sqlstate := '53400';
+			v_message := format('The organization has %s requests waiting for a decision; its limit is %s. Approve, deny or cancel some first.',
+								v_pending, v_ctx.max_pending);
+		ELSIF v_stored + v_need > v_max_stored THEN
+			-- (the claim checks the quota again: agent._claim_invocations)
 			v_reason := 'storage_quota_exhausted'; v_sqlstate := '53400';
-			v_message := format('The organization stores %s of its %s bytes; delete files or skills it no longer needs.',
-								v_ctx.stored_bytes, v_ctx.max_stored_bytes);
+			v_message := format('The organization stores %s of its %s bytes; this request needs %s more. Delete files or skills it no longer needs.',
+								v_stored, v_max_stored, v_need);
 		END IF;
 	END IF;
 
 	IF v_reason IS NOT NULL THEN
-		v_sha := agent.code_sha256(code);
 		v_details := jsonb_build_object('reason', v_reason, 'message', v_message,
 							   'agent_id', agent, 'conversation_id', conversation,
 							   'language', language, 'code_sha256', v_sha,
@@ -225,9 +282,13 @@ BEGIN
 							   'idempotency_key', idempotency_key)
 			|| CASE WHEN v_reason = 'insufficient_credits'
 					THEN jsonb_build_object('balance', v_ctx.balance, 'price', v_ctx.price)
+					WHEN v_reason = 'too_many_pending_requests'
+					THEN jsonb_build_object('pending_requests', v_pending,
+											'max_pending_requests', v_ctx.max_pending)
 					WHEN v_reason = 'storage_quota_exhausted'
-					THEN jsonb_build_object('stored_bytes', v_ctx.stored_bytes,
-											'max_stored_bytes', v_ctx.max_stored_bytes)
+					THEN jsonb_build_object('stored_bytes', v_stored,
+											'max_stored_bytes', v_max_stored,
+											'request_bytes', v_need)
 					ELSE '{}'::jsonb END;
 		-- The event is in this transaction; kept too, it is written again
 		-- by the supervisor if the caller rolls back (20_audit.sql).
@@ -238,10 +299,9 @@ BEGIN
 	END IF;
 
 	---- Allowed: the invocation, its card, and the decision's event ----
-	v_inv := gen_random_uuid();
-	v_appr := gen_random_uuid();
 	-- The invocation and its card in one statement (the card's foreign key
-	-- is checked at its end).
+	-- is checked at its end).  The code and description are stored once,
+	-- with the invocation; the card holds the hash the trigger derived.
 	WITH inv AS (
 		INSERT INTO agent.invocations (id, org_id, workspace_id, agent_id, conversation_id,
 									   requested_by, language, code, code_sha256, description,
@@ -251,21 +311,23 @@ BEGIN
 					wall_time_s, memory_mb)
 			RETURNING invocations.code_sha256)	-- set by the trigger
 	INSERT INTO agent.approval_requests (id, invocation_id, org_id, workspace_id, status,
-										 code, code_sha256, language, runtime, risk_level,
-										 description, requested_by, expires_at)
-		SELECT v_appr, v_inv, v_org, workspace, 'pending', code, inv.code_sha256, language,
-			   v_runtime, 'high', description, requested_by, now() + v_ctx.approval_timeout
+										 code_sha256, language, runtime, risk_level,
+										 requested_by, expires_at)
+		SELECT v_appr, v_inv, v_org, workspace, 'pending', inv.code_sha256, language,
+			   v_runtime, 'high', requested_by, now() + v_ctx.approval_timeout
 		  FROM inv
 		RETURNING approval_requests.code_sha256 INTO v_sha;
-	-- Last, so the org's audit chain is held for as short a time as possible;
-	-- then, in the same query, the approvers of the workspace learn of the
-	-- card at commit (on the workspace's channel, 28_approvals.sql; the
-	-- payload is the card's id).
+	-- Its bytes (the event's are counted by the append itself), then the
+	-- event with the hash the card holds (the one computed above: the
+	-- trigger derives the same) and, in the same query, the approvers of
+	-- the workspace learn of the card at commit (on the workspace's
+	-- channel, 28_approvals.sql; the payload is the card's id).
+	UPDATE agent.org_usage u
+	   SET stored_bytes = u.stored_bytes + agent._request_bytes(code, description, idempotency_key),
+		   updated_at = now()
+	 WHERE u.org_id = v_org;
 	PERFORM agent._audit(v_org, workspace, 'capability.invoke_allowed', v_inv, requested_by,
-		jsonb_build_object('agent_id', agent, 'conversation_id', conversation,
-						   'language', language, 'code_sha256', v_sha,
-						   'code_bytes', v_bytes, 'plan', v_ctx.plan,
-						   'approval_id', v_appr)),
+		jsonb_set(v_details, '{code_sha256}', to_jsonb(v_sha))),
 		(SELECT pg_catalog.pg_notify('sandbox_approvals_' || pg_catalog.replace(c.token::text, '-', ''),
 									 v_appr::text)
 		   FROM agent.workspace_channels c

@@ -8,10 +8,10 @@
 
 -- Lock a pending, unexpired card of the caller's workspace and the
 -- invocation behind it (one statement, card first) or explain why not: the
--- invocation must still be waiting for this decision with the code the
--- card shows.  Also returns the requester and the org's policy on
--- self-approval.  Internal: called only from the SECURITY DEFINER functions
--- below.
+-- invocation must still be waiting for this decision with code whose hash
+-- is the card's (the card shows the invocation's code: one copy).  Also
+-- returns the requester and the org's policy on self-approval.  Internal:
+-- called only from the SECURITY DEFINER functions below.
 --
 -- The locks are FOR NO KEY UPDATE, not FOR UPDATE: a backend may hold them
 -- in a transaction it keeps open, and FOR UPDATE would block the FOR KEY
@@ -26,7 +26,6 @@ DECLARE
 	v_status	text;
 	v_expires	timestamptz;
 	v_decided_by text;
-	v_code		text;
 	v_inv_code	text;
 	v_inv_sha	text;
 	v_inv_state text;
@@ -39,10 +38,10 @@ BEGIN
 	END IF;
 	-- Another tenant's card is indistinguishable from a missing one.
 	SELECT a.id, a.invocation_id, a.org_id, a.workspace_id, a.code_sha256, a.status,
-		   a.expires_at, a.decided_by, a.code, i.code, i.code_sha256, i.state,
+		   a.expires_at, a.decided_by, i.code, i.code_sha256, i.state,
 		   i.requested_by, o.require_distinct_approver
 	  INTO id, invocation_id, org_id, workspace_id, code_sha256, v_status,
-		   v_expires, v_decided_by, v_code, v_inv_code, v_inv_sha, v_inv_state,
+		   v_expires, v_decided_by, v_inv_code, v_inv_sha, v_inv_state,
 		   requested_by, require_distinct_approver
 	  FROM agent.approval_requests a
 	  JOIN agent.invocations i ON i.id = a.invocation_id
@@ -65,10 +64,10 @@ BEGIN
 			USING ERRCODE = 'object_not_in_prerequisite_state',
 				  DETAIL = format('It was %s by %s.', v_status, v_decided_by);
 	END IF;
-	-- The card shows the invocation's code and its hash; both must still
-	-- be what will run.
-	IF v_inv_code IS DISTINCT FROM v_code OR v_inv_sha <> code_sha256
-	   OR agent.code_sha256(v_inv_code) <> code_sha256 THEN
+	-- The card shows the invocation's code and holds its hash; the code
+	-- must still be what that hash says (no code at all is a mismatch too).
+	IF v_inv_sha IS DISTINCT FROM code_sha256
+	   OR agent.code_sha256(v_inv_code) IS DISTINCT FROM code_sha256 THEN
 		RAISE EXCEPTION 'approval request % does not match the code of invocation %', id, invocation_id
 			USING ERRCODE = 'data_corrupted',
 				  DETAIL = 'The code was changed after the card was shown; it cannot be approved.';
@@ -133,6 +132,11 @@ BEGIN
 													  'code_sha256', v_card.code_sha256,
 													  'egress_sha256', v_egress))),
 			agent._wake_supervisor();
+	-- The approval's event counts against the org's storage: past the
+	-- quota the approval is refused (53400) and rolled back (the claim
+	-- would refuse to start the run anyway).  A denial, an expiry, a
+	-- cancel are kept past it (counted all the same).
+	PERFORM agent._check_storage(v_card.org_id, 'the approval''s audit event');
 	RETURN v_card.invocation_id;
 END
 $$;
@@ -246,12 +250,14 @@ CREATE TYPE agent.approval_card AS (
 
 -- Every card the caller may see (row-level security decides: a backend
 -- its workspace's, an auditor every tenant's), as approval_card renders it.
+-- The code and description are the invocation's (stored once); NULL once
+-- retention pruned them (the hash stays).
 CREATE VIEW agent.approval_cards WITH (security_invoker = true) AS
 SELECT a.id AS approval_id, a.invocation_id, a.status,
 	   format('%s wants to run %s code', coalesce(g.name, 'An agent'), a.language) AS title,
 	   g.name AS agent_name, i.conversation_id, a.language, a.runtime, a.risk_level,
-	   a.description, a.code, a.code_sha256,
-	   array_length(regexp_split_to_array(rtrim(a.code, E'\n'), E'\n'), 1) AS code_lines,
+	   i.description, i.code, a.code_sha256,
+	   array_length(regexp_split_to_array(rtrim(i.code, E'\n'), E'\n'), 1) AS code_lines,
 	   a.requested_by, a.created_at, a.expires_at, a.decided_by, a.decided_at,
 	   a.decision_reason, p.credits_per_invocation AS credits_cost,
 	   coalesce(b.balance, 0) AS org_balance,

@@ -13,6 +13,13 @@
 -- it already has writes nothing.  An id of another tenant is reported
 -- exactly like an id that does not exist.
 --
+-- The events count against the org's storage quota (14_limits.sql; the
+-- names and titles they record are counted there): a tenant's change that
+-- takes the org past its quota is refused (53400), all of it rolled back,
+-- except a change that only narrows what may run (a toggle or a policy
+-- turned to its safe side), which an org over its quota must still be able
+-- to make.
+--
 -- Row locks are FOR NO KEY UPDATE (a plain UPDATE of non-key columns takes
 -- the same): the foreign-key checks of other inserts (invocations of an
 -- agent, files of a conversation) take FOR KEY SHARE and do not wait.
@@ -79,6 +86,7 @@ BEGIN
 									  'owner', owner, 'model_id', model,
 									  'code_execution_enabled', code_execution_enabled,
 									  'file_upload_enabled', file_upload_enabled));
+	PERFORM agent._check_storage(v_org, format('agent "%s"', agent._shown(name)));
 	RETURN v_id;
 END
 $$;
@@ -123,6 +131,7 @@ BEGIN
 		pg_catalog.jsonb_build_object('conversation_id', v_id, 'agent_id', agent,
 									  'title', title,
 									  'code_execution_enabled', code_execution_enabled));
+	PERFORM agent._check_storage(v_org, 'a new conversation');
 	RETURN v_id;
 END
 $$;
@@ -145,6 +154,7 @@ AS $$
 DECLARE
 	a		agent.agents;
 	v_changes jsonb := '[]'::jsonb;
+	v_narrows boolean := true;		-- every change takes something away
 	c		jsonb;
 BEGIN
 	PERFORM agent._require_tenant(true);
@@ -165,15 +175,18 @@ BEGIN
 	   AND code_execution_enabled IS NOT NULL THEN
 		v_changes := v_changes || pg_catalog.jsonb_build_object('setting', 'code_execution_enabled',
 			'from', a.code_execution_enabled, 'to', code_execution_enabled);
+		v_narrows := v_narrows AND NOT code_execution_enabled;
 	END IF;
 	IF file_upload_enabled IS DISTINCT FROM a.file_upload_enabled
 	   AND file_upload_enabled IS NOT NULL THEN
 		v_changes := v_changes || pg_catalog.jsonb_build_object('setting', 'file_upload_enabled',
 			'from', a.file_upload_enabled, 'to', file_upload_enabled);
+		v_narrows := v_narrows AND NOT file_upload_enabled;
 	END IF;
 	IF name IS DISTINCT FROM a.name AND name IS NOT NULL THEN
 		v_changes := v_changes || pg_catalog.jsonb_build_object('setting', 'name',
 			'from', a.name, 'to', name);
+		v_narrows := false;
 	END IF;
 	IF model IS DISTINCT FROM a.model_id AND model IS NOT NULL THEN
 		IF NOT EXISTS (SELECT 1 FROM agent.models m WHERE m.id = model) THEN
@@ -181,6 +194,7 @@ BEGIN
 		END IF;
 		v_changes := v_changes || pg_catalog.jsonb_build_object('setting', 'model_id',
 			'from', a.model_id, 'to', model);
+		v_narrows := false;
 	END IF;
 	IF pg_catalog.jsonb_array_length(v_changes) = 0 THEN
 		RETURN false;
@@ -196,6 +210,9 @@ BEGIN
 		PERFORM agent._audit(a.org_id, a.workspace_id, 'agent.changed', NULL, actor,
 								pg_catalog.jsonb_build_object('agent_id', a.id) || c);
 	END LOOP;
+	IF NOT v_narrows THEN
+		PERFORM agent._check_storage(a.org_id, pg_catalog.format('the change of agent %s', a.id));
+	END IF;
 	RETURN true;
 END
 $$;
@@ -304,6 +321,9 @@ BEGIN
 	PERFORM agent._audit(c.org_id, c.workspace_id, 'conversation.changed', NULL, actor,
 		pg_catalog.jsonb_build_object('conversation_id', c.id, 'setting', 'code_execution_enabled',
 									  'from', c.code_execution_enabled, 'to', enabled));
+	IF enabled THEN		-- (turning it off narrows: never refused)
+		PERFORM agent._check_storage(c.org_id, pg_catalog.format('the change of conversation %s', c.id));
+	END IF;
 	RETURN true;
 END
 $$;
@@ -342,6 +362,7 @@ BEGIN
 	PERFORM agent._audit(c.org_id, c.workspace_id, 'conversation.changed', NULL, actor,
 		pg_catalog.jsonb_build_object('conversation_id', c.id, 'setting', 'title',
 									  'from', c.title, 'to', title));
+	PERFORM agent._check_storage(c.org_id, pg_catalog.format('the new title of conversation %s', c.id));
 	RETURN true;
 END
 $$;
@@ -380,6 +401,7 @@ BEGIN
 	RETURNING workspaces.id INTO v_id;
 	PERFORM agent._audit(v_org, NULL, 'workspace.created', NULL, actor,
 		pg_catalog.jsonb_build_object('workspace_id', v_id, 'name', name));
+	PERFORM agent._check_storage(v_org, pg_catalog.format('workspace "%s"', agent._shown(name)));
 	RETURN v_id;
 END
 $$;
@@ -419,6 +441,7 @@ BEGIN
 	PERFORM agent._audit(w.org_id, NULL, 'workspace.changed', NULL, actor,
 		pg_catalog.jsonb_build_object('workspace_id', w.id, 'setting', 'name',
 									  'from', w.name, 'to', name));
+	PERFORM agent._check_storage(w.org_id, pg_catalog.format('the new name of workspace %s', w.id));
 	RETURN true;
 END
 $$;
@@ -443,6 +466,7 @@ AS $$
 DECLARE
 	o		agent.orgs;
 	v_changes jsonb := '[]'::jsonb;
+	v_narrows boolean := true;		-- every change takes something away
 	c		jsonb;
 BEGIN
 	PERFORM agent._require_tenant(false);
@@ -457,11 +481,13 @@ BEGIN
 	   AND personal_agents_code_execution IS NOT NULL THEN
 		v_changes := v_changes || pg_catalog.jsonb_build_object('setting', 'personal_agents_code_execution',
 			'from', o.personal_agents_code_execution, 'to', personal_agents_code_execution);
+		v_narrows := v_narrows AND NOT personal_agents_code_execution;
 	END IF;
 	IF require_distinct_approver IS DISTINCT FROM o.require_distinct_approver
 	   AND require_distinct_approver IS NOT NULL THEN
 		v_changes := v_changes || pg_catalog.jsonb_build_object('setting', 'require_distinct_approver',
 			'from', o.require_distinct_approver, 'to', require_distinct_approver);
+		v_narrows := v_narrows AND require_distinct_approver;
 	END IF;
 	IF pg_catalog.jsonb_array_length(v_changes) = 0 THEN
 		RETURN false;
@@ -475,6 +501,9 @@ BEGIN
 	FOR c IN SELECT * FROM pg_catalog.jsonb_array_elements(v_changes) LOOP
 		PERFORM agent._audit(o.id, NULL, 'org.policy_changed', NULL, actor, c);
 	END LOOP;
+	IF NOT v_narrows THEN
+		PERFORM agent._check_storage(o.id, 'the change of the organization''s policy');
+	END IF;
 	RETURN true;
 END
 $$;

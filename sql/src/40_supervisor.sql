@@ -256,17 +256,23 @@ AS $$
 	SELECT o.org_id FROM orgs o WHERE o.org_id IS NOT NULL
 $$;
 
--- Lock an org's audit head for the appends to come, without waiting, in
--- the caller's (sub)transaction: false when it is held elsewhere (a
--- backend's open transaction after an audited call); an org without a
--- head yet has nothing to lock (its first append makes it).
+-- Lock what an org's appends to come take, without waiting, in the
+-- caller's (sub)transaction: its audit head, then its usage row (each
+-- append counts against the org's storage: 21_audit_usage.sql).  False
+-- when either is held elsewhere (a backend's open transaction after an
+-- audited call); an org without a head (or usage row) yet has nothing to
+-- lock (its first append makes it).
 -- (No SET clause, as agent._setting: names and operators are qualified.)
 CREATE FUNCTION agent._try_audit_head(org uuid) RETURNS boolean
 	LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
 	PERFORM 1 FROM agent.audit_heads h WHERE h.org_id OPERATOR(pg_catalog.=) org FOR UPDATE SKIP LOCKED;
-	RETURN FOUND OR NOT EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id OPERATOR(pg_catalog.=) org);
+	IF NOT FOUND AND EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id OPERATOR(pg_catalog.=) org) THEN
+		RETURN false;
+	END IF;
+	PERFORM 1 FROM agent.org_usage u WHERE u.org_id OPERATOR(pg_catalog.=) org FOR NO KEY UPDATE SKIP LOCKED;
+	RETURN FOUND OR NOT EXISTS (SELECT 1 FROM agent.org_usage u WHERE u.org_id OPERATOR(pg_catalog.=) org);
 END
 $$;
 
@@ -478,9 +484,10 @@ BEGIN
 				CONTINUE WHEN agent._session_elsewhere(r.conversation_id, runner);
 			END IF;
 
-			-- The code about to run must be, byte for byte, the code approved.
+			-- The code about to run must be, byte for byte, the code approved
+			-- (no code at all, pruned behind the triggers' back, is not).
 			IF approved IS NULL OR audited IS DISTINCT FROM approved
-			   OR approved <> agent.code_sha256(r.code)
+			   OR approved IS DISTINCT FROM agent.code_sha256(r.code)
 			   OR approved <> r.code_sha256 THEN
 				UPDATE agent.invocations i
 				   SET state = 'provision_failed',
@@ -581,6 +588,7 @@ BEGIN
 					 WHERE i.id = r.id AND i.state = 'approved' FOR NO KEY UPDATE NOWAIT;
 					IF FOUND THEN
 						PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = r.org_id FOR UPDATE NOWAIT;
+						PERFORM 1 FROM agent.org_usage u WHERE u.org_id = r.org_id FOR NO KEY UPDATE NOWAIT;
 						UPDATE agent.invocations i
 						   SET state = 'provision_failed',
 							   state_reason = 'could not provision: ' || err,
@@ -772,7 +780,8 @@ END
 $$;
 
 -- The jail started.  Skipped (false) when the row or its org's audit head
--- is locked elsewhere: the finish then moves it through running itself.
+-- (or usage row, which the append updates) is locked elsewhere: the finish
+-- then moves it through running itself.
 CREATE FUNCTION agent._mark_running(invocation uuid, pid integer) RETURNS boolean
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
@@ -786,8 +795,7 @@ BEGIN
 	IF NOT FOUND THEN
 		RETURN false;
 	END IF;
-	PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = r.org_id FOR UPDATE SKIP LOCKED;
-	IF NOT FOUND THEN
+	IF NOT agent._try_audit_head(r.org_id) THEN
 		RETURN false;
 	END IF;
 	UPDATE agent.invocations i

@@ -215,6 +215,8 @@ BEGIN
 	PERFORM agent._audit(agent.current_org(), NULL, 'egress.rule_set', NULL, actor,
 						 jsonb_strip_nulls(jsonb_build_object('rule_id', v_id, 'host', v_host,
 															  'cidr', cidr::text, 'ports', to_jsonb(ports))));
+	-- (the event counts against the org's storage quota: 14_limits.sql)
+	PERFORM agent._check_storage(agent.current_org(), 'the egress rule''s audit event');
 	RETURN v_id;
 END
 $$;
@@ -260,6 +262,7 @@ BEGIN
 	PERFORM agent._audit(agent.current_org(), NULL, 'egress.limits_set', NULL, actor,
 						 jsonb_build_object('max_connections', max_connections,
 											'max_bytes_up', max_bytes_up, 'max_bytes_down', max_bytes_down));
+	PERFORM agent._check_storage(agent.current_org(), 'the egress limits'' audit event');
 END
 $$;
 

@@ -116,6 +116,17 @@ CREATE FUNCTION agent._skills_hash(agent uuid) RETURNS text
 			  FROM agent.agent_skills a JOIN agent.skills s ON s.id = a.skill_id
 			 WHERE a.agent_id = _skills_hash.agent);
 
+-- What a skill version stores against its org's quota: its files'
+-- content and paths, its name and its description (the one definition:
+-- create_skill counts it, delete_skill gives it back).
+CREATE FUNCTION agent._skill_bytes(skill uuid) RETURNS bigint
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+	RETURN (SELECT octet_length(s.name) + coalesce(octet_length(s.description), 0)
+				   + coalesce((SELECT sum(octet_length(f.content) + octet_length(f.path))
+								 FROM agent.skill_files f WHERE f.skill_id = s.id), 0)
+			  FROM agent.skills s WHERE s.id = skill)::bigint;
+
 -- Create a new version of a skill from a set of files (jsonb object
 -- path → base64 content).  Versions are immutable; returns the new id.
 CREATE FUNCTION agent.create_skill(name text, files jsonb, description text DEFAULT NULL)
@@ -183,7 +194,11 @@ BEGIN
 		INSERT INTO agent.skill_files (skill_id, path, content, executable)
 		VALUES (v_id, f.key, v_content, f.key ~ '\.(sh|py|js)$');
 	END LOOP;
-	PERFORM agent._use_storage(agent.current_org(), v_bytes, format('skill "%s"', create_skill.name));
+	-- Counted: its files' content and paths, its name and description
+	-- (agent._skill_bytes; a skill version has no audit event to count
+	-- its text in).  max_skill_bytes is the content's cap.
+	PERFORM agent._use_storage(agent.current_org(), agent._skill_bytes(v_id),
+							   format('skill "%s"', create_skill.name));
 	RETURN v_id;
 END
 $$;
@@ -220,6 +235,9 @@ BEGIN
 	PERFORM agent._audit(agent.current_org(), agent.current_workspace(),
 						 CASE WHEN attached THEN 'skill.attached' ELSE 'skill.detached' END, NULL,
 						 current_user, jsonb_build_object('agent_id', set_agent_skill.agent, 'skill_id', skill));
+	IF attached THEN	-- (a detach frees: never refused)
+		PERFORM agent._check_storage(agent.current_org(), 'the skill''s attachment');
+	END IF;
 END
 $$;
 
@@ -372,6 +390,8 @@ BEGIN
 			agent._setting('max_conversation_bytes')
 			USING ERRCODE = 'program_limit_exceeded';
 	END IF;
+	-- Counted (and a file past the quota refused) before it is written;
+	-- checked again once its audit event is counted too.
 	PERFORM agent._use_storage(c.org_id, octet_length(content), format('file "%s"', left(name, 256)));
 	INSERT INTO agent.files (org_id, workspace_id, conversation_id, name, origin, content, size,
 							 sha256, content_type, created_by)
@@ -383,6 +403,7 @@ BEGIN
 						 jsonb_build_object('file_id', v_id, 'conversation_id', c.id, 'name', name,
 											'size', octet_length(content),
 											'sha256', encode(sha256(content), 'hex')));
+	PERFORM agent._check_storage(c.org_id, format('file "%s"', left(name, 256)));
 	RETURN v_id;
 END
 $$;
@@ -536,8 +557,8 @@ COMMENT ON FUNCTION agent.delete_file(uuid, text, text) IS
 	'delete a file (every saved version of the name) from a conversation and its sandbox session; returns the bytes freed';
 
 -- Delete a version of a skill of the current org that no agent has
--- attached: its files go, the org's storage goes down by their size.
--- Returns the bytes freed.
+-- attached: its files go, the org's storage goes down by what it counted
+-- (agent._skill_bytes).  Returns the bytes freed.
 CREATE FUNCTION agent.delete_skill(skill uuid, deleted_by text)
 	RETURNS bigint
 	LANGUAGE plpgsql VOLATILE
@@ -568,8 +589,7 @@ BEGIN
 			USING ERRCODE = 'object_in_use',
 				  HINT = 'Detach it first with agent.set_agent_skill(agent, skill, false).';
 	END IF;
-	SELECT coalesce(sum(octet_length(f.content)), 0)::bigint INTO v_bytes
-	  FROM agent.skill_files f WHERE f.skill_id = k.id;
+	v_bytes := agent._skill_bytes(k.id);
 	DELETE FROM agent.skills x WHERE x.id = k.id;	-- its files with it
 	PERFORM agent._free_storage(k.org_id, v_bytes);
 	PERFORM agent._audit(k.org_id, NULL, 'skill.deleted', NULL, deleted_by,

@@ -1,7 +1,7 @@
 -- Retention: how long the bulky content of a run is kept, per org, and
 -- the batched pruning that enforces it (docs/operations.md, "Retention").
 --
--- Four kinds of content, each with a default in agent.settings and an
+-- Five kinds of content, each with a default in agent.settings and an
 -- optional per-org value in agent.org_retention (the operator's, like the
 -- limits of 14_limits.sql):
 --
@@ -9,15 +9,20 @@
 --   previews        agent.agent_tool_calls.output_preview (by the call's created_at)
 --   produced_files  agent.files of origin 'produced' (by created_at)
 --   uploaded_files  agent.files of origin 'uploaded' (by created_at)
+--   requests        the code and description of an invocation in a
+--                   terminal state (by its created_at): what its card
+--                   showed, stored once with the invocation
 --
 -- A value is an interval, or 'forever'.  Pruning keeps the row and what
 -- identifies the content (its sha256 and size, and when it was pruned) and
 -- drops only the content: an output chunk's data becomes '', a preview
--- NULL, a file's content NULL with status 'pruned'.  The audit trail is
--- not pruned (its chain is the point), and neither are agent.invocations
--- and agent.tool_invocations (the exported analytics row: untouched, so
--- the export stays exactly once).  The bytes pruned are given back to the
--- org's storage count (agent.org_usage).
+-- NULL, a file's content NULL with status 'pruned', an invocation's code
+-- and description NULL with pruned_at (its code_sha256, states, billing,
+-- card and events stay; the code's size is in its capability.invoke_allowed
+-- event).  The audit trail is not pruned (its chain is the point), and
+-- neither is agent.tool_invocations (the exported analytics row:
+-- untouched, so the export stays exactly once).  The bytes pruned are
+-- given back to the org's storage count (agent.org_usage).
 --
 -- agent.prune_retention() (a procedure, scheduled hourly with pg_cron by
 -- agent.schedule_maintenance()) works one org and one kind at a time, in
@@ -34,6 +39,8 @@ INSERT INTO agent.settings (key, value, description) VALUES
 	 'how long the content of a file a run produced is kept (an interval, or forever)'),
 	('retention_uploaded_files', 'forever',
 	 'how long the content of an uploaded conversation file is kept (an interval, or forever)'),
+	('retention_requests', '90 days',
+	 'how long the code and description of a finished request (invocation and approval card) are kept (an interval, or forever)'),
 	('retention_batch', '1000',
 	 'rows agent.prune_retention() prunes per transaction');
 
@@ -43,7 +50,8 @@ CREATE TABLE agent.org_retention (
 	previews		text,
 	produced_files	text,
 	uploaded_files	text,
-	updated_at		timestamptz NOT NULL DEFAULT now()
+	updated_at		timestamptz NOT NULL DEFAULT now(),
+	requests		text	-- (0.3.0)
 );
 COMMENT ON TABLE agent.org_retention IS
 	'per-org retention of run content (NULL: the retention_* default in agent.settings)';
@@ -78,6 +86,11 @@ CREATE INDEX agent_tool_calls_retention_idx ON agent.agent_tool_calls (org_id, c
 CREATE INDEX files_retention_idx ON agent.files (org_id, origin, created_at)
 	WHERE status = 'saved';
 
+-- (a pruned invocation keeps code_sha256; its pruned_at and the constraint
+-- that only pruning empties its code are with its table, 15_invocations.sql)
+CREATE INDEX invocations_retention_idx ON agent.invocations (org_id, created_at)
+	WHERE pruned_at IS NULL;
+
 -- The retention of one kind for one org: the interval, or NULL for forever.
 -- A malformed value is a broken configuration, reported as such.
 CREATE FUNCTION agent.retention_of(org uuid, kind text) RETURNS interval
@@ -87,13 +100,14 @@ AS $$
 DECLARE
 	v	text;
 BEGIN
-	IF kind IS NULL OR kind NOT IN ('output', 'previews', 'produced_files', 'uploaded_files') THEN
+	IF kind IS NULL OR kind NOT IN ('output', 'previews', 'produced_files', 'uploaded_files', 'requests') THEN
 		RAISE EXCEPTION 'unknown retention kind "%"', agent._shown(kind)
 			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'The kinds are output, previews, produced_files and uploaded_files.';
+				  HINT = 'The kinds are output, previews, produced_files, uploaded_files and requests.';
 	END IF;
 	SELECT CASE kind WHEN 'output' THEN r.output WHEN 'previews' THEN r.previews
-					 WHEN 'produced_files' THEN r.produced_files ELSE r.uploaded_files END
+					 WHEN 'produced_files' THEN r.produced_files
+					 WHEN 'uploaded_files' THEN r.uploaded_files ELSE r.requests END
 	  INTO v FROM agent.org_retention r WHERE r.org_id = org;
 	v := coalesce(v, agent._setting('retention_' || kind));
 	IF v = 'forever' THEN
@@ -110,7 +124,8 @@ COMMENT ON FUNCTION agent.retention_of(uuid, text) IS
 
 -- Set an org's retention (NULL: the default).  The operator's (owner).
 CREATE FUNCTION agent.set_org_retention(org uuid, output text DEFAULT NULL, previews text DEFAULT NULL,
-										produced_files text DEFAULT NULL, uploaded_files text DEFAULT NULL)
+										produced_files text DEFAULT NULL, uploaded_files text DEFAULT NULL,
+										requests text DEFAULT NULL)
 	RETURNS void
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
@@ -127,8 +142,9 @@ BEGIN
 	PERFORM agent._check_text(output, 'output', 'retention'),
 			agent._check_text(previews, 'previews', 'retention'),
 			agent._check_text(produced_files, 'produced_files', 'retention'),
-			agent._check_text(uploaded_files, 'uploaded_files', 'retention');
-	FOREACH v IN ARRAY ARRAY[output, previews, produced_files, uploaded_files] LOOP
+			agent._check_text(uploaded_files, 'uploaded_files', 'retention'),
+			agent._check_text(requests, 'requests', 'retention');
+	FOREACH v IN ARRAY ARRAY[output, previews, produced_files, uploaded_files, requests] LOOP
 		CONTINUE WHEN v IS NULL OR v = 'forever';
 		BEGIN
 			IF v::interval < interval '0' THEN
@@ -140,20 +156,22 @@ BEGIN
 				USING ERRCODE = 'invalid_parameter_value';
 		END;
 	END LOOP;
-	INSERT INTO agent.org_retention AS r (org_id, output, previews, produced_files, uploaded_files)
-		VALUES (org, output, previews, produced_files, uploaded_files)
+	INSERT INTO agent.org_retention AS r (org_id, output, previews, produced_files, uploaded_files,
+										  requests)
+		VALUES (org, output, previews, produced_files, uploaded_files, requests)
 		ON CONFLICT (org_id) DO UPDATE
 			SET output = excluded.output, previews = excluded.previews,
 				produced_files = excluded.produced_files, uploaded_files = excluded.uploaded_files,
-				updated_at = now();
+				requests = excluded.requests, updated_at = now();
 	PERFORM agent._audit(org, NULL, 'org.retention_changed', NULL, current_user::text,
 						 jsonb_build_object('output', output, 'previews', previews,
 											'produced_files', produced_files,
-											'uploaded_files', uploaded_files));
+											'uploaded_files', uploaded_files,
+											'requests', requests));
 END
 $$;
-COMMENT ON FUNCTION agent.set_org_retention(uuid, text, text, text, text) IS
-	'set how long an org keeps run output, previews, produced and uploaded files (NULL: the default; ''forever'')';
+COMMENT ON FUNCTION agent.set_org_retention(uuid, text, text, text, text, text) IS
+	'set how long an org keeps run output, previews, produced and uploaded files, and the code of finished requests (NULL: the default; ''forever'')';
 
 -- Prune one batch of one kind for one org: content created before cutoff.
 -- Returns the rows pruned (fewer than batch: nothing is left).
@@ -209,6 +227,23 @@ BEGIN
 			  FROM c WHERE f.id = c.id
 			RETURNING f.size)
 		SELECT count(*)::integer, coalesce(sum(u.size), 0)::bigint INTO n, v_bytes FROM u;
+	ELSIF kind = 'requests' THEN
+		-- Only an invocation that can no longer run (its code is what a
+		-- claim checks and runs); its card shows the same copy.  FOR NO KEY
+		-- UPDATE, as everywhere an invocation is locked.
+		WITH c AS (
+			SELECT i.id, agent._request_bytes(i.code, i.description, NULL) AS bytes
+			  FROM agent.invocations i
+			 WHERE i.org_id = org AND i.created_at < cutoff AND i.pruned_at IS NULL
+			   AND agent._state_is_terminal(i.state)
+			 ORDER BY i.created_at LIMIT batch
+			 FOR NO KEY UPDATE SKIP LOCKED),
+		u AS (
+			UPDATE agent.invocations i
+			   SET code = NULL, description = NULL, pruned_at = now()
+			  FROM c WHERE i.id = c.id
+			RETURNING c.bytes)
+		SELECT count(*)::integer, coalesce(sum(u.bytes), 0)::bigint INTO n, v_bytes FROM u;
 	ELSE
 		RAISE EXCEPTION 'unknown retention kind "%"', kind USING ERRCODE = 'invalid_parameter_value';
 	END IF;
@@ -234,7 +269,7 @@ DECLARE
 BEGIN
 	pruned := 0;
 	FOR o IN SELECT x.id FROM agent.orgs x ORDER BY x.id LOOP
-		FOREACH k IN ARRAY ARRAY['output', 'previews', 'produced_files', 'uploaded_files'] LOOP
+		FOREACH k IN ARRAY ARRAY['output', 'previews', 'produced_files', 'uploaded_files', 'requests'] LOOP
 			keep := agent.retention_of(o, k);
 			CONTINUE WHEN keep IS NULL;
 			LOOP
@@ -250,6 +285,6 @@ $$;
 COMMENT ON PROCEDURE agent.prune_retention(bigint, timestamptz) IS
 	'empty run content past its retention, in short batches (CALL it; pg_cron does, hourly)';
 
-REVOKE ALL ON FUNCTION agent.retention_of(uuid, text), agent.set_org_retention(uuid, text, text, text, text),
+REVOKE ALL ON FUNCTION agent.retention_of(uuid, text), agent.set_org_retention(uuid, text, text, text, text, text),
 	agent._prune_batch(uuid, text, timestamptz, integer) FROM PUBLIC;
 REVOKE ALL ON PROCEDURE agent.prune_retention(bigint, timestamptz) FROM PUBLIC;

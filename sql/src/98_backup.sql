@@ -12,7 +12,8 @@
 -- That switches off the ordinary triggers and the foreign-key checks while
 -- the dumped rows are loaded, so nothing is applied twice: the ledger's
 -- trigger does not fold the ledger into balances restored as they were,
--- a restored org does not get a second usage row, the state machine's and
+-- a restored org does not get a second usage row nor a restored audit
+-- event a second count in it (21_audit_usage.sql), the state machine's and
 -- the request freeze's guards do not judge restored rows.  The append-only
 -- guards of the ledger and the audit trail stay on (ENABLE ALWAYS) and
 -- refuse UPDATE, DELETE and TRUNCATE there too; a restore only inserts.

@@ -44,3 +44,37 @@ DROP FUNCTION agent._audit_hash(text, bigint, uuid, uuid, text, uuid, text, json
 -- everywhere else means the run hit its wall time).  The same position,
 -- the opposite sense; agent.wait_result is replayed with the new column.
 ALTER TYPE agent.run_result RENAME ATTRIBUTE timed_out TO finished;
+
+-- Branch quota (issue 27: what a tenant makes the database keep counts
+-- against its storage quota; pending requests are capped; the code is
+-- stored once; finished requests are pruned by retention).
+--
+-- 12_catalog.sql / 14_limits.sql: the per-org cap on pending requests (its
+-- default, max_pending_requests_per_org, is a settings row: the tail adds
+-- it, once the settings' rules know it).  set_org_limits gains it.
+ALTER TABLE agent.orgs ADD COLUMN max_pending_requests integer CHECK (max_pending_requests >= 0);
+DROP FUNCTION agent.set_org_limits(uuid, integer, bigint);
+
+-- 15_invocations.sql: the code and description are stored once, with the
+-- invocation; the card shows them from there (agent.approval_cards, which
+-- read the card's copies, is dropped here and replayed).  The card's
+-- copies always equalled the invocation's (request_execution() wrote both
+-- from the same arguments and the card guard froze them; test/suites/
+-- upgrade.sh checks it on real rows before the update), so nothing is
+-- lost.  Retention may empty an invocation's code and description once it
+-- is finished (pruned_at; the constraint says only pruning does).
+DROP VIEW agent.approval_cards;
+ALTER TABLE agent.approval_requests DROP COLUMN code, DROP COLUMN description;
+ALTER TABLE agent.invocations
+	ALTER COLUMN code DROP NOT NULL,
+	ADD COLUMN pruned_at timestamptz,
+	ADD CONSTRAINT invocations_code_kept CHECK (code IS NOT NULL OR pruned_at IS NOT NULL);
+CREATE INDEX approval_requests_org_pending_idx ON agent.approval_requests (org_id, expires_at)
+	WHERE status = 'pending';
+
+-- 70_retention.sql: the fifth kind, requests (its setting is added by the
+-- tail, as above); set_org_retention gains it.
+ALTER TABLE agent.org_retention ADD COLUMN requests text;
+CREATE INDEX invocations_retention_idx ON agent.invocations (org_id, created_at)
+	WHERE pruned_at IS NULL;
+DROP FUNCTION agent.set_org_retention(uuid, text, text, text, text);

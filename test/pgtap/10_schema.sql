@@ -10,7 +10,7 @@ CREATE FUNCTION pg_temp.has_columns(tbl text, cols text[], description text) RET
 					 WHERE attrelid = ('agent.' || tbl)::regclass AND attnum > 0 AND NOT attisdropped),
 			  '{}'::text[], description)
 $$;
-SELECT plan(49);
+SELECT plan(51);
 
 -- Other parts of the project add their own tables and columns to schema
 -- agent: these checks name what the control plane owns, not everything.
@@ -42,11 +42,22 @@ SELECT pg_temp.has_columns('agent_tool_calls', ARRAY[
 	'id', 'invocation_id', 'org_id', 'workspace_id', 'agent_id', 'conversation_id',
 	'tool_name', 'input_hash', 'status', 'exit_code', 'output_preview', 'created_at'],
 	'agent_tool_calls has the contract''s columns');
+-- The card's code and description are its invocation's (stored once);
+-- the card as shown, agent.approval_cards, has them.
 SELECT pg_temp.has_columns('approval_requests', ARRAY[
-	'id', 'invocation_id', 'org_id', 'workspace_id', 'status', 'code', 'code_sha256',
-	'language', 'runtime', 'risk_level', 'description', 'requested_by', 'decided_by',
+	'id', 'invocation_id', 'org_id', 'workspace_id', 'status', 'code_sha256',
+	'language', 'runtime', 'risk_level', 'requested_by', 'decided_by',
 	'decided_at', 'decision_reason', 'approved_code_sha256', 'expires_at', 'created_at'],
 	'approval_requests has the contract''s columns');
+SELECT pg_temp.has_columns('approval_cards', ARRAY[
+	'approval_id', 'invocation_id', 'status', 'code', 'code_sha256', 'language', 'runtime',
+	'risk_level', 'description', 'requested_by', 'decided_by', 'decided_at',
+	'decision_reason', 'expires_at', 'created_at'],
+	'the card as shown has the contract''s columns');
+SELECT is(ARRAY(SELECT attname::text FROM pg_attribute
+				 WHERE attrelid = 'agent.approval_requests'::regclass AND attname IN ('code', 'description')
+				   AND NOT attisdropped),
+		  '{}'::text[], 'the card holds no copy of the code or description');
 SELECT pg_temp.has_columns('credit_ledger', ARRAY[
 	'id', 'org_id', 'workspace_id', 'invocation_id', 'kind', 'amount', 'reason', 'created_at'],
 	'credit_ledger has the contract''s columns');

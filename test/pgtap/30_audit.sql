@@ -1,7 +1,7 @@
 -- The audit trail: append-only for every role (the owner included), a
 -- linear hash chain per org, and verify_audit_chain() finding tampering.
 BEGIN;
-SELECT plan(36);
+SELECT plan(37);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -77,8 +77,14 @@ SELECT is(ARRAY(SELECT tgrelid::regclass::text || '.' || tgname FROM pg_trigger
 				 WHERE tgrelid IN ('agent.audit_events'::regclass, 'agent.audit_heads'::regclass,
 								   'agent.credit_ledger'::regclass)
 				   AND NOT tgisinternal AND tgenabled <> 'A'
-				   AND tgname NOT IN ('credit_ledger_apply', 'audit_heads_restore_check')),
+				   AND tgname NOT IN ('credit_ledger_apply', 'audit_heads_restore_check',
+									  'audit_events_count')),
 		  '{}'::text[], 'every append-only trigger of the audit trail and the ledger is ENABLE ALWAYS');
+-- (like the ledger's fold into balances: a restore loads org_usage as it
+-- was, so the restored events must not be counted again)
+SELECT is((SELECT tgenabled::text FROM pg_trigger WHERE tgrelid = 'agent.audit_events'::regclass
+			  AND tgname = 'audit_events_count'),
+		  'O', 'the count of an event against its org''s storage does not fire in replica mode');
 SELECT is((SELECT tgenabled::text FROM pg_trigger WHERE tgrelid = 'agent.audit_heads'::regclass
 			  AND tgname = 'audit_heads_restore_check'),
 		  'R', 'the restore check of a tip fires in replica mode only (ENABLE REPLICA)');

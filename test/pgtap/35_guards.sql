@@ -2,7 +2,7 @@
 -- definitions they replaced: the same hashes byte for byte, the same state
 -- machine, the same refusals with the same SQLSTATEs.
 BEGIN;
-SELECT plan(29);
+SELECT plan(37);
 
 -- ---- hashes ----
 CREATE TEMP TABLE samples (s text);
@@ -179,16 +179,25 @@ SELECT throws_ok(format($$UPDATE agent.invocations SET state = 'running' WHERE i
 						(SELECT invocation_id FROM req)),
 	'55000', 'invalid state transition from "pending_approval" to "running"',
 	'a transition outside the table is refused');
-SELECT throws_ok(format($$UPDATE agent.approval_requests SET code = 'print("swapped")' WHERE id = %L$$,
+SELECT throws_ok(format($$UPDATE agent.approval_requests SET code_sha256 = agent.code_sha256('print("swapped")') WHERE id = %L$$,
 						(SELECT approval_id FROM req)),
 	'55000', format('cannot change the card of approval request %s', (SELECT approval_id FROM req)),
-	'the card''s code cannot be changed');
+	'the card''s hash cannot be changed');
 SELECT throws_ok(format($$UPDATE agent.approval_requests SET created_at = created_at - interval '1 hour' WHERE id = %L$$,
 						(SELECT approval_id FROM req)),
 	'55000', NULL, 'the card''s creation time cannot be changed');
-SELECT lives_ok(format($$UPDATE agent.approval_requests SET description = 'reworded' WHERE id = %L$$,
-					   (SELECT approval_id FROM req)),
-	'a pending card''s description may still change');
+-- What the card shows is its invocation's code and description (one copy):
+-- frozen there, and only retention may empty them, once the run is over.
+SELECT throws_ok(format($$UPDATE agent.invocations SET code = 'print("swapped")' WHERE id = %L$$,
+						(SELECT invocation_id FROM req)),
+	'55000', format('cannot change the request of invocation %s', (SELECT invocation_id FROM req)),
+	'the code the card shows cannot be changed');
+SELECT throws_ok(format($$UPDATE agent.invocations SET description = 'reworded' WHERE id = %L$$,
+						(SELECT invocation_id FROM req)),
+	'55000', NULL, 'the description the card shows cannot be changed');
+SELECT throws_ok(format($$UPDATE agent.invocations SET code = NULL, description = NULL, pruned_at = now() WHERE id = %L$$,
+						(SELECT invocation_id FROM req)),
+	'55000', NULL, 'the code of a pending invocation cannot be pruned');
 SELECT is(agent.approve((SELECT approval_id FROM req), 'tap-approver'),
 		  (SELECT invocation_id FROM req), 'approve() returns the invocation');
 SELECT is((SELECT state FROM agent.invocations i JOIN req ON i.id = req.invocation_id), 'approved',
@@ -202,6 +211,27 @@ SELECT lives_ok(format($$UPDATE agent.approval_requests SET decided_by = decided
 	'an update of a decided card that changes nothing is allowed (IS DISTINCT FROM semantics)');
 SELECT throws_ok(format($$SELECT agent.approve(%L, 'tap-approver')$$, (SELECT approval_id FROM req)),
 	'55000', NULL, 'a second approval is refused');
+SELECT throws_ok(format($$UPDATE agent.invocations SET code = NULL, description = NULL, pruned_at = now() WHERE id = %L$$,
+						(SELECT invocation_id FROM req)),
+	'55000', NULL, 'nor the code of an approved one (it is what the claim runs)');
+UPDATE agent.invocations SET state = 'cancelled' WHERE id = (SELECT invocation_id FROM req);
+SELECT throws_ok(format($$UPDATE agent.invocations SET code = NULL WHERE id = %L$$,
+						(SELECT invocation_id FROM req)),
+	'55000', NULL, 'a finished invocation''s code is emptied only with pruned_at');
+SELECT lives_ok(format($$UPDATE agent.invocations SET code = NULL, description = NULL, pruned_at = now() WHERE id = %L$$,
+					   (SELECT invocation_id FROM req)),
+	'a finished invocation''s code and description are pruned (retention)');
+SELECT throws_ok(format($$UPDATE agent.invocations SET code = 'print("back")', pruned_at = NULL WHERE id = %L$$,
+						(SELECT invocation_id FROM req)),
+	'55000', NULL, 'a pruned invocation''s code cannot come back');
+SELECT throws_ok(format($$INSERT INTO agent.invocations (org_id, workspace_id, agent_id, requested_by, language, code, pruned_at)
+							VALUES (%L, %L, %L, 'tap', 'shell', NULL, now())$$,
+						'a3000000-0000-4000-8000-000000000009', 'b3000000-0000-4000-8000-000000000009',
+						'c3000000-0000-4000-8000-000000000009'),
+	'23502', NULL, 'an invocation cannot be inserted without code (no hash)');
+SELECT is((SELECT code_sha256 FROM agent.invocations i JOIN req ON i.id = req.invocation_id),
+		  encode(sha256(convert_to('print("é")', 'UTF8')), 'hex'),
+		  'the pruned invocation keeps its hash');
 
 -- set_tenant(): transaction-local, NULL clears, and the GUC check refuses junk.
 SELECT is(agent.current_org(), 'a3000000-0000-4000-8000-000000000009'::uuid, 'set_tenant() sets the org');

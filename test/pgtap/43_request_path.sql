@@ -133,15 +133,15 @@ SELECT pg_temp.tenant(1);
 SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.card(3), 'bob'),
 	'55000', format('approval request %s has expired', pg_temp.card(3)), 'an expired card cannot be approved');
 
--- The owner changes the code behind a card (the freeze trigger off): the
--- approval is refused, whichever copy was changed.
+-- The owner changes the code behind a card (the freeze trigger off), or
+-- the hash the card holds (its guard off): the approval is refused.
 RESET ROLE;
 ALTER TABLE agent.invocations DISABLE TRIGGER invocations_freeze_request;
 UPDATE agent.invocations SET code = 'rm -rf /' WHERE id = pg_temp.inv(4);
 UPDATE agent.invocations SET code = 'rm -rf /', code_sha256 = agent.code_sha256('rm -rf /') WHERE id = pg_temp.inv(5);
 ALTER TABLE agent.invocations ENABLE TRIGGER invocations_freeze_request;
 ALTER TABLE agent.approval_requests DISABLE TRIGGER approval_requests_guard;
-UPDATE agent.approval_requests SET code = 'rm -rf /' WHERE id = pg_temp.card(6);
+UPDATE agent.approval_requests SET code_sha256 = agent.code_sha256('rm -rf /') WHERE id = pg_temp.card(6);
 ALTER TABLE agent.approval_requests ENABLE TRIGGER approval_requests_guard;
 SET ROLE agent_backend;
 SELECT pg_temp.tenant(1);
@@ -151,7 +151,7 @@ SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.card(4), 'bob'),
 SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.card(5), 'bob'),
 	'XX001', NULL, 'changed code with a matching new hash cannot be approved');
 SELECT throws_ok(format('SELECT agent.approve(%L, %L)', pg_temp.card(6), 'bob'),
-	'XX001', NULL, 'a card whose code was changed cannot be approved');
+	'XX001', NULL, 'a card whose hash was changed cannot be approved');
 
 -- The invocation moved on while its card is still pending.
 RESET ROLE;

@@ -93,7 +93,7 @@ CREATE TEMP TABLE approved_hash AS SELECT (pg_temp.inv('together')).code_sha256 
 SET LOCAL session_replication_role = replica;
 UPDATE agent.invocations SET code = 'echo EVIL', code_sha256 = agent.code_sha256('echo EVIL')
  WHERE id = (pg_temp.inv('together')).id;
-UPDATE agent.approval_requests SET code = 'echo EVIL', code_sha256 = agent.code_sha256('echo EVIL'),
+UPDATE agent.approval_requests SET code_sha256 = agent.code_sha256('echo EVIL'),
 	   approved_code_sha256 = agent.code_sha256('echo EVIL')
  WHERE invocation_id = (pg_temp.inv('together')).id;
 UPDATE agent.approval_requests
@@ -129,24 +129,25 @@ SELECT is((SELECT count(*) FROM agent.invocation_output o
 		  0::bigint, 'nothing ran for either');
 
 -- ---- storage quota at the claim ---------------------------------------------
-SELECT agent.set_org_limits('52a00000-0000-4000-8000-00000000000b', 10, 1000);
+-- (a quota that holds the two requests and their events, which count)
+SELECT agent.set_org_limits('52a00000-0000-4000-8000-00000000000b', 10, 100000);
 SELECT pg_temp.queue('b', 'below') IS NOT NULL AS queued;
 SELECT pg_temp.queue('b', 'at') IS NOT NULL AS queued;
 -- One byte below the quota between the request and the claim: it runs.
-UPDATE agent.org_usage SET stored_bytes = 999 WHERE org_id = '52a00000-0000-4000-8000-00000000000b';
+UPDATE agent.org_usage SET stored_bytes = 99999 WHERE org_id = '52a00000-0000-4000-8000-00000000000b';
 SELECT is((SELECT string_agg(i.idempotency_key, ',') FROM agent._claim_invocations(1) c
 			 JOIN agent.invocations i ON i.id = c.id),
 		  'below', 'an org one byte below its storage quota has its run claimed');
 -- At the quota: the next one is refused, nothing ran, nothing charged.
-UPDATE agent.org_usage SET stored_bytes = 1000 WHERE org_id = '52a00000-0000-4000-8000-00000000000b';
+UPDATE agent.org_usage SET stored_bytes = 100000 WHERE org_id = '52a00000-0000-4000-8000-00000000000b';
 SELECT is((SELECT count(*) FROM agent._claim_invocations(1)), 0::bigint,
 		  'an org at its storage quota has nothing claimed');
 SELECT is((SELECT state || '|' || state_reason FROM pg_temp.inv('at')),
-		  'provision_failed|the organization''s storage quota is exhausted (1000 of 1000 bytes); nothing ran',
+		  'provision_failed|the organization''s storage quota is exhausted (100000 of 100000 bytes); nothing ran',
 		  '... its run fails with the figures');
 SELECT is(pg_temp.charged('at'), 0::bigint, '... uncharged');
 SELECT is(pg_temp.event('at', 'invocation.provision_failed'),
-		  '{"reason": "storage_quota_exhausted", "stored_bytes": 1000, "max_stored_bytes": 1000}'::jsonb,
+		  '{"reason": "storage_quota_exhausted", "stored_bytes": 100000, "max_stored_bytes": 100000}'::jsonb,
 		  '... audited with the reason and the figures');
 
 -- ---- the price, with no balance row -----------------------------------------
@@ -166,7 +167,8 @@ SELECT is(agent._org_run_limit('52a00000-0000-4000-8000-00000000000a'), 10,
 		  '_org_run_limit: the org''s own');
 SELECT is((SELECT row(s.exhausted, s.stored_bytes, s.max_stored_bytes)::text
 			 FROM agent._storage_exhausted('52a00000-0000-4000-8000-00000000000c') s),
-		  row(false, 0, (SELECT value::bigint FROM agent.settings WHERE key = 'max_stored_bytes_per_org'))::text,
+		  row(false, (SELECT stored_bytes FROM agent.org_usage WHERE org_id = '52a00000-0000-4000-8000-00000000000c'),
+			  (SELECT value::bigint FROM agent.settings WHERE key = 'max_stored_bytes_per_org'))::text,
 		  '_storage_exhausted: an org under the default quota');
 
 -- A hostile `=` for text and for uuid, found before pg_catalog's.
@@ -187,7 +189,9 @@ SELECT is((SELECT code_bytes FROM under_evil),
 		  (SELECT s.value FROM agent.settings s WHERE s.key = 'max_code_bytes'),
 		  'a hostile search_path: _setting still finds its key');
 SELECT is((SELECT run_limit FROM under_evil), 10, '... _org_run_limit still finds the org');
-SELECT is((SELECT storage FROM under_evil), '(t,1000,1000)',
+SELECT is((SELECT storage FROM under_evil),
+		  row(true, (SELECT stored_bytes FROM agent.org_usage WHERE org_id = '52a00000-0000-4000-8000-00000000000b'),
+			  100000)::text,
 		  '... _storage_exhausted still finds the org''s usage and quota');
 
 -- A missing setting is a broken install, as before: P0001, named.  (Read
@@ -203,7 +207,7 @@ ROLLBACK TO SAVEPOINT broken;
 SELECT is(:'missing_default'::text,
 		  'P0001: setting "max_stored_bytes_per_org" is missing: the installation is broken',
 		  'a missing quota setting raises, for an org that has no quota of its own');
-SELECT is(:'own_quota'::bigint, 1000::bigint, '... not for an org with its own (the setting is not read)');
+SELECT is(:'own_quota'::bigint, 100000::bigint, '... not for an org with its own (the setting is not read)');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -61,7 +61,7 @@ END
 $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
-SELECT plan(115);
+SELECT plan(120);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -548,6 +548,33 @@ SELECT is(pg_temp.error_of($$SELECT agent.schedule_maintenance(NULL)$$),
 	'22004: schedule must not be null', 'schedule_maintenance(NULL) is 22004');
 SELECT is(left(pg_temp.error_of($$SELECT agent.schedule_maintenance('nonsense')$$), 5),
 	'22023', '... and a schedule pg_cron does not read is 22023');
+
+-- ---- set_org_limits: a bad value is the argument's error (issue 27) -------
+-- 22023 naming the argument and its value, never the table's raw 23514
+-- with the constraint's name and the org's whole row in its detail.
+CREATE FUNCTION pg_temp.error_with_detail(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	d text;
+BEGIN
+	EXECUTE stmt;
+	RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL;
+	RETURN SQLSTATE || ': ' || SQLERRM || ' / ' || coalesce(d, '');
+END
+$$;
+SELECT is(pg_temp.error_with_detail($$SELECT agent.set_org_limits('70a00000-0000-4000-8000-00000000000a', -5, -1)$$),
+	'22023: max_concurrent_runs must not be negative / It is -5.',
+	'set_org_limits: a negative run limit is 22023, named, with its value and nothing else');
+SELECT is(pg_temp.error_with_detail($$SELECT agent.set_org_limits('70a00000-0000-4000-8000-00000000000a', NULL, -1)$$),
+	'22023: max_stored_bytes must not be negative / It is -1.', '... a negative storage quota');
+SELECT is(pg_temp.error_with_detail($$SELECT agent.set_org_limits('70a00000-0000-4000-8000-00000000000a', NULL, NULL, -1)$$),
+	'22023: max_pending_requests must not be negative / It is -1.', '... a negative cap on pending requests');
+SELECT is((SELECT row(max_concurrent_runs, max_stored_bytes, max_pending_requests)::text FROM agent.orgs
+			WHERE id = '70a00000-0000-4000-8000-00000000000a'),
+	'(,,)', '... and nothing is changed');
+SELECT is(pg_temp.error_of($$SELECT agent.set_org_limits('70a00000-0000-4000-8000-00000000000a', 0, 0, 0)$$),
+	'no error', 'zero is a limit (nothing runs, nothing is stored, nothing waits)');
 
 SELECT * FROM finish();
 ROLLBACK;

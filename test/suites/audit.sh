@@ -386,7 +386,7 @@ t_approval() {
 	hold_anchors		# nothing re-anchored until verify (the forged head would be)
 	anchored=$(head_of "$e")
 	attack "UPDATE agent.invocations SET code = 'print(2)', code_sha256 = agent.code_sha256('print(2)') WHERE id = '$inv';
-	        UPDATE agent.approval_requests SET code = 'print(2)', code_sha256 = agent.code_sha256('print(2)'),
+	        UPDATE agent.approval_requests SET code_sha256 = agent.code_sha256('print(2)'),
 	               approved_code_sha256 = agent.code_sha256('print(2)') WHERE id = '$card';
 	        UPDATE agent.audit_events SET details = jsonb_set(details, '{code_sha256}', to_jsonb(agent.code_sha256('print(2)')))
 	         WHERE invocation_id = '$inv' AND event_type = 'approval.approved';

@@ -11,9 +11,12 @@
 #   - the database's disk is safe: the work directory refused on the data
 #     directory's filesystem, per-org storage quotas and session disk, skill
 #     caps, unused skills collected, and a run filling its workspace on a
-#     small cluster whose data directory is a small tmpfs.
+#     small cluster whose data directory is a small tmpfs;
+#   - what a tenant makes the database keep counts against its quota
+#     (issue 27, item 2): requests (code stored once), the audit events of
+#     its changes, and a cap on requests waiting for a decision.
 #
-# Each check fails on the code before issue 11 and passes after.  T=REGEX
+# Each check fails on the code before its issue and passes after.  T=REGEX
 # runs only the matching tests.  Ends with "N passed, N failed".
 set -uo pipefail
 
@@ -33,6 +36,7 @@ cleanup() {
 	q -c "SELECT pg_reload_conf()" >/dev/null 2>&1
 	q -c "UPDATE agent.settings SET value = '1073741824' WHERE key = 'max_session_disk_per_org'" >/dev/null 2>&1
 	q -c "UPDATE agent.settings SET value = '10485760' WHERE key = 'max_skill_bytes'" >/dev/null 2>&1
+	q -c "UPDATE agent.settings SET value = '100' WHERE key = 'max_pending_requests_per_org'" >/dev/null 2>&1
 	small_cluster_stop
 	if mountpoint -q "$tmp/alt" 2>/dev/null; then umount "$tmp/alt"; fi
 	rm -rf "$tmp"
@@ -401,19 +405,29 @@ t_output_quota() {
 # A tenant can free its storage: delete a conversation's file (gone from the
 # database's content and from the sandbox session) or an unused skill.
 t_delete_files() {
-	local org ws agent conv t stored0 inv freed err skill borg bws rest s1
+	local org ws agent conv t stored0 inv freed err skill borg bws rest s1 last
 	t=$(new_tenant 1000)
 	read -r org ws agent conv <<<"$t"
 	read -r borg bws rest <<<"$B"
 	stored() { q -c "SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org'"; }
+	# the bytes the org's events of these types after event $1 count
+	events_since() {
+		local after=$1
+		shift
+		q -c "SELECT coalesce(sum(octet_length(details::text) + octet_length(actor)), 0) FROM agent.audit_events
+			   WHERE org_id = '$org' AND id > $after AND event_type IN ($(printf "'%s'," "$@" | sed 's/,$//'))"
+	}
 	tq "$org" "$ws" "SELECT agent.upload_file('$conv', 'gone.txt', convert_to('secret', 'UTF8'), 'requester');" >/dev/null
 	tq "$org" "$ws" "SELECT agent.upload_file('$conv', 'gone.txt', convert_to('secret2', 'UTF8'), 'requester');" >/dev/null
 	inv=$(run "$t" shell 'cat gone.txt' "$conv")
 	s1=$(field "$inv" session_id)
 	stored0=$(($(stored) - 13))
 	check "a conversation's file is in its session's workspace" "succeeded|secret2" "$(field "$inv" state)|$(output "$inv")"
+	last=$(q -c "SELECT max(id) FROM agent.audit_events WHERE org_id = '$org'")
 	freed=$(tq "$org" "$ws" "SELECT agent.delete_file('$conv', 'gone.txt', 'requester');" | tail -n 1)
-	check "delete_file frees what every version of the name held" "13|$stored0" "$freed|$(stored)"
+	# (less the audit events of the deletion, which count: issue 27)
+	check "delete_file frees what every version of the name held" "13|$stored0" \
+		"$freed|$(($(stored) - $(events_since "$last" file.deleted session.ended)))"
 	check "... its rows keep size and sha256, not the content" "pruned|pruned|true" \
 		"$(q -c "SELECT string_agg(status, '|' ORDER BY created_at) || '|' || bool_and(content IS NULL AND size > 0 AND sha256 ~ '^[0-9a-f]{64}$' AND reason LIKE 'deleted by requester%') FROM agent.files WHERE conversation_id = '$conv' AND name = 'gone.txt'")"
 	check "... audited (file.deleted, with the bytes)" 13 \
@@ -440,6 +454,7 @@ t_delete_files() {
 	await "$t" "$inv" >/dev/null
 
 	stored0=$(stored)
+	last=$(q -c "SELECT max(id) FROM agent.audit_events WHERE org_id = '$org'")
 	skill=$(tq "$org" "$ws" "SELECT agent.create_skill('del-me', jsonb_build_object('a.sh', encode(convert_to('echo 12345', 'UTF8'), 'base64')));" | tail -n 1)
 	tq "$org" "$ws" "SELECT agent.set_agent_skill('$agent', '$skill');" >/dev/null
 	err=$(tq_error "$org" "$ws" "SELECT agent.delete_skill('$skill', 'requester');")
@@ -448,8 +463,9 @@ t_delete_files() {
 	check "another tenant cannot delete it" "P0002 skill $skill does not exist" "$err"
 	tq "$org" "$ws" "SELECT agent.set_agent_skill('$agent', '$skill', false);" >/dev/null
 	freed=$(tq "$org" "$ws" "SELECT agent.delete_skill('$skill', 'requester');" | tail -n 1)
-	check "a detached skill is deleted, its bytes freed and audited" "10|$stored0|0|1" \
-		"$freed|$(stored)|$(q -c "SELECT count(*) FROM agent.skill_files WHERE skill_id = '$skill'")|$(q -c "SELECT count(*) FROM agent.audit_events WHERE org_id = '$org' AND event_type = 'skill.deleted' AND details ->> 'skill_id' = '$skill'")"
+	# (its content, 10 bytes, and its text: name del-me and path a.sh)
+	check "a detached skill is deleted, its bytes freed and audited" "20|$stored0|0|1" \
+		"$freed|$(($(stored) - $(events_since "$last" skill.attached skill.detached skill.deleted)))|$(q -c "SELECT count(*) FROM agent.skill_files WHERE skill_id = '$skill'")|$(q -c "SELECT count(*) FROM agent.audit_events WHERE org_id = '$org' AND event_type = 'skill.deleted' AND details ->> 'skill_id' = '$skill'")"
 }
 
 t_skill_gc() {
@@ -485,6 +501,126 @@ t_session_disk_budget() {
 	check "... and its files come back from the database when it runs again" "succeeded|300000" \
 		"$(field "$inv" state)|$(output "$inv")"
 	setting max_session_disk_per_org 1073741824
+}
+
+# ---- 4. what a tenant makes the database keep counts (issue 27) -------------------
+usage() { q -c "SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$1'"; }
+
+# "With max_stored_bytes 20 MB, 300 pending requests (64 KB code + 8 KB
+# description) were accepted: +47 MB, org_usage.stored_bytes unchanged."
+# Now a request counts its code (once: the card shows the invocation's
+# copy), its description and its audit event; the one that would pass the
+# quota is refused like every refusal of request_execution (a returned
+# denial, audited).
+t_quota_requests() {
+	local t org ws agent conv max i r accepted=0 denial="" before_denial want
+	t=$(new_tenant 1000)
+	read -r org ws agent conv <<<"$t"
+	q -c "SELECT agent.set_org_limits('$org', NULL, (SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org') + 400000)" >/dev/null
+	max=$(q -c "SELECT max_stored_bytes FROM agent.orgs WHERE id = '$org'")
+	for i in $(seq 1 12); do
+		before_denial=$(usage "$org")
+		r=$(tq "$org" "$ws" "SELECT status || '|' || coalesce(reason, '') || '|' || coalesce(sqlstate, '') || '|' || (invocation_id IS NULL) FROM agent.request_execution('$ws', '$agent', NULL, 'python', '#$i' || repeat('x', 65530), 'mallory', repeat('d', 8192));" | tail -n 1)
+		if [ "${r%%|*}" = pending_approval ]; then
+			accepted=$((accepted + 1))
+		else
+			denial=$r
+			break
+		fi
+	done
+	check "requests of 64 kB of code and 8 kB of description are taken while they fit (5 in 400 kB), then refused: storage_quota_exhausted, 53400, no invocation" \
+		"5|denied|storage_quota_exhausted|53400|true" "$accepted|$denial"
+	want=$(q -c "SELECT $max - 400000 + (SELECT sum(octet_length(code) + octet_length(description)) FROM agent.invocations WHERE org_id = '$org')
+				  + (SELECT sum(octet_length(details::text) + octet_length(actor)) FROM agent.audit_events WHERE org_id = '$org' AND event_type IN ('org.limits_changed', 'capability.invoke_allowed'))")
+	check "... each counted in org_usage: its code and description once, and its audit event" "$want" "$before_denial"
+	check "... so the org stayed within its quota" t "$([ "$before_denial" -le "$max" ] && echo t || echo f)"
+	check "... the cards show their invocation's code and description, and hold no copy of their own" "t|0" \
+		"$(q -c "SELECT bool_and(c.code = i.code AND c.description = i.description) FROM agent.approval_cards c JOIN agent.invocations i ON i.id = c.invocation_id WHERE i.org_id = '$org'")|$(q -c "SELECT count(*) FROM pg_attribute WHERE attrelid = 'agent.approval_requests'::regclass AND attname IN ('code', 'description') AND NOT attisdropped")"
+	check "... the refusal is audited with what the request needed, and counted past the quota (a decision kept)" "1|t" \
+		"$(q -c "SELECT count(*) FROM agent.audit_events WHERE org_id = '$org' AND event_type = 'capability.invoke_denied' AND details ->> 'reason' = 'storage_quota_exhausted' AND (details ->> 'request_bytes')::bigint > (details ->> 'max_stored_bytes')::bigint - (details ->> 'stored_bytes')::bigint")|$([ "$(usage "$org")" -gt "$before_denial" ] && echo t || echo f)"
+	q -c "SELECT agent.set_org_limits('$org', NULL, NULL)" >/dev/null
+}
+
+# "2,000 set_agent_name calls were accepted: audit +1.7 MB, org_usage
+# unchanged."  Now each change's audit event counts (the names it records
+# with it); the rename that would pass the quota is refused and leaves
+# nothing.  An org past its quota can still take things away (turn code
+# execution off, delete a file), not add them.
+t_quota_setters() {
+	local t org ws agent conv base i err n=0 name
+	t=$(new_tenant 10)
+	read -r org ws agent conv <<<"$t"
+	tq "$org" "$ws" "SELECT agent.upload_file('$conv', 'keep.txt', convert_to(repeat('k', 1000), 'UTF8'), 'mallory');" >/dev/null
+	q -c "SELECT agent.set_org_limits('$org', NULL, (SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org') + 20000)" >/dev/null
+	base=$(usage "$org")
+	err="no error"
+	for i in $(seq 1 100); do
+		name=$(printf '%03d' "$i")$(head -c 197 /dev/zero | tr '\0' 'n')
+		err=$(tq_error "$org" "$ws" "SELECT agent.set_agent_name('$agent', '$name', 'mallory');")
+		[ "$err" = "no error" ] || break
+		n=$i
+	done
+	check "renames with 200-byte names are refused once their audit events would pass the quota: 53400" \
+		"53400 the organization's storage quota is exhausted" "$err"
+	check "... after 10 or more were taken" t "$([ "$n" -ge 10 ] && echo t || echo f)"
+	check "... the refused one left nothing: the last accepted name, one event per accepted rename" \
+		"$(printf '%03d' "$n")|$n" \
+		"$(q -c "SELECT left(name, 3) FROM agent.agents WHERE id = '$agent'")|$(q -c "SELECT count(*) FROM agent.audit_events WHERE org_id = '$org' AND event_type = 'agent.changed'")"
+	check "... each accepted rename is counted: its event's details and actor" \
+		"$(q -c "SELECT $base + sum(octet_length(details::text) + octet_length(actor)) FROM agent.audit_events WHERE org_id = '$org' AND event_type = 'agent.changed'")" \
+		"$(usage "$org")"
+	check "... within the quota" t \
+		"$(q -c "SELECT stored_bytes <= (SELECT max_stored_bytes FROM agent.orgs WHERE id = '$org') FROM agent.org_usage WHERE org_id = '$org'")"
+	q -c "SELECT agent.set_org_limits('$org', NULL, 1)" >/dev/null
+	check "an org past its quota can still turn code execution off (it narrows)" t \
+		"$(tq "$org" "$ws" "SELECT agent.set_agent_code_execution('$agent', false, 'mallory');" | tail -n 1)"
+	check "... not back on (53400)" 53400 \
+		"$(tq_error "$org" "$ws" "SELECT agent.set_agent_code_execution('$agent', true, 'mallory');" | cut -d ' ' -f 1)"
+	check "... nor start a conversation (53400)" 53400 \
+		"$(tq_error "$org" "$ws" "SELECT agent.create_conversation('$agent', 'mallory', 'more');" | cut -d ' ' -f 1)"
+	check "... nor create a skill of empty files with an 8 kB description (53400: its text counts)" 53400 \
+		"$(tq_error "$org" "$ws" "SELECT agent.create_skill('empty', '{\"a.txt\": \"\"}'::jsonb, repeat('d', 8192));" | cut -d ' ' -f 1)"
+	check "... and it can free storage: delete_file gives back the file's bytes" 1000 \
+		"$(tq "$org" "$ws" "SELECT agent.delete_file('$conv', 'keep.txt', 'mallory');" | tail -n 1)"
+	q -c "SELECT agent.set_org_limits('$org', NULL, NULL)" >/dev/null
+}
+
+# "300 pending requests were accepted."  Each org has a cap on requests
+# waiting for a decision (setting max_pending_requests_per_org, 100;
+# agent.orgs.max_pending_requests, the operator's); past it
+# request_execution refuses like its other limits.  A decision or an
+# expiry frees a place.
+t_pending_cap() {
+	local t org ws agent conv a1 a2 r
+	t=$(new_tenant 100)
+	read -r org ws agent conv <<<"$t"
+	try_req() {
+		tq "$org" "$ws" "SELECT status || coalesce('|' || reason || '|' || sqlstate, '') || '|' || (invocation_id IS NULL) FROM agent.request_execution('$ws', '$agent', NULL, 'shell', '$1', 'mallory');" | tail -n 1
+	}
+	q -c "SELECT agent.set_org_limits('$org', NULL, NULL, 3)" >/dev/null
+	read -r _ a1 < <(req "$t" shell 'echo 1' none)
+	read -r _ a2 < <(req "$t" shell 'echo 2' none)
+	req "$t" shell 'echo 3' none >/dev/null
+	check "with 3 requests waiting (its cap), the next is refused: too_many_pending_requests, 53400, no invocation" \
+		"denied|too_many_pending_requests|53400|true" "$(try_req 'echo 4')"
+	check "... audited with the figures" "3|3" \
+		"$(q -c "SELECT (details ->> 'pending_requests') || '|' || (details ->> 'max_pending_requests') FROM agent.audit_events WHERE org_id = '$org' AND event_type = 'capability.invoke_denied' ORDER BY id DESC LIMIT 1")"
+	tq "$org" "$ws" "SELECT agent.deny('$a1', 'approver', 'no');" >/dev/null
+	check "a denial frees a place, which the next request takes" "pending_approval|false;denied|too_many_pending_requests|53400|true" \
+		"$(try_req 'echo 5');$(try_req 'echo 6')"
+	approve "$t" "$a2"
+	check "an approval frees one too" "pending_approval|false" "$(try_req 'echo 7')"
+	# A card past its expires_at no longer counts, before pg_cron marks it.
+	q -c "UPDATE agent.approval_requests SET expires_at = now() - interval '1 second' WHERE org_id = '$org' AND status = 'pending'" >/dev/null
+	check "cards past their expiry no longer count" "pending_approval|false" "$(try_req 'echo 8')"
+	q -c "SELECT agent.expire_pending_approvals()" >/dev/null
+	check "... and once expired, the cap holds again with the new ones" "pending_approval|false;pending_approval|false;denied|too_many_pending_requests|53400|true" \
+		"$(try_req 'echo 9');$(try_req 'echo 10');$(try_req 'echo 11')"
+	q -c "SELECT agent.set_org_limits('$org', NULL, NULL)" >/dev/null
+	check "without its own cap, the org has the setting's (100)" "pending_approval|false" "$(try_req 'echo 12')"
+	setting max_pending_requests_per_org 4
+	check "... which the operator sets for every org" "denied|too_many_pending_requests|53400|true" "$(try_req 'echo 13')"
+	setting max_pending_requests_per_org 100
 }
 
 # A second cluster whose data directory is a small tmpfs, with the default
@@ -565,7 +701,8 @@ CONF
 
 run_tests t_launcher_killed t_oneshot_killed t_cancel_backend t_work_dir_moved t_many_entries \
 	t_unfunded_flood t_paying_flood t_lock_holder t_rolled_back_refusal \
-	t_work_dir_on_data_fs t_storage_quota t_output_quota t_delete_files t_skill_gc t_session_disk_budget t_disk_full
+	t_work_dir_on_data_fs t_storage_quota t_output_quota t_delete_files t_skill_gc t_session_disk_budget \
+	t_quota_requests t_quota_setters t_pending_cap t_disk_full
 
 check_invariants
 finish_suite

@@ -15,6 +15,7 @@ ORG=
 
 t_prune() {
 	local org ws agent conv want before_out before_prev before_files before_ti before_events used_before pruned_bytes n
+	local before_req pend_inv pend_appr
 	if ! start_cluster 1; then
 		nok "a cluster starts"
 		finish_suite
@@ -27,22 +28,29 @@ t_prune() {
 	before_prev=$(q -c "SELECT string_agg(id || ':' || octet_length(output_preview) || ':' || encode(sha256(convert_to(output_preview, 'UTF8')), 'hex'), ',' ORDER BY id) FROM agent.agent_tool_calls WHERE org_id = '$org' AND output_preview IS NOT NULL")
 	before_files=$(q -c "SELECT string_agg(name || ':' || origin || ':' || size || ':' || sha256, ',' ORDER BY name) FROM agent.files WHERE org_id = '$org' AND status = 'saved'")
 	before_ti=$(q -c "SELECT md5(string_agg(t::text, ',' ORDER BY t::text)) FROM agent.tool_invocations t")
-	used_before=$(q -c "SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org'")
-	pruned_bytes=$(q -c "SELECT (SELECT sum(octet_length(data)) FROM agent.invocation_output WHERE org_id = '$org') + (SELECT sum(size) FROM agent.files WHERE org_id = '$org' AND origin = 'produced' AND status = 'saved')")
+	# A request still waiting for its decision: older than its retention
+	# at the pruning below, but not finished, so kept.
+	read -r pend_inv pend_appr < <(req "$A" shell 'echo approved after the pruning' none)
+	before_req=$(q -c "SELECT string_agg(id || ':' || code_sha256 || ':' || state, ',' ORDER BY id) FROM agent.invocations WHERE org_id = '$org'")
+	pruned_bytes=$(q -c "SELECT (SELECT sum(octet_length(data)) FROM agent.invocation_output WHERE org_id = '$org') + (SELECT sum(size) FROM agent.files WHERE org_id = '$org' AND origin = 'produced' AND status = 'saved')
+						   + (SELECT sum(octet_length(code) + coalesce(octet_length(description), 0)) FROM agent.invocations WHERE org_id = '$org' AND id <> '$pend_inv')")
 	check "the run left output, previews and both kinds of file" "1|1|in.txt:uploaded,out.txt:produced" \
 		"$([ -n "$before_out" ] && echo 1)|$([ -n "$before_prev" ] && echo 1)|$(q -c "SELECT string_agg(name || ':' || origin, ',' ORDER BY name) FROM agent.files WHERE org_id = '$org' AND status = 'saved'")"
 
 	check "a retention that is not an interval is refused" "22023" \
 		"$(q -c "SELECT agent.set_org_retention('$org', output => 'soon')" 2>&1 | grep -c 'must be an interval or forever' | sed 's/^1$/22023/')"
-	q -c "SELECT agent.set_org_retention('$org', output => '1 day', previews => '1 day', produced_files => '1 day')" >/dev/null
+	q -c "SELECT agent.set_org_retention('$org', output => '1 day', previews => '1 day', produced_files => '1 day', requests => '1 day')" >/dev/null
 	check "the change of retention is audited" 1 \
 		"$(q -c "SELECT count(*) FROM agent.audit_events WHERE org_id = '$org' AND event_type = 'org.retention_changed'")"
+	# (after that change, whose audit event counts against the org's storage)
+	used_before=$(q -c "SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org'")
 	before_events=$(q -c "SELECT count(*) FROM agent.audit_events")
 	setting retention_batch 2
 	check "nothing is pruned before its time" 0 "$(q -c "CALL agent.prune_retention()")"
-	want=$(q -c "SELECT (SELECT count(*) FROM agent.invocation_output WHERE org_id = '$org') + (SELECT count(*) FROM agent.agent_tool_calls WHERE org_id = '$org' AND output_preview IS NOT NULL) + 1")
+	want=$(q -c "SELECT (SELECT count(*) FROM agent.invocation_output WHERE org_id = '$org') + (SELECT count(*) FROM agent.agent_tool_calls WHERE org_id = '$org' AND output_preview IS NOT NULL) + 1
+				  + (SELECT count(*) FROM agent.invocations WHERE org_id = '$org' AND id <> '$pend_inv')")
 	n=$(q -c "CALL agent.prune_retention(NULL, now() + interval '2 days')")
-	check "pruning two days later empties the org's output chunks, previews and produced file ($want rows)" "$want" "$n"
+	check "pruning two days later empties the org's output chunks, previews, produced file and finished requests ($want rows)" "$want" "$n"
 	check "a second round finds nothing" 0 "$(q -c "CALL agent.prune_retention(NULL, now() + interval '2 days')")"
 	# In batches of retention_batch (2) rows, each its own transaction:
 	# the transaction that pruned a row is its xmin now.
@@ -60,13 +68,21 @@ t_prune() {
 	check "the produced file is pruned with its size and sha256; the upload (forever) is kept" \
 		"$before_files" \
 		"$(q -c "SELECT string_agg(name || ':' || origin || ':' || size || ':' || sha256, ',' ORDER BY name) FROM agent.files WHERE org_id = '$org' AND (status = 'saved' OR (status = 'pruned' AND content IS NULL))")"
+	check "each finished request loses its code and description, keeping its hash and state; the waiting one keeps all" \
+		"$before_req|t|t" \
+		"$(q -c "SELECT string_agg(id || ':' || code_sha256 || ':' || state, ',' ORDER BY id) FROM agent.invocations WHERE org_id = '$org'")|$(q -c "SELECT bool_and(CASE WHEN id = '$pend_inv' THEN code IS NOT NULL AND pruned_at IS NULL ELSE code IS NULL AND description IS NULL AND pruned_at IS NOT NULL END) FROM agent.invocations WHERE org_id = '$org'")|$(q -c "SELECT bool_and(code IS NULL AND code_sha256 IS NOT NULL) FROM agent.approval_cards WHERE org_id = '$org' AND invocation_id <> '$pend_inv'")"
 	check "the storage count gives back exactly the bytes pruned" "$((used_before - pruned_bytes))" \
 		"$(q -c "SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org'")"
+	check "the org's audit chain still verifies after the pruning" t \
+		"$(q -c "SELECT ok FROM agent.verify_audit_chain('$org')")"
 	check "another org (default retention: 30 days) keeps its output" 0 \
 		"$(q -c "SELECT count(*) FROM agent.invocation_output WHERE org_id <> '$org' AND pruned_at IS NOT NULL")"
 	check "the exported analytics rows are untouched (the export stays exactly once)" "$before_ti" \
 		"$(q -c "SELECT md5(string_agg(t::text, ',' ORDER BY t::text)) FROM agent.tool_invocations t")"
 	check "no audit event is removed or added by pruning" "$before_events" "$(q -c "SELECT count(*) FROM agent.audit_events")"
+	approve "$A" "$pend_appr"
+	check "the waiting request, approved after the pruning, runs its code" "succeeded|approved after the pruning" \
+		"$(await "$A" "$pend_inv")|$(output "$pend_inv")"
 	check_invariants
 	check "a pruned file cannot be downloaded, and says why" "55000 file \"out.txt\" was not saved" \
 		"$(tq_error "$org" "$ws" "SELECT * FROM agent.download_file((SELECT id FROM agent.files WHERE name = 'out.txt' AND org_id = '$org'));")"

@@ -40,16 +40,34 @@ t_install_old() {
 }
 
 t_fill_and_update() {
-	local sql before after rc
+	local sql before after rc usage_want
 	A=$(fill_every_kind)
 	check "the old version ran every kind of run" \
 		"cancelled:1,denied:1,expired:1,failed:1,insufficient_credits:1,provision_failed:1,succeeded:2,timed_out:1" \
 		"$(fill_states)"
 	# (runners and export_state are live; settings gains the new version's
 	# rows and runtimes its probed versions: both are compared with a fresh
-	# install's by the catalog test)
-	sql=$(table_digest_sql runners export_state settings runtimes)
+	# install's by the catalog test.  0.3.0 stores a card's code and
+	# description once, with its invocation, and counts requests and audit
+	# events in org_usage: checked below.)
+	sql=$(table_digest_sql runners export_state settings runtimes \
+		approval_requests.code approval_requests.description org_usage.stored_bytes org_usage.updated_at)
 	before=$(q -c "$sql")
+	check "the cards' copies of the code and description are their invocation's (dropping them loses nothing)" "t|0" \
+		"$(q -c "SELECT count(*) > 0 FROM agent.approval_requests")|$(q -c "SELECT count(*) FROM agent.approval_requests a JOIN agent.invocations i ON i.id = a.invocation_id WHERE (a.code, a.description) IS DISTINCT FROM (i.code, i.description)")"
+	# What each org stores after the update: what it stored, and its
+	# requests' code, description and key, its audit events' details and
+	# actor, and its skills' names, descriptions and paths (14_limits.sql),
+	# reckoned here from the old catalog.
+	usage_want=$(q -c "SELECT string_agg(o.id || ':' || (coalesce(u.stored_bytes, 0) + coalesce(r.b, 0) + coalesce(e.b, 0) + coalesce(k.b, 0)), ',' ORDER BY o.id)
+						 FROM agent.orgs o LEFT JOIN agent.org_usage u ON u.org_id = o.id
+						 LEFT JOIN (SELECT org_id, sum(octet_length(code) + coalesce(octet_length(description), 0) + coalesce(octet_length(idempotency_key), 0)) b
+									  FROM agent.invocations GROUP BY 1) r ON r.org_id = o.id
+						 LEFT JOIN (SELECT org_id, sum(octet_length(details::text) + coalesce(octet_length(actor), 0)) b
+									  FROM agent.audit_events GROUP BY 1) e ON e.org_id = o.id
+						 LEFT JOIN (SELECT s.org_id, sum(octet_length(s.name) + coalesce(octet_length(s.description), 0)
+														 + coalesce((SELECT sum(octet_length(f.path)) FROM agent.skill_files f WHERE f.skill_id = s.id), 0)) b
+									  FROM agent.skills s GROUP BY 1) k ON k.org_id = o.id")
 	# An operator's value in agent.settings (a row the install script
 	# writes, left out of the digest above): the update must keep it.
 	setting approval_timeout '20 minutes'
@@ -60,6 +78,10 @@ t_fill_and_update() {
 	after=$(q -c "$sql")
 	check "every row of every table is kept (rows and content of the old columns)" "" \
 		"$(diff <(echo "$before") <(echo "$after") | grep '^[<>]' | head -n 10)"
+	check "each org's storage now counts its requests and audit events" "$usage_want" \
+		"$(q -c "SELECT string_agg(o.id || ':' || coalesce(u.stored_bytes, 0), ',' ORDER BY o.id) FROM agent.orgs o LEFT JOIN agent.org_usage u ON u.org_id = o.id")"
+	check "... and the cards show their invocation's code and description" "0" \
+		"$(q -c "SELECT count(*) FROM agent.approval_cards c JOIN agent.invocations i ON i.id = c.invocation_id WHERE (c.code, c.description) IS DISTINCT FROM (i.code, i.description)")"
 	check "an operator's setting survives the update" "20 minutes" \
 		"$(q -c "SELECT value FROM agent.settings WHERE key = 'approval_timeout'")"
 	# (back to the default: the catalog comparison below holds the install

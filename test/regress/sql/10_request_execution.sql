@@ -61,10 +61,12 @@ COMMIT;
 SELECT state, language, code_sha256 = encode(sha256(convert_to(code, 'UTF8')), 'hex') AS hash_ok,
 	   requested_by, description, credits_charged, approval_id IS NOT NULL AS has_approval
   FROM agent.invocations WHERE org_id = 'a1000000-0000-4000-8000-000000000001';
-SELECT a.status, a.language, a.runtime = (SELECT r.interpreter || ' ' || r.version FROM agent.runtimes r WHERE r.language = a.language) AS runtime_probed, a.runtime ~ '^python3 3\.' AS python3, a.risk_level, a.description, a.requested_by,
-	   a.code_sha256 = i.code_sha256 AS same_hash, a.code = i.code AS same_code,
+-- (the card shows its invocation's code and description: one copy)
+SELECT a.status, a.language, a.runtime = (SELECT r.interpreter || ' ' || r.version FROM agent.runtimes r WHERE r.language = a.language) AS runtime_probed, a.runtime ~ '^python3 3\.' AS python3, a.risk_level, c.description, a.requested_by,
+	   a.code_sha256 = i.code_sha256 AS same_hash, c.code = i.code AS same_code,
 	   a.expires_at - a.created_at AS timeout, i.approval_id = a.id AS linked
   FROM agent.approval_requests a JOIN agent.invocations i ON i.id = a.invocation_id
+  JOIN agent.approval_cards c ON c.approval_id = a.id
  WHERE a.org_id = 'a1000000-0000-4000-8000-000000000001';
 
 -- The same idempotency key returns the same invocation, writes no second

@@ -141,7 +141,7 @@ SELECT f.s AS from_state, string_agg(t.s, ', ' ORDER BY t.n) AS may_become
 -- Code never changes after the request, so approved code is the code that runs.
 SELECT pg_temp.sqlstate_of(format($$UPDATE agent.invocations SET code = 'rm -rf /' WHERE id = %L$$,
 	(SELECT invocation_id FROM req WHERE k = 1)));
-SELECT pg_temp.sqlstate_of(format($$UPDATE agent.approval_requests SET code = 'rm -rf /' WHERE id = %L$$,
+SELECT pg_temp.sqlstate_of(format($$UPDATE agent.approval_requests SET code_sha256 = agent.code_sha256('rm -rf /') WHERE id = %L$$,
 	(SELECT approval_id FROM req WHERE k = 1)));
 SELECT agent.approved_code_matches((SELECT invocation_id FROM req WHERE k = 1)) AS k1_runnable,
 	   agent.approved_code_matches((SELECT invocation_id FROM req WHERE k = 3)) AS k3_runnable;

@@ -1,0 +1,44 @@
+-- The audit trail counts against its org's storage quota (14_limits.sql):
+-- every event, whoever appends it (a tenant's call, the operator, the
+-- supervisor, pg_cron), adds its details and actor
+-- (agent._audit_event_bytes) to agent.org_usage in the transaction that
+-- appends it.  The trail is never pruned, so neither are these bytes.
+--
+-- A trigger, not a count in each caller: no append can be forgotten, and
+-- the appends stay where they are (20_audit.sql is the chain's alone).
+-- It never refuses: an event records something that happened, and a
+-- tenant's call that must stay within the quota checks it after its
+-- appends (agent._check_storage(org, what), 14_limits.sql), so that its
+-- events are rolled back with it.  The events the system must keep (a denial, an
+-- expiry, a run's end) are kept past the quota, counted all the same;
+-- each is bounded by the limits of the arguments and verdicts it records.
+--
+-- Lock order: the append holds the org's audit head, and this update then
+-- takes the usage row (14_limits.sql, "Lock order").  The supervisor's
+-- steps, which never wait for a lock a backend may hold, try the usage row
+-- with the head (agent._try_audit_head, agent._lock_for_finish).
+--
+-- Not fired by a restore (session_replication_role = replica,
+-- 98_backup.sql): the dump carries org_usage as it was.
+
+-- (No SET clause, as agent._setting: every name and operator is
+-- schema-qualified.)
+CREATE FUNCTION agent._audit_events_count() RETURNS trigger
+	LANGUAGE plpgsql
+AS $$
+DECLARE
+	v_bytes	pg_catalog.int8 := agent._audit_event_bytes(NEW.details, NEW.actor);
+BEGIN
+	UPDATE agent.org_usage u
+	   SET stored_bytes = u.stored_bytes OPERATOR(pg_catalog.+) v_bytes, updated_at = pg_catalog.now()
+	 WHERE u.org_id OPERATOR(pg_catalog.=) NEW.org_id;
+	IF NOT FOUND THEN		-- made with the org; an old org may lack it
+		INSERT INTO agent.org_usage AS u (org_id, stored_bytes) VALUES (NEW.org_id, v_bytes)
+			ON CONFLICT (org_id) DO UPDATE SET stored_bytes = u.stored_bytes OPERATOR(pg_catalog.+) v_bytes;
+	END IF;
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER audit_events_count
+	AFTER INSERT ON agent.audit_events
+	FOR EACH ROW EXECUTE FUNCTION agent._audit_events_count();

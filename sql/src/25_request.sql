@@ -5,7 +5,7 @@
 -- that does not exist in the caller's tenant, limits out of range) raises
 -- an error with a specific SQLSTATE and leaves no row behind.  A policy
 -- refusal (plan, admin switch, toggles, model, language, code size,
--- credits, storage quota) is a
+-- image, credits, storage quota) is a
 -- returned status: the capability.invoke_denied audit event must survive,
 -- so raising (and rolling it back) is not an option; and should the
 -- caller roll back, the supervisor writes the event anyway
@@ -33,7 +33,8 @@ CREATE FUNCTION agent.request_execution(
 	description		text DEFAULT NULL,
 	idempotency_key text DEFAULT NULL,
 	wall_time_s		integer DEFAULT NULL,
-	memory_mb		integer DEFAULT NULL)
+	memory_mb		integer DEFAULT NULL,
+	image			text DEFAULT NULL)
 	RETURNS agent.execution_request
 	LANGUAGE plpgsql
 	SECURITY DEFINER
@@ -56,6 +57,7 @@ DECLARE
 	v_details	jsonb;
 	v_inv		uuid;
 	v_appr		uuid;
+	v_image		record;
 	r			agent.execution_request;
 BEGIN
 	---- Arguments: errors, nothing written ----
@@ -151,6 +153,9 @@ BEGIN
 				USING ERRCODE = 'no_data_found';
 		END IF;
 	END IF;
+	-- The image (46_images.sql): the request's, else the agent's, else
+	-- host (NULLs); a refusal is decided below, in the IAM order.
+	SELECT * INTO v_image FROM agent._image_choose(v_org, agent, image);
 
 	---- Idempotency: the same key returns the same invocation ----
 	IF idempotency_key IS NOT NULL THEN
@@ -161,9 +166,9 @@ BEGIN
 		 WHERE i.org_id = v_org AND i.idempotency_key = request_execution.idempotency_key;
 		IF FOUND THEN
 			IF (v_prior.workspace_id, v_prior.agent_id, v_prior.conversation_id,
-				v_prior.language, v_prior.code_sha256)
+				v_prior.language, v_prior.code_sha256, v_prior.image_name)
 			   IS DISTINCT FROM
-			   (workspace, agent, conversation, language, agent.code_sha256(code)) THEN
+			   (workspace, agent, conversation, language, agent.code_sha256(code), v_image.name) THEN
 				RAISE EXCEPTION 'idempotency key "%" was already used for a different request', agent._shown(idempotency_key)
 					USING ERRCODE = 'unique_violation',
 						  DETAIL = format('It belongs to invocation %s.', v_prior.id);
@@ -203,6 +208,9 @@ BEGIN
 		ELSIF v_bytes > v_ctx.max_code_bytes THEN
 			v_reason := 'code_too_large'; v_sqlstate := '54000';
 			v_message := format('The code is %s bytes; the limit is %s.', v_bytes, v_ctx.max_code_bytes);
+		ELSIF v_image.reason IS NOT NULL THEN
+			v_reason := v_image.reason; v_sqlstate := v_image.sqlstate;
+			v_message := v_image.message;
 		ELSIF v_ctx.balance < v_ctx.price THEN
 			-- Checked again, under the balance's lock, when the run is
 			-- provisioned (a balance may fall between now and then).
@@ -223,6 +231,8 @@ BEGIN
 							   'language', language, 'code_sha256', v_sha,
 							   'code_bytes', v_bytes, 'plan', v_ctx.plan,
 							   'idempotency_key', idempotency_key)
+			|| CASE WHEN v_image.name IS NOT NULL
+					THEN jsonb_build_object('image', v_image.name) ELSE '{}'::jsonb END
 			|| CASE WHEN v_reason = 'insufficient_credits'
 					THEN jsonb_build_object('balance', v_ctx.balance, 'price', v_ctx.price)
 					WHEN v_reason = 'storage_quota_exhausted'
@@ -238,6 +248,10 @@ BEGIN
 	END IF;
 
 	---- Allowed: the invocation, its card, and the decision's event ----
+	-- On an image, the card names the interpreter its manifest lists.
+	IF v_image.digest IS NOT NULL THEN
+		v_runtime := coalesce(agent._image_runtime(v_image.name, v_image.digest, language), v_runtime);
+	END IF;
 	v_inv := gen_random_uuid();
 	v_appr := gen_random_uuid();
 	-- The invocation and its card in one statement (the card's foreign key
@@ -245,10 +259,11 @@ BEGIN
 	WITH inv AS (
 		INSERT INTO agent.invocations (id, org_id, workspace_id, agent_id, conversation_id,
 									   requested_by, language, code, code_sha256, description,
-									   idempotency_key, state, approval_id, wall_time_s, memory_mb)
+									   idempotency_key, state, approval_id, wall_time_s, memory_mb,
+									   image_name, image_digest)
 			VALUES (v_inv, v_org, workspace, agent, conversation, requested_by, language, code,
 					NULL, description, idempotency_key, 'pending_approval', v_appr,
-					wall_time_s, memory_mb)
+					wall_time_s, memory_mb, v_image.name, v_image.digest)
 			RETURNING invocations.code_sha256)	-- set by the trigger
 	INSERT INTO agent.approval_requests (id, invocation_id, org_id, workspace_id, status,
 										 code, code_sha256, language, runtime, risk_level,
@@ -265,7 +280,10 @@ BEGIN
 		jsonb_build_object('agent_id', agent, 'conversation_id', conversation,
 						   'language', language, 'code_sha256', v_sha,
 						   'code_bytes', v_bytes, 'plan', v_ctx.plan,
-						   'approval_id', v_appr)),
+						   'approval_id', v_appr)
+		|| CASE WHEN v_image.name IS NOT NULL
+				THEN jsonb_build_object('image', v_image.name, 'image_digest', v_image.digest)
+				ELSE '{}'::jsonb END),
 		(SELECT pg_catalog.pg_notify('sandbox_approvals_' || pg_catalog.replace(c.token::text, '-', ''),
 									 v_appr::text)
 		   FROM agent.workspace_channels c
@@ -278,5 +296,5 @@ BEGIN
 	RETURN r;
 END
 $$;
-COMMENT ON FUNCTION agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer) IS
+COMMENT ON FUNCTION agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer, text) IS
 	'decide whether code may run; on yes, create the pending invocation and its approval card';

@@ -318,6 +318,7 @@ connection_made(void)
 	}
 	db_accepted();
 	runner_log(RLOG_LOG, "%s", db_status());
+	images_report();			/* what it holds, before it claims */
 	claim_wanted = cancel_wanted = sweep_wanted = true;
 	status_dirty = true;
 	return true;
@@ -432,7 +433,11 @@ runner_loop(void)
 			runner_reload();
 		/* renew our leases; kill our sandboxes if we could not for too long */
 		if (me.registered && db_connected() && runner_now_ms() >= me.next_heartbeat)
+		{
 			(void) step_heartbeat();
+			/* and say which images we hold if that changed (images.c) */
+			images_report();
+		}
 		step_self_fence();
 		if (!me.registered && db_connected() && !step_register())
 			db_disconnect("the runner could not register");

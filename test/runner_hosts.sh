@@ -30,7 +30,8 @@
 #   rh_cleanup             undo all of it (runners, namespaces, mounts, pg_hba,
 #                          the settings, the roles); safe to call twice, and after
 #                          a setup that failed half-way
-#   rh_start H [SLOTS]     start the runner of host H (its own config, log, work dir)
+#   rh_start H [SLOTS]     start the runner of host H (its own config, log, work dir;
+#                          RH_CONF_EXTRA: more lines for its configuration)
 #   rh_stop H | rh_kill H  SIGTERM (waited for, bounded) | SIGKILL
 #   rh_pid H               the runner's pid (empty when none)
 #   rh_cut H | rh_mend H   the host's link down | up (on the root side)
@@ -165,6 +166,7 @@ work_dir = '$RH_DIR/h$h/work/w'
 run_dir = '$RH_DIR/h$h/run'
 protect = '$CLUSTER_DIR/data'
 jail_path = '$PGBIN/sandbox-jail'
+${RH_CONF_EXTRA:-}
 CONF
 	chown postgres: "$RH_DIR/h$h/runner.conf"
 	chmod 0600 "$RH_DIR/h$h/runner.conf"

@@ -311,10 +311,15 @@ check_images(void)
 					f3[64];
 		const char *versions = "";
 
+		/* "bash 5.2.15, python 3.11.2": the manifest's interpreter lines */
 		for (const char *l = im->manifest; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
 			if (strncmp(l, "interpreter\t", 12) == 0)
-				versions = psprintf("%s%s%.*s", versions, versions[0] ? ", " : "",
-									(int) strcspn(l + 12, "\n"), l + 12);
+			{
+				char	   *v = psprintf("%.*s", (int) strcspn(l + 12, "\n"), l + 12);
+
+				v[strcspn(v, "\t")] = ' ';
+				versions = psprintf("%s%s%s", versions, versions[0] ? ", " : "", v);
+			}
 		if (!probe(dir, py ? "python" : "shell", py ? "print('probe-ok')" : "echo probe-ok", im->dir,
 				   verdict, sizeof(verdict), out, sizeof(out)))
 			report("FAIL", what, verdict, NULL);

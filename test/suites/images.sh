@@ -13,6 +13,8 @@
 # test/images/ci.recipe, the data image's Python side; images/data.recipe
 # for the full one).  IMAGES_STORE: the local runner's store (default: the
 # store sandbox.image_store names, /var/lib/sandbox-images).
+# IMAGES_REBUILD=1: t_reproducible builds the recipe a second time and
+# compares the digests (minutes: not in make test).
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -244,6 +246,23 @@ t_cache_and_check() {
 		"$(printf '%s\n' "$out" | grep -cE "^ok +image ($IMG@${D2:0:12}|solo@${D4:0:12}): .*python 3\.[0-9.]+; a python payload ran")"
 }
 
-run_tests t_chart_xlsx t_host_not_visible t_no_swap t_waits_unheld t_cache_and_check
+# Two builds of one recipe on one day: one digest.  A second build takes
+# minutes: only with IMAGES_REBUILD=1 (into a store of its own, sharing the
+# downloaded packages).
+t_reproducible() {
+	local st again
+	if [ "${IMAGES_REBUILD:-0}" != 1 ]; then
+		echo "# (skipped: IMAGES_REBUILD=1 builds the recipe a second time)"
+		return
+	fi
+	st=$(mktemp -d /tmp/sandbox_images_rebuild.XXXXXX)
+	chmod 0755 "$st"
+	ln -s "$STORE/.debs" "$st/.debs"
+	again=$(SANDBOX_IMAGE_STORE=$st "$TOOL" build "$RECIPE" 2>/dev/null | tail -n 1)
+	rm -rf "$st"
+	check "a second build of the recipe has the same digest" "$REF" "$again"
+}
+
+run_tests t_chart_xlsx t_host_not_visible t_no_swap t_waits_unheld t_cache_and_check t_reproducible
 check_invariants
 finish_suite

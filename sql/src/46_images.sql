@@ -41,7 +41,7 @@ CREATE TABLE agent.runner_images (
 	runner_id		uuid NOT NULL REFERENCES agent.runners (id),
 	name			text NOT NULL,
 	digest			text NOT NULL,
-	reported_at		timestamptz NOT NULL DEFAULT now(),
+	reported_at		timestamptz NOT NULL DEFAULT now(),	-- first, by this runner
 	PRIMARY KEY (runner_id, name, digest),
 	FOREIGN KEY (name, digest) REFERENCES agent.images (name, digest)
 );
@@ -51,7 +51,6 @@ COMMENT ON TABLE agent.runner_images IS
 CREATE INDEX runner_images_digest_idx ON agent.runner_images (digest);
 
 CREATE TABLE agent.image_grants (
-	id				bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	plan			text REFERENCES agent.plans (plan),
 	org_id			uuid REFERENCES agent.orgs (id),
 	image_name		text NOT NULL CHECK (image_name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'
@@ -179,7 +178,7 @@ BEGIN
 	INSERT INTO agent.runner_images (runner_id, name, digest)
 	SELECT rn.id, split_part(h, '@', 1), split_part(h, '@', 2)
 	  FROM unnest(v_held) h
-	ON CONFLICT (runner_id, name, digest) DO UPDATE SET reported_at = now();
+	ON CONFLICT (runner_id, name, digest) DO NOTHING;	-- (reported_at: since when)
 	RETURN (SELECT count(*)::integer FROM agent.runner_images ri WHERE ri.runner_id = rn.id);
 END
 $$;

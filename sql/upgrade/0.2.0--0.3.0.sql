@@ -81,7 +81,6 @@ CREATE TABLE agent.runner_images (
 );
 CREATE INDEX runner_images_digest_idx ON agent.runner_images (digest);
 CREATE TABLE agent.image_grants (
-	id				bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	plan			text REFERENCES agent.plans (plan),
 	org_id			uuid REFERENCES agent.orgs (id),
 	image_name		text NOT NULL CHECK (image_name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'

@@ -48,9 +48,9 @@ static char image_root[PATH_MAX];
 static dev_t root_dev;			/* root/ as checked by jail_image_set */
 static ino_t root_ino;
 
-/* Owned by root, a directory, writable by its owner alone. */
+/* Owned by root, a directory, writable by its owner alone; its stat in st. */
 static int
-check_owned(int fd, const char *what, const char *path, char *err)
+check_owned(int fd, const char *what, const char *path, struct stat *stp, char *err)
 {
 	struct stat st;
 
@@ -70,6 +70,8 @@ check_owned(int fd, const char *what, const char *path, char *err)
 					what, path);
 		return -1;
 	}
+	if (stp)
+		*stp = st;
 	return 0;
 }
 
@@ -80,6 +82,7 @@ check_owned(int fd, const char *what, const char *path, char *err)
 int
 jail_image_set(const char *dir, char *err)
 {
+	struct stat st;
 	int			n;
 
 	if (dir[0] != '/')
@@ -100,7 +103,7 @@ jail_image_set(const char *dir, char *err)
 		jail_seterr(err, "image %s: %s", dir, strerror(errno));
 		return -1;
 	}
-	if (check_owned(image_dir_fd, "directory", dir, err) < 0)
+	if (check_owned(image_dir_fd, "directory", dir, NULL, err) < 0)
 		return -1;
 	image_root_fd = openat(image_dir_fd, "root", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (image_root_fd < 0)
@@ -108,15 +111,10 @@ jail_image_set(const char *dir, char *err)
 		jail_seterr(err, "image root %s: %s", image_root, strerror(errno));
 		return -1;
 	}
-	if (check_owned(image_root_fd, "root", image_root, err) < 0)
+	if (check_owned(image_root_fd, "root", image_root, &st, err) < 0)
 		return -1;
-	{
-		struct stat st;
-
-		(void) fstat(image_root_fd, &st);	/* done by check_owned */
-		root_dev = st.st_dev;
-		root_ino = st.st_ino;
-	}
+	root_dev = st.st_dev;
+	root_ino = st.st_ino;
 	return 0;
 }
 

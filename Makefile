@@ -89,6 +89,8 @@ jail-install: jail
 	@if [ -f src/jail/sandbox-jail ]; then \
 		install -m 0755 src/jail/sandbox-jail '$(DESTDIR)$(bindir)/sandbox-jail'; fi
 	install -m 0755 src/egress/sandbox-egress '$(DESTDIR)$(bindir)/sandbox-egress'
+	# the operator's image tool (docs/images.md)
+	install -m 0755 scripts/sandbox-image '$(DESTDIR)$(bindir)/sandbox-image'
 runner-install: runner
 	install -d '$(DESTDIR)$(bindir)'
 	install -m 0755 src/runner/sandbox-runner '$(DESTDIR)$(bindir)/sandbox-runner'

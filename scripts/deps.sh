@@ -50,6 +50,9 @@ PACKAGES=(
 	openssl
 	curl
 	wget
+	# sandbox images (scripts/sandbox-image, docs/images.md): debootstrap
+	# builds an image's root from Debian's packages
+	debootstrap
 )
 
 missing=()

@@ -265,6 +265,9 @@ sandbox_local_runner_configure(void)
 	append_quoted(&buf, sandbox_egress_resolver ? sandbox_egress_resolver : "");
 	appendStringInfoString(&buf, "\negress_ca_file = ");
 	append_quoted(&buf, sandbox_egress_ca_file ? sandbox_egress_ca_file : "");
+	appendStringInfoString(&buf, "\nimage_store = ");
+	append_quoted(&buf, sandbox_image_store && sandbox_image_store[0] ? sandbox_image_store
+				  : "/var/lib/sandbox-images");
 	appendStringInfoChar(&buf, '\n');
 	/* no run may fill the disk the database writes to */
 	if (!sandbox_work_dir_on_data_fs)

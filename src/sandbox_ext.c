@@ -84,6 +84,7 @@ bool		sandbox_local_runner = true;
 char	   *sandbox_local_runner_conninfo = NULL;
 char	   *sandbox_egress_resolver = NULL;
 char	   *sandbox_egress_ca_file = NULL;
+char	   *sandbox_image_store = NULL;
 static char *sandbox_org_id = NULL;
 static char *sandbox_workspace_id = NULL;
 
@@ -208,6 +209,12 @@ sandbox_define_gucs(void)
 							   "A PEM file of CA certificates the sandbox's clients trust in addition to the system's, for runs with egress.",
 							   "For a test CA or a corporate one; empty: the system's only (docs/egress.md).",
 							   &sandbox_egress_ca_file, "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("sandbox.image_store",
+							   "Directory of the sandbox images the local runner holds (sandbox-image builds them there).",
+							   "Each NAME@DIGEST directory in it is an image the local runner reports and runs on (docs/images.md). Without any, every run is on the host's own root.",
+							   &sandbox_image_store, "/var/lib/sandbox-images",
 							   PGC_SIGHUP, 0,
 							   NULL, NULL, NULL);
 	DefineCustomStringVariable("sandbox.work_dir",

@@ -32,6 +32,8 @@
 #                          a setup that failed half-way
 #   rh_start H [SLOTS]     start the runner of host H (its own config, log, work dir;
 #                          RH_JAIL_LAUNCHER=off: one-shot jails instead of the launcher)
+
+#                          RH_CONF_EXTRA: more lines for its configuration)
 #   rh_stop H | rh_kill H  SIGTERM (waited for, bounded) | SIGKILL
 #   rh_pid H               the runner's pid (empty when none)
 #   rh_cut H | rh_mend H   the host's link down | up (on the root side)
@@ -168,6 +170,8 @@ run_dir = '$RH_DIR/h$h/run'
 protect = '$CLUSTER_DIR/data'
 jail_path = '$PGBIN/sandbox-jail'
 jail_launcher = ${RH_JAIL_LAUNCHER:-on}
+
+${RH_CONF_EXTRA:-}
 CONF
 	chown postgres: "$RH_DIR/h$h/runner.conf"
 	chmod 0600 "$RH_DIR/h$h/runner.conf"

@@ -193,14 +193,13 @@ cmp_double(const void *a, const void *b)
  * every run beside the other one's refill on these CPUs.  The page is this
  * install's; a baseline's runs wait for it too, so that none of them is
  * timed beside this install's refill either (a baseline without a pool has
- * no page of its own to wait for).
+ * no page of its own to wait for).  WARM_PAGE2=FILE: a second launcher's
+ * page, waited for the same way (bench/e2e/run.sh's image row: the host's
+ * launcher and the image's, docs/images.md).
  */
 static void
-wait_warm(void)
+wait_page(const char *page, int lang)
 {
-	const char *page = getenv("WARM_PAGE");
-	int			lang = getenv("WARM_LANG") ? atoi(getenv("WARM_LANG")) : 0;
-
 	for (int i = 0; page && i < 6000; i++)
 	{
 		int32_t		counts[4] = {0, 0, 0, 0};	/* ready[2], configured[2] */
@@ -216,6 +215,15 @@ wait_warm(void)
 			close(fd);
 		usleep(10000);
 	}
+}
+
+static void
+wait_warm(void)
+{
+	int			lang = getenv("WARM_LANG") ? atoi(getenv("WARM_LANG")) : 0;
+
+	wait_page(getenv("WARM_PAGE"), lang);
+	wait_page(getenv("WARM_PAGE2"), lang);
 }
 
 /*

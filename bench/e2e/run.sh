@@ -17,6 +17,12 @@
 # table, each row's p50/p99 on both and the ratio base/this.
 #
 #   BASE_PG_CONFIG=$(bench/baseline.sh 3777718 base9) bench/e2e/run.sh
+#
+# Sandbox images (docs/images.md): when the local runner's image store
+# (sandbox.image_store) holds the image IMAGE (default data; IMAGE= skips
+# it), one more row: the pandas program, warm, through an agent on that
+# image against the same org's agent on the host's root, N runs each in
+# ROUNDS alternating blocks, with the ratio image/host.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -33,6 +39,7 @@ BASE_PG_CONFIG=${BASE_PG_CONFIG:-}
 BASE_CLUSTER_DIR=${BASE_CLUSTER_DIR:-/tmp/sandbox_ext_bench_base}
 BASE_PGPORT=${BASE_PGPORT:-55435}
 ROUNDS=${ROUNDS:-4}
+IMAGE=${IMAGE-data}
 
 # shellcheck source=../lib.sh
 . "$top/bench/lib.sh"
@@ -233,6 +240,45 @@ for mode in warm cold; do
 done
 q -c "ALTER SYSTEM RESET sandbox.warm_python" -c "ALTER SYSTEM RESET sandbox.warm_node" -c "SELECT pg_reload_conf()" >/dev/null
 
+# The image row: a second agent of the org on IMAGE (enabled for the org),
+# one untimed run to start the image's launcher, then the pandas program,
+# warm, on both agents in alternating blocks; both launchers' pools full
+# before each run (WARM_PAGE, WARM_PAGE2).
+image_row=
+if [ -n "$IMAGE" ]; then
+	warm=$(q -c "SELECT coalesce(warm_ready, -1) FROM agent.worker_status()")
+	wait_for_images() {
+		for _ in $(seq 1 150); do
+			[ "$(q -c "SELECT count(*) FROM agent.runner_images WHERE name = '$IMAGE'")" -gt 0 ] && return 0
+			sleep 0.2
+		done
+		return 1
+	}
+	if ! wait_for_images; then
+		echo "note: no runner holds the image $IMAGE (sandbox-image build images/$IMAGE.recipe): no image row"
+	else
+		IAGENT=$(q -c "INSERT INTO agent.agents (org_id, workspace_id, name, kind, model_id, code_execution_enabled)
+						SELECT org_id, workspace_id, 'bench-$IMAGE', kind, model_id, true FROM agent.agents
+						 WHERE id = '$AGENT' RETURNING id" | head -n 1)
+		q -c "SELECT agent.enable_image('$IMAGE', org => '$ORG')" >/dev/null
+		tenant_sql "$ORG" "$WS" "SELECT agent.set_agent_image('$IAGENT', '$IMAGE', 'bench');" >/dev/null
+		check_runs "$ORG" "$WS" "$IAGENT" "the image $IMAGE"
+		idigest=$(q -c "SELECT image_digest FROM agent.invocations WHERE agent_id = '$IAGENT' AND image_digest IS NOT NULL LIMIT 1")
+		ipage=$(dirname "$page")/jail-${idigest:0:12}.sock.warm
+		pandas=$(cat "$tmp/pandas.py")
+		pool_full
+		if [ "$warm" -ge 0 ]; then
+			image_row=$(WARM_PAGE=$page WARM_PAGE2=$ipage WARM_LANG=0 "$tmp/client" latency "$conninfo" "$ORG" "$WS" "$AGENT" \
+				python "$pandas" "$N" "$ROUNDS" "$conninfo" "$ORG" "$WS" "$IAGENT") ||
+				bench_die "the image row's latency client failed (above)"
+		else
+			image_row=$("$tmp/client" latency "$conninfo" "$ORG" "$WS" "$AGENT" \
+				python "$pandas" "$N" "$ROUNDS" "$conninfo" "$ORG" "$WS" "$IAGENT") ||
+				bench_die "the image row's latency client failed (above)"
+		fi
+	fi
+fi
+
 printf '%-8s %9s %9s %10s %10s %10s %10s %10s %10s\n' program bare_ms jail_ms warm_p50 warm_p99 cold_p50 cold_p99 bare/warm cold/warm
 for spec in "${rows[@]}"; do
 	IFS=: read -r lang code bare file <<<"$spec"
@@ -249,6 +295,17 @@ for spec in "${rows[@]}"; do
 		"$(awk -v a="$cp50" -v b="$wp50" 'BEGIN { printf "%.2fx", a / b }')"
 done
 echo "(warm_*: approve -> finished with the warm pool (sandbox.warm_python/warm_node; shell is never warm), cold_*: the pool off, both in this run; jail_ms: the one-shot jail; bare_ms: the interpreter alone)"
+
+if [ -n "$image_row" ]; then
+	read -r hp50 hp99 _ ip50 ip99 _ <<<"$image_row"
+	echo
+	printf '%-16s %10s %10s %10s %10s %11s
+' program host_p50 host_p99 image_p50 image_p99 image/host
+	printf '%-16s %10s %10s %10s %10s %11s
+' "pandas@$IMAGE" "$hp50" "$hp99" "$ip50" "$ip99" \
+		"$(awk -v a="$ip50" -v b="$hp50" 'BEGIN { printf "%.2fx", a / b }')"
+	echo "(ms, approve -> finished, warm: $N runs through an agent on the image $IMAGE@${idigest:0:12} and $N through one on the host's root, one org, in $ROUNDS alternating blocks; image/host <= 1.1x is the issue's bound)"
+fi
 
 if [ -n "$BASE_PG_CONFIG" ]; then
 	echo

@@ -141,6 +141,13 @@ CREATE TABLE agent.invocations (
 	-- when retention emptied code and description (70_retention.sql): the
 	-- row, its hashes, states and billing stay
 	pruned_at		timestamptz,
+
+	-- the image its sandbox's root is built from and its digest; NULL: the
+	-- host's own root (46_images.sql: set when it is requested, frozen,
+	-- bound to the approval, claimed only by a runner holding the digest)
+	image_name		text,
+	image_digest	text,
+	CONSTRAINT invocations_image_check CHECK ((image_name IS NULL) = (image_digest IS NULL)),
 	FOREIGN KEY (org_id, workspace_id, agent_id)
 		REFERENCES agent.agents (org_id, workspace_id, id),
 	FOREIGN KEY (org_id, workspace_id, conversation_id)
@@ -255,6 +262,7 @@ CREATE TABLE agent.approval_requests (
 	expires_at		timestamptz NOT NULL,
 	created_at		timestamptz NOT NULL DEFAULT now(),
 	approved_egress_sha256 text,	-- the egress policy approved (47_egress.sql)
+	approved_image_digest text,		-- the image approved (46_images.sql)
 	FOREIGN KEY (invocation_id) REFERENCES agent.invocations (id),
 	CHECK ((status = 'approved') = (approved_code_sha256 IS NOT NULL)),
 	CHECK (approved_code_sha256 IS NULL OR approved_code_sha256 = code_sha256),

@@ -5,7 +5,7 @@
 -- that does not exist in the caller's tenant, limits out of range) raises
 -- an error with a specific SQLSTATE and leaves no row behind.  A policy
 -- refusal (plan, admin switch, toggles, model, language, code size,
--- credits, pending requests, storage quota) is a
+-- credits, pending requests, image, storage quota) is a
 -- returned status: the capability.invoke_denied audit event must survive,
 -- so raising (and rolling it back) is not an option; and should the
 -- caller roll back, the supervisor writes the event anyway
@@ -42,7 +42,8 @@ CREATE FUNCTION agent.request_execution(
 	description		text DEFAULT NULL,
 	idempotency_key text DEFAULT NULL,
 	wall_time_s		integer DEFAULT NULL,
-	memory_mb		integer DEFAULT NULL)
+	memory_mb		integer DEFAULT NULL,
+	image			text DEFAULT NULL)
 	RETURNS agent.execution_request
 	LANGUAGE plpgsql
 	SECURITY DEFINER
@@ -69,6 +70,7 @@ DECLARE
 	v_stored	bigint;
 	v_max_stored bigint;
 	v_pending	integer;
+	v_image		record;
 	r			agent.execution_request;
 BEGIN
 	---- Arguments: errors, nothing written ----
@@ -168,6 +170,9 @@ BEGIN
 				USING ERRCODE = 'no_data_found';
 		END IF;
 	END IF;
+	-- The image (46_images.sql): the request's, else the agent's, else
+	-- host (NULLs); a refusal is decided below, in the IAM order.
+	SELECT * INTO v_image FROM agent._image_choose(v_org, agent, image);
 
 	---- Idempotency: the same key returns the same invocation ----
 	IF idempotency_key IS NOT NULL THEN
@@ -178,9 +183,9 @@ BEGIN
 		 WHERE i.org_id = v_org AND i.idempotency_key = request_execution.idempotency_key;
 		IF FOUND THEN
 			IF (v_prior.workspace_id, v_prior.agent_id, v_prior.conversation_id,
-				v_prior.language, v_prior.code_sha256)
+				v_prior.language, v_prior.code_sha256, v_prior.image_name)
 			   IS DISTINCT FROM
-			   (workspace, agent, conversation, language, agent.code_sha256(code)) THEN
+			   (workspace, agent, conversation, language, agent.code_sha256(code), v_image.name) THEN
 				RAISE EXCEPTION 'idempotency key "%" was already used for a different request', agent._shown(idempotency_key)
 					USING ERRCODE = 'unique_violation',
 						  DETAIL = format('It belongs to invocation %s.', v_prior.id);
@@ -220,6 +225,9 @@ BEGIN
 		ELSIF v_bytes > v_ctx.max_code_bytes THEN
 			v_reason := 'code_too_large'; v_sqlstate := '54000';
 			v_message := format('The code is %s bytes; the limit is %s.', v_bytes, v_ctx.max_code_bytes);
+		ELSIF v_image.reason IS NOT NULL THEN
+			v_reason := v_image.reason; v_sqlstate := v_image.sqlstate;
+			v_message := v_image.message;
 		ELSIF v_ctx.balance < v_ctx.price THEN
 			-- Checked again, under the balance's lock, when the run is
 			-- provisioned (a balance may fall between now and then).
@@ -237,7 +245,10 @@ BEGIN
 		v_details := jsonb_build_object('agent_id', agent, 'conversation_id', conversation,
 										'language', language, 'code_sha256', v_sha,
 										'code_bytes', v_bytes, 'plan', v_ctx.plan,
-										'approval_id', v_appr);
+										'approval_id', v_appr)
+			|| CASE WHEN v_image.name IS NOT NULL
+					THEN jsonb_build_object('image', v_image.name, 'image_digest', v_image.digest)
+					ELSE '{}'::jsonb END;
 		v_need := agent._request_bytes(code, description, idempotency_key)
 				  + agent._audit_event_bytes(v_details, requested_by);
 		-- The two counts, exact under the org's storage locks (header),
@@ -280,6 +291,8 @@ BEGIN
 							   'language', language, 'code_sha256', v_sha,
 							   'code_bytes', v_bytes, 'plan', v_ctx.plan,
 							   'idempotency_key', idempotency_key)
+			|| CASE WHEN v_image.name IS NOT NULL
+					THEN jsonb_build_object('image', v_image.name) ELSE '{}'::jsonb END
 			|| CASE WHEN v_reason = 'insufficient_credits'
 					THEN jsonb_build_object('balance', v_ctx.balance, 'price', v_ctx.price)
 					WHEN v_reason = 'too_many_pending_requests'
@@ -299,16 +312,21 @@ BEGIN
 	END IF;
 
 	---- Allowed: the invocation, its card, and the decision's event ----
+	-- On an image, the card names the interpreter its manifest lists.
+	IF v_image.digest IS NOT NULL THEN
+		v_runtime := coalesce(agent._image_runtime(v_image.name, v_image.digest, language), v_runtime);
+	END IF;
 	-- The invocation and its card in one statement (the card's foreign key
 	-- is checked at its end).  The code and description are stored once,
 	-- with the invocation; the card holds the hash the trigger derived.
 	WITH inv AS (
 		INSERT INTO agent.invocations (id, org_id, workspace_id, agent_id, conversation_id,
 									   requested_by, language, code, code_sha256, description,
-									   idempotency_key, state, approval_id, wall_time_s, memory_mb)
+									   idempotency_key, state, approval_id, wall_time_s, memory_mb,
+									   image_name, image_digest)
 			VALUES (v_inv, v_org, workspace, agent, conversation, requested_by, language, code,
 					NULL, description, idempotency_key, 'pending_approval', v_appr,
-					wall_time_s, memory_mb)
+					wall_time_s, memory_mb, v_image.name, v_image.digest)
 			RETURNING invocations.code_sha256)	-- set by the trigger
 	INSERT INTO agent.approval_requests (id, invocation_id, org_id, workspace_id, status,
 										 code_sha256, language, runtime, risk_level,
@@ -340,5 +358,5 @@ BEGIN
 	RETURN r;
 END
 $$;
-COMMENT ON FUNCTION agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer) IS
+COMMENT ON FUNCTION agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer, text) IS
 	'decide whether code may run; on yes, create the pending invocation and its approval card';

@@ -93,6 +93,7 @@ AS $$
 DECLARE
 	v_card	record;
 	v_egress text;
+	v_inv	record;
 BEGIN
 	PERFORM agent._require_person(approver, 'approver');
 	v_card := agent._lock_pending_approval(approval);
@@ -114,13 +115,17 @@ BEGIN
 
 	-- The card and its invocation in one statement.
 	-- The approval is bound to the egress policy the card showed too
-	-- (47_egress.sql): the invocation's frozen copy, by its hash.
-	v_egress := (SELECT i.egress_sha256 FROM agent.invocations i WHERE i.id = v_card.invocation_id);
+	-- (47_egress.sql): the invocation's frozen copy, by its hash; and to
+	-- its image's digest (46_images.sql).
+	SELECT i.egress_sha256, i.image_name, i.image_digest INTO v_inv
+	  FROM agent.invocations i WHERE i.id = v_card.invocation_id;
+	v_egress := v_inv.egress_sha256;
 	WITH decided AS (
 		UPDATE agent.approval_requests a
 		   SET status = 'approved', decided_by = approver, decided_at = now(),
 			   approved_code_sha256 = v_card.code_sha256,
-			   approved_egress_sha256 = v_egress
+			   approved_egress_sha256 = v_egress,
+			   approved_image_digest = v_inv.image_digest
 		 WHERE a.id = v_card.id)
 	UPDATE agent.invocations i
 	   SET state = 'approved', approved_at = now()
@@ -130,7 +135,9 @@ BEGIN
 	PERFORM agent._audit(v_card.org_id, v_card.workspace_id, 'approval.approved', v_card.invocation_id,
 						 approver, jsonb_strip_nulls(jsonb_build_object('approval_id', v_card.id,
 													  'code_sha256', v_card.code_sha256,
-													  'egress_sha256', v_egress))),
+													  'egress_sha256', v_egress,
+													  'image', v_inv.image_name,
+													  'image_digest', v_inv.image_digest))),
 			agent._wake_supervisor();
 	-- The approval's event counts against the org's storage: past the
 	-- quota the approval is refused (53400) and rolled back (the claim
@@ -245,7 +252,12 @@ CREATE TYPE agent.approval_card AS (
 	-- what the run may reach (47_egress.sql): "api.github.com:443, ..." or
 	-- "nothing (no network)", and the hash the approval binds
 	egress_may_reach text,
-	egress_sha256	text
+	egress_sha256	text,
+	-- the image its sandbox's root is built from (46_images.sql): "host",
+	-- or its name and short digest ("data@1a2b3c4d5e6f"; runtime then is
+	-- the interpreter its manifest lists), and the digest the approval binds
+	image			text,
+	image_digest	text
 );
 
 -- Every card the caller may see (row-level security decides: a backend
@@ -262,7 +274,10 @@ SELECT a.id AS approval_id, a.invocation_id, a.status,
 	   a.decision_reason, p.credits_per_invocation AS credits_cost,
 	   coalesce(b.balance, 0) AS org_balance,
 	   a.org_id, a.workspace_id,
-	   agent.egress_may_reach(i.egress_policy) AS egress_may_reach, i.egress_sha256
+	   agent.egress_may_reach(i.egress_policy) AS egress_may_reach, i.egress_sha256,
+	   CASE WHEN i.image_name IS NULL THEN 'host'
+			ELSE i.image_name || '@' || left(i.image_digest, 12) END AS image,
+	   i.image_digest
   FROM agent.approval_requests a
   JOIN agent.invocations i ON i.id = a.invocation_id
   LEFT JOIN agent.agents g ON g.id = i.agent_id
@@ -286,7 +301,7 @@ BEGIN
 		   c.language, c.runtime, c.risk_level, c.description, c.code, c.code_sha256,
 		   c.code_lines, c.requested_by, c.created_at, c.expires_at, c.decided_by,
 		   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance,
-		   c.egress_may_reach, c.egress_sha256
+		   c.egress_may_reach, c.egress_sha256, c.image, c.image_digest
 	  INTO v
 	  FROM agent.approval_cards c
 	 WHERE c.approval_id = approval;
@@ -312,7 +327,7 @@ BEGIN
 			   c.language, c.runtime, c.risk_level, c.description, c.code, c.code_sha256,
 			   c.code_lines, c.requested_by, c.created_at, c.expires_at, c.decided_by,
 			   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance,
-			   c.egress_may_reach, c.egress_sha256
+			   c.egress_may_reach, c.egress_sha256, c.image, c.image_digest
 		  FROM agent.approval_cards c
 		 WHERE c.status = 'pending' AND c.expires_at > now()
 		   AND c.org_id = agent.current_org() AND c.workspace_id = agent.current_workspace()

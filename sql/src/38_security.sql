@@ -96,7 +96,7 @@ GRANT EXECUTE ON FUNCTION agent.current_org(), agent.current_workspace(),
 	agent.code_sha256(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
 	agent.set_tenant(uuid, uuid),
-	agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer),
+	agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer, text),
 	agent.approve(uuid, text, text),
 	agent.deny(uuid, text, text),
 	agent.approval_card(uuid),

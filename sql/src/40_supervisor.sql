@@ -308,7 +308,7 @@ CREATE FUNCTION agent._claim_invocations(max_rows integer, runner uuid DEFAULT N
 	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
 				   fresh_session boolean, has_skills boolean, lease_token uuid,
-				   has_egress boolean)
+				   has_egress boolean, image_name text, image_digest text)
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
@@ -484,6 +484,11 @@ BEGIN
 				CONTINUE WHEN agent._session_elsewhere(r.conversation_id, runner);
 			END IF;
 
+			-- A run on an image goes only to a runner holding the digest its
+			-- approval covers (46_images.sql; a digest the approval does
+			-- not cover raises: the row fails below, uncharged).
+			CONTINUE WHEN NOT agent._image_claimable(r, runner);
+
 			-- The code about to run must be, byte for byte, the code approved
 			-- (no code at all, pruned behind the triggers' back, is not).
 			IF approved IS NULL OR audited IS DISTINCT FROM approved
@@ -618,6 +623,8 @@ BEGIN
 		lease_token := v_token;
 		-- its policy file comes with the prepare step (47_egress.sql)
 		has_egress := r.egress_policy IS NOT NULL;
+		image_name := r.image_name;
+		image_digest := r.image_digest;
 		RETURN NEXT;
 	END LOOP;
 

@@ -741,13 +741,14 @@ COMMENT ON FUNCTION agent.runner_heartbeat(uuid, uuid, integer, uuid[], integer)
 -- orgs and runners, within each org's limits on every host together, with
 -- session affinity.  Nothing when the runner is draining or removed.
 -- Returns what the runner needs to start each: the code, the limits (the
--- server's defaults filled in) and the caps on what it may return.
+-- server's defaults filled in), the caps on what it may return, and the
+-- image its root is built from (46_images.sql: one this runner holds).
 CREATE FUNCTION agent.runner_claim(runner uuid, incarnation uuid, max_rows integer)
 	RETURNS TABLE (id uuid, lease_token uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
 				   fresh_session boolean, has_skills boolean, max_files integer,
 				   max_bytes bigint, max_file_bytes bigint, output_limit_bytes bigint,
-				   has_egress boolean)
+				   has_egress boolean, image_name text, image_digest text)
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
 	SET search_path = pg_catalog, agent, pg_temp
@@ -796,6 +797,9 @@ BEGIN
 		max_file_bytes := caps.max_file_bytes;
 		output_limit_bytes := lim.output_limit_bytes;
 		has_egress := c.has_egress;
+		-- NULL: the host's root; else the runner's NAME@DIGEST image
+		image_name := c.image_name;
+		image_digest := c.image_digest;
 		RETURN NEXT;
 	END LOOP;
 END

@@ -31,6 +31,8 @@ COMMENT ON VIEW agent.run_slots IS
 --                         and no runner host with slots is active
 --   insufficient_credits  the org cannot pay: the next claim refuses it
 --   storage_quota_exhausted  the org is at its storage quota: the next claim refuses it
+--   image_not_held        it runs on an image whose digest no live active runner
+--                         with slots holds (46_images.sql)
 --   conversation_busy     a run of its conversation is in flight or queued before it
 --   session_elsewhere     its conversation's session is on a live runner host
 --                         with no free slot (its runs are that host's)
@@ -61,6 +63,8 @@ DECLARE
 	v_limit		integer;
 	v_holder	uuid;			-- the live runner holding its session, or NULL
 	v_paused	text;			-- why the local runner has no slot, when none has
+
+	v_image		text;			-- why its image waits, or NULL
 BEGIN
 	IF v_all AND NOT (pg_catalog.pg_has_role(v_caller, 'agent_auditor', 'USAGE')
 					  OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = v_caller)) THEN
@@ -113,6 +117,8 @@ BEGIN
 		v_limit := agent._org_run_limit(x.org_id);
 		v_holder := CASE WHEN x.conversation_id IS NOT NULL
 						 THEN agent._session_runner(x.conversation_id) END;
+		v_image := CASE WHEN x.image_digest IS NOT NULL
+						THEN agent._image_wait(x.image_name, x.image_digest) END;
 		IF v_runners = 0 THEN
 			waiting_for := 'supervisor_paused';
 			detail := v_paused;
@@ -122,6 +128,9 @@ BEGIN
 		ELSIF (SELECT q.exhausted FROM agent._storage_exhausted(x.org_id) q) THEN
 			waiting_for := 'storage_quota_exhausted';
 			detail := 'the org is at its storage quota';
+		ELSIF v_image IS NOT NULL THEN
+			waiting_for := 'image_not_held';
+			detail := v_image;
 		ELSIF x.conversation_id IS NOT NULL AND EXISTS (
 				SELECT 1 FROM agent.invocations j
 				 WHERE j.conversation_id = x.conversation_id

@@ -78,3 +78,63 @@ ALTER TABLE agent.org_retention ADD COLUMN requests text;
 CREATE INDEX invocations_retention_idx ON agent.invocations (org_id, created_at)
 	WHERE pruned_at IS NULL;
 DROP FUNCTION agent.set_org_retention(uuid, text, text, text, text);
+
+-- Branch images (issue 30, sandbox images; docs/images.md).
+-- 15_invocations.sql: an invocation's image and its digest (NULL: the
+-- host's root), and the digest its approval covers.
+ALTER TABLE agent.invocations
+	ADD COLUMN image_name text,
+	ADD COLUMN image_digest text,
+	ADD CONSTRAINT invocations_image_check CHECK ((image_name IS NULL) = (image_digest IS NULL));
+ALTER TABLE agent.approval_requests ADD COLUMN approved_image_digest text;
+-- 25_request.sql: request_execution takes the image (a new last argument).
+DROP FUNCTION agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer);
+-- 28_approvals.sql: the card shows the image and the digest it binds.
+ALTER TYPE agent.approval_card ADD ATTRIBUTE image text, ADD ATTRIBUTE image_digest text;
+-- 40_supervisor.sql, 45_runners.sql: the claim returns each run's image.
+DROP FUNCTION agent.runner_claim(uuid, uuid, integer);
+DROP FUNCTION agent._claim_invocations(integer, uuid);
+-- 46_images.sql: the images the runners hold, the grants, agents' defaults.
+CREATE TABLE agent.images (
+	name			text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,62}$' AND name <> 'host'),
+	digest			text NOT NULL CHECK (digest ~ '^[0-9a-f]{64}$'),
+	manifest		text NOT NULL,
+	python_version	text,
+	node_version	text,
+	bash_version	text,
+	first_reported_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (name, digest)
+);
+CREATE TABLE agent.runner_images (
+	runner_id		uuid NOT NULL REFERENCES agent.runners (id),
+	name			text NOT NULL,
+	digest			text NOT NULL,
+	reported_at		timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (runner_id, name, digest),
+	FOREIGN KEY (name, digest) REFERENCES agent.images (name, digest)
+);
+CREATE INDEX runner_images_digest_idx ON agent.runner_images (digest);
+CREATE TABLE agent.image_grants (
+	plan			text REFERENCES agent.plans (plan),
+	org_id			uuid REFERENCES agent.orgs (id),
+	image_name		text NOT NULL CHECK (image_name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'
+										 AND image_name <> 'host'),
+	granted_by		text NOT NULL,
+	granted_at		timestamptz NOT NULL DEFAULT now(),
+	CHECK ((plan IS NULL) <> (org_id IS NULL)),
+	UNIQUE NULLS NOT DISTINCT (plan, org_id, image_name)
+);
+CREATE TABLE agent.agent_images (
+	agent_id		uuid PRIMARY KEY,
+	org_id			uuid NOT NULL,
+	workspace_id	uuid NOT NULL,
+	image_name		text NOT NULL CHECK (image_name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'
+										 AND image_name <> 'host'),
+	set_by			text NOT NULL,
+	set_at			timestamptz NOT NULL DEFAULT now(),
+	FOREIGN KEY (org_id, workspace_id, agent_id) REFERENCES agent.agents (org_id, workspace_id, id)
+);
+ALTER TABLE agent.images ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.runner_images ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.image_grants ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.agent_images ENABLE ROW LEVEL SECURITY;

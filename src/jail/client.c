@@ -102,6 +102,8 @@ build_request(const JailOptions *o, const char *workspace, JailWireRequest *r)
 		ok = put(r, "--egress-ca") && put(r, "%s", o->egress_ca);
 	if (ok && o->egress_proxy)
 		ok = put(r, "--egress-proxy") && put(r, "%s", o->egress_proxy);
+	if (ok && o->image)
+		ok = put(r, "--image") && put(r, "%s", o->image);
 	return ok;
 }
 

@@ -162,26 +162,48 @@ watch_prefixes(const char *pattern, time_t listed_at)
 }
 
 /*
- * Glob every pattern on the host and call fn for each path it matches.
- * 0, or -1 with err (fn's, or the glob's).
+ * Pattern i where the sandbox's system directories come from: the host's
+ * own, or under the --image's root (image.c); false if it does not fit.
+ */
+static bool
+pattern_at(int i, char *buf, size_t len)
+{
+	int			n = snprintf(buf, len, "%s%s", jail_image_prefix(), installer_patterns[i]);
+
+	return n >= 0 && (size_t) n < len;
+}
+
+/*
+ * Glob every pattern (on the host, or in the image) and call fn for each
+ * path it matches, as the sandbox sees it.  0, or -1 with err (fn's, or
+ * the glob's).
  */
 static int
 glob_patterns(int (*fn) (const char *path, char *err), char *err)
 {
+	size_t		skip = strlen(jail_image_prefix());
+
 	for (int i = 0; installer_patterns[i]; i++)
 	{
+		char		pattern[PATH_MAX];
 		glob_t		g;
-		int			rc = glob(installer_patterns[i], GLOB_NOSORT, NULL, &g);
+		int			rc;
 
+		if (!pattern_at(i, pattern, sizeof(pattern)))
+		{
+			jail_seterr(err, "installer pattern too long");
+			return -1;
+		}
+		rc = glob(pattern, GLOB_NOSORT, NULL, &g);
 		if (rc == GLOB_NOMATCH)
 			continue;
 		if (rc != 0)
 		{
-			jail_seterr(err, "glob %s failed", installer_patterns[i]);
+			jail_seterr(err, "glob %s failed", pattern);
 			return -1;
 		}
 		for (size_t j = 0; j < g.gl_pathc; j++)
-			if (fn(g.gl_pathv[j], err) < 0)
+			if (fn(g.gl_pathv[j] + skip, err) < 0)
 			{
 				globfree(&g);
 				return -1;
@@ -217,11 +239,16 @@ cache_fill(void)
 
 	cache_clear();
 	for (int i = 0; installer_patterns[i]; i++)
-		if (!watch_prefixes(installer_patterns[i], listed_at))
+	{
+		char		pattern[PATH_MAX];
+
+		if (!pattern_at(i, pattern, sizeof(pattern)) ||
+			!watch_prefixes(pattern, listed_at))
 		{
 			cache_clear();
 			return false;
 		}
+	}
 	if (glob_patterns(cache_add, err) < 0)
 	{
 		cache_clear();

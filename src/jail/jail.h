@@ -18,6 +18,7 @@
  *	  verdict.c		the run's status (jail_verdict_decide) and its JSON line
  *	  cgroup.c		the per-run cgroup, v1 or v2
  *	  rootfs.c		the mount namespace (the sandbox's root)
+ *	  image.c		the --image a root is built from, its lookups, its lock
  *	  installers.c	which host paths are package installers (the root
  *					covers them), and a launcher's cache of them
  *	  seccomp.c		the filter's policy (gen_filter.c compiles it at build
@@ -126,6 +127,7 @@ typedef struct JailOptions
 	const char *egress_resolver;	/* ADDR[:PORT]; NULL: the host's */
 	const char *egress_ca;		/* a PEM the payload's clients trust too */
 	const char *egress_proxy;	/* sandbox-egress; NULL: beside the jail */
+	const char *image;			/* --image DIR (image.c); NULL: the host's */
 } JailOptions;
 
 typedef enum JailStatus
@@ -446,6 +448,8 @@ typedef struct JailRun
 
 	/* egress (egress.c) */
 	JailEgress	egress;
+
+	int			image_lock;		/* the run's hold on its image, or -1 */
 } JailRun;
 
 /* What the child needs to build the sandbox; shared by fork. */
@@ -576,6 +580,16 @@ extern int	jail_filter_load(const JailFilter *filter, int keep_sock, int watch_s
 /* installers.c */
 extern void jail_installers_refresh(void);
 extern int	jail_installers_each(int (*fn) (const char *path, char *err), char *err);
+
+/* image.c */
+extern int	jail_image_set(const char *dir, char *err);
+extern const char *jail_image_dir(void);
+extern const char *jail_image_prefix(void);
+extern int	jail_image_open(const char *path, int flags);
+extern int	jail_image_fd(bool root);
+extern int	jail_image_enter(char *err);
+extern void jail_image_forget(void);
+extern int	jail_image_hold(int *fd, char *err);
 
 /* rootfs.c */
 extern int	jail_rootfs_setup(const JailChildArgs *args, char *err);

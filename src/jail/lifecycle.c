@@ -122,6 +122,7 @@ run_init(JailRun *run, const JailOptions *opts, const char *code,
 	run->pid = -1;
 	run->pidfd = -1;
 	jail_egress_init(&run->egress);
+	run->image_lock = -1;
 	run->start = jail_now_ms();
 }
 
@@ -251,6 +252,9 @@ run_prepare(JailRun *run)
 	/* a warm interpreter runs only code of its own language */
 	if (run->pre && run->pre->warm && run->pre->warm_language != run->opts->language)
 		run_drop_prespawn(run);
+	/* the image may not be removed while the run runs on it (image.c) */
+	if (jail_image_hold(&run->image_lock, run->err) < 0)
+		return -1;
 	if (run->pre && slot_serves(run->opts, env))
 		run->early_go = jail_send_go(run->pre->pipes.go[1], JAIL_GO_REQUEST);
 	if (run_open_workspace(run) < 0)
@@ -567,6 +571,7 @@ run_finish(JailRun *run)
 	jail_close(&run->sigfd);
 	jail_close(&run->pidfd);
 	jail_close(&run->wsfd);
+	jail_close(&run->image_lock);
 	if (!run->env->filter)
 		free(run->filter.insns);
 	return rc;

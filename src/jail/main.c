@@ -81,6 +81,10 @@ main(int argc, char **argv)
 	if (verdict_fd < 0)
 		return rc;
 
+	/* the image the root is built from: checked before anything runs */
+	if (!err[0] && opts.image)
+		(void) jail_image_set(opts.image, err);
+
 	/* --exec runs a program of the sandbox: there is no code to read */
 	if (!err[0])
 		code = jail_load_code(&opts, &code_len, err);

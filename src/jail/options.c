@@ -45,6 +45,7 @@ enum
 	OPT_EGRESS_RESOLVER,
 	OPT_EGRESS_CA,
 	OPT_EGRESS_PROXY,
+	OPT_IMAGE,
 	OPT_QUIET,
 	OPT_HELP
 };
@@ -73,6 +74,7 @@ static const struct option long_opts[] = {
 	{"egress-resolver", required_argument, NULL, OPT_EGRESS_RESOLVER},
 	{"egress-ca", required_argument, NULL, OPT_EGRESS_CA},
 	{"egress-proxy", required_argument, NULL, OPT_EGRESS_PROXY},
+	{"image", required_argument, NULL, OPT_IMAGE},
 	{"quiet", no_argument, NULL, OPT_QUIET},
 	{"help", no_argument, NULL, OPT_HELP},
 	{NULL, 0, NULL, 0}
@@ -93,7 +95,9 @@ jail_usage(FILE *out)
 			"         [--cgroup-parent DIR] [--require-cgroup] [--quiet]\n"
 			"         [--egress-policy FILE [--egress-log FILE] [--egress-resolver ADDR[:PORT]]\n"
 			"          [--egress-ca PEM] [--egress-proxy PATH]]  (docs/egress.md)\n"
+			"         [--image DIR]  (an image's NAME@DIGEST directory: docs/images.md)\n"
 			"       sandbox-jail --serve SOCKET [--pool N] [--cgroup-parent DIR]\n"
+			"         [--image DIR]\n"
 			"         [--require-cgroup] [--keep-running] [--quiet]\n"
 			"       sandbox-jail --client SOCKET <run options as above>\n"
 			"exit: 0 payload ran (see verdict), 1 setup error, 2 usage error\n");
@@ -382,6 +386,11 @@ parse_host(int c, char *arg, JailOptions *o)
 			return 0;
 		case OPT_EGRESS_CA:
 			o->egress_ca = arg;
+			return 0;
+		case OPT_IMAGE:
+			if (arg[0] != '/')
+				BAD("--image must be an absolute path");
+			o->image = arg;
 			return 0;
 		case OPT_EGRESS_PROXY:
 			if (arg[0] != '/')

@@ -6,13 +6,15 @@
  *	  namespaces, before any capability is dropped.
  *
  * Layout (docs/jail.md):
- *	  /usr, /bin, /sbin, /lib, /lib64 ...	host, read-only, nosuid, nodev
+ *	  /usr, /bin, /sbin, /lib, /lib64 ...	host (or the --image's: image.c),
+ *				read-only, nosuid, nodev
  *	  (pip, npm, ...)	the package installers masked: their directories
  *				under empty read-only tmpfs, their commands under a script
  *				that refuses (hide_installers)
  *	  /etc		a tmpfs-backed directory with generated passwd/group/hosts/
- *				nsswitch/pip.conf and a few host files bound read-only
- *				(loader cache, certificates, time zone, python config);
+ *				nsswitch/pip.conf and a few host (or image) files bound
+ *				read-only (loader cache, certificates, time zone, python
+ *				config);
  *				never the whole host /etc (pg config, ssl private keys)
  *	  /proc		fresh procfs of the new pid namespace (subset=pid)
  *	  /dev		tmpfs with null zero full random urandom, fd symlinks,
@@ -208,13 +210,14 @@ make_parents(const char *path, char *err)
 }
 
 /*
- * Bind a host path read-only at the same place in the new root.  Symlinks
- * (merged /usr: /bin -> usr/bin) are recreated as symlinks so they resolve
- * inside the sandbox.  A missing host path is skipped: not every host has
- * /lib64 or /etc/python3.
+ * Bind a system path read-only at the same place in the new root: the
+ * host's, or with --image the image's (image.c: resolved inside the
+ * image).  Symlinks (merged /usr: /bin -> usr/bin) are recreated as
+ * symlinks so they resolve inside the sandbox.  A missing path is
+ * skipped: not every host has /lib64 or /etc/python3.
  */
 static int
-bind_host(const char *host, bool required, char *err)
+bind_system(const char *path, bool required, char *err)
 {
 	char		dst[512];
 	char		link[512];
@@ -223,22 +226,38 @@ bind_host(const char *host, bool required, char *err)
 	int			fd;
 	int			rc;
 
-	snprintf(dst, sizeof(dst), NEWROOT "%s", host);
-	if (lstat(host, &st) < 0)
+	snprintf(dst, sizeof(dst), NEWROOT "%s", path);
+	fd = jail_image_open(path, O_NOFOLLOW);
+	if (fd < 0)
 	{
 		if (!required && errno == ENOENT)
 			return 0;
-		jail_seterr(err, "%s: %s", host, strerror(errno));
+		jail_seterr(err, "%s%s: %s", jail_image_prefix(), path, strerror(errno));
 		return -1;
 	}
-	if (make_parents(dst, err) < 0)
+	if (fstat(fd, &st) < 0)
+	{
+		jail_seterr(err, "%s%s: %s", jail_image_prefix(), path, strerror(errno));
+		close(fd);
 		return -1;
+	}
+	if (!S_ISLNK(st.st_mode) && !S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+	{
+		close(fd);
+		return 0;
+	}
+	if (make_parents(dst, err) < 0)
+	{
+		close(fd);
+		return -1;
+	}
 	if (S_ISLNK(st.st_mode))
 	{
-		n = readlink(host, link, sizeof(link) - 1);
+		n = readlinkat(fd, "", link, sizeof(link) - 1);
+		close(fd);
 		if (n < 0)
 		{
-			jail_seterr(err, "readlink %s: %s", host, strerror(errno));
+			jail_seterr(err, "readlink %s%s: %s", jail_image_prefix(), path, strerror(errno));
 			return -1;
 		}
 		link[n] = '\0';
@@ -248,14 +267,6 @@ bind_host(const char *host, bool required, char *err)
 			return -1;
 		}
 		return 0;
-	}
-	if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
-		return 0;
-	fd = open(host, O_PATH | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-	{
-		jail_seterr(err, "open %s: %s", host, strerror(errno));
-		return -1;
 	}
 	rc = make_mountpoint(dst, S_ISDIR(st.st_mode), err);
 	if (rc == 0)
@@ -282,17 +293,20 @@ tmpfs_at(const char *path, const char *opts, unsigned long flags, char *err)
 }
 
 /*
- * Host /etc entries a Python/Node/bash program needs at run time, and no
- * more (each is a mount to make and to tear down, and a thing to read):
- * loader cache, CA certificates, the alternatives symlink farm that
- * /usr/bin points into, time zone, Python's site config, the protocol and
- * service tables, os-release (platform module) and mime.types.
+ * /etc entries a Python/Node/bash program needs at run time, and no more
+ * (each is a mount to make and to tear down, and a thing to read): loader
+ * cache, CA certificates, the alternatives symlink farm that /usr/bin
+ * points into, time zone, Python's site config, the protocol and service
+ * tables, os-release (platform module), mime.types, and matplotlib's
+ * settings (an image's says Agg: no display).  The host's, or the
+ * image's with --image (never a mix: the loader cache describes the
+ * libraries of its own /usr).
  */
 static const char *const etc_files[] = {
 	"/etc/ld.so.cache", "/etc/ssl/certs", "/etc/ssl/openssl.cnf",
 	"/etc/alternatives", "/etc/localtime", "/etc/timezone",
 	"/etc/python3", "/etc/python3.11", "/etc/protocols", "/etc/services",
-	"/etc/os-release", "/etc/mime.types",
+	"/etc/os-release", "/etc/mime.types", "/etc/matplotlibrc",
 	NULL
 };
 
@@ -339,7 +353,7 @@ setup_etc(char *err)
 		write_new(NEWROOT "/etc/pip.conf", pipconf, 0644, err) < 0)
 		return -1;
 	for (int i = 0; etc_files[i]; i++)
-		if (bind_host(etc_files[i], false, err) < 0)
+		if (bind_system(etc_files[i], false, err) < 0)
 			return -1;
 	return 0;
 }
@@ -362,14 +376,18 @@ setup_etc(char *err)
 #define INSTALLER_STUB "/etc/sandbox-no-install"
 
 static int
-hide_one_installer(const char *host, char *err)
+hide_one_installer(const char *path, char *err)
 {
 	char		dst[512];
 	struct stat st;
+	int			fd = jail_image_open(path, O_NOFOLLOW);
+	int			rc = fd < 0 ? -1 : fstat(fd, &st);
 
-	if (lstat(host, &st) < 0 || S_ISLNK(st.st_mode))
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0 || S_ISLNK(st.st_mode))
 		return 0;				/* gone, or a link into what is covered */
-	snprintf(dst, sizeof(dst), NEWROOT "%s", host);
+	snprintf(dst, sizeof(dst), NEWROOT "%s", path);
 	if (S_ISDIR(st.st_mode))
 	{
 		if (tmpfs_at(dst, "size=4k,nr_inodes=1,mode=0555",
@@ -560,14 +578,17 @@ rootfs_common(uint64_t root_size, char *err)
 
 	snprintf(buf, sizeof(buf), "mode=0755,size=%llu,nr_inodes=4096",
 			 (unsigned long long) root_size);
-	if (tmpfs_at(NEWROOT, buf, MS_NOSUID | MS_NODEV, err) < 0)
+	if (jail_image_enter(err) < 0 ||
+		tmpfs_at(NEWROOT, buf, MS_NOSUID | MS_NODEV, err) < 0)
 		return -1;
 	for (int i = 0; sysdirs[i]; i++)
-		if (bind_host(sysdirs[i], strcmp(sysdirs[i], "/usr") == 0, err) < 0)
+		if (bind_system(sysdirs[i], strcmp(sysdirs[i], "/usr") == 0, err) < 0)
 			return -1;
 	if (setup_etc(err) < 0 || hide_installers(err) < 0 || setup_dev(NULL, err) < 0 ||
 		setup_proc(err) < 0)
 		return -1;
+	/* the image's part is bound: nothing of it stays open in the sandbox */
+	jail_image_forget();
 	return 0;
 }
 

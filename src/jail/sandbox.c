@@ -586,13 +586,16 @@ cmp_int(const void *x, const void *y)
  * beyond hygiene: the parent's ends of the go and lifeline pipes must not
  * stay open here, or a dead parent would never look dead (no EOF, no
  * HUP); and init must not sit on descriptors the caller gave the jail.
+ * The image's (image.c) are kept until the root is built, which closes
+ * them.
  */
 static void
 close_inherited(const JailChildArgs *a)
 {
 	int			keep[] = {a->go_fd, a->err_fd, a->status_fd, a->out_fd,
 		a->errout_fd, a->lifeline_fd, a->req_fd, a->tree_sock, a->paygo_fd,
-	a->ready_fd, a->egress_fd, INT_MAX};
+		a->ready_fd, a->egress_fd, jail_image_fd(false), jail_image_fd(true),
+	INT_MAX};
 	int			n = sizeof(keep) / sizeof(keep[0]);
 	int			from = 3;
 

@@ -68,6 +68,7 @@ typedef struct ServeConfig
 	const char *path;
 	int			pool;
 	const char *cgroup_parent;
+	const char *image;			/* --image: every sandbox's root (image.c) */
 	bool		require_cgroup;
 	bool		keep_running;
 	bool		quiet;
@@ -168,6 +169,8 @@ parse_serve_args(int argc, char **argv)
 		}
 		else if (strcmp(a, "--cgroup-parent") == 0 && i + 1 < argc)
 			cfg.cgroup_parent = argv[++i];
+		else if (strcmp(a, "--image") == 0 && i + 1 < argc)
+			cfg.image = argv[++i];
 		else if (strcmp(a, "--require-cgroup") == 0)
 			cfg.require_cgroup = true;
 		else if (strcmp(a, "--keep-running") == 0)
@@ -532,6 +535,9 @@ launcher_setup(char *err)
 		jail_seterr(err, "setgroups: %s", strerror(errno));
 		return -1;
 	}
+	/* the image every sandbox of ours is built on, checked once */
+	if (cfg.image && jail_image_set(cfg.image, err) < 0)
+		return -1;
 
 	/* The defaults a slot is created with; each run sets its own. */
 	if (jail_parse_options(5, dargv, &slot_defaults, false) < 0)

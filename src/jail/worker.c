@@ -43,6 +43,7 @@ static const char *const run_options[] = {
 	"--memory", "--pids", "--output-limit", "--file-size",
 	"--workspace-size", "--workspace-entries", "--tmp-size", "--cgroup-parent", "--require-cgroup",
 	"--egress-policy", "--egress-log", "--egress-resolver", "--egress-ca", "--egress-proxy",
+	"--image",
 	NULL
 };
 
@@ -212,6 +213,22 @@ parse_request(char *buf, ssize_t n, Request *rq, char *msg)
 	if (rq->opts.workspace[0] != '/')
 	{
 		jail_seterr(msg, "the workspace path must be absolute");
+		return -1;
+	}
+
+	/*
+	 * Its sandboxes are built ahead on the launcher's image (--serve
+	 * --image): a request names the same one, or none when it has none,
+	 * so that a caller that means another image is never served this one.
+	 */
+	if (jail_image_dir() == NULL ? rq->opts.image != NULL :
+		(rq->opts.image == NULL || strcmp(rq->opts.image, jail_image_dir()) != 0))
+	{
+		jail_seterr(msg, "this launcher serves %s%s, not %s%s",
+					jail_image_dir() ? "the image " : "the host's root",
+					jail_image_dir() ? jail_image_dir() : "",
+					rq->opts.image ? "the image " : "the host's root",
+					rq->opts.image ? rq->opts.image : "");
 		return -1;
 	}
 	rq->opts.quiet = lc->quiet;

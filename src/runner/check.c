@@ -10,6 +10,8 @@
  *	interpreters		the ones the jail runs: python3, node, bash
  *	cgroups				a payload gets a cgroup of its own (delegation), as
  *						require_cgroup demands
+ *	images				each image of image_store (images.c): its
+ *						interpreters, and a payload run on it
  *	the work dir		usable (exists, writable, not on a protected
  *						filesystem), its filesystem and free space
  *	run_dir				where the launcher's socket goes is writable
@@ -95,8 +97,8 @@ verdict_field(const char *verdict, const char *key, char *buf, size_t len)
  * its stdout in out.  False when the jail could not be executed.
  */
 static bool
-probe(const char *dir, const char *language, const char *code, char *verdict, size_t vlen,
-	  char *out, size_t olen)
+probe(const char *dir, const char *language, const char *code, const char *image,
+	  char *verdict, size_t vlen, char *out, size_t olen)
 {
 	char		ws[MAXPGPATH],
 				codef[MAXPGPATH],
@@ -112,10 +114,13 @@ probe(const char *dir, const char *language, const char *code, char *verdict, si
 	int			fd;
 	ssize_t		n;
 
-	snprintf(ws, sizeof(ws), "%s/ws-%s", dir, language);
-	snprintf(codef, sizeof(codef), "%s/code-%s", dir, language);
-	snprintf(vfile, sizeof(vfile), "%s/verdict-%s", dir, language);
-	snprintf(ofile, sizeof(ofile), "%s/out-%s", dir, language);
+	/* (a probe on an image: named after its directory) */
+	const char *tag = image ? strrchr(image, '/') + 1 : language;
+
+	snprintf(ws, sizeof(ws), "%s/ws-%s", dir, tag);
+	snprintf(codef, sizeof(codef), "%s/code-%s", dir, tag);
+	snprintf(vfile, sizeof(vfile), "%s/verdict-%s", dir, tag);
+	snprintf(ofile, sizeof(ofile), "%s/out-%s", dir, tag);
 	verdict[0] = out[0] = '\0';
 	if (mkdir(ws, S_IRWXU) != 0 || !files_place(dir, strrchr(codef, '/') + 1, code, strlen(code),
 												0600, &err))
@@ -141,6 +146,11 @@ probe(const char *dir, const char *language, const char *code, char *verdict, si
 	argv[argc++] = "--quiet";
 	if (runner_conf.require_cgroup)
 		argv[argc++] = "--require-cgroup";
+	if (image)
+	{
+		argv[argc++] = "--image";
+		argv[argc++] = (char *) image;
+	}
 	argv[argc] = NULL;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -226,7 +236,8 @@ check_jail_and_cgroups(void)
 					f3[64];
 		const char *what = psprintf("a %s payload in a sandbox", langs[i].language);
 
-		if (!probe(dir, langs[i].language, langs[i].code, verdict, sizeof(verdict), out, sizeof(out)))
+		if (!probe(dir, langs[i].language, langs[i].code, NULL, verdict, sizeof(verdict), out,
+				   sizeof(out)))
 		{
 			report("FAIL", what, verdict, NULL);
 			continue;
@@ -257,6 +268,70 @@ check_jail_and_cgroups(void)
 				   CGROUP_HINT);
 			cgroup_reported = true;
 		}
+	}
+	files_remove_dir(dir);
+}
+
+/*
+ * The images of image_store (images.c, docs/images.md): each one's
+ * interpreters from its manifest, and a payload run on it (Python where
+ * it has one, else bash), as the runner would report and run them.
+ */
+static void
+check_images(void)
+{
+	char		dir[MAXPGPATH];
+
+	(void) images_rescan();
+	if (images_count() == 0)
+	{
+		report("ok", "images", psprintf("none in \"%s\": every run is on the host's root",
+										runner_conf.image_store), NULL);
+		return;
+	}
+	if (workdir_problem() != NULL || access(runner_conf.jail_path, X_OK) != 0)
+	{
+		report("warn", "image probes", "skipped: the work directory or the jail is unusable", NULL);
+		return;
+	}
+	snprintf(dir, sizeof(dir), "%s/.check-images.%d", workdir_root(), (int) getpid());
+	if (mkdir(dir, S_IRWXU) != 0)
+	{
+		report("FAIL", "image probes", psprintf("could not create \"%s\": %m", dir), NULL);
+		return;
+	}
+	for (int i = 0; i < images_count(); i++)
+	{
+		const RunnerImage *im = images_get(i);
+		bool		py = strstr(im->manifest, "interpreter\tpython\t") != NULL;
+		const char *what = psprintf("image %s@%.12s", im->name, im->digest);
+		char		verdict[4096],
+					out[256],
+					f1[256],
+					f3[64];
+		const char *versions = "";
+
+		/* "bash 5.2.15, python 3.11.2": the manifest's interpreter lines */
+		for (const char *l = im->manifest; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+			if (strncmp(l, "interpreter\t", 12) == 0)
+			{
+				char	   *v = psprintf("%.*s", (int) strcspn(l + 12, "\n"), l + 12);
+
+				v[strcspn(v, "\t")] = ' ';
+				versions = psprintf("%s%s%s", versions, versions[0] ? ", " : "", v);
+			}
+		if (!probe(dir, py ? "python" : "shell", py ? "print('probe-ok')" : "echo probe-ok", im->dir,
+				   verdict, sizeof(verdict), out, sizeof(out)))
+			report("FAIL", what, verdict, NULL);
+		else if (verdict_field(verdict, "setup_error", f1, sizeof(f1)) && strcmp(f1, "null") != 0)
+			report("FAIL", what, psprintf("setup error: %s", f1), NULL);
+		else if (strcmp(out, "probe-ok") != 0)
+			report("FAIL", what, psprintf("it printed \"%s\" (verdict %s)", out, verdict), NULL);
+		else
+			report("ok", what, psprintf("%s; a %s payload ran on it in %s ms", versions,
+										py ? "python" : "shell",
+										verdict_field(verdict, "wall_ms", f3, sizeof(f3)) ? f3 : "?"),
+				   NULL);
 	}
 	files_remove_dir(dir);
 }
@@ -432,6 +507,7 @@ runner_check(void)
 		   RUNNER_VERSION, runner_conf.name, runner_conf.slots);
 	(void) workdir_usable(true);
 	check_jail_and_cgroups();
+	check_images();
 	check_work_dir();
 	check_run_dir();
 	check_name();

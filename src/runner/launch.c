@@ -42,19 +42,32 @@
 /* The environment of every jail process. */
 static char *const jail_envp[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8", NULL};
 
-static pid_t launcher_pid = 0;
-static char launcher_sock[MAXPGPATH];
-static char launcher_path[MAXPGPATH];	/* the jail_path it was started from */
-static char launcher_root[MAXPGPATH];	/* the work root when it was started */
-static char launcher_warm[JAIL_WARM_MODULES_LEN + 64];	/* its warm settings */
-static JailWarmPage *warm_page = NULL;	/* its warm page (wire_protocol.h), or NULL */
+/*
+ * A resident launcher: the host's root (launchers[0]), or one image's
+ * (docs/images.md), each with its own socket, pool and warm interpreters.
+ * An image's is started at its first run, and stopped once the image is
+ * gone from the store and none of its runs is in flight (launchers_prune).
+ */
+typedef struct Launcher
+{
+	bool		used;
+	char		image[RUNNER_IMAGE_REF_LEN];	/* NAME@DIGEST, or "": the host's */
+	pid_t		pid;
+	char		sock[MAXPGPATH];
+	char		path[MAXPGPATH];	/* the jail_path it was started from */
+	char		root[MAXPGPATH];	/* the work root when it was started */
+	char		warm[JAIL_WARM_MODULES_LEN + 64];	/* its warm settings */
+	JailWarmPage *warm_page;	/* its warm page (wire_protocol.h), or NULL */
+} Launcher;
+
+static Launcher launchers[1 + RUNNER_MAX_IMAGES];
 
 /*
  * A run's options, the same for both ways of starting it: (name, value)
  * pairs, value NULL for a flag.  The code travels as a descriptor to the
  * launcher and as --code-file on a command line.
  */
-#define MAX_JAIL_OPTIONS	(20 + RUNNER_MAX_SKILLS)
+#define MAX_JAIL_OPTIONS	(22 + RUNNER_MAX_SKILLS)
 
 typedef struct JailRequest
 {
@@ -75,7 +88,8 @@ request_add(JailRequest *req, const char *name, const char *value)
 }
 
 static void
-request_build(JailRequest *req, Run *run, int wall_s, int memory_mb, int pids)
+request_build(JailRequest *req, Run *run, const RunnerImage *image, int wall_s, int memory_mb,
+			  int pids)
 {
 	int			b = 0;
 
@@ -98,6 +112,8 @@ request_build(JailRequest *req, Run *run, int wall_s, int memory_mb, int pids)
 		request_add(req, "--ro-bind", run->disk.binds[i]);
 	if (runner_conf.require_cgroup)
 		request_add(req, "--require-cgroup", NULL);
+	if (image)
+		request_add(req, "--image", image->dir);
 	if (run->disk.egress)
 	{
 		/* the policy the prepare step placed (egress_place_policy) */
@@ -128,42 +144,50 @@ spawn_jail_process(pid_t *pid, char **argv, const int fds[3], bool vfork)
 }
 
 /* ----------------------------------------------------------------
- * The resident launcher
+ * The resident launchers
  * ----------------------------------------------------------------
  */
+
+static void
+launcher_stop_one(Launcher *l)
+{
+	if (l->warm_page)
+		munmap(l->warm_page, sizeof(JailWarmPage));
+	l->warm_page = NULL;
+	if (l->pid > 0)
+	{
+		(void) kill(l->pid, SIGTERM);
+		(void) waitpid(l->pid, NULL, 0);
+	}
+	l->pid = 0;
+}
 
 void
 launcher_stop(void)
 {
-	if (warm_page)
-		munmap(warm_page, sizeof(JailWarmPage));
-	warm_page = NULL;
-	if (launcher_pid > 0)
-	{
-		(void) kill(launcher_pid, SIGTERM);
-		(void) waitpid(launcher_pid, NULL, 0);
-	}
-	launcher_pid = 0;
+	for (int i = 0; i < (int) lengthof(launchers); i++)
+		if (launchers[i].used)
+			launcher_stop_one(&launchers[i]);
 }
 
 /* Is the launcher alive?  Reaps it if it exited. */
 static bool
-launcher_alive(void)
+launcher_alive(Launcher *l)
 {
-	if (launcher_pid <= 0)
+	if (l->pid <= 0)
 		return false;
-	if (waitpid(launcher_pid, NULL, WNOHANG) == launcher_pid)
+	if (waitpid(l->pid, NULL, WNOHANG) == l->pid)
 	{
-		runner_log(RLOG_LOG, "the resident jail launcher (pid %d) exited; it will be restarted",
-			 (int) launcher_pid);
-		launcher_pid = 0;
+		runner_log(RLOG_LOG, "the resident jail launcher%s%s (pid %d) exited; it will be restarted",
+				   l->image[0] ? " of image " : "", l->image, (int) l->pid);
+		l->pid = 0;
 		return false;
 	}
 	return true;
 }
 
 static int
-launcher_connect(const char *language)
+launcher_connect(Launcher *l, const char *language)
 {
 	struct sockaddr_un addr;
 	int			sock;
@@ -171,7 +195,7 @@ launcher_connect(const char *language)
 
 	memset(&addr, 0, sizeof(addr));
 	addr.sun_family = AF_UNIX;
-	strlcpy(addr.sun_path, launcher_sock, sizeof(addr.sun_path));
+	strlcpy(addr.sun_path, l->sock, sizeof(addr.sun_path));
 
 	/*
 	 * A run of a language the launcher keeps warm interpreters for goes to
@@ -182,10 +206,10 @@ launcher_connect(const char *language)
 		lang = JAIL_WARM_PYTHON;
 	else if (language && strcmp(language, "node") == 0 && runner_conf.warm_node > 0)
 		lang = JAIL_WARM_NODE;
-	if (lang >= 0 && !warm_page && (runner_conf.warm_python > 0 || runner_conf.warm_node > 0))
-		warm_page = jail_wire_warm_map(launcher_sock, true);
-	if (lang >= 0 && jail_wire_warm_claim(warm_page, lang))
-		snprintf(addr.sun_path, sizeof(addr.sun_path), "%s%s", launcher_sock,
+	if (lang >= 0 && !l->warm_page && (runner_conf.warm_python > 0 || runner_conf.warm_node > 0))
+		l->warm_page = jail_wire_warm_map(l->sock, true);
+	if (lang >= 0 && jail_wire_warm_claim(l->warm_page, lang))
+		snprintf(addr.sun_path, sizeof(addr.sun_path), "%s%s", l->sock,
 				 JAIL_WARM_SOCK_SUFFIX[lang]);
 	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (sock < 0)
@@ -200,80 +224,132 @@ launcher_connect(const char *language)
 
 /* Wait (briefly) until a just-started launcher accepts connections. */
 static bool
-launcher_wait_ready(void)
+launcher_wait_ready(Launcher *l)
 {
 	for (int i = 0; i < LAUNCHER_START_TRIES; i++)
 	{
-		int			sock = launcher_connect(NULL);
+		int			sock = launcher_connect(l, NULL);
 
 		if (sock >= 0)
 		{
 			close(sock);		/* an empty connection is refused and forgotten */
 			return true;
 		}
-		if (!launcher_alive())
+		if (!launcher_alive(l))
 			return false;
 		usleep(10000);
 	}
 	return false;
 }
 
-/* Runs of ours that the launcher has in flight. */
+/* Runs of ours that this launcher has in flight. */
 static int
-served_runs(void)
+served_runs(const Launcher *l)
 {
 	int			n = 0;
 
 	for (int i = 0; i < nruns; i++)
-		if (runs[i].jail.served &&
+		if (runs[i].jail.served && strcmp(runs[i].image, l->image) == 0 &&
 			(runs[i].phase == RUN_STARTED || runs[i].phase == RUN_EXITED))
 			n++;
 	return n;
 }
 
+/* The launcher of an image ("": the host's), made if there is room. */
+static Launcher *
+launcher_for(const char *image)
+{
+	Launcher   *room = NULL;
+
+	for (int i = 0; i < (int) lengthof(launchers); i++)
+	{
+		if (launchers[i].used && strcmp(launchers[i].image, image) == 0)
+			return &launchers[i];
+		if (!launchers[i].used && !room && (i == 0) == (image[0] == '\0'))
+			room = &launchers[i];
+	}
+	if (room)
+	{
+		memset(room, 0, sizeof(*room));
+		room->used = true;
+		strlcpy(room->image, image, sizeof(room->image));
+	}
+	return room;
+}
+
 /*
- * Start the launcher if it is wanted and not running; true when usable.
+ * Stop the launchers of images the store no longer has, once none of
+ * their runs is in flight (images.c, after it read the store again).
+ */
+void
+launchers_prune(void)
+{
+	for (int i = 1; i < (int) lengthof(launchers); i++)
+	{
+		Launcher   *l = &launchers[i];
+		char		name[RUNNER_IMAGE_REF_LEN];
+		char	   *at;
+
+		if (!l->used)
+			continue;
+		strlcpy(name, l->image, sizeof(name));
+		at = strchr(name, '@');
+		if (at)
+			*at = '\0';
+		if ((at && images_find(name, at + 1)) || served_runs(l) > 0)
+			continue;
+		launcher_stop_one(l);
+		l->used = false;
+	}
+}
+
+/*
+ * Start a launcher if it is wanted and not running; true when usable.
  * Its socket lives in run_dir (the local runner's: in the data directory),
  * not in the work directory: moving the work directory must not stop the
  * runs it has in flight.  But its prepared sandboxes were cloned with the mounts of their
  * time, and a new work directory may be a new mount they cannot see: after
  * a move, runs use the one-shot jail until the launcher's runs are over,
- * and the launcher is then restarted.
+ * and the launcher is then restarted.  An image's launcher builds every
+ * sandbox on it (--image) and its warm Python interpreters import the
+ * modules the image names (its warm-modules), else warm_modules.
  */
-bool
-launcher_ensure(void)
+static bool
+launcher_ensure_for(Launcher *l, const RunnerImage *image)
 {
 	char		dir[MAXPGPATH];
 	char		pool[16];
 	char		warm_py[16];
 	char		warm_js[16];
 	char		warm_mem[32];
-	char		warm[sizeof(launcher_warm)];
-	char	   *argv[] = {runner_conf.jail_path, "--serve", launcher_sock, "--pool", pool,
+	char		warm[sizeof(l->warm)];
+	const char *modules = image && image->warm_modules[0] ? image->warm_modules :
+		runner_conf.warm_modules ? runner_conf.warm_modules : "";
+	char	   *argv[] = {runner_conf.jail_path, "--serve", l->sock, "--pool", pool,
 		"--warm-python", warm_py, "--warm-node", warm_js,
-		"--warm-modules", runner_conf.warm_modules ? runner_conf.warm_modules : "",
-		"--warm-memory", warm_mem, "--quiet", NULL};
+		"--warm-modules", (char *) modules,
+		"--warm-memory", warm_mem, "--quiet",
+		image ? "--image" : NULL, image ? (char *) image->dir : NULL, NULL};
 	int			rc;
 
 	snprintf(warm_py, sizeof(warm_py), "%d", runner_conf.warm_python);
 	snprintf(warm_js, sizeof(warm_js), "%d", runner_conf.warm_node);
 	snprintf(warm_mem, sizeof(warm_mem), "%dM", runner_conf.warm_memory_mb);
-	snprintf(warm, sizeof(warm), "%s %s %s %s", warm_py, warm_js, warm_mem,
-			 runner_conf.warm_modules ? runner_conf.warm_modules : "");
+	snprintf(warm, sizeof(warm), "%s %s %s %s", warm_py, warm_js, warm_mem, modules);
 
 	if (!runner_conf.jail_launcher)
 	{
-		launcher_stop();
+		launcher_stop_one(l);
 		return false;
 	}
 	/* jail_path changed on reload: the launcher must follow. */
-	if (launcher_pid > 0 && strcmp(launcher_path, runner_conf.jail_path) != 0)
-		launcher_stop();
-	if (launcher_pid > 0 && strcmp(launcher_root, workdir_root()) != 0)
+	if (l->pid > 0 && strcmp(l->path, runner_conf.jail_path) != 0)
+		launcher_stop_one(l);
+	if (l->pid > 0 && strcmp(l->root, workdir_root()) != 0)
 	{
-		if (served_runs() > 0)
+		if (served_runs(l) > 0)
 			return false;
-		launcher_stop();
+		launcher_stop_one(l);
 	}
 	/*
 	 * The warm settings changed on reload: none of its interpreters is
@@ -282,47 +358,61 @@ launcher_ensure(void)
 	 * one-shot jail; then it is restarted with the new pool.  (Using its
 	 * cold socket meanwhile would keep it busy for ever on a busy runner.)
 	 */
-	if (launcher_pid > 0 && strcmp(launcher_warm, warm) != 0)
+	if (l->pid > 0 && strcmp(l->warm, warm) != 0)
 	{
-		if (warm_page)
-			munmap(warm_page, sizeof(JailWarmPage));
-		warm_page = NULL;
-		if (served_runs() > 0)
+		if (l->warm_page)
+			munmap(l->warm_page, sizeof(JailWarmPage));
+		l->warm_page = NULL;
+		if (served_runs(l) > 0)
 			return false;
-		launcher_stop();
+		launcher_stop_one(l);
 	}
-	if (launcher_alive())
+	if (launcher_alive(l))
 		return true;
-	strlcpy(launcher_path, runner_conf.jail_path, sizeof(launcher_path));
-	strlcpy(launcher_root, workdir_root(), sizeof(launcher_root));
-	strlcpy(launcher_warm, warm, sizeof(launcher_warm));
+	strlcpy(l->path, runner_conf.jail_path, sizeof(l->path));
+	strlcpy(l->root, workdir_root(), sizeof(l->root));
+	strlcpy(l->warm, warm, sizeof(l->warm));
 
 	strlcpy(dir, runner_conf.run_dir, sizeof(dir));
-	snprintf(launcher_sock, sizeof(launcher_sock), "%s/jail.sock", dir);
+	/* an image's: named after its digest's first 12 digits (a socket path is short) */
+	if (image)
+		snprintf(l->sock, sizeof(l->sock), "%s/jail-%.12s.sock", dir, image->digest);
+	else
+		snprintf(l->sock, sizeof(l->sock), "%s/jail.sock", dir);
 	(void) mkdir(dir, S_IRWXU);
-	(void) unlink(launcher_sock);	/* a stale socket of a dead launcher */
+	(void) unlink(l->sock);		/* a stale socket of a dead launcher */
 	snprintf(pool, sizeof(pool), "%d", Max(runner_conf.slots, 1));
 
-	rc = spawn_jail_process(&launcher_pid, argv, NULL, false);
+	rc = spawn_jail_process(&l->pid, argv, NULL, false);
 	if (rc != 0)
 	{
 		errno = rc;
 		runner_log(RLOG_WARNING, "could not start the resident jail launcher \"%s\": %m; using one-shot jails",
 			 runner_conf.jail_path);
-		launcher_pid = 0;
+		l->pid = 0;
 		return false;
 	}
-	if (!launcher_wait_ready())
+	if (!launcher_wait_ready(l))
 	{
-		runner_log(RLOG_WARNING, "the resident jail launcher did not come up; using one-shot jails");
-		launcher_stop();
+		runner_log(RLOG_WARNING, "the resident jail launcher%s%s did not come up; using one-shot jails",
+				   image ? " of image " : "", l->image);
+		launcher_stop_one(l);
 		return false;
 	}
-	runner_log(RLOG_LOG, "resident jail launcher started (pid %d, socket \"%s\")",
-		 (int) launcher_pid, launcher_sock);
+	runner_log(RLOG_LOG, "resident jail launcher%s%s started (pid %d, socket \"%s\")",
+			   image ? " of image " : "", l->image, (int) l->pid, l->sock);
 	if (runner_conf.warm_python > 0 || runner_conf.warm_node > 0)
-		warm_page = jail_wire_warm_map(launcher_sock, true);
+		l->warm_page = jail_wire_warm_map(l->sock, true);
 	return true;
+}
+
+/* The host's launcher (at start, and before each run on the host's root). */
+bool
+launcher_ensure(void)
+{
+	Launcher   *l = launcher_for("");
+
+	return l && launcher_ensure_for(l, NULL);
 }
 
 /* ----------------------------------------------------------------
@@ -357,7 +447,7 @@ request_language(const JailRequest *req)
  * false means "use the one-shot jail" (nothing was started).
  */
 static bool
-launch_served(Run *run, const JailRequest *req, const char *code_path)
+launch_served(Run *run, const RunnerImage *image, const JailRequest *req, const char *code_path)
 {
 	static char buf[JAIL_WIRE_MAX];
 	JailWireRequest msg;
@@ -367,13 +457,15 @@ launch_served(Run *run, const JailRequest *req, const char *code_path)
 	int			sock = -1;
 	bool		sent = false;
 
+	Launcher   *l = launcher_for(image ? run->image : "");
+
 	/*
 	 * An egress run is never warm (its sandbox is cloned for it, docs/jail.md
 	 * "Warm interpreters"): claiming an interpreter for it would only drain
 	 * the pool.
 	 */
-	if (!launcher_ensure() ||
-		(sock = launcher_connect(run->disk.egress ? NULL : request_language(req))) < 0)
+	if (!l || !launcher_ensure_for(l, image) ||
+		(sock = launcher_connect(l, run->disk.egress ? NULL : request_language(req))) < 0)
 		return false;
 	codefd = open(code_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	jail_wire_request_init(&msg, buf);
@@ -473,9 +565,29 @@ bool
 jail_launch(Run *run, const char *code_path, int wall_s, int memory_mb, int pids)
 {
 	JailRequest req;
+	const RunnerImage *image = NULL;
 
-	request_build(&req, run, wall_s, memory_mb, pids);
-	if (!(runner_conf.jail_launcher && launch_served(run, &req, code_path)) &&
+	/* a run on an image: the one of the store the claim named (images.c) */
+	if (run->image[0])
+	{
+		char		name[RUNNER_IMAGE_REF_LEN];
+		char	   *at;
+
+		strlcpy(name, run->image, sizeof(name));
+		at = strchr(name, '@');
+		if (at)
+			*at = '\0';
+		(void) images_rescan();
+		image = at ? images_find(name, at + 1) : NULL;
+		if (!image)
+		{
+			run->start_error = arena_printf(&run->arena, "this runner does not hold the image %s",
+											run->image);
+			return false;
+		}
+	}
+	request_build(&req, run, image, wall_s, memory_mb, pids);
+	if (!(runner_conf.jail_launcher && launch_served(run, image, &req, code_path)) &&
 		!launch_oneshot(run, &req, code_path))
 		return false;
 	for (int st = 0; st < NSTREAMS; st++)

@@ -304,6 +304,18 @@ wait_read(const WaitSet *ws, int e, bool *connected_now)
 }
 
 /*
+ * The heartbeat (steps.c), and then which images we hold if that changed
+ * since we last said (images.c: the store is read again, one stat).
+ */
+static void
+heartbeat(void)
+{
+	(void) step_heartbeat();
+	if (me.registered && db_connected())
+		images_report();
+}
+
+/*
  * A connection was just made: LISTEN, then heartbeat (or register, the
  * first time).  False when one of them failed: the next attempt follows.
  */
@@ -322,6 +334,7 @@ connection_made(void)
 	}
 	db_accepted();
 	runner_log(RLOG_LOG, "%s", db_status());
+	images_report();			/* what it holds, before it claims */
 	claim_wanted = cancel_wanted = sweep_wanted = true;
 	status_dirty = true;
 	return true;
@@ -402,7 +415,7 @@ finish_and_sweep(bool woken)
 	{
 		/* a finish may take seconds (a flood of files): renew between them */
 		if (me.registered && db_connected() && runner_now_ms() >= me.next_heartbeat)
-			(void) step_heartbeat();
+			heartbeat();
 		if (run_complete(&runs[i]) && run_finish(&runs[i]))
 		{
 			sweep_wanted = true;
@@ -436,7 +449,7 @@ runner_loop(void)
 			runner_reload();
 		/* renew our leases; kill our sandboxes if we could not for too long */
 		if (me.registered && db_connected() && runner_now_ms() >= me.next_heartbeat)
-			(void) step_heartbeat();
+			heartbeat();
 		step_self_fence();
 		if (!me.registered && db_connected() && !step_register())
 			db_disconnect("the runner could not register");

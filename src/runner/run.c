@@ -143,6 +143,7 @@ run_claim(const ClaimedRun *c)
 	strlcpy(run->lease, c->lease, sizeof(run->lease));
 	run->leased_at = c->leased_at;
 	strlcpy(run->language, c->language, sizeof(run->language));
+	strlcpy(run->image, c->image, sizeof(run->image));
 	run->disk.caps = c->caps;
 	if (c->output_limit > 0)
 		run->out.limit = Min(run->out.limit, c->output_limit);

@@ -57,6 +57,10 @@
 #define RUNNER_MAX_SLOTS	64
 /* Most skills mounted into one sandbox (agent._prepare_invocation agrees). */
 #define RUNNER_MAX_SKILLS	16
+/* Images a runner holds at most (agent.runner_report_images: 64). */
+#define RUNNER_MAX_IMAGES	64
+/* "NAME@DIGEST": a name of at most 63 characters, 64 hex digits */
+#define RUNNER_IMAGE_REF_LEN	(64 + 1 + 64 + 1)
 /* Largest chunk stored as one output row (and read from a pipe at once). */
 #define OUTPUT_READ_SIZE	65536
 /* How long to wait for a run's pipes to drain after its jail has exited. */
@@ -146,6 +150,7 @@ typedef struct RunnerConfig
 	int			warm_node;
 	char	   *warm_modules;
 	int			warm_memory_mb;
+	char	   *image_store;	/* the images it holds (images.c) */
 } RunnerConfig;
 
 extern RunnerConfig runner_conf;
@@ -311,6 +316,7 @@ typedef struct Run
 	char		lease[UUID_STR_LEN];	/* the lease token */
 	msec		leased_at;		/* when the claim that leased it was sent */
 	char		language[16];
+	char		image[RUNNER_IMAGE_REF_LEN];	/* NAME@DIGEST, or "": the host's */
 	bool		marked;			/* the mark-running step was tried */
 	int			mark_skips;		/* ... and skipped (locks held elsewhere) */
 	msec		mark_retry_at;	/* the mark is due then (a skipped one:
@@ -339,6 +345,7 @@ typedef struct ClaimedRun
 	bool		fresh_session;
 	bool		has_skills;
 	bool		has_egress;		/* the prepare step gives its policy file */
+	char		image[RUNNER_IMAGE_REF_LEN];	/* NAME@DIGEST, or "": the host's */
 	ProducedCaps caps;			/* what it may return (agent._produced_caps) */
 	int64		output_limit;	/* the server's per stream, or 0 */
 } ClaimedRun;
@@ -361,6 +368,9 @@ extern void runs_kill_all(void);
 extern bool jail_launch(Run *run, const char *code_path, int wall_s, int memory_mb, int pids);
 extern bool launcher_ensure(void);
 extern void launcher_stop(void);
+extern void launchers_prune(void);
+
+
 extern void jail_read_verdict(Run *run);
 extern void jail_reap(Run *run);
 extern void jail_signal(Run *run, int sig);
@@ -538,5 +548,24 @@ extern int	runner_check(void);
 
 /* ---- jail_wire.c (src/jail/wire.c) ---- */
 #include "../jail/wire_protocol.h"
+
+/* ---- images.c ---- */
+
+/* An image of the store (docs/images.md): NAME@DIGEST/{root,manifest}. */
+typedef struct RunnerImage
+{
+	char		name[64];
+	char		digest[65];
+	char		dir[MAXPGPATH];	/* the NAME@DIGEST directory (--image) */
+	char	   *manifest;		/* its text (palloc'd) */
+	char		warm_modules[JAIL_WARM_MODULES_LEN];	/* "": the setting's */
+} RunnerImage;
+
+extern bool images_rescan(void);
+extern const RunnerImage *images_find(const char *name, const char *digest);
+extern int	images_count(void);
+extern const RunnerImage *images_get(int i);
+extern void images_registered(void);
+extern void images_report(void);
 
 #endif							/* SANDBOX_RUNNER_H */

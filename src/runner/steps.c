@@ -52,14 +52,15 @@ static const char SQL_HEARTBEAT[] =
 "SELECT state, renewed, lost, lease_seconds, heartbeat_seconds "
 "FROM agent.runner_heartbeat($1, $2, $3, $4, $5)";
 /*
- * has_egress came with 0.2.0: read by name, so that this runner still
- * claims from a 0.1.0 catalog until ALTER EXTENSION ... UPDATE (no run
- * has egress there).
+ * has_egress came with 0.2.0, image_name and image_digest with 0.3.0:
+ * read by name, so that this runner still claims from an older catalog
+ * until ALTER EXTENSION ... UPDATE (no run has egress or an image there).
  */
 static const char SQL_CLAIM[] =
 "SELECT c.id, c.lease_token, c.language, c.code, c.wall_time_s, c.memory_mb, c.session_id, "
 "c.fresh_session, c.has_skills, c.max_files, c.max_bytes, c.max_file_bytes, "
-"c.output_limit_bytes, coalesce((pg_catalog.to_jsonb(c) ->> 'has_egress')::boolean, false) "
+"c.output_limit_bytes, coalesce((pg_catalog.to_jsonb(c) ->> 'has_egress')::boolean, false), "
+"(pg_catalog.to_jsonb(c) ->> 'image_name') || '@' || (pg_catalog.to_jsonb(c) ->> 'image_digest') "
 "FROM agent.runner_claim($1, $2, $3) c";
 static const char SQL_PREPARE[] =
 "SELECT kind, name, content, skill_id FROM agent.runner_prepare($1, $2, $3, $4)";
@@ -156,6 +157,7 @@ step_register(void)
 		strlcpy(me.state, or_empty(db_value(&r, 0, 4)), sizeof(me.state));
 		me.registered = true;
 		me.refused[0] = '\0';
+		images_registered();	/* a new registration hears our images anew */
 		me.renewed_at = sent;
 		me.next_heartbeat = runner_now_ms() + me.heartbeat_ms;
 		runner_log(RLOG_LOG, "registered as runner \"%s\" (%s, incarnation %s, %s); lease %d s%s",
@@ -356,6 +358,8 @@ read_claimed(const DbResult *r, int row, ClaimedRun *c)
 	c->caps.max_scan_entries = runner_conf.workspace_entries + 1;
 	c->output_limit = atoll(or_empty(db_value(r, row, 12)));
 	c->has_egress = is_true(db_value(r, row, 13));
+	/* NULL for a run on the host's root */
+	strlcpy(c->image, or_empty(db_value(r, row, 14)), sizeof(c->image));
 }
 
 /*

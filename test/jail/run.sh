@@ -13,6 +13,7 @@
 # (by default only a handful of runs use it); JAIL_SKIP_SERVED=1 skips the
 # served-mode half (test/jail/served.sh: the same suite through
 # `--client` against a `--serve` launcher, plus cross-run checks).
+# test/jail/image.sh: runs on an image's root (--image).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -501,6 +502,10 @@ done
 if [ "${JAIL_SKIP_SERVED:-0}" != 1 ]; then
 	. "$ROOT/test/jail/served.sh"
 fi
+
+# --image: a root built from an image (test/jail/image.sh)
+LAUNCHER_EXTRA=()
+. "$ROOT/test/jail/image.sh"
 
 # --- usage errors (user-independent) ---------------------------------------------
 fresh_ws root

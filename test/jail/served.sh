@@ -10,6 +10,7 @@
 # the suite.
 
 REALBIN=$BIN
+LAUNCHER_EXTRA=()				# more --serve options (test/jail/image.sh)
 
 # start_launcher USER: sets SOCK, LPID (the launcher), LPARENT (its runuser)
 start_launcher() {
@@ -21,7 +22,7 @@ start_launcher() {
 	chmod 700 "$SDIR"
 	SOCK=$SDIR/jail.sock
 	# shellcheck disable=SC2086
-	runuser -u "$u" -- env ${LAUNCHER_ENV:-} "${LBIN:-$REALBIN}" --serve "$SOCK" --pool 3 "${CGOPT[@]}" 2>>"${LLOG:-$WORK/launcher.log}" &
+	runuser -u "$u" -- env ${LAUNCHER_ENV:-} "${LBIN:-$REALBIN}" --serve "$SOCK" --pool 3 "${CGOPT[@]}" "${LAUNCHER_EXTRA[@]}" 2>>"${LLOG:-$WORK/launcher.log}" &
 	LPARENT=$!
 	# a loaded machine can take seconds to start the pool: up to 60 s
 	while [ ! -S "$SOCK" ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n + 1)); done

@@ -127,7 +127,7 @@ SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
 				   AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, agent, pg_temp'], false)),
 		  '{}'::text[], 'every SECURITY DEFINER function pins search_path (44_search_path.sql attacks it)');
 SELECT is(ARRAY(SELECT f FROM unnest(ARRAY[
-			'agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer)',
+			'agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer, text)',
 			'agent.approve(uuid, text, text)', 'agent.deny(uuid, text, text)',
 			'agent.expire_pending_approvals(timestamptz)', 'agent.grant_credits(uuid, bigint, text)',
 			'agent.charge_invocation(uuid)', 'agent.refund_invocation(uuid, text)',
@@ -138,7 +138,7 @@ SELECT is(ARRAY(SELECT f FROM unnest(ARRAY[
 		  '{}'::text[], 'PUBLIC may execute none of the control plane''s API');
 
 SELECT function_privs_are('agent', 'request_execution',
-	ARRAY['uuid', 'uuid', 'uuid', 'text', 'text', 'text', 'text', 'text', 'integer', 'integer'],
+	ARRAY['uuid', 'uuid', 'uuid', 'text', 'text', 'text', 'text', 'text', 'integer', 'integer', 'text'],
 	'agent_backend', ARRAY['EXECUTE'], 'agent_backend may request executions');
 SELECT function_privs_are('agent', 'approve', ARRAY['uuid', 'text', 'text'],
 	'agent_backend', ARRAY['EXECUTE'], 'agent_backend may approve');

@@ -56,7 +56,7 @@ t_readme() {
 	check "... its card is in the inbox with the runtime, the cost and the balance" 1 \
 		"$(grep -cE 'wants to run python code \| python3 3\.[0-9.]+ +\| +2 \| +100$' <<<"$out")"
 	check "... and its run succeeds with the CSV's total" 1 \
-		"$(grep -cE '^ succeeded \| f +\| +0 \| 200 ' <<<"$out")"
+		"$(grep -cE '^ succeeded \| t +\| +0 \| 200 ' <<<"$out")"
 	check "... and the audit chain is intact" 1 "$(grep -cE '^ t +\| +[0-9]+$' <<<"$out")"
 }
 

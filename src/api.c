@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * api.c
- *		SQL-callable C functions for backends: agent.wait() and
- *		agent.worker_status().
+ *		SQL-callable C functions for backends: agent.wait(),
+ *		agent.worker_status() and agent._in_transaction_block().
  *
  *-------------------------------------------------------------------------
  */
@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -264,4 +265,17 @@ sandbox_worker_status(PG_FUNCTION_ARGS)
 
 	warm_pool_columns(pid != 0, values, nulls, 9);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+PG_FUNCTION_INFO_V1(sandbox_in_transaction_block);
+
+/*
+ * agent._in_transaction_block(): whether the caller runs inside an
+ * explicit transaction block (BEGIN ... COMMIT), where a procedure cannot
+ * COMMIT (agent.prune_retention() then prunes in the caller's transaction).
+ */
+Datum
+sandbox_in_transaction_block(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(IsTransactionBlock());
 }

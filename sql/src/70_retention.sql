@@ -29,6 +29,9 @@
 -- batches of at most `batch` rows, each batch its own transaction that
 -- locks only the rows it prunes (FOR UPDATE SKIP LOCKED: a row someone
 -- holds is left for the next round) and the org's usage row at the end.
+-- Called inside a transaction block (BEGIN; CALL ...; COMMIT), where a
+-- procedure cannot commit, it prunes everything in the caller's
+-- transaction instead, batch by batch, and the caller's COMMIT keeps it.
 
 INSERT INTO agent.settings (key, value, description) VALUES
 	('retention_output', '30 days',
@@ -257,6 +260,11 @@ $$;
 -- Prune everything past its retention, one org, kind and batch per
 -- transaction.  No SET clause (a procedure with one cannot commit): every
 -- name is schema-qualified.  Returns the rows pruned.
+-- Whether the caller is inside BEGIN ... COMMIT (C, src/api.c).
+CREATE FUNCTION agent._in_transaction_block() RETURNS boolean
+	AS 'MODULE_PATHNAME', 'sandbox_in_transaction_block'
+	LANGUAGE C VOLATILE;
+
 CREATE PROCEDURE agent.prune_retention(INOUT pruned bigint DEFAULT NULL, as_of timestamptz DEFAULT NULL)
 	LANGUAGE plpgsql
 AS $$
@@ -266,6 +274,8 @@ DECLARE
 	keep	interval;
 	batch	integer := agent._setting('retention_batch')::integer;
 	n		integer;
+	-- (in a transaction block a procedure cannot commit: 2D000)
+	v_commit boolean := NOT agent._in_transaction_block();
 BEGIN
 	pruned := 0;
 	FOR o IN SELECT x.id FROM agent.orgs x ORDER BY x.id LOOP
@@ -275,7 +285,9 @@ BEGIN
 			LOOP
 				n := agent._prune_batch(o, k, coalesce(as_of, pg_catalog.now()) - keep, batch);
 				pruned := pruned + n;
-				COMMIT;
+				IF v_commit THEN
+					COMMIT;
+				END IF;
 				EXIT WHEN n < batch;
 			END LOOP;
 		END LOOP;
@@ -286,5 +298,5 @@ COMMENT ON PROCEDURE agent.prune_retention(bigint, timestamptz) IS
 	'empty run content past its retention, in short batches (CALL it; pg_cron does, hourly)';
 
 REVOKE ALL ON FUNCTION agent.retention_of(uuid, text), agent.set_org_retention(uuid, text, text, text, text, text),
-	agent._prune_batch(uuid, text, timestamptz, integer) FROM PUBLIC;
+	agent._prune_batch(uuid, text, timestamptz, integer), agent._in_transaction_block() FROM PUBLIC;
 REVOKE ALL ON PROCEDURE agent.prune_retention(bigint, timestamptz) FROM PUBLIC;

@@ -15,7 +15,7 @@ ORG=
 
 t_prune() {
 	local org ws agent conv want before_out before_prev before_files before_ti before_events used_before pruned_bytes n
-	local before_req pend_inv pend_appr
+	local before_req pend_inv pend_appr out
 	if ! start_cluster 1; then
 		nok "a cluster starts"
 		finish_suite
@@ -52,6 +52,10 @@ t_prune() {
 	n=$(q -c "CALL agent.prune_retention(NULL, now() + interval '2 days')")
 	check "pruning two days later empties the org's output chunks, previews, produced file and finished requests ($want rows)" "$want" "$n"
 	check "a second round finds nothing" 0 "$(q -c "CALL agent.prune_retention(NULL, now() + interval '2 days')")"
+	# (issue 27: inside BEGIN ... COMMIT it was 2D000, invalid transaction
+	# termination, at its first batch)
+	out=$(printf "BEGIN;\nCALL agent.prune_retention(NULL, now() + interval '2 days');\nCOMMIT;\n" | q 2>&1)
+	check "in a client's transaction block it runs, in that transaction" "0|0" "$out|$?"
 	# In batches of retention_batch (2) rows, each its own transaction:
 	# the transaction that pruned a row is its xmin now.
 	check "in batches: at most 2 chunks per transaction, and n chunks in at least ceil(n/2) transactions" "1|2|1" \

@@ -265,6 +265,8 @@ sandbox_local_runner_configure(void)
 	append_quoted(&buf, sandbox_egress_resolver ? sandbox_egress_resolver : "");
 	appendStringInfoString(&buf, "\negress_ca_file = ");
 	append_quoted(&buf, sandbox_egress_ca_file ? sandbox_egress_ca_file : "");
+	appendStringInfoString(&buf, "\nsecrets_key_file = ");
+	append_quoted(&buf, sandbox_secrets_key_file ? sandbox_secrets_key_file : "");
 	appendStringInfoChar(&buf, '\n');
 	/* no run may fill the disk the database writes to */
 	if (!sandbox_work_dir_on_data_fs)

@@ -52,6 +52,7 @@ extern bool sandbox_local_runner;
 extern char *sandbox_local_runner_conninfo;
 extern char *sandbox_egress_resolver;
 extern char *sandbox_egress_ca_file;
+extern char *sandbox_secrets_key_file;
 extern bool sandbox_preloaded;
 
 /*

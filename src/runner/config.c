@@ -79,6 +79,7 @@ static const ConfVar conf_vars[] = {
 	{"warm_memory", "sandbox.warm_memory", CONF_INT, UNIT_MB, 16, 1024 * 1024, OFF(warm_memory_mb)},
 	{"egress_resolver", "sandbox.egress_resolver", CONF_STRING, UNIT_NONE, 0, 0, OFF(egress_resolver)},
 	{"egress_ca_file", "sandbox.egress_ca_file", CONF_STRING, UNIT_NONE, 0, 0, OFF(egress_ca_file)},
+	{"secrets_key_file", "sandbox.secrets_key_file", CONF_STRING, UNIT_NONE, 0, 0, OFF(secrets_key_file)},
 };
 
 const char *
@@ -138,6 +139,7 @@ runner_config_defaults(RunnerConfig *c)
 	c->warm_memory_mb = 1024;
 	c->egress_resolver = pg_strdup("");
 	c->egress_ca_file = pg_strdup("");
+	c->secrets_key_file = pg_strdup("");
 }
 
 void
@@ -150,6 +152,7 @@ runner_config_free(RunnerConfig *c)
 	free(c->jail_path);
 	free(c->egress_resolver);
 	free(c->egress_ca_file);
+	free(c->secrets_key_file);
 	strlist_free(&c->protect);
 	free(c->warm_modules);
 	memset(c, 0, sizeof(*c));
@@ -402,6 +405,11 @@ runner_config_load(const char *path, RunnerConfig *out, char **err)
 	if (ok && c.egress_ca_file[0] && c.egress_ca_file[0] != '/')
 	{
 		*err = psprintf("egress_ca_file must be an absolute path");
+		ok = false;
+	}
+	if (ok && c.secrets_key_file[0] && c.secrets_key_file[0] != '/')
+	{
+		*err = psprintf("secrets_key_file must be an absolute path");
 		ok = false;
 	}
 	if (ok && c.name[0] == '\0')

@@ -278,6 +278,9 @@ ctx_common(SSL_CTX *ctx)
 						SSL_OP_IGNORE_UNEXPECTED_EOF);
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+	/* whole records and more per read: fewer system calls in the relay */
+	SSL_CTX_set_read_ahead(ctx, 1);
+	SSL_CTX_set_default_read_buffer_len(ctx, 64 * 1024);
 }
 
 /* The CA bundle (fd 8) as a store: certificates only, all in memory. */

@@ -393,37 +393,53 @@ counted(Conn *c, size_t n, bool up)
 	return true;
 }
 
+/*
+ * The relay's state of each side's reads: a read that found nothing
+ * (WANT_READ) is not tried again until poll says the socket is readable,
+ * so a download does not cost a failed read of the sandbox's side per
+ * record (and the other way round).
+ */
+typedef struct RelayWait
+{
+	bool		c_idle;			/* the sandbox's side had nothing to read */
+	bool		u_idle;			/* the server's side had nothing to read */
+} RelayWait;
+
 /* One step of the relay's up direction; progress in *moved. */
 static bool
-relay_up(Intercept *in, short *cev, short *uev, bool *moved)
+relay_up(Intercept *in, RelayWait *w, short *cev, short *uev, bool *moved)
 {
 	Conn	   *c = in->c;
 	int			n;
 
-	if (in->uoff < in->usend)
+	while (in->uoff < in->usend)
 	{
 		n = SSL_write(in->us, in->ubuf + in->uoff, (int) (in->usend - in->uoff));
-		if (n > 0)
+		if (n <= 0)
 		{
-			in->uoff += n;
-			c->up += n;
-			*moved = true;
-			if (in->uoff == in->usend)
-			{
-				memmove(in->ubuf, in->ubuf + in->usend, in->uhold);
-				in->usend = in->uoff = 0;
-			}
+			int			e = SSL_get_error(in->us, n);
+
+			if (e != SSL_ERROR_WANT_WRITE && e != SSL_ERROR_WANT_READ)
+				return false;
+			*uev |= e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN;
+			return true;
 		}
-		else if (SSL_get_error(in->us, n) == SSL_ERROR_WANT_WRITE)
-			*uev |= POLLOUT;
-		else if (SSL_get_error(in->us, n) == SSL_ERROR_WANT_READ)
-			*uev |= POLLIN;
-		else
-			return false;
-		return true;
+		in->uoff += n;
+		c->up += n;
+		*moved = true;
+		if (in->uoff == in->usend)
+		{
+			memmove(in->ubuf, in->ubuf + in->usend, in->uhold);
+			in->usend = in->uoff = 0;
+		}
 	}
 	if (in->cdone)
 		return true;
+	if (w->c_idle)
+	{
+		*cev |= POLLIN;
+		return true;
+	}
 	n = SSL_read(in->cs, in->ubuf + in->uhold, EGRESS_BUF);
 	if (n > 0)
 	{
@@ -433,6 +449,7 @@ relay_up(Intercept *in, short *cev, short *uev, bool *moved)
 	switch (SSL_get_error(in->cs, n))
 	{
 		case SSL_ERROR_WANT_READ:
+			w->c_idle = true;
 			*cev |= POLLIN;
 			return true;
 		case SSL_ERROR_WANT_WRITE:
@@ -446,48 +463,69 @@ relay_up(Intercept *in, short *cev, short *uev, bool *moved)
 	}
 }
 
-/* One step of the relay's down direction; progress in *moved. */
+/*
+ * One step of the relay's down direction: what is pending written, else
+ * as many of the server's records as are there (up to the buffer), then
+ * scrubbed at once; progress in *moved.
+ */
 static bool
-relay_down(Intercept *in, uint8_t *rbuf, short *cev, short *uev, bool *moved)
+relay_down(Intercept *in, RelayWait *w, uint8_t *rbuf, size_t rcap, short *cev, short *uev,
+		   bool *moved)
 {
 	Conn	   *c = in->c;
 	char		why[300];
+	size_t		got = 0;
 	int			n;
 
-	if (in->doff < in->dlen)
+	while (in->doff < in->dlen)
 	{
 		n = SSL_write(in->cs, in->dpend + in->doff, (int) (in->dlen - in->doff));
-		if (n > 0)
+		if (n <= 0)
 		{
-			in->doff += n;
-			c->down += n;
-			*moved = true;
+			int			e = SSL_get_error(in->cs, n);
+
+			if (e != SSL_ERROR_WANT_WRITE && e != SSL_ERROR_WANT_READ)
+				return false;
+			*cev |= e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN;
+			return true;
 		}
-		else if (SSL_get_error(in->cs, n) == SSL_ERROR_WANT_WRITE)
-			*cev |= POLLOUT;
-		else if (SSL_get_error(in->cs, n) == SSL_ERROR_WANT_READ)
-			*cev |= POLLIN;
-		else
-			return false;
-		return true;
+		in->doff += n;
+		c->down += n;
+		*moved = true;
 	}
 	if (in->udone)
 		return true;
-	n = SSL_read(in->us, rbuf, EGRESS_BUF * 4);
-	if (n <= 0)
+	if (w->u_idle)
 	{
-		int			e = SSL_get_error(in->us, n);
-
-		if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
-		{
-			*uev |= e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
-			return true;
-		}
-		in->udone = true;
-		n = 0;
+		*uev |= POLLIN;
+		return true;
 	}
+	while (got < rcap - 16384)
+	{
+		n = SSL_read(in->us, rbuf + got, (int) (rcap - got));
+		if (n > 0)
+		{
+			got += n;
+			continue;
+		}
+		switch (SSL_get_error(in->us, n))
+		{
+			case SSL_ERROR_WANT_READ:
+				w->u_idle = true;
+				*uev |= POLLIN;
+				break;
+			case SSL_ERROR_WANT_WRITE:
+				*uev |= POLLOUT;
+				break;
+			default:
+				in->udone = true;
+		}
+		break;
+	}
+	if (got == 0 && !in->udone)
+		return true;
 	*moved = true;
-	if (proxy_scrub(in->scrub, rbuf, n, in->udone, &in->dpend, &in->dlen, why, sizeof(why)) < 0)
+	if (proxy_scrub(in->scrub, rbuf, got, in->udone, &in->dpend, &in->dlen, why, sizeof(why)) < 0)
 	{
 		/* nothing of the answer went yet: the sandbox is told why */
 		if (c->down == 0)
@@ -509,7 +547,9 @@ static void
 relay(Intercept *in)
 {
 	Conn	   *c = in->c;
-	uint8_t    *rbuf = malloc(EGRESS_BUF * 4);
+	size_t		rcap = EGRESS_BUF * 4;
+	uint8_t    *rbuf = malloc(rcap);
+	RelayWait	w = {0};
 
 	if (!rbuf)
 		return;
@@ -520,8 +560,8 @@ relay(Intercept *in)
 		bool		moved = false;
 		struct pollfd p[2];
 
-		if (!relay_up(in, &cev, &uev, &moved) ||
-			!relay_down(in, rbuf, &cev, &uev, &moved))
+		if (!relay_up(in, &w, &cev, &uev, &moved) ||
+			!relay_down(in, &w, rbuf, rcap, &cev, &uev, &moved))
 			break;
 		if (in->udone && in->doff >= in->dlen)
 		{
@@ -534,6 +574,10 @@ relay(Intercept *in)
 		p[1] = (struct pollfd) {.fd = c->ufd,.events = uev};
 		if (poll(p, 2, 200) < 0 && errno != EINTR)
 			break;
+		if (p[0].revents)
+			w.c_idle = false;
+		if (p[1].revents)
+			w.u_idle = false;
 	}
 	free(rbuf);
 }

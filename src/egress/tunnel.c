@@ -178,6 +178,8 @@ proxy_serve_connect(Conn *c)
 	char		sni[EGRESS_HOST_MAX + 2];
 	int			r;
 	uint64_t	deadline;
+	const EgressSecret *s;
+	size_t		at;
 	static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 
 	if (!proxy_vet(c, c->req.rawhost, &dst))
@@ -227,11 +229,11 @@ proxy_serve_connect(Conn *c)
 		sni[strlen(sni) - 1] = '\0';
 	if (strcmp(sni, c->host) != 0)
 	{
-		char		s[EGRESS_HOST_MAX + 2];
+		char		shown[EGRESS_HOST_MAX + 2];
 
-		proxy_json_str(s, sizeof(s), sni);
+		proxy_json_str(shown, sizeof(shown), sni);
 		snprintf(c->reason, sizeof(c->reason),
-				 "the TLS server name %.100s is not the tunnel's host %s", s, c->host);
+				 "the TLS server name %.100s is not the tunnel's host %s", shown, c->host);
 		return;
 	}
 	/* a host a secret goes to: TLS ends here, on both sides (intercept.c) */
@@ -241,10 +243,8 @@ proxy_serve_connect(Conn *c)
 		return;
 	}
 	/* the ClientHello is the tunnel's one clear part: no placeholder in it */
-	if (proxy.nsecrets > 0 && proxy_find_placeholder(c->head, c->headlen, &(size_t) {0}))
+	if (proxy.nsecrets > 0 && (s = proxy_find_placeholder(c->head, c->headlen, &at)) != NULL)
 	{
-		const EgressSecret *s = proxy_find_placeholder(c->head, c->headlen, &(size_t) {0});
-
 		snprintf(c->secret, sizeof(c->secret), "%s", s->name);
 		snprintf(c->reason, sizeof(c->reason),
 				 "the placeholder of secret %s was sent in a TLS ClientHello to %s:%u; it goes only in the %s header of requests to %s%s",

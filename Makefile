@@ -94,6 +94,7 @@ jail-install: jail
 runner-install: runner
 	install -d '$(DESTDIR)$(bindir)'
 	install -m 0755 src/runner/sandbox-runner '$(DESTDIR)$(bindir)/sandbox-runner'
+	install -m 0755 src/runner/sandbox-secret '$(DESTDIR)$(bindir)/sandbox-secret'
 	# the ExecStart step of src/runner/sandbox-runner.service (--enter-cgroup)
 	install -m 0755 scripts/jail-host-setup.sh '$(DESTDIR)$(bindir)/sandbox-jail-host-setup'
 

@@ -23,6 +23,8 @@ PACKAGES=(
 	libcap-dev
 	libcurl4-openssl-dev
 	libssl-dev
+	# secrets (docs/secrets.md): sealed boxes (sandbox-runner, sandbox-secret)
+	libsodium-dev
 	bubblewrap
 	python3
 	python3-numpy

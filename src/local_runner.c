@@ -268,6 +268,8 @@ sandbox_local_runner_configure(void)
 	appendStringInfoString(&buf, "\nimage_store = ");
 	append_quoted(&buf, sandbox_image_store && sandbox_image_store[0] ? sandbox_image_store
 				  : "/var/lib/sandbox-images");
+	appendStringInfoString(&buf, "\nsecrets_key_file = ");
+	append_quoted(&buf, sandbox_secrets_key_file ? sandbox_secrets_key_file : "");
 	appendStringInfoChar(&buf, '\n');
 	/* no run may fill the disk the database writes to */
 	if (!sandbox_work_dir_on_data_fs)

@@ -85,6 +85,7 @@ char	   *sandbox_local_runner_conninfo = NULL;
 char	   *sandbox_egress_resolver = NULL;
 char	   *sandbox_egress_ca_file = NULL;
 char	   *sandbox_image_store = NULL;
+char	   *sandbox_secrets_key_file = NULL;
 static char *sandbox_org_id = NULL;
 static char *sandbox_workspace_id = NULL;
 
@@ -216,6 +217,12 @@ sandbox_define_gucs(void)
 							   "Each NAME@DIGEST directory in it is an image the local runner reports and runs on (docs/images.md). Without any, every run is on the host's own root.",
 							   &sandbox_image_store, "/var/lib/sandbox-images",
 							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("sandbox.secrets_key_file",
+							   "The private key file with which the local runner opens runs' secrets.",
+							   "Empty: runs with secrets fail to start on this host. A key readable by the server's OS user is readable by a database superuser too (docs/secrets.md, \"Where the key lives\").",
+							   &sandbox_secrets_key_file, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
 							   NULL, NULL, NULL);
 	DefineCustomStringVariable("sandbox.work_dir",
 							   "Directory under which per-run workspaces are created.",

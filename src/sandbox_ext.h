@@ -49,6 +49,7 @@ extern char *sandbox_local_runner_conninfo;
 extern char *sandbox_egress_resolver;
 extern char *sandbox_egress_ca_file;
 extern char *sandbox_image_store;
+extern char *sandbox_secrets_key_file;
 extern bool sandbox_preloaded;
 
 /*

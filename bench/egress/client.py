@@ -8,19 +8,32 @@
 # was too few: on a 2-CPU machine the client, the test server and the
 # proxy share the CPUs, and one download ran at 600 or at 1200 MB/s
 # depending on where they were scheduled.  Usage:
-#   client.py CA PROXY_PORT N BIG_BYTES
+#   client.py CA PROXY_PORT N BIG_BYTES [RUN_CA PLACEHOLDER]
+# With RUN_CA (bench/egress/run.sh INTERCEPT=1) the two paths both go
+# through the proxy: "relay" to www.allowed.test (no secret: TLS relayed)
+# and "intercept" to allowed.test (a secret: TLS ended at the proxy, whose
+# CA of the run RUN_CA is, the placeholder sent in Authorization).
 import os, socket, ssl, statistics, sys, time
 
 CA, PPORT, N, BIG = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+INTERCEPT = len(sys.argv) > 6
 HOST, ADDR = "allowed.test", "93.184.216.34"
 ctx = ssl.create_default_context(cafile=CA)
+if INTERCEPT:
+    ictx = ssl.create_default_context(cafile=sys.argv[5])
+    AUTH = b"Authorization: Bearer %s\r\n" % sys.argv[6].encode()
+NAMES = ("relay", "intercept") if INTERCEPT else ("direct", "proxy")
+
+def host_of(via):
+    return "www.allowed.test" if INTERCEPT and not via else HOST
 
 def connect(via_proxy):
-    if not via_proxy:
+    host = host_of(via_proxy)
+    if not via_proxy and not INTERCEPT:
         s = socket.create_connection((ADDR, 443))
     else:
         s = socket.create_connection(("127.0.0.1", PPORT))
-        s.sendall(b"CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (HOST.encode(), HOST.encode()))
+        s.sendall(b"CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (host.encode(), host.encode()))
         # Read the answer as curl and urllib3 do (buffered, not a byte at
         # a time): nothing follows the head until the ClientHello is sent.
         head = b""
@@ -30,10 +43,11 @@ def connect(via_proxy):
             head += d
         assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n"), head
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return ctx.wrap_socket(s, server_hostname=HOST)
+    return (ictx if INTERCEPT and via_proxy else ctx).wrap_socket(s, server_hostname=host)
 
-def get(t, path):
-    t.sendall(b"GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path.encode(), HOST.encode()))
+def get(t, path, via):
+    t.sendall(b"GET %s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n"
+              % (path.encode(), host_of(via).encode(), AUTH if INTERCEPT and via else b""))
     n = 0
     while True:
         d = t.recv(262144)
@@ -44,14 +58,14 @@ def get(t, path):
 def small(via):
     t0 = time.perf_counter()
     t = connect(via)
-    get(t, "/small")
+    get(t, "/small", via)
     t.close()
     return (time.perf_counter() - t0) * 1000
 
 def big(via):
     t = connect(via)
     t0 = time.perf_counter()
-    n = get(t, "/bytes/%d" % BIG)
+    n = get(t, "/bytes/%d" % BIG, via)
     dt = time.perf_counter() - t0
     t.close()
     assert n >= BIG, n
@@ -71,11 +85,11 @@ for i in range(K):                               # alternating too
     for via in ((False, True) if i % 2 == 0 else (True, False)):
         runs[via].append(big(via))
 mbs = {via: statistics.median(runs[via]) for via in (False, True)}
-for via, name in ((False, "direct"), (True, "proxy")):
-    print("%-6s connect+TLS+GET: median %.3f ms, mean %.3f ms (n=%d); download median %.1f MB/s"
+for via, name in ((False, NAMES[0]), (True, NAMES[1])):
+    print("%-9s connect+TLS+GET: median %.3f ms, mean %.3f ms (n=%d); download median %.1f MB/s"
           " (%d downloads, %.1f-%.1f)"
           % (name, statistics.median(res[via]), statistics.mean(res[via]), len(res[via]), mbs[via],
              len(runs[via]), min(runs[via]), max(runs[via])))
-print("added per connection (median): %.3f ms (target <= 0.5)"
-      % (statistics.median(res[True]) - statistics.median(res[False])))
-print("throughput ratio proxy/direct: %.2f (target >= 0.8)" % (mbs[True] / mbs[False]))
+print("added per connection (median): %.3f ms%s"
+      % (statistics.median(res[True]) - statistics.median(res[False]), "" if INTERCEPT else " (target <= 0.5)"))
+print("throughput ratio %s/%s: %.2f (target >= 0.8)" % (NAMES[1], NAMES[0], mbs[True] / mbs[False]))

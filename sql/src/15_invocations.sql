@@ -12,9 +12,10 @@ CREATE FUNCTION agent.code_sha256(code text) RETURNS text
 	LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 -- Egress (47_egress.sql): what the card shows of a policy: "api.github.com:443, *.example.com:80,443", or
--- 'nothing (no network)'.  A policy of another shape is 22023, saying
--- which part is wrong (the policies the request path copies always have
--- this one).
+-- 'nothing (no network)'; then the secrets its proxy puts in, if any
+-- (48_secrets.sql): "; secret GITHUB_TOKEN → api.github.com:443".  A
+-- policy of another shape is 22023, saying which part is wrong (the
+-- policies the request path copies always have this one).
 CREATE FUNCTION agent.egress_may_reach(policy jsonb) RETURNS text
 	LANGUAGE plpgsql IMMUTABLE
 	SET search_path = pg_catalog, agent, pg_temp
@@ -34,7 +35,12 @@ BEGIN
 				 WHEN jsonb_typeof(e->'ports') IS DISTINCT FROM 'array'
 					  OR EXISTS (SELECT 1 FROM jsonb_array_elements(e->'ports') p
 								  WHERE jsonb_typeof(p) <> 'number' OR p::text !~ '^[0-9]{1,5}$')
-					THEN format('rule %s has "ports", an array of port numbers', o) END
+					THEN format('rule %s has "ports", an array of port numbers', o)
+				 WHEN jsonb_typeof(e->'secrets') NOT IN ('array', 'null')
+					  OR EXISTS (SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(e->'secrets') = 'array'
+																		  THEN e->'secrets' ELSE '[]' END) x
+								  WHERE jsonb_typeof(x->'name') IS DISTINCT FROM 'string')
+					THEN format('rule %s has "secrets", an array of objects with a "name" string', o) END
 		  INTO v_bad
 		  FROM jsonb_array_elements(coalesce(policy->'rules', '[]')) WITH ORDINALITY AS x(e, o)
 		 WHERE jsonb_typeof(e) <> 'object'
@@ -42,6 +48,10 @@ BEGIN
 			OR jsonb_typeof(e->'ports') IS DISTINCT FROM 'array'
 			OR EXISTS (SELECT 1 FROM jsonb_array_elements(e->'ports') p
 						WHERE jsonb_typeof(p) <> 'number' OR p::text !~ '^[0-9]{1,5}$')
+			OR jsonb_typeof(e->'secrets') NOT IN ('array', 'null')
+			OR EXISTS (SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(e->'secrets') = 'array'
+															   THEN e->'secrets' ELSE '[]' END) x
+						WHERE jsonb_typeof(x->'name') IS DISTINCT FROM 'string')
 		 ORDER BY o LIMIT 1;
 	END IF;
 	IF v_bad IS NOT NULL THEN
@@ -54,7 +64,14 @@ BEGIN
 									   (SELECT string_agg(p, ',' ORDER BY p::integer)
 										  FROM jsonb_array_elements_text(e->'ports') p), ', '
 									   ORDER BY o), 'nothing (no network)')
-			  FROM jsonb_array_elements(coalesce(policy->'rules', '[]')) WITH ORDINALITY AS x(e, o));
+			  FROM jsonb_array_elements(coalesce(policy->'rules', '[]')) WITH ORDINALITY AS x(e, o))
+		|| coalesce('; ' || (SELECT string_agg('secret ' || (s->>'name') || ' → ' || (e->>'host') || ':' ||
+											  (SELECT string_agg(p, ',' ORDER BY p::integer)
+												 FROM jsonb_array_elements_text(e->'ports') p), ', '
+											  ORDER BY o, so)
+							   FROM jsonb_array_elements(coalesce(policy->'rules', '[]')) WITH ORDINALITY AS x(e, o),
+									jsonb_array_elements(CASE WHEN jsonb_typeof(e->'secrets') = 'array'
+															  THEN e->'secrets' ELSE '[]' END) WITH ORDINALITY AS y(s, so)), '');
 END
 $$;
 

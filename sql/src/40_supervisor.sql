@@ -696,7 +696,9 @@ $$;
 -- them when the workspace is new, e.g. its directory vanished), marked as
 -- held in this transaction; and the skills to mount, one row per skill
 -- (kind 'skill': skill_id and name; the files are read with
--- agent._skill_files()).  Fenced: nothing unless the row is provisioning.
+-- agent._skill_files()); its egress policy file (kind 'egress') and the
+-- sealed secrets its proxy puts in (kind 'secret', 48_secrets.sql).
+-- Fenced: nothing unless the row is provisioning.
 CREATE FUNCTION agent._prepare_invocation(invocation uuid, workspace_is_new boolean)
 	RETURNS TABLE (kind text, name text, content bytea, skill_id uuid)
 	LANGUAGE plpgsql VOLATILE
@@ -747,6 +749,13 @@ BEGIN
 		content := convert_to(agent._egress_policy_file(invocation), 'UTF8');
 		skill_id := NULL;
 		RETURN NEXT;
+		-- and the sealed secrets its proxy puts in (48_secrets.sql)
+		FOR f IN SELECT x.name, x.content FROM agent._secrets_to_place(invocation) x LOOP
+			kind := 'secret';
+			name := f.name;
+			content := f.content;
+			RETURN NEXT;
+		END LOOP;
 	END IF;
 END
 $$;

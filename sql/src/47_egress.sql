@@ -92,7 +92,10 @@ BEGIN
 		jsonb_build_object(
 			'rules', jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
 						'id', r.id, 'host', r.host, 'cidr', r.cidr::text,
-						'ports', (SELECT jsonb_agg(p ORDER BY p) FROM unnest(r.ports) p)))
+						'ports', (SELECT jsonb_agg(p ORDER BY p) FROM unnest(r.ports) p),
+						-- the secrets the proxy puts into this rule's requests
+						-- (48_secrets.sql); none: no key, the same text as before
+						'secrets', agent._rule_secrets(r.id, agent_id)))
 					 ORDER BY r.host NULLS LAST, r.cidr),
 			'limits', (SELECT jsonb_build_object('connections', coalesce(l.max_connections, 64),
 												 'bytes_up', coalesce(l.max_bytes_up, 10485760),
@@ -441,6 +444,7 @@ CREATE TABLE agent.egress_connections (
 	bytes_down		bigint NOT NULL,
 	duration_ms		bigint NOT NULL,
 	created_at		timestamptz NOT NULL DEFAULT now(),
+	secret			text,				-- the secret put in, or whose placeholder was blocked (48_secrets.sql)
 	PRIMARY KEY (invocation_id, seq)
 );
 CREATE INDEX egress_connections_tenant_idx ON agent.egress_connections (org_id, workspace_id);
@@ -449,15 +453,19 @@ COMMENT ON TABLE agent.egress_connections IS 'every connection attempt of a run 
 -- The hash of a run's connection log: sha256 over its rows in order, each
 -- as the JSON object below and a newline.  The run's audit event carries
 -- it; anyone who can read the rows recomputes it (docs/egress.md, "Audit").
+-- A row with a secret has that key too (a row without one is hashed as
+-- before secrets existed).
 CREATE FUNCTION agent.egress_log_sha256(invocation uuid) RETURNS text
 	LANGUAGE sql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
-	SELECT encode(sha256(convert_to(coalesce(string_agg(jsonb_build_object(
+	SELECT encode(sha256(convert_to(coalesce(string_agg((jsonb_build_object(
 				'seq', c.seq, 'kind', c.kind, 'host', c.host, 'port', c.port,
 				'address', host(c.address), 'allowed', c.allowed, 'rule_id', c.rule_id,
 				'reason', c.reason, 'bytes_up', c.bytes_up, 'bytes_down', c.bytes_down,
-				'duration_ms', c.duration_ms)::text || E'\n', '' ORDER BY c.seq), ''), 'UTF8')), 'hex')
+				'duration_ms', c.duration_ms)
+				|| CASE WHEN c.secret IS NULL THEN '{}'::jsonb
+						ELSE jsonb_build_object('secret', c.secret) END)::text || E'\n', '' ORDER BY c.seq), ''), 'UTF8')), 'hex')
 	  FROM agent.egress_connections c WHERE c.invocation_id = invocation
 $$;
 
@@ -487,14 +495,15 @@ BEGIN
 			j := l::jsonb;
 			INSERT INTO agent.egress_connections
 				(invocation_id, seq, org_id, workspace_id, kind, host, port, address, allowed,
-				 rule_id, reason, bytes_up, bytes_down, duration_ms)
+				 rule_id, reason, bytes_up, bytes_down, duration_ms, secret)
 			VALUES (invocation, n, r.org_id, r.workspace_id,
 					CASE WHEN j->>'kind' = 'http' THEN 'http' ELSE 'connect' END,
 					left(coalesce(j->>'host', '?'), 300), coalesce((j->>'port')::integer, 0),
 					(j->>'address')::inet, j->>'decision' = 'allowed',
 					CASE WHEN (j->>'rule') ~ '^[0-9a-f-]{36}$' THEN (j->>'rule')::uuid END,
 					left(j->>'reason', 1000), coalesce((j->>'bytes_up')::bigint, 0),
-					coalesce((j->>'bytes_down')::bigint, 0), coalesce((j->>'ms')::bigint, 0));
+					coalesce((j->>'bytes_down')::bigint, 0), coalesce((j->>'ms')::bigint, 0),
+					left(j->>'secret', 64));
 		EXCEPTION WHEN data_exception THEN
 			-- a line of ours we cannot read must not lose the run's record
 			INSERT INTO agent.egress_connections

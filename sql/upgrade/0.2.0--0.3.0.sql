@@ -138,3 +138,32 @@ ALTER TABLE agent.images ENABLE ROW LEVEL SECURITY;
 ALTER TABLE agent.runner_images ENABLE ROW LEVEL SECURITY;
 ALTER TABLE agent.image_grants ENABLE ROW LEVEL SECURITY;
 ALTER TABLE agent.agent_images ENABLE ROW LEVEL SECURITY;
+
+-- Branch secrets (issue 31), 47_egress.sql: a connection row names the
+-- secret the proxy put in, or whose placeholder it blocked.
+ALTER TABLE agent.egress_connections ADD COLUMN secret text;
+
+-- Branch secrets (issue 31), 48_secrets.sql: the runner hosts' keys and an
+-- org's sealed secrets.
+CREATE TABLE agent.secret_keys (
+	key_id			text PRIMARY KEY CHECK (key_id ~ '^[0-9a-f]{16}$'),
+	public_key		bytea NOT NULL UNIQUE CHECK (octet_length(public_key) = 32),
+	added_by		text NOT NULL,
+	added_at		timestamptz NOT NULL DEFAULT now(),
+	retired_at		timestamptz,
+	CHECK (key_id = left(encode(sha256(public_key), 'hex'), 16))
+);
+CREATE TABLE agent.secrets (
+	id				uuid PRIMARY KEY DEFAULT pg_catalog.gen_random_uuid(),
+	org_id			uuid NOT NULL REFERENCES agent.orgs (id),
+	name			text NOT NULL CHECK (name ~ '^[A-Z][A-Z0-9_]{0,63}$'),
+	rule_id			uuid NOT NULL REFERENCES agent.egress_rules (id),
+	header			text NOT NULL,
+	agent_ids		uuid[],
+	key_id			text NOT NULL REFERENCES agent.secret_keys (key_id),
+	sealed			bytea NOT NULL CHECK (octet_length(sealed) BETWEEN 49 AND 16384),
+	set_by			text NOT NULL,
+	set_at			timestamptz NOT NULL DEFAULT now(),
+	CONSTRAINT secrets_org_name UNIQUE (org_id, name)
+);
+CREATE INDEX secrets_rule_idx ON agent.secrets (rule_id);

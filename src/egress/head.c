@@ -23,6 +23,13 @@
  *	  fields.  Every refusal
  *	  here is a 403 whose reason says what was wrong (docs/egress.md).
  *
+ *	  Inside a tunnel the proxy intercepts (a host with a secret,
+ *	  intercept.c) the same grammar parses the request the sandbox sends
+ *	  through TLS (RequestHead.origin): its target is a path (origin form),
+ *	  Host names the tunnel's host and port (443 when it names none), and a
+ *	  body may be chunked (Transfer-Encoding: chunked, never with a
+ *	  Content-Length).
+ *
  *	  The parser is fed the bytes as request.c reads them, and looks at
  *	  each byte once: the byte that makes a head malformed refuses it then
  *	  and there, so a client that sent a malformed part and waits gets its
@@ -177,6 +184,14 @@ target_done(Conn *c)
 	const char *end = t + r->target.len;
 	char		err[EGRESS_ERRLEN];
 
+	if (r->origin)
+	{
+		/* the tunnel's host is the one; the target is a path */
+		if (t[0] != '/')
+			return refuse(c, "a request through the tunnel has a path as its target (origin form)");
+		r->path = r->target;
+		return HEAD_MORE;
+	}
 	if (c->mode == MODE_CONNECT)
 	{
 		if (proxy_split_authority(t, r->target.len, 0, r->rawhost, sizeof(r->rawhost),
@@ -225,7 +240,7 @@ host_field(Conn *c, const HeadField *f)
 		return refuse(c, "the request needs exactly one Host header");
 	r->has_host = true;
 	if (proxy_split_authority((const char *) c->head + f->value.off, f->value.len,
-							  c->mode == MODE_CONNECT ? c->port : 80,
+							  r->origin ? 443 : c->mode == MODE_CONNECT ? c->port : 80,
 							  raw, sizeof(raw), &port) < 0 ||
 		egress_normalize_host(raw, strlen(raw), host, err) < 0 ||
 		strcmp(host, c->host) != 0 || port != c->port)
@@ -255,6 +270,8 @@ length_field(Conn *c, const HeadField *f, bool *dup)
 						  EGRESS_LENGTH_DIGITS_MAX);
 		n = n * 10 + (v[i] - '0');
 	}
+	if (r->chunked)
+		return refuse(c, "request bodies have one Content-Length or are chunked, not both");
 	if (r->has_length && n != r->length)
 		return refuse(c, "request bodies need one Content-Length (two different ones were sent)");
 	*dup = r->has_length;
@@ -323,6 +340,14 @@ field_done(Conn *c)
 		if (length_field(c, f, &dup) == HEAD_REFUSED)
 			return HEAD_REFUSED;
 	}
+	else if (name_is(c, f->name, "Transfer-Encoding") && r->origin)
+	{
+		/* through an intercepted tunnel: chunked alone, once, no length */
+		if (r->chunked || r->has_length || f->value.len != 7 ||
+			strncasecmp((const char *) c->head + f->value.off, "chunked", 7) != 0)
+			return refuse(c, "request bodies have one Content-Length or are chunked, not both");
+		r->chunked = true;
+	}
 	else if (name_is(c, f->name, "Transfer-Encoding"))
 		return refuse(c, "request bodies need one Content-Length (no chunked uploads through the proxy)");
 	else if (name_is(c, f->name, "Connection") &&
@@ -340,7 +365,7 @@ head_done(Conn *c, size_t i)
 {
 	RequestHead *r = &c->req;
 
-	if (c->mode == MODE_HTTP && !r->has_host)
+	if ((c->mode == MODE_HTTP || r->origin) && !r->has_host)
 		return refuse(c, "the request needs exactly one Host header");
 	r->state = HEAD_DONE;
 	c->headend = i + 1;
@@ -360,8 +385,11 @@ on_method(Conn *c, size_t i, uint8_t b)
 		return not_http1(c);
 	r->method = span(r->start, i);
 	/* methods are case-sensitive: "connect" is no CONNECT */
-	c->mode = r->method.len == 7 && memcmp(c->head + r->start, "CONNECT", 7) == 0 ?
-		MODE_CONNECT : MODE_HTTP;
+	if (r->origin && r->method.len == 7 && memcmp(c->head + r->start, "CONNECT", 7) == 0)
+		return refuse(c, "a request through the tunnel has a path as its target (origin form)");
+	if (!r->origin)
+		c->mode = r->method.len == 7 && memcmp(c->head + r->start, "CONNECT", 7) == 0 ?
+			MODE_CONNECT : MODE_HTTP;
 	r->start = i + 1;
 	r->state = HEAD_TARGET;
 	return HEAD_MORE;

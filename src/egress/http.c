@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "proxy.h"
 
@@ -78,8 +79,8 @@ token_is_name(const uint8_t *tok, size_t n, void *arg)
  * Content-Length or Transfer-Encoding); Transfer-Encoding never got this
  * far (head.c refuses it).
  */
-static bool
-hop_by_hop(const Conn *c, HeadSpan name)
+bool
+proxy_hop_by_hop(const Conn *c, HeadSpan name)
 {
 	static const char *const names[] = {"Connection", "Keep-Alive", "TE", "Trailer", "Upgrade"};
 	const char *n = (const char *) c->head + name.off;
@@ -124,7 +125,7 @@ http_origin_head(const Conn *c, HttpOut *o)
 	{
 		const HeadField *f = &r->fields[i];
 
-		if (hop_by_hop(c, f->name))
+		if (proxy_hop_by_hop(c, f->name))
 			continue;
 		out_span(o, c, f->name);
 		out_str(o, ":");
@@ -136,6 +137,53 @@ http_origin_head(const Conn *c, HttpOut *o)
 		out_str(o, "\r\n");
 	}
 	out_str(o, "Connection: close\r\n\r\n");
+}
+
+/*
+ * A run with secrets: the body goes up through here, not the kernel, so
+ * that a placeholder in it is seen (and the request refused, recorded)
+ * before its last bytes leave: the tail that could start one is held
+ * back until the next read.  Then the answer is relayed.  False when the
+ * request was cut.
+ */
+static bool
+send_body_scanned(Conn *c, uint64_t left, size_t extra)
+{
+	uint8_t    *buf = malloc(EGRESS_BUF + EGRESS_PLACEHOLDER_LEN);
+	size_t		len = extra;
+	bool		ok = buf != NULL;
+
+	if (ok)
+		memcpy(buf, c->head + c->headend, extra);
+	while (ok)
+	{
+		size_t		keep;
+		ssize_t		n = 0;
+
+		if (proxy_block_placeholder(c, buf, len, "in a request body"))
+		{
+			ok = false;
+			break;
+		}
+		keep = left == 0 ? 0 : (len < EGRESS_PLACEHOLDER_LEN - 1 ? len : EGRESS_PLACEHOLDER_LEN - 1);
+		if (len - keep > 0 && proxy_send_counted(c, c->ufd, buf, len - keep, true) < 0)
+			ok = false;
+		memmove(buf, buf + len - keep, keep);
+		len = keep;
+		if (!ok || left == 0)
+			break;
+		if (!proxy_wait_readable(c->cfd, proxy_now_ms() + EGRESS_HEAD_TIMEOUT_MS) ||
+			(n = read(c->cfd, buf + len, left < EGRESS_BUF ? left : EGRESS_BUF)) <= 0)
+		{
+			snprintf(c->reason, sizeof(c->reason), "the request body ended early");
+			ok = false;
+			break;
+		}
+		len += n;
+		left -= n;
+	}
+	free(buf);
+	return ok;
 }
 
 /*
@@ -177,9 +225,15 @@ proxy_serve_http(Conn *c)
 	extra = c->headlen - c->headend;
 	if (extra > body)
 		extra = body;			/* a pipelined second request is dropped */
-	if (proxy_send_counted(c, c->ufd, (uint8_t *) o.buf, o.len, true) == 0 &&
-		(extra == 0 ||
-		 proxy_send_counted(c, c->ufd, c->head + c->headend, extra, true) == 0))
+	if (proxy.nsecrets > 0)
+	{
+		if (proxy_send_counted(c, c->ufd, (uint8_t *) o.buf, o.len, true) == 0 &&
+			send_body_scanned(c, body - extra, extra))
+			proxy_relay(c, 0);
+	}
+	else if (proxy_send_counted(c, c->ufd, (uint8_t *) o.buf, o.len, true) == 0 &&
+			 (extra == 0 ||
+			  proxy_send_counted(c, c->ufd, c->head + c->headend, extra, true) == 0))
 		proxy_relay(c, body - extra);
 	free(o.buf);
 }

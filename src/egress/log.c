@@ -42,11 +42,21 @@ proxy_conn_log(Conn *c)
 {
 	char		line[4096],
 				host[1600],
-				reason[1600];
+				reason[1600],
+				secret[300];
 	int			n;
 
 	proxy_json_str(host, sizeof(host), c->host);
 	proxy_json_str(reason, sizeof(reason), c->reason);
+	/* the secret put in or blocked: its name, never a value */
+	if (c->secret[0])
+	{
+		snprintf(secret, sizeof(secret), ",\"secret\":\"");
+		proxy_json_str(secret + strlen(secret), sizeof(secret) - strlen(secret) - 2, c->secret);
+		strcat(secret, "\"");
+	}
+	else
+		secret[0] = '\0';
 	pthread_mutex_lock(&proxy.lock);
 	proxy.n_attempts++;
 	if (c->allowed)
@@ -63,7 +73,7 @@ proxy_conn_log(Conn *c)
 	n = snprintf(line, sizeof(line),
 				 "{\"seq\":%llu,\"kind\":\"%s\",\"host\":\"%s\",\"port\":%u,"
 				 "\"address\":%s%s%s,\"decision\":\"%s\",\"rule\":%s%s%s,"
-				 "\"reason\":%s%s%s,\"bytes_up\":%llu,\"bytes_down\":%llu,\"ms\":%llu}\n",
+				 "\"reason\":%s%s%s,\"bytes_up\":%llu,\"bytes_down\":%llu,\"ms\":%llu%s}\n",
 				 (unsigned long long) proxy.n_log_rows,
 				 c->mode == MODE_CONNECT ? "connect" : "http", host, c->port,
 				 c->address[0] ? "\"" : "", c->address[0] ? c->address : "null",
@@ -73,7 +83,7 @@ proxy_conn_log(Conn *c)
 				 c->reason[0] ? "\"" : "", c->reason[0] ? reason : "null",
 				 c->reason[0] ? "\"" : "",
 				 (unsigned long long) c->up, (unsigned long long) c->down,
-				 (unsigned long long) (proxy_now_ms() - c->started));
+				 (unsigned long long) (proxy_now_ms() - c->started), secret);
 	if (proxy.log_fd >= 0 && n > 0 && (size_t) n < sizeof(line))
 		(void) proxy_write_all(proxy.log_fd, line, n);
 	pthread_mutex_unlock(&proxy.lock);

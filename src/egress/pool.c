@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "proxy.h"
 
 /*
@@ -141,6 +143,8 @@ worker_main(void *arg)
 		conn_run(i, cfd);
 		worker_busy(false);
 	}
+	/* what OpenSSL keeps per thread (intercepted TLS): freed with it */
+	OPENSSL_thread_stop();
 	return NULL;
 }
 
@@ -295,4 +299,9 @@ proxy_pool_stop(void)
 		;
 	proxy_write_summary();
 	pthread_mutex_unlock(&proxy.lock);
+	/* the workers leave on the stop event: each frees its own state */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2;
+	for (int i = 0; i < nworkers; i++)
+		(void) pthread_timedjoin_np(workers[i].thread, NULL, &until);
 }

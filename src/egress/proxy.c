@@ -9,7 +9,14 @@
  *
  *	  sandbox-egress (--policy FILE | --policy-fd N) (--listen-fd N | --listen ADDR:PORT)
  *	                 [--resolver ADDR[:PORT]] [--log-fd N] [--summary-fd N]
- *	                 [--selftest-syscall NAME]
+ *	                 [--secrets-fd N --trust-fd N] [--selftest-syscall NAME]
+ *
+ * With --secrets-fd (docs/secrets.md) it reads the run's secrets, makes
+ * the run's CA (ca.c) and a placeholder per secret, says them on the
+ * summary fd before "ready" (secrets.c), and intercepts the TLS of the
+ * hosts a secret goes to (intercept.c), checking those servers against
+ * the CA bundle of --trust-fd.  The process is then not dumpable: its
+ * memory holds the values and the CA's key.
  *
  * Once set up (policy read, socket, the first workers made) it confines
  * itself with its seccomp allowlist (confine.c), in every thread, and only
@@ -52,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -73,6 +81,8 @@ typedef struct ProxyOptions
 	const char *resolver_spec;
 	const char *listen_spec;
 	int			listen_fd;
+	int			secrets_fd;
+	int			trust_fd;
 } ProxyOptions;
 
 uint64_t
@@ -210,7 +220,7 @@ usage(void)
 	fprintf(stderr,
 			"usage: sandbox-egress (--policy FILE | --policy-fd N) (--listen-fd N | --listen ADDR:PORT)\n"
 			"                      [--resolver ADDR[:PORT]] [--log-fd N] [--summary-fd N]\n"
-			"                      [--selftest-syscall NAME]\n");
+			"                      [--secrets-fd N --trust-fd N] [--selftest-syscall NAME]\n");
 	exit(2);
 }
 
@@ -227,11 +237,13 @@ parse_options(int argc, char **argv, ProxyOptions *o)
 		{"log-fd", required_argument, NULL, 'g'},
 		{"summary-fd", required_argument, NULL, 's'},
 		{"selftest-syscall", required_argument, NULL, 'T'},
+		{"secrets-fd", required_argument, NULL, 'S'},
+		{"trust-fd", required_argument, NULL, 'C'},
 		{NULL, 0, NULL, 0}
 	};
 	int			c;
 
-	*o = (ProxyOptions) {.policy_fd = -1,.listen_fd = -1};
+	*o = (ProxyOptions) {.policy_fd = -1,.listen_fd = -1,.secrets_fd = -1,.trust_fd = -1};
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
 	{
 		switch (c)
@@ -260,12 +272,19 @@ parse_options(int argc, char **argv, ProxyOptions *o)
 			case 'T':
 				proxy.selftest_syscall = optarg;
 				break;
+			case 'S':
+				o->secrets_fd = atoi(optarg);
+				break;
+			case 'C':
+				o->trust_fd = atoi(optarg);
+				break;
 			default:
 				usage();
 		}
 	}
 	if (optind != argc || (!o->policy_path) == (o->policy_fd < 0) ||
-		(o->listen_fd < 0) == (o->listen_spec == NULL))
+		(o->listen_fd < 0) == (o->listen_spec == NULL) ||
+		(o->secrets_fd < 0) != (o->trust_fd < 0))
 		usage();
 }
 
@@ -284,6 +303,20 @@ set_up(const ProxyOptions *o)
 		proxy_die("%s", err);
 	if (o->policy_fd >= 0)
 		close(o->policy_fd);
+	if (o->secrets_fd >= 0)
+	{
+#ifndef EGRESS_SANITIZE
+		/*
+		 * Its memory holds the values and the CA's key: no core dump, no
+		 * ptrace or /proc/PID/mem by another process of its user (the
+		 * sanitizer build's leak check needs ptrace of itself).
+		 */
+		if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+			proxy_die("not dumpable: %s", strerror(errno));
+#endif
+		if (proxy_secrets_load(o->secrets_fd, err) < 0 || proxy_ca_init(o->trust_fd, err) < 0)
+			proxy_die("%s", err);
+	}
 	if (o->resolver_spec ? egress_resolver_parse(o->resolver_spec, &proxy.resolver, err) < 0
 		: egress_resolver_default(&proxy.resolver, err) < 0)
 		proxy_die("%s", err);
@@ -332,6 +365,9 @@ main(int argc, char **argv)
 		proxy_die("%s", err);
 	atomic_store(&proxy.confined, true);
 
+	/* with secrets, the placeholders and the CA's certificate first */
+	if (proxy.nsecrets > 0 && proxy.summary_fd >= 0)
+		proxy_secrets_announce(proxy.summary_fd);
 	/* up: the jail waits for this line before the payload may start */
 	if (proxy.summary_fd >= 0 && proxy_write_all(proxy.summary_fd, "ready\n", 6) < 0)
 		proxy_die("summary fd: %s", strerror(errno));

@@ -15,6 +15,15 @@
  *					address
  *	    tunnel.c	the byte caps, the relay, the CONNECT tunnel (TLS only)
  *	    http.c		absolute-form HTTP, forwarded once in origin form
+ *	    secrets.c	the run's secrets (docs/secrets.md): their placeholders,
+ *					which apply to a host, finding a placeholder
+ *	    ca.c		the run's CA (its key in this process only), the
+ *					certificates it issues, the TLS contexts both ways
+ *	    intercept.c	a CONNECT to a host with a secret: TLS on both sides,
+ *					the request head checked and the secret put in, the
+ *					relay that blocks placeholders and scrubs values
+ *	    scrub.c		the response side of it: the head, chunked bodies
+ *					unframed, values scrubbed
  *
  *-------------------------------------------------------------------------
  */
@@ -41,6 +50,29 @@ typedef enum ConnMode
 	MODE_CONNECT,
 	MODE_HTTP
 } ConnMode;
+
+/*
+ * Secrets (secrets.c): at most EGRESS_MAX_SECRETS per run, each with a
+ * placeholder of EGRESS_PLACEHOLDER_LEN characters ("sbxph_" and 32 hex
+ * digits) that stands for it in the sandbox.
+ */
+#define EGRESS_MAX_SECRETS		16
+#define EGRESS_PLACEHOLDER_PREFIX "sbxph_"
+#define EGRESS_PLACEHOLDER_LEN	38
+#define EGRESS_SECRET_NAME_MAX	64
+#define EGRESS_SECRET_HEADER_MAX 256
+
+typedef struct EgressSecret
+{
+	char		name[EGRESS_SECRET_NAME_MAX + 1];
+	const EgressRule *rule;		/* its rule in the policy (a host rule) */
+	char		header[EGRESS_SECRET_NAME_MAX + 1];	/* the field's name */
+	char		prefix[EGRESS_SECRET_HEADER_MAX + 1];	/* its value: prefix, */
+	char		suffix[EGRESS_SECRET_HEADER_MAX + 1];	/* the secret, suffix */
+	const uint8_t *value;		/* in the run's locked, undumpable page */
+	size_t		value_len;
+	char		placeholder[EGRESS_PLACEHOLDER_LEN + 1];
+} EgressSecret;
 
 /*
  * Where the head parser (head.c) is: one state per part of the grammar;
@@ -103,6 +135,9 @@ typedef struct RequestHead
 	bool		has_host;
 	bool		has_length;
 	uint64_t	length;			/* the Content-Length, 0 without one */
+	bool		origin;			/* inside an intercepted tunnel: origin form
+								 * ("GET /path"), Host the tunnel's */
+	bool		chunked;		/* origin form: Transfer-Encoding: chunked */
 	HeadField	fields[EGRESS_HEAD_FIELDS_MAX];
 	int			nfields;		/* those forwarded (one of equal Content-Lengths) */
 } RequestHead;
@@ -123,6 +158,10 @@ typedef struct Conn
 	uint64_t	up;
 	uint64_t	down;
 	RequestHead req;			/* the head as parsed */
+	struct ssl_st *tls;			/* intercepted: the sandbox's TLS, which a
+								 * refusal is written through (intercept.c) */
+	char		secret[256];	/* the secrets put in ("A,B"), or the one
+								 * whose placeholder was blocked; "" none */
 	uint8_t		head[EGRESS_HEAD_MAX + 1];
 	size_t		headlen;		/* bytes read, the head and what followed */
 	size_t		headend;		/* end of the head (after CRLFCRLF) */
@@ -140,6 +179,8 @@ typedef struct ProxyRun
 	int			log_fd;
 	int			summary_fd;
 	const char *selftest_syscall;	/* --selftest-syscall, or NULL */
+	EgressSecret secrets[EGRESS_MAX_SECRETS];	/* secrets.c */
+	int			nsecrets;
 	atomic_bool confined;		/* the filter is loaded (selftest waits for it) */
 	atomic_bool stopping;
 
@@ -191,11 +232,40 @@ extern bool proxy_vet(Conn *c, const char *rawhost, EgressAddr *dst);
 extern bool proxy_dial_vetted(Conn *c, const EgressAddr *dst);
 
 /* tunnel.c */
+extern size_t proxy_take_bytes(bool up, size_t n);
 extern int	proxy_send_counted(Conn *c, int fd, const uint8_t *buf, size_t n, bool up);
 extern void proxy_relay(Conn *c, uint64_t up_left);
 extern void proxy_serve_connect(Conn *c);
 
 /* http.c */
 extern void proxy_serve_http(Conn *c);
+extern bool proxy_hop_by_hop(const Conn *c, HeadSpan name);
+
+/* secrets.c */
+extern int	proxy_secrets_load(int fd, char *err);
+extern void proxy_secrets_announce(int fd);
+extern bool proxy_secret_applies(const EgressSecret *s, const char *host, uint16_t port);
+extern bool proxy_intercepts(const char *host, uint16_t port);
+extern const EgressSecret *proxy_find_placeholder(const uint8_t *buf, size_t len, size_t *at);
+extern bool proxy_block_placeholder(Conn *c, const uint8_t *buf, size_t len, const char *where);
+
+/* ca.c */
+struct ssl_ctx_st;
+extern int	proxy_ca_init(int trust_fd, char *err);
+extern const char *proxy_ca_pem(size_t *len);
+extern struct ssl_st *proxy_ca_server_ssl(const char *host, char *err, size_t errlen);
+extern struct ssl_st *proxy_ca_upstream_ssl(const char *host, char *err, size_t errlen);
+extern void proxy_tls_error(char *buf, size_t len);
+
+/* intercept.c */
+extern void proxy_serve_intercept(Conn *c);
+extern int	proxy_tls_send(Conn *c, const void *buf, size_t len);
+
+/* scrub.c: the response side of an intercepted request */
+typedef struct Scrubber Scrubber;
+extern Scrubber *proxy_scrubber_new(void);
+extern void proxy_scrubber_free(Scrubber *s);
+extern int	proxy_scrub(Scrubber *s, const uint8_t *in, size_t n, bool eof,
+						uint8_t **out, size_t *outlen, char *why, size_t whylen);
 
 #endif							/* SANDBOX_EGRESS_PROXY_H */

@@ -35,7 +35,11 @@ proxy_refuse(Conn *c, int status, const char *fmt,...)
 			 "%s: %s\n",
 			 status, what, c->reason, status == 403 ? "denied" : "failed",
 			 strlen(what) + strlen(c->reason) + 3, what, c->reason);
-	(void) proxy_write_all(c->cfd, msg, strlen(msg));
+	/* inside an intercepted tunnel the sandbox reads it through TLS */
+	if (c->tls)
+		(void) proxy_tls_send(c, msg, strlen(msg));
+	else
+		(void) proxy_write_all(c->cfd, msg, strlen(msg));
 }
 
 /* Wait for fd to be readable until deadline (ms); false on timeout/stop. */
@@ -122,6 +126,9 @@ void
 proxy_serve(Conn *c)
 {
 	if (!read_head(c))
+		return;
+	/* a placeholder is for its header through TLS, never in a proxy's head */
+	if (proxy_block_placeholder(c, c->head, c->headend, "in a request head to the proxy"))
 		return;
 	if (c->mode == MODE_CONNECT)
 		proxy_serve_connect(c);

@@ -23,8 +23,8 @@
  * Count n bytes in one direction against the run's cap.  Returns how many
  * may pass (all, or what is left of the cap); a cap reached flags the run.
  */
-static size_t
-take_bytes(bool up, size_t n)
+size_t
+proxy_take_bytes(bool up, size_t n)
 {
 	size_t		ok;
 	uint64_t   *used = up ? &proxy.bytes_up : &proxy.bytes_down;
@@ -42,7 +42,7 @@ take_bytes(bool up, size_t n)
 int
 proxy_send_counted(Conn *c, int fd, const uint8_t *buf, size_t n, bool up)
 {
-	size_t		ok = take_bytes(up, n);
+	size_t		ok = proxy_take_bytes(up, n);
 
 	if (ok && proxy_write_all(fd, buf, ok) < 0)
 		return -1;
@@ -74,7 +74,7 @@ move_bytes(Conn *c, int src, int dst, int p[2], size_t max, bool up)
 
 	if (n <= 0)
 		return n;
-	ok = take_bytes(up, n);
+	ok = proxy_take_bytes(up, n);
 	for (left = ok; left > 0;)
 	{
 		ssize_t		m = splice(p[0], NULL, dst, NULL, left, SPLICE_F_MOVE);
@@ -178,6 +178,8 @@ proxy_serve_connect(Conn *c)
 	char		sni[EGRESS_HOST_MAX + 2];
 	int			r;
 	uint64_t	deadline;
+	const EgressSecret *s;
+	size_t		at;
 	static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 
 	if (!proxy_vet(c, c->req.rawhost, &dst))
@@ -227,11 +229,27 @@ proxy_serve_connect(Conn *c)
 		sni[strlen(sni) - 1] = '\0';
 	if (strcmp(sni, c->host) != 0)
 	{
-		char		s[EGRESS_HOST_MAX + 2];
+		char		shown[EGRESS_HOST_MAX + 2];
 
-		proxy_json_str(s, sizeof(s), sni);
+		proxy_json_str(shown, sizeof(shown), sni);
 		snprintf(c->reason, sizeof(c->reason),
-				 "the TLS server name %.100s is not the tunnel's host %s", s, c->host);
+				 "the TLS server name %.100s is not the tunnel's host %s", shown, c->host);
+		return;
+	}
+	/* a host a secret goes to: TLS ends here, on both sides (intercept.c) */
+	if (proxy_intercepts(c->host, c->port))
+	{
+		proxy_serve_intercept(c);
+		return;
+	}
+	/* the ClientHello is the tunnel's one clear part: no placeholder in it */
+	if (proxy.nsecrets > 0 && (s = proxy_find_placeholder(c->head, c->headlen, &at)) != NULL)
+	{
+		snprintf(c->secret, sizeof(c->secret), "%s", s->name);
+		snprintf(c->reason, sizeof(c->reason),
+				 "the placeholder of secret %s was sent in a TLS ClientHello to %s:%u; it goes only in the %s header of requests to %s%s",
+				 s->name, c->host, c->port, s->header,
+				 s->rule->kind == RULE_WILDCARD ? "*." : "", s->rule->host);
 		return;
 	}
 	c->allowed = true;

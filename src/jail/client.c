@@ -104,6 +104,9 @@ build_request(const JailOptions *o, const char *workspace, JailWireRequest *r)
 		ok = put(r, "--egress-proxy") && put(r, "%s", o->egress_proxy);
 	if (ok && o->image)
 		ok = put(r, "--image") && put(r, "%s", o->image);
+	/* the secrets travel as the request's fourth descriptor */
+	if (ok && o->egress_secrets_fd >= 0)
+		ok = put(r, JAIL_WIRE_SECRETS_OPTION) && put(r, JAIL_WIRE_SECRETS_INDEX);
 	return ok;
 }
 
@@ -310,7 +313,7 @@ jail_client_main(int argc, char **argv)
 	const char *workspace;
 	int			verdict_fd;
 	int			rc;
-	int			fds[JAIL_WIRE_NFDS];
+	int			fds[JAIL_WIRE_NFDS_MAX];
 
 	if ((rc = client_options(argc, argv, &path, &opts)) >= 0)
 		return rc;
@@ -336,7 +339,9 @@ jail_client_main(int argc, char **argv)
 		return local_setup_error(verdict_fd, err);
 	fds[JAIL_WIRE_FD_STDOUT] = STDOUT_FILENO;
 	fds[JAIL_WIRE_FD_STDERR] = STDERR_FILENO;
-	if (jail_wire_send(client_sock, r.buf, r.len, fds, JAIL_WIRE_NFDS) < 0)
+	fds[JAIL_WIRE_FD_SECRETS] = opts.egress_secrets_fd;
+	if (jail_wire_send(client_sock, r.buf, r.len, fds,
+					   opts.egress_secrets_fd >= 0 ? JAIL_WIRE_NFDS_MAX : JAIL_WIRE_NFDS) < 0)
 	{
 		jail_seterr(err, "could not send the request: %s", strerror(errno));
 		return local_setup_error(verdict_fd, err);

@@ -17,6 +17,15 @@
  * environment the payload's clients need (jail_egress_write_files,
  * jail_egress_env_add).
  *
+ * Secrets (--egress-secrets-fd, docs/secrets.md): the descriptor goes to
+ * the proxy unread (fd 7), with the CA bundle the proxy checks upstream
+ * servers against (fd 8, a memfd of the same bundle the payload trusts).
+ * The proxy makes a CA of the run's own and a placeholder per secret; it
+ * says both before "ready" on its summary pipe, and the jail hands them to
+ * init over the socket pair the listening socket came on: the CA's
+ * certificate goes into the payload's CA bundle, the placeholders into
+ * its environment.  The CA's key and the values never leave the proxy.
+ *
  *-------------------------------------------------------------------------
  */
 #include <arpa/inet.h>
@@ -29,10 +38,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <grp.h>
 #include <unistd.h>
@@ -55,6 +66,8 @@ static const char *const system_ca_bundles[] = {
 	NULL
 };
 #define EGRESS_WAIT_MS		5000	/* init's socket, the proxy's summary */
+#define EGRESS_READY_MAX	16384	/* the proxy's lines up to "ready" */
+#define EGRESS_ENV_MAX		16		/* placeholders (secrets) per run */
 
 /*
  * Node's https and fetch do not read proxy variables (Node 20): this file
@@ -177,6 +190,13 @@ static char *const ca_env[] = {
 	NULL
 };
 
+/*
+ * Init's copy of what the proxy said (jail_egress_write_files): the
+ * placeholders' NAME=VALUE strings, for the payload's environment.
+ */
+static char intercept_buf[EGRESS_READY_MAX];
+static char *intercept_env[EGRESS_ENV_MAX + 1];
+
 void
 jail_egress_init(JailEgress *e)
 {
@@ -184,6 +204,8 @@ jail_egress_init(JailEgress *e)
 	e->sock[0] = e->sock[1] = -1;
 	e->logfd = -1;
 	e->policyfd = -1;
+	e->secretsfd = -1;
+	e->trustfd = -1;
 	e->summary = -1;
 	e->pid = -1;
 	e->spawner = -1;
@@ -192,37 +214,41 @@ jail_egress_init(JailEgress *e)
 }
 
 /*
- * The bundle the sandbox's clients get with --egress-ca (e->ca): the
- * system's bundle, then the extra CA.  SSL_CERT_FILE and the others name
- * one file and replace the default, so the extra CA alone would make
- * every other certificate untrusted.  A host without a system bundle
- * gets the extra CA alone.
+ * The bundle the sandbox's clients get with --egress-ca or secrets
+ * (e->ca): the system's bundle, then the extra CA (extra_path, or none).
+ * SSL_CERT_FILE and the others name one file and replace the default, so
+ * the extra CA alone would make every other certificate untrusted.  A
+ * host without a system bundle gets the extra CA alone.  (With secrets
+ * the proxy's CA of the run is added by init, jail_egress_write_files.)
  */
 static int
 read_ca_bundle(JailEgress *e, const char *extra_path, char *err)
 {
 	char	   *sys = NULL,
-			   *extra,
+			   *extra = NULL,
 			   *all;
 	size_t		sys_len = 0,
-				extra_len;
+				extra_len = 0;
 	int			fd;
 
-	fd = open(extra_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
+	if (extra_path)
 	{
-		jail_seterr(err, "egress CA %s: %s", extra_path, strerror(errno));
-		return -1;
-	}
-	extra = jail_read_code(fd, &extra_len, err);
-	close(fd);
-	if (!extra)
-		return -1;
-	if (extra_len > EGRESS_CA_MAX)
-	{
-		jail_seterr(err, "egress CA %s is larger than %d bytes", extra_path, EGRESS_CA_MAX);
-		free(extra);
-		return -1;
+		fd = open(extra_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+		{
+			jail_seterr(err, "egress CA %s: %s", extra_path, strerror(errno));
+			return -1;
+		}
+		extra = jail_read_code(fd, &extra_len, err);
+		close(fd);
+		if (!extra)
+			return -1;
+		if (extra_len > EGRESS_CA_MAX)
+		{
+			jail_seterr(err, "egress CA %s is larger than %d bytes", extra_path, EGRESS_CA_MAX);
+			free(extra);
+			return -1;
+		}
 	}
 	for (int i = 0; system_ca_bundles[i]; i++)
 	{
@@ -254,7 +280,8 @@ read_ca_bundle(JailEgress *e, const char *extra_path, char *err)
 	e->ca_len = sys_len;
 	if (sys_len && all[sys_len - 1] != '\n')
 		all[e->ca_len++] = '\n';
-	memcpy(all + e->ca_len, extra, extra_len);
+	if (extra_len)
+		memcpy(all + e->ca_len, extra, extra_len);
 	e->ca_len += extra_len;
 	all[e->ca_len] = '\0';
 	e->ca = all;
@@ -264,9 +291,47 @@ read_ca_bundle(JailEgress *e, const char *extra_path, char *err)
 }
 
 /*
+ * Secrets: take the descriptor (a regular file or memfd, which is all the
+ * runner sends: a pipe could hold the proxy's start), and make the CA
+ * bundle for both the payload and the proxy's upstream checks, the latter
+ * as a sealed memfd: the proxy opens no file.
+ */
+static int
+prepare_secrets(JailEgress *e, const JailOptions *opts, char *err)
+{
+	struct stat st;
+	int			fd;
+
+	if (fstat(opts->egress_secrets_fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+		(fcntl(opts->egress_secrets_fd, F_GETFL) & O_ACCMODE) == O_WRONLY)
+	{
+		jail_seterr(err, "--egress-secrets-fd %d is not a readable file or memfd",
+					opts->egress_secrets_fd);
+		return -1;
+	}
+	e->secretsfd = opts->egress_secrets_fd;
+	e->intercept = true;
+	if (read_ca_bundle(e, opts->egress_ca, err) < 0)
+		return -1;
+	fd = memfd_create("sandbox-egress-trust", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || jail_write_all(fd, e->ca, e->ca_len) < 0 ||
+		fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0 ||
+		lseek(fd, 0, SEEK_SET) < 0)
+	{
+		jail_seterr(err, "egress: the CA bundle for the proxy: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	e->trustfd = fd;
+	return 0;
+}
+
+/*
  * Before the clone: the socket pair, the log (created, never followed:
- * O_NOFOLLOW | O_EXCL), the CA's text.  The policy itself is the proxy's
- * to read and judge; it must at least be a regular file we can open.
+ * O_NOFOLLOW | O_EXCL), the CA's text, the secrets' descriptor.  The
+ * policy itself is the proxy's to read and judge; it must at least be a
+ * regular file we can open.
  */
 int
 jail_egress_prepare(JailEgress *e, const JailOptions *opts, char *err)
@@ -297,7 +362,9 @@ jail_egress_prepare(JailEgress *e, const JailOptions *opts, char *err)
 			return -1;
 		}
 	}
-	if (opts->egress_ca && read_ca_bundle(e, opts->egress_ca, err) < 0)
+	if (opts->egress_secrets_fd >= 0 && prepare_secrets(e, opts, err) < 0)
+		return -1;
+	if (opts->egress_ca && !e->ca && read_ca_bundle(e, opts->egress_ca, err) < 0)
 		return -1;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, e->sock) < 0)
 	{
@@ -328,55 +395,178 @@ proxy_path(const JailOptions *opts, char *path, size_t len)
 	return snprintf(path, len, "%s/sandbox-egress", self) < (int) len ? 0 : -1;
 }
 
+/* A name the sandbox sets itself: no placeholder may take it. */
+static bool
+reserved_env_name(const char *name, size_t len)
+{
+	static const char *const names[] = {
+		"PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "MPLCONFIGDIR",
+		"HTTP_PROXY", "HTTPS_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+		NULL
+	};
+	static const char *const prefixes[] = {"LD_", "PYTHON", "PIP_", "NODE_", "LC_", NULL};
+
+	for (int i = 0; names[i]; i++)
+		if (strlen(names[i]) == len && memcmp(names[i], name, len) == 0)
+			return true;
+	for (int i = 0; prefixes[i]; i++)
+		if (len >= strlen(prefixes[i]) && memcmp(prefixes[i], name, strlen(prefixes[i])) == 0)
+			return true;
+	return false;
+}
+
+/* "NAME=VALUE" of a placeholder: a secret's name, a token's characters. */
+static bool
+valid_env(const char *s, size_t len)
+{
+	const char *eq = memchr(s, '=', len);
+	size_t		nl = eq ? (size_t) (eq - s) : 0;
+
+	if (!eq || nl == 0 || nl > 64 || !(s[0] >= 'A' && s[0] <= 'Z') ||
+		len - nl - 1 == 0 || len - nl - 1 > 128 || reserved_env_name(s, nl))
+		return false;
+	for (size_t i = 0; i < len; i++)
+	{
+		char		c = s[i];
+		bool		ok = (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+			(i > nl && c >= 'a' && c <= 'z');
+
+		if (i != nl && !ok)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * What the proxy said before "ready" (secrets only): its CA's certificate
+ * ("ca N\n" and N bytes of PEM) and a placeholder per secret ("env
+ * NAME=VALUE\n"), parsed from buf; sent on to init as one message: the
+ * PEM, then each NAME=VALUE, each NUL-terminated.  -1 on anything else.
+ */
+static int
+send_intercept(JailEgress *e, const char *buf, size_t len, char *err)
+{
+	char		msg[EGRESS_READY_MAX + 64];
+	size_t		m = 0,
+				pos = 0;
+	const char *pem = NULL;
+	size_t		pemlen = 0;
+	int			nenv = 0;
+	char		envs[EGRESS_READY_MAX];
+	size_t		elen = 0;
+
+	while (pos < len)
+	{
+		const char *nl = memchr(buf + pos, '\n', len - pos);
+		size_t		ll = nl ? (size_t) (nl - buf - pos) : 0;
+
+		if (!nl)
+			break;
+		if (ll > 4 && memcmp(buf + pos, "env ", 4) == 0 && nenv < EGRESS_ENV_MAX &&
+			valid_env(buf + pos + 4, ll - 4))
+		{
+			memcpy(envs + elen, buf + pos + 4, ll - 4);
+			elen += ll - 4;
+			envs[elen++] = '\0';
+			nenv++;
+			pos += ll + 1;
+		}
+		else if (ll > 3 && memcmp(buf + pos, "ca ", 3) == 0 && !pem)
+		{
+			pemlen = strtoul(buf + pos + 3, NULL, 10);
+			pem = buf + pos + ll + 1;
+			if (pemlen == 0 || pemlen > len - pos - ll - 1 || memchr(pem, '\0', pemlen))
+				break;
+			pos += ll + 1 + pemlen;
+		}
+		else
+			break;
+	}
+	if (pos != len || !pem || m + pemlen + 1 + elen > sizeof(msg))
+	{
+		jail_seterr(err, "egress proxy: what it said before \"ready\" is not a CA and placeholders");
+		return -1;
+	}
+	memcpy(msg, pem, pemlen);
+	m = pemlen;
+	msg[m++] = '\0';
+	memcpy(msg + m, envs, elen);
+	m += elen;
+	if (send(e->sock[0], msg, m, MSG_NOSIGNAL) != (ssize_t) m)
+	{
+		jail_seterr(err, "egress: could not hand the proxy's CA to the sandbox: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 /*
  * The proxy says "ready\n" once it has read its policy and serves; a
  * proxy that cannot start (a bad policy, no resolver) is a setup error,
- * never a run without its proxy.
+ * never a run without its proxy.  With secrets it says its CA and the
+ * placeholders first (send_intercept).
  */
 static int
 wait_ready(JailEgress *e, char *err)
 {
-	char		buf[8];
+	static char buf[EGRESS_READY_MAX];
 	size_t		len = 0;
 	uint64_t	deadline = jail_now_ms() + EGRESS_WAIT_MS;
 
-	while (len < 6)
+	for (;;)
 	{
 		struct pollfd p = {.fd = e->summary,.events = POLLIN};
 		uint64_t	now = jail_now_ms();
 		ssize_t		n;
 
-		if (now >= deadline || poll(&p, 1, (int) (deadline - now)) != 1 ||
-			(n = read(e->summary, buf + len, 6 - len)) <= 0)
+		/* "ready\n" ends what it says (and a PEM never holds that line) */
+		if (len >= 6 && memcmp(buf + len - 6, "ready\n", 6) == 0 &&
+			(len == 6 || buf[len - 7] == '\n'))
 			break;
+		/* without secrets "ready\n" is all there is: never read past it */
+		if (len >= sizeof(buf) || now >= deadline ||
+			poll(&p, 1, (int) (deadline - now)) != 1 ||
+			(n = read(e->summary, buf + len, e->intercept ? sizeof(buf) - len : 6 - len)) <= 0)
+		{
+			jail_seterr(err, "egress proxy did not start (see its message on stderr)");
+			return -1;
+		}
 		len += n;
 	}
-	if (len == 6 && memcmp(buf, "ready\n", 6) == 0)
-		return 0;
-	jail_seterr(err, "egress proxy did not start (see its message on stderr)");
-	return -1;
+	if (!e->intercept)
+		return len == 6 ? 0 : (jail_seterr(err, "egress proxy did not start (see its message on stderr)"), -1);
+	return send_intercept(e, buf, len - 6, err);
 }
+
+/* The descriptors of the proxy (exec_proxy), -1 where none. */
+typedef struct ProxyFds
+{
+	int			listen;			/* as its fd 3 */
+	int			log;			/* 4 */
+	int			summary;		/* 5 */
+	int			policy;			/* 6 */
+	int			secrets;		/* 7 */
+	int			trust;			/* 8 */
+} ProxyFds;
 
 /*
  * The proxy's process, from here to its execve: fds 3 (listen), 4 (log,
- * or closed), 5 (summary), 6 (policy), nothing else; nobody when root;
- * no_new_privs; it dies with parent (its parent: the jail, or a served
- * run's launcher).  Never returns.
+ * or closed), 5 (summary), 6 (policy), with secrets 7 (the secrets) and 8
+ * (the CA bundle it checks servers against), nothing else; nobody when
+ * root; no_new_privs; it dies with parent (its parent: the jail, or a
+ * served run's launcher).  Never returns.
  */
-static void exec_proxy(pid_t parent, const char *path, const char *resolver, int lfd,
-					   int logfd, int sumfd, int policyfd) __attribute__((noreturn));
+static void exec_proxy(pid_t parent, const char *path, const char *resolver,
+					   const ProxyFds *f) __attribute__((noreturn));
 static void
-exec_proxy(pid_t parent, const char *path, const char *resolver, int lfd, int logfd,
-		   int sumfd, int policyfd)
+exec_proxy(pid_t parent, const char *path, const char *resolver, const ProxyFds *f)
 {
-	char	   *argv[16];
+	char	   *argv[20];
 	int			a = 0;
 	char	   *const envp[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8", NULL};
 	sigset_t	none;
-	int			hi_l = fcntl(lfd, F_DUPFD, 10),
-				hi_g = logfd >= 0 ? fcntl(logfd, F_DUPFD, 10) : -1,
-				hi_s = fcntl(sumfd, F_DUPFD, 10),
-				hi_p = fcntl(policyfd, F_DUPFD, 10);
+	int			src[6] = {f->listen, f->log, f->summary, f->policy, f->secrets, f->trust};
+	int			hi[6];
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	if (getppid() != parent)
@@ -384,11 +574,15 @@ exec_proxy(pid_t parent, const char *path, const char *resolver, int lfd, int lo
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	/* out of the way first, so no target overwrites a source */
-	if (hi_l < 0 || hi_s < 0 || hi_p < 0 || (logfd >= 0 && hi_g < 0) ||
-		dup2(hi_l, 3) < 0 || dup2(hi_s, 5) < 0 || dup2(hi_p, 6) < 0 ||
-		(hi_g >= 0 ? dup2(hi_g, 4) < 0 : close(4) < 0 && errno != EBADF))
+	for (int i = 0; i < 6; i++)
+		if ((hi[i] = src[i] >= 0 ? fcntl(src[i], F_DUPFD, 10) : -1) < 0 && src[i] >= 0)
+			_exit(127);
+	for (int i = 0; i < 6; i++)
+		if (hi[i] >= 0 ? dup2(hi[i], 3 + i) < 0 : (close(3 + i) < 0 && errno != EBADF))
+			_exit(127);
+	if (f->listen < 0 || f->summary < 0 || f->policy < 0)
 		_exit(127);
-	syscall(SYS_close_range, 7, ~0U, 0);
+	syscall(SYS_close_range, 9, ~0U, 0);
 
 	/*
 	 * The proxy parses what the payload sends: it never runs as root.
@@ -409,10 +603,20 @@ exec_proxy(pid_t parent, const char *path, const char *resolver, int lfd, int lo
 	argv[a++] = "3";
 	argv[a++] = "--summary-fd";
 	argv[a++] = "5";
-	if (hi_g >= 0)
+	if (f->log >= 0)
 	{
 		argv[a++] = "--log-fd";
 		argv[a++] = "4";
+	}
+	if (f->secrets >= 0)
+	{
+		argv[a++] = "--secrets-fd";
+		argv[a++] = "7";
+	}
+	if (f->trust >= 0)
+	{
+		argv[a++] = "--trust-fd";
+		argv[a++] = "8";
 	}
 	if (resolver && resolver[0])
 	{
@@ -441,9 +645,11 @@ exec_proxy(pid_t parent, const char *path, const char *resolver, int lfd, int lo
  * its own ahead for this: a fork is most of a worker's preparation on a
  * host where forks are dear, and only a run with egress needs one.
  *
- * The message: "path\0resolver\0" and one byte, 'l' when a log is
- * passed; descriptors [listen, summary, policy, log (or listen again),
- * answer].  The answer: "ok PID" with [pidfd], or a reason.
+ * The message: "path\0resolver\0" and two bytes, 'l' when a log is
+ * passed and 's' when secrets are (else '-'); descriptors [listen,
+ * summary, policy, log (or listen again), answer, secrets (or listen),
+ * the CA bundle (or listen)].  The answer: "ok PID" with [pidfd], or a
+ * reason.
  */
 enum
 {
@@ -452,6 +658,8 @@ enum
 	SPAWN_POLICY,
 	SPAWN_LOG,
 	SPAWN_ANSWER,
+	SPAWN_SECRETS,
+	SPAWN_TRUST,
 	SPAWN_NFDS
 };
 
@@ -470,8 +678,8 @@ spawn_by_launcher(JailEgress *e, const char *path, const char *resolver, int lfd
 	ssize_t		n = -1;
 	struct pollfd p;
 	int			rc;
-	int			len = snprintf(msg, sizeof(msg), "%s%c%s%c%c", path, 0, resolver ? resolver : "", 0,
-							   e->logfd >= 0 ? 'l' : '-');
+	int			len = snprintf(msg, sizeof(msg), "%s%c%s%c%c%c", path, 0, resolver ? resolver : "", 0,
+							   e->logfd >= 0 ? 'l' : '-', e->secretsfd >= 0 ? 's' : '-');
 
 	if (len < 0 || (size_t) len >= sizeof(msg))
 	{
@@ -488,6 +696,8 @@ spawn_by_launcher(JailEgress *e, const char *path, const char *resolver, int lfd
 	fds[SPAWN_POLICY] = e->policyfd;
 	fds[SPAWN_LOG] = e->logfd >= 0 ? e->logfd : lfd;
 	fds[SPAWN_ANSWER] = ap[1];
+	fds[SPAWN_SECRETS] = e->secretsfd >= 0 ? e->secretsfd : lfd;
+	fds[SPAWN_TRUST] = e->secretsfd >= 0 ? e->trustfd : lfd;
 	if (jail_wire_send(e->spawner, msg, len, fds, SPAWN_NFDS) != len)
 	{
 		jail_seterr(err, "egress: could not ask the launcher for the proxy: %s", strerror(errno));
@@ -554,13 +764,22 @@ jail_egress_spawn(int sock)
 	msg[n] = '\0';
 	plen = strnlen(msg, n);
 	rlen = plen < (size_t) n ? strnlen(msg + plen + 1, n - plen - 1) : 0;
-	if (plen == 0 || plen + 1 + rlen + 2 != (size_t) n ||
-		(msg[n - 1] != 'l' && msg[n - 1] != '-'))
+	if (plen == 0 || plen + 1 + rlen + 3 != (size_t) n ||
+		(msg[n - 2] != 'l' && msg[n - 2] != '-') || (msg[n - 1] != 's' && msg[n - 1] != '-'))
 		alen = snprintf(ans, sizeof(ans), "a malformed request");
 	else if ((pid = fork()) == 0)
-		exec_proxy(self, msg, msg + plen + 1, fds[SPAWN_LISTEN],
-				   msg[n - 1] == 'l' ? fds[SPAWN_LOG] : -1, fds[SPAWN_SUMMARY],
-				   fds[SPAWN_POLICY]);
+	{
+		ProxyFds	f = {
+			.listen = fds[SPAWN_LISTEN],
+			.log = msg[n - 2] == 'l' ? fds[SPAWN_LOG] : -1,
+			.summary = fds[SPAWN_SUMMARY],
+			.policy = fds[SPAWN_POLICY],
+			.secrets = msg[n - 1] == 's' ? fds[SPAWN_SECRETS] : -1,
+			.trust = msg[n - 1] == 's' ? fds[SPAWN_TRUST] : -1,
+		};
+
+		exec_proxy(self, msg, msg + plen + 1, &f);
+	}
 	else if (pid < 0)
 		alen = snprintf(ans, sizeof(ans), "fork: %s", strerror(errno));
 	else if ((pidfd = (int) syscall(SYS_pidfd_open, pid, 0)) < 0)
@@ -584,7 +803,8 @@ jail_egress_spawn(int sock)
  * its init made, and exec the proxy on it, here in the host's network
  * namespace.  The socket is the sandbox's end of every connection; the
  * proxy dies with us (PDEATHSIG) and holds nothing else of ours: fds 3
- * (listen), 4 (log), 5 (summary), 6 (policy); as nobody when we are root.
+ * (listen), 4 (log), 5 (summary), 6 (policy), 7 and 8 (secrets, the CA
+ * bundle); as nobody when we are root.
  */
 int
 jail_egress_start(JailEgress *e, const JailOptions *opts, char *err)
@@ -618,7 +838,11 @@ jail_egress_start(JailEgress *e, const JailOptions *opts, char *err)
 	if (e->spawner >= 0)
 		pid = spawn_by_launcher(e, path, opts->egress_resolver, lfd, sp[1], err);
 	else if ((pid = fork()) == 0)
-		exec_proxy(e->parent, path, opts->egress_resolver, lfd, e->logfd, sp[1], e->policyfd);
+	{
+		ProxyFds	f = {lfd, e->logfd, sp[1], e->policyfd, e->secretsfd, e->trustfd};
+
+		exec_proxy(e->parent, path, opts->egress_resolver, &f);
+	}
 	else if (pid < 0)
 		jail_seterr(err, "fork: %s", strerror(errno));
 	if (pid < 0)
@@ -634,6 +858,8 @@ jail_egress_start(JailEgress *e, const JailOptions *opts, char *err)
 	e->pid = pid;
 	jail_close(&e->logfd);		/* the proxy has it */
 	jail_close(&e->policyfd);
+	jail_close(&e->secretsfd);
+	jail_close(&e->trustfd);
 	return wait_ready(e, err);
 }
 
@@ -723,6 +949,8 @@ jail_egress_stop(JailEgress *e, JailResult *res)
 	jail_close(&e->sock[1]);
 	jail_close(&e->logfd);
 	jail_close(&e->policyfd);
+	jail_close(&e->secretsfd);
+	jail_close(&e->trustfd);
 	free(e->ca);
 	e->ca = NULL;
 }
@@ -756,21 +984,63 @@ jail_egress_listen(int sock, char *err)
 	return 0;
 }
 
-/* Init, building the root: the Node shim, and the CA if one was given. */
+/*
+ * Init, with secrets: what the proxy said through the jail (send_intercept),
+ * its CA's certificate (into *pem, pointing into intercept_buf) and the
+ * placeholders (into intercept_env, for jail_egress_env_add).  The socket
+ * is closed after: the payload inherits nothing of it.
+ */
+static int
+take_intercept(int sock, const char **pem, size_t *pemlen, char *err)
+{
+	struct pollfd p = {.fd = sock,.events = POLLIN};
+	ssize_t		n = -1;
+	size_t		off;
+	int			k = 0;
+
+	if (poll(&p, 1, EGRESS_WAIT_MS) == 1)
+		n = recv(sock, intercept_buf, sizeof(intercept_buf) - 1, 0);
+	close(sock);
+	if (n <= 0)
+	{
+		jail_seterr(err, "egress: the proxy's CA did not come");
+		return -1;
+	}
+	intercept_buf[n] = '\0';
+	*pem = intercept_buf;
+	*pemlen = strlen(intercept_buf);
+	for (off = *pemlen + 1; off < (size_t) n && k < EGRESS_ENV_MAX; off += strlen(intercept_buf + off) + 1)
+		intercept_env[k++] = intercept_buf + off;
+	intercept_env[k] = NULL;
+	return 0;
+}
+
+/*
+ * Init, building the root: the Node shim, and the CA bundle if there is
+ * one (with secrets: the proxy's CA of the run added to it).
+ */
 int
 jail_egress_write_files(const JailChildArgs *args, const char *root, char *err)
 {
 	char		path[256];
+	const char *pem = NULL;
+	size_t		pemlen = 0;
+	struct iovec parts[3];
 
 	if (!args->egress)
 		return 0;
 	snprintf(path, sizeof(path), "%s%s", root, JAIL_EGRESS_NODE_SHIM);
 	if (jail_write_new(path, node_shim, sizeof(node_shim) - 1, 0444, err) < 0)
 		return -1;
+	if (args->egress_intercept && take_intercept(args->egress_fd, &pem, &pemlen, err) < 0)
+		return -1;
 	if (!args->egress_ca_pem)
 		return 0;
 	snprintf(path, sizeof(path), "%s%s", root, JAIL_EGRESS_CA_PATH);
-	return jail_write_new(path, args->egress_ca_pem, args->egress_ca_len, 0444, err);
+	parts[0] = (struct iovec) {.iov_base = (void *) args->egress_ca_pem,.iov_len = args->egress_ca_len};
+	parts[1] = (struct iovec) {.iov_base = "\n",.iov_len = pem ? 1 : 0};
+	parts[2] = (struct iovec) {.iov_base = (void *) pem,.iov_len = pemlen};
+	return jail_write_new_parts(path, parts, 3, 0444, err);
 }
 
 /*
@@ -792,6 +1062,13 @@ jail_egress_env_add(char **env, int n, int room, bool with_ca)
 		if (n >= room)
 			return -1;
 		env[n++] = ca_env[i];
+	}
+	/* secrets: each one's placeholder (the value stays in the proxy) */
+	for (size_t i = 0; intercept_env[i]; i++)
+	{
+		if (n >= room)
+			return -1;
+		env[n++] = intercept_env[i];
 	}
 	return n;
 }

@@ -128,6 +128,8 @@ typedef struct JailOptions
 	const char *egress_ca;		/* a PEM the payload's clients trust too */
 	const char *egress_proxy;	/* sandbox-egress; NULL: beside the jail */
 	const char *image;			/* --image DIR (image.c); NULL: the host's */
+	int			egress_secrets_fd;	/* the run's secrets for the proxy, passed
+									 * on unread (docs/secrets.md); -1: none */
 } JailOptions;
 
 typedef enum JailStatus
@@ -368,8 +370,13 @@ typedef struct JailEgress
 								 * (a served run's: the launcher's), or -1 */
 	int			spawner;		/* JailRunEnv.egress_spawner, or -1 */
 	pid_t		parent;			/* who forks the proxy otherwise: us */
-	char	   *ca;				/* --egress-ca's text, or NULL */
+	char	   *ca;				/* the bundle the payload's clients trust (the
+								 * system's and --egress-ca's), or NULL */
 	size_t		ca_len;
+	/* secrets (docs/secrets.md): the proxy intercepts their hosts' TLS */
+	bool		intercept;
+	int			secretsfd;		/* --egress-secrets-fd: passed on, never read */
+	int			trustfd;		/* ca, for the proxy's upstream checks */
 } JailEgress;
 
 /* The address the sandbox's clients reach the proxy at (its own netns). */
@@ -488,8 +495,10 @@ typedef struct JailChildArgs
 	bool		egress;			/* the run has egress (the payload's env) */
 	int			egress_fd;		/* egress: where init sends the proxy's
 								 * listening socket (egress.c), or -1 */
-	const char *egress_ca_pem;	/* egress: the --egress-ca text, or NULL */
+	const char *egress_ca_pem;	/* egress: the CA bundle's text, or NULL */
 	size_t		egress_ca_len;
+	bool		egress_intercept;	/* secrets: init waits on egress_fd for the
+									 * proxy's CA and placeholders (egress.c) */
 } JailChildArgs;
 
 /*

@@ -318,6 +318,7 @@ run_clone(JailRun *run)
 	args.egress_fd = run->egress.sock[1];
 	args.egress_ca_pem = run->egress.ca;
 	args.egress_ca_len = run->egress.ca_len;
+	args.egress_intercept = run->egress.intercept;
 
 	run->start = jail_now_ms();
 	run->pid = jail_spawn(&args, &run->pidfd,

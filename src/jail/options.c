@@ -46,6 +46,7 @@ enum
 	OPT_EGRESS_CA,
 	OPT_EGRESS_PROXY,
 	OPT_IMAGE,
+	OPT_EGRESS_SECRETS_FD,
 	OPT_QUIET,
 	OPT_HELP
 };
@@ -75,6 +76,7 @@ static const struct option long_opts[] = {
 	{"egress-ca", required_argument, NULL, OPT_EGRESS_CA},
 	{"egress-proxy", required_argument, NULL, OPT_EGRESS_PROXY},
 	{"image", required_argument, NULL, OPT_IMAGE},
+	{"egress-secrets-fd", required_argument, NULL, OPT_EGRESS_SECRETS_FD},
 	{"quiet", no_argument, NULL, OPT_QUIET},
 	{"help", no_argument, NULL, OPT_HELP},
 	{NULL, 0, NULL, 0}
@@ -94,7 +96,8 @@ jail_usage(FILE *out)
 			"         [--verdict-fd N | --verdict-file PATH]\n"
 			"         [--cgroup-parent DIR] [--require-cgroup] [--quiet]\n"
 			"         [--egress-policy FILE [--egress-log FILE] [--egress-resolver ADDR[:PORT]]\n"
-			"          [--egress-ca PEM] [--egress-proxy PATH]]  (docs/egress.md)\n"
+			"          [--egress-ca PEM] [--egress-proxy PATH] [--egress-secrets-fd N]]\n"
+			"         (docs/egress.md, docs/secrets.md)\n"
 			"         [--image DIR]  (an image's NAME@DIGEST directory: docs/images.md)\n"
 			"       sandbox-jail --serve SOCKET [--pool N] [--cgroup-parent DIR]\n"
 			"         [--image DIR]\n"
@@ -234,6 +237,7 @@ set_defaults(JailOptions *o)
 	o->workspace_entries = JAIL_DEFAULT_WORKSPACE_ENTRIES;
 	o->tmp_size = JAIL_DEFAULT_TMP_SIZE;
 	o->verdict_fd = -1;
+	o->egress_secrets_fd = -1;
 }
 
 /* --ro-bind SRC:DST; writes into arg (the colon). */
@@ -397,6 +401,11 @@ parse_host(int c, char *arg, JailOptions *o)
 				BAD("--egress-proxy must be an absolute path");
 			o->egress_proxy = arg;
 			return 0;
+		case OPT_EGRESS_SECRETS_FD:
+			if (parse_count(arg, &fd) < 0 || fd < 3 || fd > 1 << 20)
+				BAD("bad --egress-secrets-fd \"%s\"", arg);
+			o->egress_secrets_fd = (int) fd;
+			return 0;
 		case OPT_QUIET:
 			o->quiet = true;
 			return 0;
@@ -419,8 +428,10 @@ check_options(JailOptions *o, bool have_lang, bool have_cpu)
 	if (o->verdict_fd >= 0 && o->verdict_fd <= 1)
 		BAD("--verdict-fd must not be stdin or stdout");
 	if (!o->egress_policy && (o->egress_log || o->egress_resolver || o->egress_ca ||
-							  o->egress_proxy))
-		BAD("--egress-log, --egress-resolver, --egress-ca and --egress-proxy need --egress-policy");
+							  o->egress_proxy || o->egress_secrets_fd >= 0))
+		BAD("--egress-log, --egress-resolver, --egress-ca, --egress-proxy and --egress-secrets-fd need --egress-policy");
+	if (o->egress_secrets_fd >= 0 && o->egress_secrets_fd == o->verdict_fd)
+		BAD("--egress-secrets-fd and --verdict-fd must differ");
 	if (!have_cpu)
 		o->cpu_ms = o->wall_ms;
 	return 0;

@@ -724,8 +724,12 @@ jail_child_main(void *arg)
 	{
 		if (jail_egress_listen(a->egress_fd, err) < 0)
 			jail_child_fail(a, err);
-		close(a->egress_fd);
-		a->egress_fd = -1;
+		/* with secrets, the proxy's CA comes on it too (rootfs.c) */
+		if (!a->egress_intercept)
+		{
+			close(a->egress_fd);
+			a->egress_fd = -1;
+		}
 	}
 	if (a->prebuild)
 	{

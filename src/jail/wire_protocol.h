@@ -34,14 +34,24 @@
 #define JAIL_WIRE_MAX		65536	/* one request or answer message */
 #define JAIL_WIRE_MAX_ARGS	256		/* strings in one request */
 
-/* The descriptors a request carries, in this order. */
+/*
+ * The descriptors a request carries, in this order: always the first
+ * JAIL_WIRE_NFDS; a run with secrets (docs/secrets.md) one more, named by
+ * its option "--egress-secrets-fd" "3" (its index here).
+ */
 typedef enum JailWireFd
 {
 	JAIL_WIRE_FD_CODE = 0,		/* the code: a regular file or memfd */
 	JAIL_WIRE_FD_STDOUT = 1,	/* the payload's stdout */
 	JAIL_WIRE_FD_STDERR = 2,	/* the payload's stderr */
-	JAIL_WIRE_NFDS = 3
+	JAIL_WIRE_NFDS = 3,
+	JAIL_WIRE_FD_SECRETS = 3,	/* the run's secrets, for its proxy only */
+	JAIL_WIRE_NFDS_MAX = 4
 } JailWireFd;
+
+/* The option that names the secrets' descriptor, and its value on the wire. */
+#define JAIL_WIRE_SECRETS_OPTION	"--egress-secrets-fd"
+#define JAIL_WIRE_SECRETS_INDEX		"3"
 
 /* The fields of an answer, in this order. */
 typedef enum JailWireAnswerField

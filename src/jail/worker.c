@@ -44,6 +44,7 @@ static const char *const run_options[] = {
 	"--workspace-size", "--workspace-entries", "--tmp-size", "--cgroup-parent", "--require-cgroup",
 	"--egress-policy", "--egress-log", "--egress-resolver", "--egress-ca", "--egress-proxy",
 	"--image",
+	JAIL_WIRE_SECRETS_OPTION,
 	NULL
 };
 
@@ -58,7 +59,8 @@ static int	warm_index = -1;
 typedef struct Request
 {
 	JailOptions opts;
-	int			fds[JAIL_WIRE_NFDS];	/* code, stdout, stderr */
+	int			fds[JAIL_WIRE_NFDS_MAX];	/* code, stdout, stderr[, secrets] */
+	int			nfds;
 	char	   *code;
 	size_t		code_len;
 	const char *raw;			/* the options as they came (for a sandbox */
@@ -136,13 +138,14 @@ check_peer(int conn, char *msg)
  * connected and left; -1 with msg when it cannot be taken.
  */
 static ssize_t
-receive_request(int conn, char *buf, int *fds, char *msg)
+receive_request(int conn, char *buf, int *fds, int *nfdsp, char *msg)
 {
 	bool		truncated;
 	int			nfds = 0;
 	ssize_t		n;
 
-	n = jail_wire_recv(conn, buf, JAIL_WIRE_MAX, fds, JAIL_WIRE_NFDS, &nfds, &truncated);
+	n = jail_wire_recv(conn, buf, JAIL_WIRE_MAX, fds, JAIL_WIRE_NFDS_MAX, &nfds, &truncated);
+	*nfdsp = nfds;
 	JAIL_TRACE("request received");
 	if (n == 0)
 		return 0;
@@ -153,9 +156,9 @@ receive_request(int conn, char *buf, int *fds, char *msg)
 	else if (truncated)
 		jail_seterr(msg, "request larger than %d bytes, or with unexpected control data",
 					JAIL_WIRE_MAX);
-	else if (nfds != JAIL_WIRE_NFDS)
-		jail_seterr(msg, "request must carry exactly %d descriptors (code, stdout, stderr), got %d",
-					JAIL_WIRE_NFDS, nfds);
+	else if (nfds != JAIL_WIRE_NFDS && nfds != JAIL_WIRE_NFDS_MAX)
+		jail_seterr(msg, "request must carry %d descriptors (code, stdout, stderr), or %d with the run's secrets, got %d",
+					JAIL_WIRE_NFDS, JAIL_WIRE_NFDS_MAX, nfds);
 	else if (buf[n - 1] != '\0')
 		jail_seterr(msg, "request is not a list of NUL-terminated strings");
 	else
@@ -232,6 +235,17 @@ parse_request(char *buf, ssize_t n, Request *rq, char *msg)
 		return -1;
 	}
 	rq->opts.quiet = lc->quiet;
+	/* the secrets' descriptor: the request's fourth, named by its index */
+	if ((rq->opts.egress_secrets_fd >= 0) != (rq->nfds == JAIL_WIRE_NFDS_MAX) ||
+		(rq->opts.egress_secrets_fd >= 0 &&
+		 rq->opts.egress_secrets_fd != atoi(JAIL_WIRE_SECRETS_INDEX)))
+	{
+		jail_seterr(msg, "a fourth descriptor comes with %s %s, and only then",
+					JAIL_WIRE_SECRETS_OPTION, JAIL_WIRE_SECRETS_INDEX);
+		return -1;
+	}
+	if (rq->opts.egress_secrets_fd >= 0)
+		rq->opts.egress_secrets_fd = rq->fds[JAIL_WIRE_FD_SECRETS];
 	return 0;
 }
 
@@ -439,7 +453,7 @@ handle_request(int conn, JailCgroup *slot, bool netns_ready, JailPrespawn *pre)
 		refuse(conn, msg);
 		return;
 	}
-	n = receive_request(conn, buf, rq.fds, msg);
+	n = receive_request(conn, buf, rq.fds, &rq.nfds, msg);
 	if (n == 0)
 		return;					/* connected and left: nothing to do */
 	if (n < 0 ||

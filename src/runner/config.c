@@ -80,6 +80,7 @@ static const ConfVar conf_vars[] = {
 	{"egress_resolver", "sandbox.egress_resolver", CONF_STRING, UNIT_NONE, 0, 0, OFF(egress_resolver)},
 	{"egress_ca_file", "sandbox.egress_ca_file", CONF_STRING, UNIT_NONE, 0, 0, OFF(egress_ca_file)},
 	{"image_store", "sandbox.image_store", CONF_STRING, UNIT_NONE, 0, 0, OFF(image_store)},
+	{"secrets_key_file", "sandbox.secrets_key_file", CONF_STRING, UNIT_NONE, 0, 0, OFF(secrets_key_file)},
 };
 
 const char *
@@ -140,6 +141,7 @@ runner_config_defaults(RunnerConfig *c)
 	c->egress_resolver = pg_strdup("");
 	c->egress_ca_file = pg_strdup("");
 	c->image_store = pg_strdup("/var/lib/sandbox-images");
+	c->secrets_key_file = pg_strdup("");
 }
 
 void
@@ -153,6 +155,7 @@ runner_config_free(RunnerConfig *c)
 	free(c->egress_resolver);
 	free(c->egress_ca_file);
 	free(c->image_store);
+	free(c->secrets_key_file);
 	strlist_free(&c->protect);
 	free(c->warm_modules);
 	memset(c, 0, sizeof(*c));
@@ -410,6 +413,11 @@ runner_config_load(const char *path, RunnerConfig *out, char **err)
 	if (ok && c.image_store[0] != '/')
 	{
 		*err = psprintf("image_store must be an absolute path");
+		ok = false;
+	}
+	if (ok && c.secrets_key_file[0] && c.secrets_key_file[0] != '/')
+	{
+		*err = psprintf("secrets_key_file must be an absolute path");
 		ok = false;
 	}
 	if (ok && c.name[0] == '\0')

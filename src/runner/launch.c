@@ -138,9 +138,9 @@ close_fd(int *fd)
 
 /* A jail process (spawn_process.h): fds[i], if >= 0, as its fd i + 1. */
 static int
-spawn_jail_process(pid_t *pid, char **argv, const int fds[3], bool vfork)
+spawn_jail_process(pid_t *pid, char **argv, const int fds[4], bool vfork)
 {
-	return sandbox_spawn_process(pid, argv[0], argv, jail_envp, fds, 3, vfork);
+	return sandbox_spawn_process(pid, argv[0], argv, jail_envp, fds, 4, vfork);
 }
 
 /* ----------------------------------------------------------------
@@ -447,12 +447,13 @@ request_language(const JailRequest *req)
  * false means "use the one-shot jail" (nothing was started).
  */
 static bool
-launch_served(Run *run, const RunnerImage *image, const JailRequest *req, const char *code_path)
+launch_served(Run *run, const RunnerImage *image, const JailRequest *req, const char *code_path,
+			  int secrets_fd)
 {
 	static char buf[JAIL_WIRE_MAX];
 	JailWireRequest msg;
 	int			outp[NSTREAMS][2] = {{-1, -1}, {-1, -1}};
-	int			fds[JAIL_WIRE_NFDS];
+	int			fds[JAIL_WIRE_NFDS_MAX];
 	int			codefd = -1;
 	int			sock = -1;
 	bool		sent = false;
@@ -469,13 +470,18 @@ launch_served(Run *run, const RunnerImage *image, const JailRequest *req, const 
 		return false;
 	codefd = open(code_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	jail_wire_request_init(&msg, buf);
+	/* the secrets: the request's fourth descriptor (wire_protocol.h) */
 	if (codefd >= 0 && request_message(req, &msg) &&
+		(secrets_fd < 0 || (jail_wire_request_add(&msg, JAIL_WIRE_SECRETS_OPTION) &&
+							jail_wire_request_add(&msg, JAIL_WIRE_SECRETS_INDEX))) &&
 		pipe2(outp[0], O_CLOEXEC) == 0 && pipe2(outp[1], O_CLOEXEC) == 0)
 	{
 		fds[JAIL_WIRE_FD_CODE] = codefd;
 		fds[JAIL_WIRE_FD_STDOUT] = outp[0][1];
 		fds[JAIL_WIRE_FD_STDERR] = outp[1][1];
-		sent = jail_wire_send(sock, msg.buf, msg.len, fds, JAIL_WIRE_NFDS) == (ssize_t) msg.len;
+		fds[JAIL_WIRE_FD_SECRETS] = secrets_fd;
+		sent = jail_wire_send(sock, msg.buf, msg.len, fds,
+							  secrets_fd >= 0 ? JAIL_WIRE_NFDS_MAX : JAIL_WIRE_NFDS) == (ssize_t) msg.len;
 	}
 	close_fd(&codefd);
 	close_fd(&outp[0][1]);
@@ -498,13 +504,13 @@ launch_served(Run *run, const RunnerImage *image, const JailRequest *req, const 
 
 /* Start the one-shot jail; false with run->start_error set on failure. */
 static bool
-launch_oneshot(Run *run, const JailRequest *req, const char *code_path)
+launch_oneshot(Run *run, const JailRequest *req, const char *code_path, int secrets_fd)
 {
-	char	   *argv[2 * MAX_JAIL_OPTIONS + 8];
+	char	   *argv[2 * MAX_JAIL_OPTIONS + 10];
 	int			argc = 0;
 	int			outp[NSTREAMS][2] = {{-1, -1}, {-1, -1}};
 	int			vp[2] = {-1, -1};
-	int			fds[3];
+	int			fds[4];
 	int			rc;
 
 	if (pipe2(outp[0], O_CLOEXEC) != 0 || pipe2(outp[1], O_CLOEXEC) != 0 ||
@@ -526,11 +532,17 @@ launch_oneshot(Run *run, const JailRequest *req, const char *code_path)
 	argv[argc++] = "--verdict-fd";
 	argv[argc++] = "3";
 	argv[argc++] = "--quiet";
+	if (secrets_fd >= 0)
+	{
+		argv[argc++] = "--egress-secrets-fd";
+		argv[argc++] = "4";
+	}
 	argv[argc] = NULL;
 
 	fds[0] = outp[0][1];		/* stdout */
 	fds[1] = outp[1][1];		/* stderr */
 	fds[2] = vp[1];				/* the verdict, fd 3 */
+	fds[3] = secrets_fd;		/* the secrets, fd 4 (or none) */
 	rc = spawn_jail_process(&run->jail.pid, argv, fds, true);
 	if (rc != 0)
 	{
@@ -566,6 +578,9 @@ jail_launch(Run *run, const char *code_path, int wall_s, int memory_mb, int pids
 {
 	JailRequest req;
 	const RunnerImage *image = NULL;
+	int			secrets_fd = -1;
+	char	   *err = NULL;
+	bool		ok;
 
 	/* a run on an image: the one of the store the claim named (images.c) */
 	if (run->image[0])
@@ -587,8 +602,17 @@ jail_launch(Run *run, const char *code_path, int wall_s, int memory_mb, int pids
 		}
 	}
 	request_build(&req, run, image, wall_s, memory_mb, pids);
-	if (!(runner_conf.jail_launcher && launch_served(run, image, &req, code_path)) &&
-		!launch_oneshot(run, &req, code_path))
+	/* the values leave this process here, for the run's egress proxy */
+	if (run->nsecrets > 0 && (secrets_fd = secrets_memfd(run, &err)) < 0)
+	{
+		run->start_error = arena_strdup(&run->arena, err);
+		free(err);
+		return false;
+	}
+	ok = (runner_conf.jail_launcher && launch_served(run, image, &req, code_path, secrets_fd)) ||
+		launch_oneshot(run, &req, code_path, secrets_fd);
+	close_fd(&secrets_fd);
+	if (!ok)
 		return false;
 	for (int st = 0; st < NSTREAMS; st++)
 		(void) fcntl(run->out.fd[st], F_SETFL, O_NONBLOCK);

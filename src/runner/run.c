@@ -93,6 +93,7 @@ run_reset(Run *run)
 	d->ws_reset = NULL;
 	d->egress = d->egress_collected = false;
 	d->egress_log = NULL;
+	secrets_wipe(run);
 	arena_reset(&run->arena);
 	fence_reset(run);
 	status_dirty = true;

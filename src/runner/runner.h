@@ -28,6 +28,9 @@
  *	fence.c		the fence's thread: kills the sandbox of a run whose
  *				lease could not be renewed in time, wherever the main
  *				thread is
+ *	secrets.c	a run's secrets: opened with the host's key, checked
+ *				against what the run was approved with, handed to its
+ *				egress proxy only (secret_box.c: the sealed box itself)
  *	local.c		the link with the supervisor that started us (--local)
  *	check.c		--check: what the host lacks
  *	util.c		clock, logging, per-run memory, string lists
@@ -61,6 +64,8 @@
 #define RUNNER_MAX_IMAGES	64
 /* "NAME@DIGEST": a name of at most 63 characters, 64 hex digits */
 #define RUNNER_IMAGE_REF_LEN	(64 + 1 + 64 + 1)
+/* Most secrets of one run (agent._secrets_to_place agrees). */
+#define RUNNER_MAX_SECRETS	16
 /* Largest chunk stored as one output row (and read from a pipe at once). */
 #define OUTPUT_READ_SIZE	65536
 /* How long to wait for a run's pipes to drain after its jail has exited. */
@@ -136,6 +141,7 @@ typedef struct RunnerConfig
 	bool		require_cgroup;
 	char	   *egress_resolver;	/* the proxy's resolver, or NULL: the host's */
 	char	   *egress_ca_file;	/* a PEM the sandbox's clients trust too, or NULL */
+	char	   *secrets_key_file;	/* the private key(s) secrets are sealed to */
 	int			workspace_size_mb;
 	int			workspace_entries;
 	int			output_limit_kb;
@@ -308,6 +314,20 @@ typedef struct RunDisk
 								 * after the run, before the directory goes */
 } RunDisk;
 
+/*
+ * A run's secret, opened (secrets.c): from the prepare step to the jail's
+ * start only; the value (malloc'd) is wiped then, or with the slot.
+ */
+typedef struct RunSecret
+{
+	char		name[65];
+	char		rule[UUID_STR_LEN];
+	char	   *host;			/* the rule's pattern (arena) */
+	char	   *header;			/* the header template (arena) */
+	uint8	   *value;
+	size_t		len;
+} RunSecret;
+
 typedef struct Run
 {
 	RunPhase	phase;
@@ -327,6 +347,8 @@ typedef struct Run
 	RunJail		jail;
 	RunOutput	out;
 	RunDisk		disk;
+	RunSecret	secrets[RUNNER_MAX_SECRETS];
+	int			nsecrets;
 	Arena		arena;			/* per-run allocations, freed with the slot */
 } Run;
 
@@ -377,6 +399,11 @@ extern void jail_signal(Run *run, int sig);
 extern void jail_kill_wait(Run *run);
 extern char *jail_failure(Run *run, int *jail_status);
 extern void jail_close(Run *run);
+
+/* ---- secrets.c ---- */
+extern bool secrets_add(Run *run, const char *name, const char *content, size_t len, char **err);
+extern int	secrets_memfd(Run *run, char **err);
+extern void secrets_wipe(Run *run);
 
 /* ---- output.c ---- */
 extern void output_read(Run *run, int stream);

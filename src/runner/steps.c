@@ -494,6 +494,17 @@ place_prepared(Run *run, const DbResult *r, char **err, bool *fence)
 				return false;
 			continue;
 		}
+		if (kind && strcmp(kind, "secret") == 0)
+		{
+			size_t		len;
+			unsigned char *content = bytea_value(r, i, 2, &len);
+			bool		ok = secrets_add(run, name, (const char *) content, len, err);
+
+			PQfreemem(content);
+			if (!ok)
+				return false;
+			continue;
+		}
 		if (kind == NULL || strcmp(kind, "skill") != 0)
 		{
 			*err = psprintf("the prepare step returned a row of unknown kind \"%s\"",

@@ -11,13 +11,21 @@
 #     the suite's test CA for every name below), on every address of the
 #     namespace.  GET /... answers "hello <Host> <path> from <local address>";
 #     GET /bytes/N answers N bytes; POST answers the body's length;
+#   * for secrets (docs/secrets.md), on the HTTPS servers: GET /echo
+#     answers the request head as it arrived (the body, and the
+#     Authorization field again in X-Echo-Authorization: a server that
+#     echoes a credential back), /echo-chunked the same in 3-byte chunks,
+#     /echo-gzip gzip-encoded; each head that reached /echo* is appended
+#     to DIR/echo.log; GET /auth answers 200 "authenticated" when its
+#     Authorization is "Bearer " and the contents of DIR/expected_token (or
+#     its X-Api-Key is DIR/expected_key), 401 otherwise;
 #   * a recorder on :8081, a raw HTTP/1 server that keeps what reached it:
 #     every connection is counted when it is accepted, and what it read
 #     (the head and a Content-Length body, byte for byte) is its answer's
 #     body; GET /recorded on the HTTP servers says how many connections it
 #     has accepted.
-# Usage: fakenet.py RESOLVER CERT KEY
-import re, socket, ssl, struct, sys, threading
+# Usage: fakenet.py RESOLVER CERT KEY [DIR]
+import gzip, os, re, socket, ssl, struct, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PUB, PUB2, PUB3 = "93.184.216.34", "93.184.216.35", "140.82.112.3"
@@ -34,6 +42,14 @@ AAAA = {"v6ula.test": ["fd00::1"], "v6loop.test": ["::1"]}
 queries = {}
 recorded = [0]
 recorded_lock = threading.Lock()
+DIR = sys.argv[4] if len(sys.argv) > 4 else None
+
+def read_file(name):
+    try:
+        with open(os.path.join(DIR, name)) as f:
+            return f.read().strip()
+    except (OSError, TypeError):
+        return None
 
 def dns_answer(q):
     qid, flags, qd = struct.unpack(">HHH", q[:6])
@@ -95,7 +111,44 @@ class H(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+    def echo(self):
+        head = (self.requestline + "\r\n" + str(self.headers)).encode()
+        if DIR:
+            with recorded_lock, open(os.path.join(DIR, "echo.log"), "ab") as f:
+                f.write(head + b"\n----\n")
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("X-Echo-Authorization", self.headers.get("Authorization", "-"))
+        if self.path.startswith("/echo-chunked"):
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(0, len(head), 3):
+                part = head[i:i + 3]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        body = gzip.compress(head) if self.path.startswith("/echo-gzip") else head
+        if self.path.startswith("/echo-gzip"):
+            self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def auth(self):
+        tok, key = read_file("expected_token"), read_file("expected_key")
+        ok = (tok and self.headers.get("Authorization") == "Bearer " + tok) or \
+             (key and self.headers.get("X-Api-Key") == key)
+        body = b"authenticated\n" if ok else b"unauthenticated\n"
+        self.send_response(200 if ok else 401)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
     def do_GET(self):
+        if self.path.startswith("/echo") and isinstance(self.connection, ssl.SSLSocket):
+            self.echo()
+            return
+        if self.path.startswith("/auth") and isinstance(self.connection, ssl.SSLSocket):
+            self.auth()
+            return
         if self.path.startswith("/dns-queries/"):
             self.reply(b"%d\n" % queries.get(self.path[13:], 0))
             return
@@ -119,6 +172,11 @@ class H(BaseHTTPRequestHandler):
         self.reply(("hello %s %s from %s\n" % (self.headers.get("Host"), self.path,
                                                self.connection.getsockname()[0])).encode())
     def do_POST(self):
+        if self.path.startswith("/echo") and isinstance(self.connection, ssl.SSLSocket):
+            n = int(self.headers.get("Content-Length", "0"))
+            self.rfile.read(n)
+            self.echo()
+            return
         n = int(self.headers.get("Content-Length", "0"))
         data = self.rfile.read(n)
         self.reply(("got %d\n" % len(data)).encode())

@@ -58,7 +58,7 @@ class S(h.BaseHTTPRequestHandler):
 h.HTTPServer(("0.0.0.0", 80), S).serve_forever()' &
 	EGR_HOSTSVC_PID=$!
 	ip netns exec "$EGR_I" /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/fakenet.py" \
-		"$EGR_RESOLVER" "$EGR_DIR/srv.pem" "$EGR_DIR/srv.key" >"$EGR_DIR/fakenet.out" 2>&1 &
+		"$EGR_RESOLVER" "$EGR_DIR/srv.pem" "$EGR_DIR/srv.key" "$EGR_DIR" >"$EGR_DIR/fakenet.out" 2>&1 &
 	EGR_FAKENET_PID=$!
 	for _ in $(seq 1 50); do
 		grep -q ready "$EGR_DIR/fakenet.out" 2>/dev/null && return 0

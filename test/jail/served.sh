@@ -287,6 +287,10 @@ while [ ! -e /tmp/done ]; do sleep 0.05; done; sleep 0.2; exit 4'
 	r, w = os.pipe()
 	req("pipe-code:", ok, [r, out, out])
 	req("fourfds:", ok, [code, out, out, out])
+	sec = b"--egress-policy\0/nonexistent\0--egress-secrets-fd\0"
+	req("secrets-nofd:", ok + sec + b"3\0", [code, out, out])
+	req("secrets-index:", ok + sec + b"4\0", [code, out, out, out])
+	req("fivefds:", ok, [code, out, out, out, out])
 	req("huge:", b"sandbox-jail/1\0" + b"x" * 70000 + b"\0", [code, out, out])
 	s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 	s.connect(path)
@@ -294,10 +298,11 @@ while [ ! -e /tmp/done ]; do sleep 0.05; done; sleep 0.2; exit 4'
 	print("done")
 	EOF
 	local bad=no l
-	for l in nofds badmagic notnul forbidden abbrev badvalue relative relexec execargs rdonly-out pipe-code fourfds huge; do
+	for l in nofds badmagic notnul forbidden abbrev badvalue relative relexec execargs rdonly-out pipe-code fourfds \
+		secrets-nofd secrets-index fivefds huge; do
 		grep -q "^$l: 2 ." "$WORK/out" || { bad=yes; echo "       not refused: $(grep "^$l:" "$WORK/out" || echo "$l missing")"; }
 	done
-	t "$u: malformed requests are refused (code 2) with a message" '[ $bad = no ] && out_has "^done" && out_has "exactly 3 descriptors" && out_has "unknown protocol" && out_has "not allowed in a request: --verdict-fd"'
+	t "$u: malformed requests are refused (code 2) with a message" '[ $bad = no ] && out_has "^done" && out_has "must carry 3 descriptors (code, stdout, stderr), or 4 with the run.s secrets" && out_has "^secrets-nofd: 2 a fourth descriptor comes with --egress-secrets-fd 3, and only then" && out_has "^secrets-index: 2 a fourth descriptor comes with" && out_has "unknown protocol" && out_has "not allowed in a request: --verdict-fd"'
 	fresh_ws "$u"
 	jr "$u" shell 'echo after-garbage'
 	t "$u: launcher keeps serving after malformed requests" 'kill -0 "$LPID" && [ $RC = 0 ] && out_has after-garbage'

@@ -62,7 +62,9 @@ P
 
 # jrun LANG CODE [POLICY|none] [extra jail options...]: one run in the
 # host namespace; stdout+stderr in $out, the verdict in $verdict, the
-# connection log in $log.
+# connection log in $log.  SECRETS=FILE: the run's secrets (fd 9,
+# --egress-secrets-fd); JPROXY: another proxy binary; NOCA=1: no
+# --egress-ca (the system's CAs only, for the payload and the proxy).
 nrun=0
 jrun() {
 	local lang=$1 code=$2 pol=${3:-$POLICY}
@@ -73,11 +75,14 @@ jrun() {
 	local egress=()
 	if [ "$pol" != none ]; then
 		egress=(--egress-policy "$pol" --egress-log "$log" --egress-resolver "$EGR_RESOLVER"
-			--egress-ca "$EGR_DIR/ca.pem" --egress-proxy "$PROXY")
+			--egress-proxy "${JPROXY:-$PROXY}")
+		[ -n "${NOCA:-}" ] || egress+=(--egress-ca "$EGR_DIR/ca.pem")
+		[ -z "${SECRETS:-}" ] || egress+=(--egress-secrets-fd 9)
 	fi
 	out=$(egr_in_host env ASAN_OPTIONS=log_path=$ASAN_LOG.$nrun "$JAIL" \
 		--language "$lang" --workspace "$EGR_DIR/ws" --code-file "$EGR_DIR/code.$nrun" \
-		--wall-time 60 --quiet --verdict-file "$EGR_DIR/verdict.$nrun" "${egress[@]}" "$@" 2>&1)
+		--wall-time 60 --quiet --verdict-file "$EGR_DIR/verdict.$nrun" "${egress[@]}" "$@" \
+		9<"${SECRETS:-/dev/null}" 2>&1)
 	verdict=$(cat "$EGR_DIR/verdict.$nrun" 2>/dev/null)
 	[ -f "$log" ] || : >"$log"
 }
@@ -1024,6 +1029,289 @@ print(s.recv(200).split(b"\r\n")[0].decode())')
 	rm -f "$EGR_DIR"/asan/selftest.*
 }
 
+# ---- secrets (docs/secrets.md): the proxy's side, through the jail ----------------
+# The run's secrets as the runner hands them over (src/runner/secret_box.h):
+# API_TOKEN for allowed.test in Authorization, WILD_KEY for *.allowed.test in
+# X-Api-Key.  fakenet's /auth knows the values (expected_token,
+# expected_key); the sandbox must only ever hold placeholders.
+SECRET_VALUE=tok-$(openssl rand -hex 16)
+WILD_VALUE=key-$(openssl rand -hex 12)
+printf '%s\n' "$SECRET_VALUE" >"$EGR_DIR/expected_token"
+printf '%s\n' "$WILD_VALUE" >"$EGR_DIR/expected_key"
+SECRETS_FILE=$EGR_DIR/secrets
+POLICY_S=$EGR_DIR/policy.secrets
+cat >"$POLICY_S" <<'P'
+sandbox-egress/1
+rule exact host allowed.test 443,80,8081
+rule wild host *.allowed.test 443
+rule oth host other.test 443
+P
+printf 'sandbox-egress-secrets/1\nsecret API_TOKEN exact allowed.test %s Authorization: Bearer {}\nsecret WILD_KEY wild *.allowed.test %s X-Api-Key: {}\n' \
+	"$(printf '%s' "$SECRET_VALUE" | base64 -w0)" "$(printf '%s' "$WILD_VALUE" | base64 -w0)" >"$SECRETS_FILE"
+sjrun() { SECRETS=$SECRETS_FILE jrun "$1" "$2" "${3:-$POLICY_S}" "${@:4}"; }
+# No value where the sandbox or a file of the run could have it.
+no_value_left() {
+	hasnt "$1: the value is not in the sandbox's output" "$SECRET_VALUE"
+	check "$1: nor in the workspace, the log or the verdict" "" \
+		"$(grep -rlF -e "$SECRET_VALUE" -e "$WILD_VALUE" "$EGR_DIR/ws" "$log" "$EGR_DIR/verdict.$nrun" 2>/dev/null)"
+}
+echo_log_has() { grep -cF -- "$1" "$EGR_DIR/echo.log" 2>/dev/null || true; }
+
+t_secret_clients() {
+	sjrun python '
+import os, requests, urllib.request
+tok = os.environ["API_TOKEN"]
+print("PH", tok.startswith("sbxph_"), len(tok), "WILD_KEY" in os.environ)
+print("A", requests.get("https://allowed.test/auth", headers={"Authorization": "Bearer " + tok}).text.strip())
+r = urllib.request.Request("https://allowed.test/auth", headers={"Authorization": "Bearer " + tok})
+print("B", urllib.request.urlopen(r).read().decode().strip())
+print("C", requests.get("https://www.allowed.test/auth", headers={"X-Api-Key": os.environ["WILD_KEY"]}).text.strip())
+print("D", requests.get("https://allowed.test/auth").status_code)
+print("E", requests.get("https://allowed.test/auth", headers={"Authorization": "Bearer not-the-placeholder"}).status_code)
+env = open("/proc/self/environ", "rb").read()
+print("ENV", env.count(b"sbxph_"), b"tok-" in env)'
+	has "the sandbox holds a placeholder per secret, not the value" "PH True 38 True"
+	has "python requests authenticates with the real value" "A authenticated"
+	has "urllib too" "B authenticated"
+	has "a wildcard rule's secret, in its own header" "C authenticated"
+	has "without the placeholder nothing is added" "D 401"
+	has "nor with another token" "E 401"
+	has "the environment holds the two placeholders only" "ENV 2 False"
+	check "two uses of API_TOKEN logged with its name" 2 "$(grep -c '"decision":"allowed".*"secret":"API_TOKEN"' "$log")"
+	check "one of WILD_KEY" 1 "$(grep -c '"decision":"allowed".*"secret":"WILD_KEY"' "$log")"
+	check "the log holds no value" 0 "$(grep -cF -e "$SECRET_VALUE" -e "$WILD_VALUE" "$log")"
+	no_value_left python
+	sjrun node '
+const https = require("https"), tok = process.env.API_TOKEN;
+https.get("https://allowed.test/auth", { headers: { Authorization: "Bearer " + tok } }, (r) => {
+  let b = ""; r.on("data", (d) => b += d);
+  r.on("end", async () => {
+    console.log("A", b.trim());
+    const f = await fetch("https://allowed.test/auth", { headers: { Authorization: "Bearer " + tok } });
+    console.log("B", f.status, (await f.text()).trim());
+  });
+}).on("error", (e) => console.log("ERR", e.message));'
+	has "node https authenticates" "A authenticated"
+	has "node fetch authenticates" "B 200 authenticated"
+	no_value_left node
+	sjrun shell '
+echo "A $(curl -sS -H "Authorization: Bearer $API_TOKEN" https://allowed.test/auth)"
+echo "B $(curl -sS --http2 -H "Authorization: Bearer $API_TOKEN" -o /dev/null -w "%{http_version} %{http_code}" https://allowed.test/auth)"'
+	has "curl authenticates" "A authenticated"
+	has "curl offering h2 and HTTP/1.1 gets HTTP/1.1" "B 1.1 200"
+	no_value_left shell
+}
+
+t_secret_echo() {
+	: >"$EGR_DIR/echo.log"
+	sjrun python '
+import os, requests
+h = {"Authorization": "Bearer " + os.environ["API_TOKEN"]}
+auth = lambda t: [l for l in t.splitlines() if l.lower().startswith("authorization")]
+r = requests.get("https://allowed.test/echo", headers=h)
+print("A", r.status_code, r.headers.get("X-Echo-Authorization"))
+print("B", auth(r.text))
+print("C", auth(requests.get("https://allowed.test/echo-chunked", headers=h).text))
+r = requests.get("https://allowed.test/echo-gzip", headers=h)
+print("D", r.status_code, r.text.strip())
+r = requests.get("https://allowed.test/echo", headers={**h, "Accept-Encoding": "gzip", "Upgrade": "h2c", "Connection": "Upgrade, HTTP2-Settings", "HTTP2-Settings": "AAMAAABkAAQAAP__"})
+print("E", [l for l in r.text.splitlines() if l.split(":")[0].lower() in ("accept-encoding", "upgrade", "connection")])'
+	local stars
+	stars=$(printf "%${#SECRET_VALUE}s" | tr ' ' '*')
+	has "the server echoes the header back: scrubbed in the response header" "A 200 Bearer $stars"
+	has "and in the body" "B ['Authorization: Bearer $stars']"
+	has "a chunked echo, the value split across chunks: scrubbed too" "C ['Authorization: Bearer $stars']"
+	has "an encoded answer cannot be scrubbed: refused" "D 502 egress failed: the server's response is encoded (Content-Encoding: gzip), so it could not be scrubbed of secrets"
+	has "hop-by-hop fields dropped, identity asked for" "E ['Accept-Encoding: identity', 'Connection: close']"
+	check "the server did get the real value (four requests)" 4 "$(echo_log_has "Authorization: Bearer $SECRET_VALUE")"
+	no_value_left echo
+}
+
+t_secret_placeholder_elsewhere() {
+	: >"$EGR_DIR/echo.log"
+	local before after
+	before=$(egr_in_host curl -s http://93.184.216.34/recorded)
+	sjrun python '
+import os, socket, ssl, requests
+tok, wk = os.environ["API_TOKEN"], os.environ["WILD_KEY"]
+def get(label, url, **kw):
+    try:
+        r = requests.request(kw.pop("method", "GET"), url, timeout=20, **kw)
+        print(label, r.status_code, r.text.strip()[:400])
+    except Exception as e:
+        print(label, "ERR", str(e)[:300])
+get("A", "https://allowed.test/echo?t=" + tok, headers={"Authorization": "Bearer " + tok})
+get("B", "https://allowed.test/echo", headers={"X-Foo": tok})
+get("C", "https://allowed.test/echo", headers={"Authorization": "Token " + tok})
+get("D", "https://allowed.test/echo", headers={"X-Api-Key": wk})
+get("E", "http://allowed.test:8081/x", headers={"Authorization": "Bearer " + tok})
+get("F", "https://allowed.test/echo", method="POST", headers={"Authorization": "Bearer " + tok},
+    data=b"x" * 70000 + tok.encode() + b"y" * 10)
+ctx = ssl.create_default_context()
+ctx.set_alpn_protocols([tok, "http/1.1"])
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"CONNECT other.test:443 HTTP/1.1\r\nHost: other.test:443\r\n\r\n")
+s.recv(100)
+try:
+    ctx.wrap_socket(s, server_hostname="other.test"); print("G handshake")
+except Exception as e:
+    print("G closed", type(e).__name__)'
+	after=$(egr_in_host curl -s http://93.184.216.34/recorded)
+	has "in the request target: refused" "A 403 egress denied: the placeholder of secret API_TOKEN was sent in the request target to allowed.test:443; it goes only in the Authorization header of requests to allowed.test"
+	has "in another header: refused" "B 403 egress denied: the placeholder of secret API_TOKEN was sent in the X-Foo header to allowed.test:443"
+	has "in its header but not as its template: refused" "C 403 egress denied: the placeholder of secret API_TOKEN was sent in the Authorization header, not as its template Bearer {}"
+	has "another host's secret: refused" "D 403 egress denied: the placeholder of secret WILD_KEY was sent in a request to allowed.test:443; it goes only in the X-Api-Key header of requests to *.allowed.test"
+	has "in a plain HTTP request (never intercepted): refused" "E 403 egress denied: the placeholder of secret API_TOKEN was sent in a request head to the proxy"
+	check "the plain HTTP server never saw it" "$before" "$after"
+	has "in a request body: cut, refused" "F 403 egress denied: the placeholder of secret API_TOKEN was sent in a request body to allowed.test:443"
+	has "in a TLS ClientHello to a host without a secret: closed" "G closed"
+	check "the ClientHello refusal is logged" 1 "$(logrows 'placeholder of secret API_TOKEN was sent in a TLS ClientHello to other.test:443')"
+	check "each refusal recorded as denied, with the secret's name" 6 "$(grep -c '"decision":"denied".*"secret":"API_TOKEN"' "$log")"
+	check "and WILD_KEY's" 1 "$(grep -c '"decision":"denied".*"secret":"WILD_KEY"' "$log")"
+	check "no request with a placeholder outside its header reached the server" 0 "$(echo_log_has "$EGR_PLACEHOLDER_PREFIX")"
+	no_value_left elsewhere
+}
+EGR_PLACEHOLDER_PREFIX=sbxph_
+
+t_secret_tls_checks() {
+	# CONNECT = SNI = Host, HTTP/1.1 only: a raw client through the tunnel
+	sjrun python '
+import os, socket, ssl
+tok = os.environ["API_TOKEN"]
+def tunnel(target, sni, head, alpn=None):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target))
+    line = s.recv(200).split(b"\r\n")[0]
+    if b" 200 " not in line:
+        return "refused " + line.decode()
+    ctx = ssl.create_default_context()
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    try:
+        t = ctx.wrap_socket(s, server_hostname=sni)
+    except Exception as e:
+        return "tls failed " + type(e).__name__
+    t.sendall(head)
+    data = b""
+    while True:
+        try:
+            d = t.recv(65536)
+        except Exception:
+            break
+        if not d:
+            break
+        data += d
+    return (t.selected_alpn_protocol() or "-") + " " + data.split(b"\r\n")[0].decode()
+auth = b"Authorization: Bearer " + tok.encode() + b"\r\n"
+print("A", tunnel(b"allowed.test:443", "www.allowed.test", b"GET /auth HTTP/1.1\r\nHost: www.allowed.test\r\n" + auth + b"\r\n"))
+print("B", tunnel(b"allowed.test:443", "allowed.test", b"GET /auth HTTP/1.1\r\nHost: www.allowed.test\r\n" + auth + b"\r\n"))
+print("C", tunnel(b"allowed.test:443", "allowed.test", b"GET /auth HTTP/1.1\r\nHost: allowed.test:8443\r\n" + auth + b"\r\n"))
+print("D", tunnel(b"allowed.test:443", "allowed.test", b"GET https://allowed.test/auth HTTP/1.1\r\nHost: allowed.test\r\n" + auth + b"\r\n"))
+print("E", tunnel(b"allowed.test:443", "allowed.test", b"GET /auth HTTP/1.1\r\nHost: allowed.test\r\n" + auth + b"\r\n", ["h2"]))
+print("F", tunnel(b"allowed.test:443", "allowed.test", b"GET /auth HTTP/1.1\r\nHost: allowed.test\r\n" + auth + b"\r\n", ["h2", "http/1.1"]))
+print("G", tunnel(b"allowed.test:443", "allowed.test", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+print("H", tunnel(b"allowed.test:443", "allowed.test", b"GET /auth HTTP/1.1\r\nHost: allowed.test\r\n" + auth + b"\r\n"))'
+	has "SNI other than the CONNECT host: closed before any TLS" "A tls failed"
+	has "Host other than the CONNECT host: refused" "B - HTTP/1.1 403 egress denied: the Host header does not name the request's host"
+	has "Host with another port: refused" "C - HTTP/1.1 403 egress denied: the Host header does not name the request's host"
+	has "absolute form inside the tunnel: refused" "D - HTTP/1.1 403 egress denied: a request through the tunnel has a path as its target (origin form)"
+	has "a client that offers h2 alone: refused by ALPN" "E tls failed"
+	check "logged as such" 1 "$(logrows "the sandbox's TLS offered no HTTP/1.1 (ALPN)")"
+	has "h2 and HTTP/1.1 offered: HTTP/1.1 chosen" "F http/1.1 HTTP/1.1 200 OK"
+	has "the HTTP/2 preface: refused" "G - HTTP/1.1 403 egress denied: not an HTTP/1 proxy request"
+	has "CONNECT = SNI = Host passes" "H - HTTP/1.1 200 OK"
+	check "no refused attempt used the secret" 2 "$(grep -c '"decision":"allowed".*"secret":"API_TOKEN"' "$log")"
+}
+
+t_secret_upstream_verified() {
+	# the proxy checks the real server's certificate: without the test CA
+	# (the system's alone) the fake server is no one it trusts
+	NOCA=1 sjrun python '
+import os, requests
+r = requests.get("https://allowed.test/auth", headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]})
+print("A", r.status_code, r.text.strip())'
+	has "an upstream certificate that does not verify: 502, nothing sent" "A 502 egress failed: the certificate of allowed.test:443 could not be verified: unable to get local issuer certificate"
+	check "logged, the secret never used" 0 "$(grep -c '"secret"' "$log")"
+}
+
+t_secret_ca() {
+	sjrun python '
+import os, subprocess
+bundle = open(os.environ["SSL_CERT_FILE"]).read()
+print("SAME", all(os.environ[v] == os.environ["SSL_CERT_FILE"] for v in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")))
+last = bundle[bundle.rfind("-----BEGIN CERTIFICATE-----"):]
+txt = subprocess.run(["openssl", "x509", "-noout", "-text"], input=last, capture_output=True, text=True).stdout
+print("RUNCA", "sandbox-egress run CA" in txt, "CA:TRUE" in txt, "Permitted:" in txt and "DNS:allowed.test" in txt)
+found = []
+for top in ("/sandbox", "/tmp", "/workspace", "/etc", "/proc/self"):
+    for d, _, fs in os.walk(top):
+        for f in fs:
+            try:
+                if b"PRIVATE" b" KEY" in open(os.path.join(d, f), "rb").read(1 << 20):
+                    found.append(os.path.join(d, f))
+            except Exception:
+                pass
+print("KEYS", found)
+procs = []
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            procs.append(open("/proc/%s/cmdline" % p, "rb").read())
+        except Exception:
+            pass
+print("PROXY VISIBLE", [c for c in procs if c.startswith(b"sandbox-" b"egress\0")])'
+	has "every client's CA variable names the one bundle" "SAME True"
+	has "the bundle ends with the run's CA, constrained to the secrets' hosts" "RUNCA True True True"
+	has "no private key anywhere the sandbox can read" "KEYS []"
+	has "the proxy (which holds the CA's key) is not in the sandbox's view" "PROXY VISIBLE []"
+}
+
+# The release proxy with secrets is not dumpable: another process of its
+# user (nobody) cannot read its memory; without secrets it can (the
+# check can fail).
+proxy_readable_by_nobody() {	# secrets-file|"" → "yes" | "no" | "none"
+	local sec=$1 pid="" p jpid
+	rm -f "$EGR_DIR/ws/started" "$EGR_DIR/ws/go"
+	printf '%s\n' 'import os, time
+open("/workspace/started", "w").close()
+for _ in range(600):
+    if os.path.exists("/workspace/go"):
+        break
+    time.sleep(0.1)' >"$EGR_DIR/code.dump"
+	egr_in_host "$JAIL" --language python --workspace "$EGR_DIR/ws" --code-file "$EGR_DIR/code.dump" \
+		--wall-time 60 --quiet --egress-policy "$POLICY_S" --egress-resolver "$EGR_RESOLVER" \
+		--egress-ca "$EGR_DIR/ca.pem" --egress-proxy "$top/src/egress/sandbox-egress" \
+		${sec:+--egress-secrets-fd 9} 9<"${sec:-/dev/null}" >/dev/null 2>&1 &
+	jpid=$!
+	for _ in $(seq 1 300); do [ -e "$EGR_DIR/ws/started" ] && break; sleep 0.1; done
+	for p in /proc/[0-9]*; do
+		[ "$(readlink "$p/exe" 2>/dev/null)" = "$top/src/egress/sandbox-egress" ] && pid=${p#/proc/}
+	done
+	if [ -z "$pid" ]; then echo none
+	elif runuser -u nobody -- cat "/proc/$pid/environ" >/dev/null 2>&1; then echo yes
+	else echo no; fi
+	touch "$EGR_DIR/ws/go"
+	wait "$jpid"
+}
+
+t_secret_proxy_memory() {
+	check "without secrets the proxy's memory is its user's to read (the check works)" yes \
+		"$(proxy_readable_by_nobody "")"
+	check "with secrets it is not: no other process of its user reads it" no \
+		"$(proxy_readable_by_nobody "$SECRETS_FILE")"
+}
+
+t_secret_bad_secrets() {
+	# what the runner hands over must agree with the approved policy: a
+	# secret whose rule names another host is a setup error, never a run
+	printf 'sandbox-egress-secrets/1\nsecret API_TOKEN exact other.test %s Authorization: Bearer {}\n' \
+		"$(printf '%s' "$SECRET_VALUE" | base64 -w0)" >"$EGR_DIR/secrets.bad"
+	SECRETS=$EGR_DIR/secrets.bad jrun python 'print("RAN")' "$POLICY_S"
+	hasnt "the payload never ran" "RAN"
+	check "a setup error saying why" t "$([[ $(vfield setup_error) == *"egress proxy did not start"* ]] && echo t || echo "$verdict")"
+	has "the proxy said which line" "its rule is not a host rule of the policy with its host"
+}
+
 t_sanitizers() {
 	check "no ASan/UBSan report from the proxy" "" \
 		"$(cat "$ASAN_LOG".* 2>/dev/null | grep -m3 -E 'ERROR: AddressSanitizer|runtime error|LeakSanitizer')"
@@ -1035,8 +1323,16 @@ t_sanitizers() {
 # cluster runs in the machine's namespace, which has no fake internet).
 EPG_DIR=$EGR_DIR/pg
 EPG_PORT=$((SANDBOX_PGPORT + 7))
+# The runner hosts' key pair for secrets (docs/secrets.md): the private
+# key the local runner reads (the server's OS user's alone), the public
+# key the operator registers.
+SECRET_TOOL=$top/src/runner/sandbox-secret
+RUNNER_KEY=$EGR_DIR/runner.key
+rm -f "$RUNNER_KEY"
+RUNNER_PUB=$("$SECRET_TOOL" keygen "$RUNNER_KEY") && chown postgres "$RUNNER_KEY"
 db_up() {
-	PGBIN=$PGBIN egr_cluster start "$EPG_DIR" "$EPG_PORT" >"$EGR_DIR/db_up.log" 2>&1 || {
+	PGBIN=$PGBIN egr_cluster start "$EPG_DIR" "$EPG_PORT" "sandbox.secrets_key_file = '$RUNNER_KEY'" \
+		>"$EGR_DIR/db_up.log" 2>&1 || {
 		nok "egress cluster up" "$(tail -n 5 "$EGR_DIR/db_up.log")"
 		return 1
 	}
@@ -1346,6 +1642,129 @@ SQL
 	check "and recorded" 1 "$(q -c "SELECT count(*) FROM agent.egress_runs WHERE invocation_id = '$inv2'")"
 }
 
+# ---- secrets end to end: sealed by the admin's tool, opened by the runner --------
+DB_VALUE=ghp-$(openssl rand -hex 20)
+AUTH_CODE='
+import os, requests
+tok = os.environ.get("API_TOKEN")
+print("PH", (tok or "none")[:6])
+r = requests.get("https://allowed.test/auth", headers={"Authorization": "Bearer " + (tok or "none")})
+print("AUTH", r.status_code, r.text.strip())'
+# seal ORG NAME HOST HEADER VALUE → what agent.set_secret takes (the admin's
+# machine: the tool and the public key agent.secrets_public_key() gives)
+seal() {
+	local key
+	key=$(aq "$1" "SELECT public_key FROM agent.secrets_public_key();" | tail -n 1)
+	printf '%s' "$5" | "$SECRET_TOOL" seal --key "$key" --org "$1" --name "$2" --host "$3" --header "$4"
+}
+# set_secret ORG NAME RULE HEADER VALUE [AGENTS]: sealed and stored
+set_secret() {
+	local host sealed
+	host=$(q -c "SELECT host FROM agent.egress_rules WHERE id = '$3'")
+	sealed=$(seal "$1" "$2" "$host" "$4" "$5")
+	aq "$1" "SELECT agent.set_secret('$2', '$3', '$4', '$sealed', 'admin'${6:+, agents => $6});" | tail -n 1
+}
+register_key() { q -c "SELECT agent.add_secret_key('$RUNNER_PUB', 'operator')" >/dev/null; }
+
+t_db_secret_run() {
+	local T org ws agent conv rule inv appr workdir
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	register_key
+	printf '%s\n' "$DB_VALUE" >"$EGR_DIR/expected_token"
+	rule=$(aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" | tail -n 1)
+	set_secret "$org" API_TOKEN "$rule" 'Authorization: Bearer {}' "$DB_VALUE" >/dev/null
+	check "the database holds the sealed box only" 0 \
+		"$(q -c "SELECT count(*) FROM agent.secrets WHERE position(convert_to('$DB_VALUE', 'UTF8') IN sealed) > 0")"
+	read -r inv appr < <(req "$T" python "$AUTH_CODE")
+	check "the card shows which secret goes to which host" "allowed.test:443; secret API_TOKEN → allowed.test:443" \
+		"$(card "$org" "$ws" "$appr")"
+	approve "$T" "$appr"
+	await_ok "$T" "$inv"
+	out=$(output "$inv")
+	has "the run held a placeholder" "PH sbxph_"
+	has "and authenticated with the real value, through the runner's proxy" "AUTH 200 authenticated"
+	hasnt "the value is not in the run's output" "$DB_VALUE"
+	check "the approval bound the policy with its secret" t \
+		"$(q -c "SELECT a.details->>'egress_sha256' = i.egress_sha256 AND i.egress_policy->'rules'->0->'secrets'->0->>'name' = 'API_TOKEN' FROM agent.audit_events a JOIN agent.invocations i ON i.id = a.invocation_id WHERE a.invocation_id = '$inv' AND a.event_type = 'approval.approved'")"
+	check "the use is a connection row with the secret's name" "API_TOKEN|allowed.test|true" \
+		"$(q -c "SELECT secret || '|' || host || '|' || allowed FROM agent.egress_connections WHERE invocation_id = '$inv'")"
+	check "and an audit event: name, host, port" "API_TOKEN|allowed.test|443" \
+		"$(q -c "SELECT details->>'name' || '|' || (details->>'host') || '|' || (details->>'port') FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'secret.used'")"
+	check "the connection log's hash covers the secret's name" t \
+		"$(q -c "SELECT details->>'log_sha256' = agent.egress_log_sha256('$inv') FROM agent.audit_events WHERE invocation_id = '$inv' AND event_type = 'egress.connections'")"
+	check "the audit chain verifies" t "$(q -c "SELECT ok FROM agent.verify_audit_chain('$org')")"
+	check "no row of the database holds the value (audit, output, tool call)" 0 \
+		"$(q -c "SELECT (SELECT count(*) FROM agent.audit_events WHERE details::text LIKE '%$DB_VALUE%') + (SELECT count(*) FROM agent.invocation_output WHERE data LIKE '%$DB_VALUE%') + (SELECT count(*) FROM agent.agent_tool_calls WHERE row(agent_tool_calls)::text LIKE '%$DB_VALUE%')")"
+	# the files: the data directory (tables, WAL, the server's log) and the
+	# runner's work directory, after a checkpoint
+	q -c "CHECKPOINT" >/dev/null
+	workdir=$(sed -n "s/^work_dir = '\(.*\)'$/\1/p" "$EPG_DIR/data/sandbox_runner/runner.conf")
+	check "grep finds what is stored in clear (the secret's name, the org) in the data files" t \
+		"$([ "$(grep -rlaF "$org" "$EPG_DIR" 2>/dev/null | wc -l)" -gt 0 ] && echo t || echo f)"
+	check "no file of the database, its WAL, its log or the runner's work directory holds the value" "" \
+		"$(grep -rlaF "$DB_VALUE" "$EPG_DIR" ${workdir:+"$workdir"} 2>/dev/null)"
+}
+
+t_db_secret_scope() {
+	local T org ws agent conv rule agent_b inv appr T2 org2 ws2 rule2 inv2 sealed1
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	register_key
+	printf '%s\n' "$DB_VALUE" >"$EGR_DIR/expected_token"
+	rule=$(aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" | tail -n 1)
+	set_secret "$org" API_TOKEN "$rule" 'Authorization: Bearer {}' "$DB_VALUE" "ARRAY['$agent']::uuid[]" >/dev/null
+	agent_b=$(tq "$org" "$ws" "SELECT agent.create_agent('B', 'specialist', (SELECT model_id FROM agent.agents WHERE id = '$agent'), 'alice', code_execution_enabled => true);" | tail -n 1)
+	read -r inv appr < <(req "$org $ws $agent_b none" python "$AUTH_CODE" none)
+	check "another agent of the org: the card shows no secret" "allowed.test:443" "$(card "$org" "$ws" "$appr")"
+	approve "$T" "$appr"
+	await_ok "$T" "$inv"
+	out=$(output "$inv")
+	has "its sandbox has no such variable" "PH none"
+	has "and nothing is put in for it" "AUTH 401 unauthenticated"
+	# another org
+	T2=$(new_tenant 100)
+	read -r org2 ws2 _ <<<"$T2"
+	check "another org cannot bind a secret to this org's rule" "P0002 egress rule $rule does not exist" \
+		"$(aq_error "$org2" "SELECT agent.set_secret('X_TOKEN', '$rule', 'Authorization: Bearer {}', 'sealed:1:0000000000000000:AAAA', 'admin');")"
+	check "nor sees its secrets" 0 "$(aq "$org2" "SELECT count(*) FROM agent.org_secrets;" | tail -n 1)"
+	check "the backend reads no sealed box" "42501 permission denied for table secrets" \
+		"$(tq_error "$org" "$ws" "SELECT sealed FROM agent.secrets;")"
+	check "a runner host reads no secret" "42501 permission denied for table secrets" \
+		"$(q_error "SET ROLE agent_runner; SELECT count(*) FROM agent.secrets;")"
+	check "nor prepares (and so opens) a run it holds no lease on" "42501" \
+		"$(q_error "SET ROLE agent_runner; SELECT * FROM agent.runner_prepare(gen_random_uuid(), gen_random_uuid(), '$inv', false);" | cut -c1-5)"
+	# A superuser moves org 1's sealed box to org 2's secret: the runner
+	# refuses to open it there (sealed for another org), nothing runs.
+	rule2=$(aq "$org2" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" | tail -n 1)
+	set_secret "$org2" API_TOKEN "$rule2" 'Authorization: Bearer {}' "org2-value-0123456789" >/dev/null
+	q -c "UPDATE agent.secrets s SET sealed = o.sealed FROM agent.secrets o WHERE s.org_id = '$org2' AND o.org_id = '$org' AND o.name = 'API_TOKEN' AND s.name = 'API_TOKEN'" >/dev/null
+	inv2=$(run "$T2" python "$AUTH_CODE" none)
+	check "the moved box does not open for another org: the run is not started (refunded)" provision_failed \
+		"$(field "$inv2" state)"
+	check "saying why" t "$(field "$inv2" "state_reason LIKE '%secret API_TOKEN cannot be opened: the value was sealed for another org than this secret''s%'")"
+	check "nothing of the run ran" "" "$(output "$inv2")"
+}
+
+t_db_secret_changed() {
+	local T org ws agent conv rule inv appr
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	register_key
+	rule=$(aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" | tail -n 1)
+	set_secret "$org" API_TOKEN "$rule" 'Authorization: Bearer {}' "$DB_VALUE" >/dev/null
+	check "a rule that carries a secret is not removed" "2BP01 egress rule $rule carries secret API_TOKEN" \
+		"$(aq_error "$org" "SELECT agent.remove_egress_rule('$rule', 'admin');")"
+	read -r inv appr < <(req "$T" python "$AUTH_CODE")
+	aq "$org" "SELECT agent.remove_secret('API_TOKEN', 'admin');" >/dev/null
+	approve "$T" "$appr"
+	await "$T" "$inv" >/dev/null
+	check "a secret removed after the request: the run is not started" provision_failed "$(field "$inv" state)"
+	check "saying why" t "$(field "$inv" "state_reason LIKE '%secret API_TOKEN of invocation $inv was changed or removed after the run was requested%'")"
+	check "the local runner's configuration carries sandbox.secrets_key_file" \
+		"secrets_key_file = '$RUNNER_KEY'" "$(grep '^secrets_key_file' "$EPG_DIR/data/sandbox_runner/runner.conf")"
+}
+
 if [ -z "${T:-}" ] || [[ t_db_ =~ $T ]] || [[ $T == *t_db* ]]; then
 	db_up && EPG_UP=1
 fi
@@ -1353,10 +1772,12 @@ fi
 run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_refusal_messages t_wildcard_apex \
 	t_wrong_port t_ip_literal t_forbidden_names t_rebinding t_dns_cache t_sni_and_host t_ipv6 \
 	t_ca_bundle t_no_route_no_dns t_proxy_own_ports t_host_own_addresses t_flood_and_slow t_caps t_runtime_installs \
-	t_hostile_inputs t_malformed_heads t_served t_no_policy_no_proxy t_proxy_seccomp t_sanitizers
+	t_hostile_inputs t_malformed_heads t_served t_no_policy_no_proxy t_proxy_seccomp \
+	t_secret_clients t_secret_echo t_secret_placeholder_elsewhere t_secret_tls_checks \
+	t_secret_upstream_verified t_secret_ca t_secret_proxy_memory t_secret_bad_secrets t_sanitizers
 if [ -n "${EPG_UP:-}" ]; then
 	run_tests t_db_default_deny t_db_allowed_run t_db_egress_not_warm t_db_policy_changed_after_request \
 		t_db_narrowing t_db_roles_and_rls t_db_limits t_db_runner_without_conversation \
-		t_db_runner_config t_db_bad_log_keeps_no_slot
+		t_db_runner_config t_db_bad_log_keeps_no_slot t_db_secret_run t_db_secret_scope t_db_secret_changed
 fi
 finish_suite

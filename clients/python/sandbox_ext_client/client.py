@@ -121,9 +121,11 @@ class Client:
         self.close()
 
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[psycopg.Cursor[Any]]:
-        """One transaction for the tenant; a database error becomes a
-        SandboxError (the transaction is rolled back)."""
+    def transaction(self) -> Iterator[psycopg.Cursor[Any]]:
+        """One transaction for the tenant, for calls of the API this client
+        does not wrap (create_agent, ...): a cursor after set_tenant.  A
+        database error becomes a SandboxError (the transaction is rolled
+        back)."""
         try:
             with self._conn.transaction():
                 cur = self._conn.cursor()
@@ -133,7 +135,7 @@ class Client:
             raise SandboxError.from_psycopg(e) from e
 
     def _one(self, query: str, params: Sequence[Any]) -> Any:
-        with self._tx() as cur:
+        with self.transaction() as cur:
             row = cur.execute(query, params).fetchone()
         assert row is not None
         return row[0]
@@ -156,7 +158,7 @@ class Client:
 
         A refusal of policy raises Refused (its SQLSTATE and reason code),
         after the commit that keeps its audit event."""
-        with self._tx() as cur:
+        with self.transaction() as cur:
             row = cur.execute(
                 "SELECT invocation_id, approval_id, status, reason, sqlstate, replayed"
                 "  FROM agent.request_execution(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
@@ -190,7 +192,7 @@ class Client:
 
     def pending(self) -> list[Card]:
         """The workspace's pending cards, oldest first (the inbox)."""
-        with self._tx() as cur:
+        with self.transaction() as cur:
             rows = cur.execute(
                 sql.SQL("SELECT {} FROM agent.pending_approvals()").format(
                     sql.SQL(", ").join(map(sql.Identifier, CARD_COLUMNS)))).fetchall()
@@ -198,7 +200,7 @@ class Client:
 
     def card(self, card: CardRef) -> Card:
         """One card, whatever its status (agent.approval_card)."""
-        with self._tx() as cur:
+        with self.transaction() as cur:
             row = cur.execute(
                 sql.SQL("SELECT {} FROM agent.approval_card(%s)").format(
                     sql.SQL(", ").join(map(sql.Identifier, CARD_COLUMNS))),
@@ -241,7 +243,7 @@ class Client:
 
     def output(self, run: RunRef, after_seq: int = 0) -> list[Chunk]:
         """The output stored so far after a sequence number, in order."""
-        with self._tx() as cur:
+        with self.transaction() as cur:
             rows = cur.execute("SELECT seq, stream, data FROM agent.read_output(%s, %s)",
                                (_invocation_id(run), after_seq)).fetchall()
         return [Chunk(*r) for r in rows]
@@ -260,7 +262,7 @@ class Client:
             while True:
                 # The state first, then the output: the finish commits after
                 # the last output row, so a final state means all of it is there.
-                with self._tx() as cur:
+                with self.transaction() as cur:
                     row = cur.execute("SELECT agent.is_terminal(s) FROM agent.wait(%s, '0 s') s",
                                       (inv,)).fetchone()
                     assert row is not None
@@ -294,7 +296,7 @@ class Client:
         """agent.wait_result(): wait up to `timeout` seconds for the end,
         then the state, the whole output and the tool call in one call.
         result.finished is false when the timeout passed first."""
-        with self._tx() as cur:
+        with self.transaction() as cur:
             row = cur.execute(
                 "SELECT invocation_id, state, finished, state_reason, exit_code, stdout, stderr,"
                 "       output_truncated, credits_charged, tool_call_id, output_preview, files"
@@ -316,7 +318,7 @@ class Client:
 
     def files(self, conversation: Union[uuid.UUID, str]) -> list[FileInfo]:
         """agent.list_files(): every file row of the conversation."""
-        with self._tx() as cur:
+        with self.transaction() as cur:
             rows = cur.execute(
                 sql.SQL("SELECT {} FROM agent.list_files(%s)").format(
                     sql.SQL(", ").join(map(sql.Identifier, FILE_COLUMNS))),
@@ -326,7 +328,7 @@ class Client:
     def download(self, file: Union[FileInfo, uuid.UUID, str]) -> Download:
         """agent.download_file(): name, type, size, sha256 and the bytes."""
         fid = file.id if isinstance(file, FileInfo) else file
-        with self._tx() as cur:
+        with self.transaction() as cur:
             row = cur.execute("SELECT name, content_type, size, sha256, content"
                               "  FROM agent.download_file(%s)", (fid,)).fetchone()
         assert row is not None

@@ -167,3 +167,13 @@ CREATE TABLE agent.secrets (
 	CONSTRAINT secrets_org_name UNIQUE (org_id, name)
 );
 CREATE INDEX secrets_rule_idx ON agent.secrets (rule_id);
+-- Which runner holds which secrets key (its reports: the claim routes runs
+-- with secrets by them).
+CREATE TABLE agent.runner_secret_keys (
+	runner_id		uuid NOT NULL REFERENCES agent.runners (id),
+	key_id			text NOT NULL CHECK (key_id ~ '^[0-9a-f]{16}$'),
+	reported_at		timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (runner_id, key_id)
+);
+CREATE INDEX runner_secret_keys_key_idx ON agent.runner_secret_keys (key_id);
+ALTER TABLE agent.runner_secret_keys ENABLE ROW LEVEL SECURITY;

@@ -158,6 +158,7 @@ step_register(void)
 		me.registered = true;
 		me.refused[0] = '\0';
 		images_registered();	/* a new registration hears our images anew */
+		secrets_registered();
 		me.renewed_at = sent;
 		me.next_heartbeat = runner_now_ms() + me.heartbeat_ms;
 		runner_log(RLOG_LOG, "registered as runner \"%s\" (%s, incarnation %s, %s); lease %d s%s",

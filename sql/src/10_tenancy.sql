@@ -210,7 +210,7 @@ CREATE FUNCTION agent._person_key(name text) RETURNS text
 -- actor, uploaded_by, created_by, owner): not null, not empty, and not a
 -- name the product records for itself: the actors of its own audit events
 -- ('system', 'supervisor', 'runner', 'exporter'; 'policy', who decides an
--- approval an approval policy makes: 26_approval_policies.sql), the owner's role
+-- approval an approval policy makes: 26_policies.sql), the owner's role
 -- (current_user here, as the SECURITY DEFINER API runs as the owner;
 -- owner-run functions record it), and every role of the product: its
 -- group roles (agent_backend, agent_admin, agent_auditor, agent_runner),

@@ -280,7 +280,7 @@ CREATE TABLE agent.approval_requests (
 	created_at		timestamptz NOT NULL DEFAULT now(),
 	approved_egress_sha256 text,	-- the egress policy approved (47_egress.sql)
 	approved_image_digest text,		-- the image approved (46_images.sql)
-	-- An approval no person made (26_approval_policies.sql): the policy
+	-- An approval no person made (26_policies.sql): the policy
 	-- that made it and the conversation's allowance it used (the foreign
 	-- keys are added there); else why a person decides (a reason code).
 	approval_policy_id uuid,

@@ -72,7 +72,7 @@ DECLARE
 	v_pending	integer;
 	v_image		record;
 	v_policy	boolean := false;	-- the org has an approval policy beyond every_run
-	-- its decision (26_approval_policies.sql): why a person decides (NULL:
+	-- its decision (26_policies.sql): why a person decides (NULL:
 	-- the policy approves), the policy, the allowance, the egress hash it
 	-- judged and the approval.auto event's details
 	v_person	text := 'every_run';
@@ -289,7 +289,7 @@ BEGIN
 			  FROM agent.approval_requests a
 			 WHERE a.org_id = v_org AND a.status = 'pending' AND a.expires_at > now();
 		END IF;
-		-- The approval policy's decision (26_approval_policies.sql): a
+		-- The approval policy's decision (26_policies.sql): a
 		-- request it approves stores its approval.auto event too.
 		IF v_policy THEN
 			SELECT d.person_reason, d.policy_id, d.allowance_id, d.egress_sha256, d.event

@@ -85,7 +85,7 @@ $$;
 -- cover code its approver did not see.  allow_further_runs: the approver
 -- also allows further runs of the conversation, approved then by the
 -- org's policy (once_per_conversation; agent._allow_further_runs,
--- 26_approval_policies.sql).  Returns the invocation's id.
+-- 26_policies.sql).  Returns the invocation's id.
 CREATE FUNCTION agent.approve(approval uuid, approver text, code_sha256 text DEFAULT NULL,
 							  allow_further_runs boolean DEFAULT false)
 	RETURNS uuid
@@ -270,7 +270,7 @@ CREATE TYPE agent.approval_card AS (
 	-- the interpreter its manifest lists), and the digest the approval binds
 	image			text,
 	image_digest	text,
-	-- the approval policy (26_approval_policies.sql): the policy that
+	-- the approval policy (26_policies.sql): the policy that
 	-- approved the run and the conversation's allowance it used (NULL: a
 	-- person decides or decided), what the card says of them, and why a
 	-- person is needed (NULL once a policy approved it)

@@ -150,7 +150,7 @@ ALTER TABLE agent.approval_requests
 	ADD COLUMN person_reason text,
 	ADD CONSTRAINT approval_requests_policy_check
 		CHECK (approval_policy_id IS NULL OR (status = 'approved' AND person_reason IS NULL));
--- 26_approval_policies.sql: the policies and the allowances.
+-- 26_policies.sql: the policies and the allowances.
 CREATE TABLE agent.approval_policies (
 	id				uuid PRIMARY KEY DEFAULT pg_catalog.gen_random_uuid(),
 	org_id			uuid NOT NULL REFERENCES agent.orgs (id),

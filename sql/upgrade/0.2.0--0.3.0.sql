@@ -22,6 +22,9 @@
 -- (agent._write_tool_call, agent._output_preview) keep or add signatures
 -- and are replayed below like every definition of sql/src.
 
+-- Branch clients (issue 33), 80_clients.sql: agent.is_terminal() and
+-- agent.latency() are new functions, replayed below; no state.
+
 -- branch reqcost (issue 13, the request path's cost), 28_approvals.sql:
 -- request_execution() sends the new card's notification itself; the helper
 -- that did is gone.

@@ -115,9 +115,10 @@ BEGIN
 
 	-- The card and its invocation in one statement.
 	-- The approval is bound to the egress policy the card showed too
-	-- (47_egress.sql): the invocation's frozen copy, by its hash; and to
-	-- its image's digest (46_images.sql).
-	SELECT i.egress_sha256, i.image_name, i.image_digest INTO v_inv
+	-- (47_egress.sql): the invocation's frozen copy, by its hash; to its
+	-- image's digest (46_images.sql); and to its isolation class
+	-- (49_isolation.sql).
+	SELECT i.egress_sha256, i.image_name, i.image_digest, i.isolation INTO v_inv
 	  FROM agent.invocations i WHERE i.id = v_card.invocation_id;
 	v_egress := v_inv.egress_sha256;
 	WITH decided AS (
@@ -125,7 +126,8 @@ BEGIN
 		   SET status = 'approved', decided_by = approver, decided_at = now(),
 			   approved_code_sha256 = v_card.code_sha256,
 			   approved_egress_sha256 = v_egress,
-			   approved_image_digest = v_inv.image_digest
+			   approved_image_digest = v_inv.image_digest,
+			   approved_isolation = v_inv.isolation
 		 WHERE a.id = v_card.id)
 	UPDATE agent.invocations i
 	   SET state = 'approved', approved_at = now()
@@ -137,7 +139,9 @@ BEGIN
 													  'code_sha256', v_card.code_sha256,
 													  'egress_sha256', v_egress,
 													  'image', v_inv.image_name,
-													  'image_digest', v_inv.image_digest))),
+													  'image_digest', v_inv.image_digest,
+													  'isolation', CASE WHEN v_inv.isolation <> 'namespaces'
+																		THEN v_inv.isolation END))),
 			agent._wake_supervisor();
 	-- The approval's event counts against the org's storage: past the
 	-- quota the approval is refused (53400) and rolled back (the claim
@@ -257,7 +261,10 @@ CREATE TYPE agent.approval_card AS (
 	-- or its name and short digest ("data@1a2b3c4d5e6f"; runtime then is
 	-- the interpreter its manifest lists), and the digest the approval binds
 	image			text,
-	image_digest	text
+	image_digest	text,
+	-- the isolation class it runs in (49_isolation.sql): "namespaces" or
+	-- "gvisor", which the approval binds
+	isolation		text
 );
 
 -- Every card the caller may see (row-level security decides: a backend
@@ -277,7 +284,7 @@ SELECT a.id AS approval_id, a.invocation_id, a.status,
 	   agent.egress_may_reach(i.egress_policy) AS egress_may_reach, i.egress_sha256,
 	   CASE WHEN i.image_name IS NULL THEN 'host'
 			ELSE i.image_name || '@' || left(i.image_digest, 12) END AS image,
-	   i.image_digest
+	   i.image_digest, i.isolation
   FROM agent.approval_requests a
   JOIN agent.invocations i ON i.id = a.invocation_id
   LEFT JOIN agent.agents g ON g.id = i.agent_id
@@ -301,7 +308,7 @@ BEGIN
 		   c.language, c.runtime, c.risk_level, c.description, c.code, c.code_sha256,
 		   c.code_lines, c.requested_by, c.created_at, c.expires_at, c.decided_by,
 		   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance,
-		   c.egress_may_reach, c.egress_sha256, c.image, c.image_digest
+		   c.egress_may_reach, c.egress_sha256, c.image, c.image_digest, c.isolation
 	  INTO v
 	  FROM agent.approval_cards c
 	 WHERE c.approval_id = approval;
@@ -327,7 +334,7 @@ BEGIN
 			   c.language, c.runtime, c.risk_level, c.description, c.code, c.code_sha256,
 			   c.code_lines, c.requested_by, c.created_at, c.expires_at, c.decided_by,
 			   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance,
-			   c.egress_may_reach, c.egress_sha256, c.image, c.image_digest
+			   c.egress_may_reach, c.egress_sha256, c.image, c.image_digest, c.isolation
 		  FROM agent.approval_cards c
 		 WHERE c.status = 'pending' AND c.expires_at > now()
 		   AND c.org_id = agent.current_org() AND c.workspace_id = agent.current_workspace()

@@ -81,6 +81,7 @@ DECLARE
 	v_auto_egress text;
 	v_auto_event jsonb;
 	v_status	text := 'pending_approval';
+	v_isolation text;			-- the run's isolation class (49_isolation.sql)
 	r			agent.execution_request;
 BEGIN
 	---- Arguments: errors, nothing written ----
@@ -183,6 +184,9 @@ BEGIN
 	-- The image (46_images.sql): the request's, else the agent's, else
 	-- host (NULLs); a refusal is decided below, in the IAM order.
 	SELECT * INTO v_image FROM agent._image_choose(v_org, agent, image);
+	-- The isolation class: the strictest of the plan's, the org's and the
+	-- agent's (49_isolation.sql).
+	v_isolation := agent._isolation_choose(v_org, agent);
 
 	---- Idempotency: the same key returns the same invocation ----
 	IF idempotency_key IS NOT NULL THEN
@@ -258,7 +262,9 @@ BEGIN
 										'approval_id', v_appr)
 			|| CASE WHEN v_image.name IS NOT NULL
 					THEN jsonb_build_object('image', v_image.name, 'image_digest', v_image.digest)
-					ELSE '{}'::jsonb END;
+					ELSE '{}'::jsonb END
+			|| CASE WHEN v_isolation <> 'namespaces'
+					THEN jsonb_build_object('isolation', v_isolation) ELSE '{}'::jsonb END;
 		v_need := agent._request_bytes(code, description, idempotency_key)
 				  + agent._audit_event_bytes(v_details, requested_by);
 		-- The two counts, exact under the org's storage locks (header),
@@ -353,10 +359,10 @@ BEGIN
 		INSERT INTO agent.invocations (id, org_id, workspace_id, agent_id, conversation_id,
 									   requested_by, language, code, code_sha256, description,
 									   idempotency_key, state, approval_id, wall_time_s, memory_mb,
-									   image_name, image_digest)
+									   image_name, image_digest, isolation)
 			VALUES (v_inv, v_org, workspace, agent, conversation, requested_by, language, code,
 					NULL, description, idempotency_key, 'pending_approval', v_appr,
-					wall_time_s, memory_mb, v_image.name, v_image.digest)
+					wall_time_s, memory_mb, v_image.name, v_image.digest, v_isolation)
 			RETURNING invocations.code_sha256)	-- set by the trigger
 	INSERT INTO agent.approval_requests (id, invocation_id, org_id, workspace_id, status,
 										 code_sha256, language, runtime, risk_level,

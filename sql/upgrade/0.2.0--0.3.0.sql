@@ -212,6 +212,48 @@ DROP FUNCTION agent.approve(uuid, text, text);
 ALTER TYPE agent.approval_card
 	ADD ATTRIBUTE approval_policy_id uuid, ADD ATTRIBUTE allowance_id uuid,
 	ADD ATTRIBUTE approved_by_policy text, ADD ATTRIBUTE person_needed text;
+-- Branch gvisor (issue 32, isolation classes; docs/security.md, "The two
+-- isolation classes").  15_invocations.sql: an invocation's class (every
+-- run before this upgrade ran namespaced: the default) and the class its
+-- approval covers (NULL for an approval from before: the claim reads it as
+-- namespaces, 49_isolation.sql).
+ALTER TABLE agent.invocations
+	ADD COLUMN isolation text NOT NULL DEFAULT 'namespaces' CHECK (isolation IN ('namespaces', 'gvisor'));
+ALTER TABLE agent.approval_requests ADD COLUMN approved_isolation text;
+-- 28_approvals.sql: the card shows the class the approval binds.
+ALTER TYPE agent.approval_card ADD ATTRIBUTE isolation text;
+-- 45_runners.sql: the claim returns each run's class (its new result
+-- type: the images branch's DROP above already makes way for it).
+-- 49_isolation.sql: the plans' and orgs' classes, agents' narrowing, what
+-- the runners run.
+CREATE TABLE agent.isolation_settings (
+	plan			text REFERENCES agent.plans (plan),
+	org_id			uuid REFERENCES agent.orgs (id),
+	isolation		text NOT NULL CHECK (isolation IN ('namespaces', 'gvisor')),
+	set_by			text NOT NULL,
+	set_at			timestamptz NOT NULL DEFAULT now(),
+	CHECK ((plan IS NULL) <> (org_id IS NULL)),
+	UNIQUE NULLS NOT DISTINCT (plan, org_id)
+);
+CREATE TABLE agent.agent_isolation (
+	agent_id		uuid PRIMARY KEY,
+	org_id			uuid NOT NULL,
+	workspace_id	uuid NOT NULL,
+	isolation		text NOT NULL CHECK (isolation IN ('namespaces', 'gvisor')),
+	set_by			text NOT NULL,
+	set_at			timestamptz NOT NULL DEFAULT now(),
+	FOREIGN KEY (org_id, workspace_id, agent_id) REFERENCES agent.agents (org_id, workspace_id, id)
+);
+CREATE TABLE agent.runner_isolation (
+	runner_id		uuid PRIMARY KEY REFERENCES agent.runners (id),
+	classes			text[] NOT NULL CHECK (classes <@ ARRAY['namespaces', 'gvisor']
+										   AND 'namespaces' = ANY (classes)),
+	problems		text,
+	reported_at		timestamptz NOT NULL DEFAULT now()
+);
+ALTER TABLE agent.isolation_settings ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.agent_isolation ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.runner_isolation ENABLE ROW LEVEL SECURITY;
 
 -- Branch secrets (issue 31), 47_egress.sql: a connection row names the
 -- secret the proxy put in, or whose placeholder it blocked.

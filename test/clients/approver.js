@@ -69,6 +69,7 @@ async function main() {
 		expect('... its runtime (the interpreter\'s version)', /Runtime\s+python3 3\.\d+/.test(text), text);
 		expect('... what the run may reach on the network', /Network\s+nothing \(no network\)/.test(text), text);
 		expect('... its image', /Image\s+host/.test(text), text);
+		expect('... its isolation class and why a person decides', /Isolation\s+namespaces/.test(text) && /Why a person\s+\S/.test(text), text);
 		expect('... its cost and the org\'s balance', /Cost\s+2 credits/.test(text) && /Balance\s+\d+ credits/.test(text), text);
 		expect('... and the code, as it will run', (await card.locator('pre.code').innerText()) === code);
 		expect('... highlighted: keywords, comments, strings', await card.locator('pre.code span.kw').count() >= 2

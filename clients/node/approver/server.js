@@ -73,7 +73,7 @@ function cardView(c) {
 		language: c.language, runtime: c.runtime, riskLevel: c.riskLevel, description: c.description,
 		code: c.code, codeSha256: c.codeSha256, codeLines: c.codeLines, requestedBy: c.requestedBy,
 		createdAt: c.createdAt, expiresAt: c.expiresAt, creditsCost: c.creditsCost, orgBalance: c.orgBalance,
-		egressMayReach: c.egressMayReach, image: c.image,
+		egressMayReach: c.egressMayReach, image: c.image, isolation: c.isolation, personNeeded: c.personNeeded,
 	};
 }
 

@@ -116,14 +116,23 @@ async function main() {
 		expect('approving one\'s own request shows the database\'s refusal (42501) and keeps the card', err.startsWith('42501') && (await card3.count()) === 1, err);
 		expect('... and nothing was approved', (await c.card(run3.approvalId)).status === 'pending');
 
+		// A decision must be a same-origin JSON POST: a deny (which anyone
+		// may make) forged from another site leaves the card pending.
+		const forgedJson = await fetch(`${URL_}api/deny`, { method: 'POST',
+			headers: { [HEADER]: 'bob@example.com', 'content-type': 'application/json', origin: 'http://evil.example' },
+			body: JSON.stringify({ approvalId: run3.approvalId }) });
+		expect('a JSON POST from another origin is refused (403)', forgedJson.status === 403, forgedJson.status);
+		const forgedForm = await fetch(`${URL_}api/deny`, { method: 'POST',
+			headers: { [HEADER]: 'bob@example.com', 'content-type': 'application/x-www-form-urlencoded' },
+			body: `approvalId=${run3.approvalId}` });
+		expect('a form POST is refused (403)', forgedForm.status === 403, forgedForm.status);
+		expect('... and the card is still pending', (await c.card(run3.approvalId)).status === 'pending');
+
 		// A card decided elsewhere (cancelled by the backend) leaves the page.
 		await c.cancel(run3, 'alice@example.com', 'changed my mind');
 		await card3.waitFor({ state: 'detached', timeout: 30000 });
 		expect('a card cancelled elsewhere leaves the page', true);
 
-		// A decision must be a same-origin JSON POST.
-		const forged = await fetch(`${URL_}api/deny`, { method: 'POST', headers: { [HEADER]: 'mallory@example.com', 'content-type': 'application/x-www-form-urlencoded', origin: 'http://evil.example' }, body: 'approvalId=x' });
-		expect('a cross-site form post is refused (403)', forged.status === 403, forged.status);
 		expect('no script ran from a card (no dialog)', dialogs.length === 0, dialogs);
 	} finally {
 		await browser.close();

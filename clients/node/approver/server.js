@@ -23,7 +23,8 @@
  *
  * Environment: SANDBOX_ORG, SANDBOX_WORKSPACE (the tenant), DATABASE_URL or
  * PGHOST/PGPORT/PGDATABASE/PGUSER (a login granted agent_backend),
- * APPROVER_HEADER, HOST (127.0.0.1), PORT (8080; 0: any free port, which it
+ * APPROVER_HEADER, PUBLIC_ORIGIN (the page's origin as browsers see it;
+ * unset: the request's Host), HOST (127.0.0.1), PORT (8080; 0: any free port, which it
  * prints), POLL_MS (5000).
  */
 const http = require('http');
@@ -37,6 +38,10 @@ const HEADER = (process.env.APPROVER_HEADER || 'X-Forwarded-User').toLowerCase()
 const HOST = process.env.HOST || '127.0.0.1';
 const PORT = Number(process.env.PORT || 8080);
 const POLL = Number(process.env.POLL_MS || 5000);
+// The page's origin as the browser sees it (the proxy's), e.g.
+// https://approvals.example.com; unset: this request's Host (or the
+// proxy's X-Forwarded-Host) with http or https.
+const ORIGINS = (process.env.PUBLIC_ORIGIN ?? '').split(',').map((o) => o.trim().replace(/\/+$/, '')).filter(Boolean);
 const PAGE = fs.readFileSync(path.join(__dirname, 'page.html'));
 
 if (!ORG || !WORKSPACE) {
@@ -141,6 +146,18 @@ function readJson(req) {
 	});
 }
 
+/**
+ * A decision's Origin, when the browser sends one, must be the page's own.
+ * @param {http.IncomingMessage} req
+ */
+function sameOrigin(req) {
+	const origin = req.headers.origin;
+	if (origin === undefined) return true;
+	if (ORIGINS.length) return ORIGINS.includes(origin);
+	const hosts = [req.headers.host, req.headers['x-forwarded-host']].flat().filter(Boolean);
+	return hosts.some((h) => origin === `http://${h}` || origin === `https://${h}`);
+}
+
 /** @param {Res} res */
 function openStream(res) {
 	res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive' });
@@ -203,9 +220,7 @@ async function handle(req, res) {
 		return;
 	}
 	if (req.method === 'POST' && (url.pathname === '/api/approve' || url.pathname === '/api/deny')) {
-		const origin = req.headers.origin;
-		if (!String(req.headers['content-type'] ?? '').startsWith('application/json') ||
-			(origin !== undefined && origin !== `http://${req.headers.host}` && origin !== `https://${req.headers.host}`)) {
+		if (!String(req.headers['content-type'] ?? '').startsWith('application/json') || !sameOrigin(req)) {
 			json(res, 403, { message: 'a decision is a same-origin JSON POST' });
 			return;
 		}

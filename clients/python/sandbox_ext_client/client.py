@@ -32,7 +32,7 @@ from .models import (CARD_COLUMNS, FILE_COLUMNS, Card, Chunk, Download,
 
 RunRef = Union[Run, uuid.UUID, str]
 CardRef = Union[Card, uuid.UUID, str]
-OutputCallback = Callable[[str], None]
+OutputCallback = Callable[[str], object]
 
 
 def _invocation_id(run: RunRef) -> uuid.UUID:

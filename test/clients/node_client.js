@@ -120,6 +120,18 @@ async function main() {
 		timedOut = e instanceof TimeoutError;
 	}
 	expect('chunks({timeout}): rejects with TimeoutError while the run goes on', timedOut && !(await a.isTerminal(await a.state(long))));
+	// The caller stops following (AbortSignal): the iteration ends, the run
+	// goes on, and the client listens on nothing any more.
+	const ac = new AbortController();
+	const seen = [];
+	for await (const ch of a.chunks(long, { signal: ac.signal })) {
+		seen.push(ch.data);
+		ac.abort();
+	}
+	const listener = await a.listener;
+	expect('chunks({signal}): an abort ends the iteration; the run goes on; nothing is left listening',
+		seen.join('') === 'begun\n' && !(await a.isTerminal(await a.state(long))) && listener !== null && listener.listening.size === 0,
+		[seen, listener && [...listener.listening.keys()]]);
 	expect('cancel(): a run in flight is cancelling', (await a.cancel(long, 'alice@example.com', 'stop')) === 'cancelling');
 	const rc = await a.wait(long, 60);
 	expect('... and ends cancelled, charged', rc.state === 'cancelled' && rc.creditsCharged === 2, rc);

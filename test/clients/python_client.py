@@ -14,6 +14,8 @@ import sys
 import uuid
 from typing import Any, Callable
 
+import psycopg
+from psycopg import sql
 from sandbox_ext_client import Client, Refused, SandboxError
 
 failures = 0
@@ -116,12 +118,21 @@ def main() -> int:
     raises("approve: twice is 55000", "55000", lambda: a.approve(first, "bob@example.com"))
 
     # ---- stream: chunks, in order, live ----
+    # Whoever learns the channel can NOTIFY on it: a forged 'done' after the
+    # first chunk must not end the stream (the client reads the state).
+    with a.transaction() as cur:
+        row = cur.execute("SELECT agent.output_channel(%s)", (run.invocation_id,)).fetchone()
+        assert row is not None
+        channel = row[0]
+    forger = psycopg.connect(autocommit=True)
     chunks = []
     live = None
     for ch in a.chunks(run, timeout=60):
         if not chunks:
             live = a.state(run)
+            forger.execute(sql.SQL("NOTIFY {}, 'done'").format(sql.Identifier(channel)))
         chunks.append(ch)
+    forger.close()
     expect("chunks(): the first chunk arrives while the run runs (streamed, not at the end)",
            live in ("provisioning", "running"), live)
     expect("chunks(): every chunk, each stream apart, each in its order",
@@ -129,7 +140,8 @@ def main() -> int:
             "".join(c.data for c in chunks if c.stream == "stderr")) == ("rows 2\ntotal 200\n", "to stderr\n"), chunks)
     expect("chunks(): sequence numbers increase, none twice",
            [c.seq for c in chunks] == sorted(set(c.seq for c in chunks)) and len(chunks) == 3, chunks)
-    expect("chunks(): it ends with the run (final state)", a.is_terminal(a.state(run)))
+    expect("chunks(): it ends with the run (final state), not at a forged 'done'", a.is_terminal(a.state(run))
+           and any(c.data == "total 200\n" for c in chunks), chunks)
 
     # ---- wait: the result ----
     r = a.wait(run, 10)

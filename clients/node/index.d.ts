@@ -61,6 +61,11 @@ export type Card = {
     egressSha256: string | null;
     image: string | null;
     imageDigest: string | null;
+    approvalPolicyId: string | null;
+    allowanceId: string | null;
+    approvedByPolicy: string | null;
+    personNeeded: string | null;
+    isolation: string | null;
 };
 export type FileInfo = {
     id: string;
@@ -235,7 +240,8 @@ export class Client {
  *   createdAt: Date, expiresAt: Date | null, decidedBy: string | null, decidedAt: Date | null,
  *   decisionReason: string | null, creditsCost: number | null, orgBalance: number | null,
  *   egressMayReach: string | null, egressSha256: string | null, image: string | null,
- *   imageDigest: string | null
+ *   imageDigest: string | null, approvalPolicyId: string | null, allowanceId: string | null,
+ *   approvedByPolicy: string | null, personNeeded: string | null, isolation: string | null
  * }} Card
  * @typedef {{
  *   id: string, name: string, origin: string, status: string, reason: string | null,

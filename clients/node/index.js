@@ -45,7 +45,8 @@ const pg = require('pg');
  *   createdAt: Date, expiresAt: Date | null, decidedBy: string | null, decidedAt: Date | null,
  *   decisionReason: string | null, creditsCost: number | null, orgBalance: number | null,
  *   egressMayReach: string | null, egressSha256: string | null, image: string | null,
- *   imageDigest: string | null
+ *   imageDigest: string | null, approvalPolicyId: string | null, allowanceId: string | null,
+ *   approvedByPolicy: string | null, personNeeded: string | null, isolation: string | null
  * }} Card
  * @typedef {{
  *   id: string, name: string, origin: string, status: string, reason: string | null,
@@ -115,7 +116,8 @@ class TimeoutError extends Error {
 const CARD_COLUMNS = ['approval_id', 'invocation_id', 'status', 'title', 'agent_name', 'conversation_id',
 	'language', 'runtime', 'risk_level', 'description', 'code', 'code_sha256', 'code_lines', 'requested_by',
 	'created_at', 'expires_at', 'decided_by', 'decided_at', 'decision_reason', 'credits_cost', 'org_balance',
-	'egress_may_reach', 'egress_sha256', 'image', 'image_digest'];
+	'egress_may_reach', 'egress_sha256', 'image', 'image_digest', 'approval_policy_id', 'allowance_id',
+	'approved_by_policy', 'person_needed', 'isolation'];
 const FILE_COLUMNS = ['id', 'name', 'origin', 'status', 'reason', 'size', 'sha256', 'content_type',
 	'invocation_id', 'created_at', 'current'];
 

@@ -23,7 +23,8 @@
  *
  * Environment: SANDBOX_ORG, SANDBOX_WORKSPACE (the tenant), DATABASE_URL or
  * PGHOST/PGPORT/PGDATABASE/PGUSER (a login granted agent_backend),
- * APPROVER_HEADER, HOST (127.0.0.1), PORT (8080), POLL_MS (5000).
+ * APPROVER_HEADER, HOST (127.0.0.1), PORT (8080; 0: any free port, which it
+ * prints), POLL_MS (5000).
  */
 const http = require('http');
 const fs = require('fs');
@@ -72,7 +73,7 @@ function cardView(c) {
 		language: c.language, runtime: c.runtime, riskLevel: c.riskLevel, description: c.description,
 		code: c.code, codeSha256: c.codeSha256, codeLines: c.codeLines, requestedBy: c.requestedBy,
 		createdAt: c.createdAt, expiresAt: c.expiresAt, creditsCost: c.creditsCost, orgBalance: c.orgBalance,
-		egressMayReach: c.egressMayReach, image: c.image,
+		egressMayReach: c.egressMayReach, image: c.image, isolation: c.isolation, personNeeded: c.personNeeded,
 	};
 }
 
@@ -234,7 +235,8 @@ const server = http.createServer((req, res) => {
 	});
 });
 server.listen(PORT, HOST, () => {
-	console.log(`sandbox-approver: http://${HOST}:${PORT}/ for workspace ${WORKSPACE} (identity header ${HEADER})`);
+	const addr = /** @type {import('net').AddressInfo} */ (server.address());
+	console.log(`sandbox-approver: http://${HOST}:${addr.port}/ for workspace ${WORKSPACE} (identity header ${HEADER})`);
 	watchCards();
 	refreshPending();
 });

@@ -88,7 +88,10 @@ class Client:
 
     conninfo is a libpq connection string (empty: the PG* environment); the
     login must be a member of agent_backend.  Or pass a connection of your
-    own (not in autocommit mode): the client then never closes it.
+    own (not in autocommit mode): the client then never closes it, and
+    makes its LISTEN connection (when it streams) from `conninfo`, or else
+    from that connection's parameters (libpq finds a password as usual:
+    PGPASSWORD, ~/.pgpass).
     """
 
     def __init__(self, org: Union[uuid.UUID, str], workspace: Union[uuid.UUID, str],
@@ -97,7 +100,7 @@ class Client:
         self.org = uuid.UUID(str(org))
         self.workspace = uuid.UUID(str(workspace))
         self.poll = poll
-        self._conninfo = conninfo
+        self._conninfo = conninfo or (connection.info.dsn if connection is not None else "")
         self._own = connection is None
         try:
             self._conn: psycopg.Connection[Any] = (

@@ -93,6 +93,11 @@ class Card:
     egress_sha256: Optional[str]
     image: Optional[str]
     image_digest: Optional[str]
+    approval_policy_id: Optional[uuid.UUID]
+    allowance_id: Optional[uuid.UUID]
+    approved_by_policy: Optional[str]
+    person_needed: Optional[str]
+    isolation: Optional[str]
 
 
 CARD_COLUMNS = tuple(Card.__dataclass_fields__)

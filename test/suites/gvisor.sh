@@ -100,8 +100,8 @@ t_runs_on_gvisor() {
 	GV=$(host_up 1)
 	check "the runner with runsc reports both classes" "namespaces,gvisor|" "$(classes "$GV")"
 	res=$(await "$GV_TENANT" "$GV_INV" 180)
-	check "the gvisor run succeeds, on that runner, charged" "succeeded|$GV|2" \
-		"$res|$(field "$GV_INV" runner_id)|$(field "$GV_INV" credits_charged)"
+	check "the gvisor run succeeds, on that runner, charged (served by its launcher)" "succeeded|$GV|2|" \
+		"$res|$(field "$GV_INV" runner_id)|$(field "$GV_INV" credits_charged)|$(field "$GV_INV" "coalesce(state_reason, '')")"
 	out=$(output "$GV_INV")
 	check "it ran on gVisor's kernel, not the host's, and not as root" "other kernel|uid True" \
 		"$([ "$(sed -n 1p <<<"$out")" != "kernel $(uname -r)" ] && grep -q '^kernel ' <<<"$out" && echo other kernel)|$(sed -n 2p <<<"$out")"

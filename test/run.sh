@@ -11,7 +11,7 @@
 #   isolation   pg_isolation_regress over test/isolation/specs/*.spec
 #   pgtap       pg_prove over test/pgtap/*.sql
 #   scripts     test/suites/*.sh (supervisor, sessions, approvals, hostile, export, upgrade, egress,
-#               clients, ...),
+#               clients, gvisor, ...),
 #               each ending with its own "N passed, N failed"
 #
 # The PostgreSQL suites run against one throwaway cluster (scripts/cluster.sh)

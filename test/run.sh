@@ -12,7 +12,7 @@
 #   regress     pg_regress over test/regress/sql/*.sql with test/regress/expected/*.out
 #   isolation   pg_isolation_regress over test/isolation/specs/*.spec
 #   pgtap       pg_prove over test/pgtap/*.sql
-#   scripts     test/suites/*.sh (supervisor, sessions, hostile, export, upgrade, egress, ...),
+#   scripts     test/suites/*.sh (supervisor, sessions, approvals, hostile, export, upgrade, egress, ...),
 #               each ending with its own "N passed, N failed"
 #
 # The PostgreSQL suites run against one throwaway cluster (scripts/cluster.sh)

@@ -35,6 +35,9 @@ COMMENT ON VIEW agent.run_slots IS
 --                         with slots holds (46_images.sql)
 --   secrets_key_not_held  its secrets are sealed to a key no live active runner
 --                         with slots holds (48_secrets.sql)
+--   isolation_unavailable  its isolation class is one no live active runner with
+--                         slots runs (49_isolation.sql; the detail has the reasons
+--                         the runners reported)
 --   conversation_busy     a run of its conversation is in flight or queued before it
 --   session_elsewhere     its conversation's session is on a live runner host
 --                         with no free slot (its runs are that host's)
@@ -67,6 +70,7 @@ DECLARE
 	v_paused	text;			-- why the local runner has no slot, when none has
 	v_image		text;			-- why its image waits, or NULL
 	v_secrets	text;			-- why its secrets wait, or NULL
+	v_isolation text;			-- why its isolation class waits, or NULL
 BEGIN
 	IF v_all AND NOT (pg_catalog.pg_has_role(v_caller, 'agent_auditor', 'USAGE')
 					  OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = v_caller)) THEN
@@ -122,6 +126,8 @@ BEGIN
 		v_image := CASE WHEN x.image_digest IS NOT NULL
 						THEN agent._image_wait(x.image_name, x.image_digest) END;
 		v_secrets := agent._secrets_wait(x.egress_policy);
+		v_isolation := CASE WHEN x.isolation <> 'namespaces'
+							THEN agent._isolation_wait(x.isolation) END;
 		IF v_runners = 0 THEN
 			waiting_for := 'supervisor_paused';
 			detail := v_paused;
@@ -137,6 +143,9 @@ BEGIN
 		ELSIF v_secrets IS NOT NULL THEN
 			waiting_for := 'secrets_key_not_held';
 			detail := v_secrets;
+		ELSIF v_isolation IS NOT NULL THEN
+			waiting_for := 'isolation_unavailable';
+			detail := v_isolation;
 		ELSIF x.conversation_id IS NOT NULL AND EXISTS (
 				SELECT 1 FROM agent.invocations j
 				 WHERE j.conversation_id = x.conversation_id

@@ -341,6 +341,7 @@ connection_made(void)
 	runner_log(RLOG_LOG, "%s", db_status());
 	images_report();			/* what it holds, before it claims */
 	(void) secrets_report();
+	isolation_report();			/* what it runs, too */
 	claim_wanted = cancel_wanted = sweep_wanted = true;
 	status_dirty = true;
 	return true;

@@ -58,6 +58,8 @@ t_readme() {
 	check "... and its run succeeds with the CSV's total" 1 \
 		"$(grep -cE '^ succeeded \| t +\| +0 \| 200 ' <<<"$out")"
 	check "... and the audit chain is intact" 1 "$(grep -cE '^ t +\| +[0-9]+$' <<<"$out")"
+	check "... and its automatic run (the approval policy) succeeds, approved by the policy" "1|1" \
+		"$(grep -cE '^ succeeded \| 2 rows' <<<"$out")|$(grep -cE '^ policy +\| policy [0-9a-f-]{36} \(automatic\), set by root@example.com at ' <<<"$out")"
 }
 
 t_python() {

@@ -38,6 +38,9 @@ PACKAGES=(
 	python3-venv
 	# the approver's page (suite clients) in a headless browser
 	chromium
+	# the gvisor isolation class (docs/security.md; the jail and gvisor
+	# suites): Debian's gVisor
+	runsc
 	bash
 	procps
 	util-linux

@@ -35,6 +35,8 @@
  *	  status/		/run/sandbox-status: root's only (the init's status)
  *	  ws			the workspace, bound from the descriptor opened with
  *					O_NOFOLLOW (a path swapped afterwards is not followed)
+ *	  src/N			the system paths, each bound from its descriptor
+ *					(resolved inside the image, as rootfs.c does)
  *	  state/		runsc's --root;  runsc.log  runsc's own messages
  *
  * Network: none at all (runsc --network=none) without egress.  With
@@ -46,6 +48,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -227,27 +230,38 @@ touch(const char *path, char *err)
 }
 
 /*
- * A system path of the sandbox's root (the host's, or the image's): a
- * symlink is copied as a symlink into rootfs (merged /usr: /bin -> usr/bin),
- * a directory or a file becomes a read-only bind of its source.  Absent:
- * nothing.
+ * A system path of the sandbox's root (the host's, or the image's),
+ * resolved as rootfs.c resolves it (jail_image_open: inside the image, a
+ * symlink in it never leads out of it): a symlink is copied as a symlink
+ * into rootfs (merged /usr: /bin -> usr/bin), a directory or a file is
+ * bound from its descriptor onto a staging path of the bundle (src/N),
+ * which the spec binds read-only: runsc never resolves the path itself.
+ * Absent: nothing.
  */
 static int
 gvisor_system_path(Spec *s, const char *path, char *err)
 {
-	char		src[PATH_MAX];
+	static int	nstaged = 0;
+	char		staged[PATH_MAX];
 	char		dst[PATH_MAX];
 	char		target[PATH_MAX];
+	char		self[64];
 	struct stat st;
 	ssize_t		n;
+	int			fd = jail_image_open(path, O_NOFOLLOW);
 
-	snprintf(src, sizeof(src), "%s%s", jail_image_prefix(), path);
-	snprintf(dst, sizeof(dst), GVISOR_DIR "/rootfs%s", path);
-	if (lstat(src, &st) < 0)
+	if (fd < 0)
 		return 0;
+	snprintf(dst, sizeof(dst), GVISOR_DIR "/rootfs%s", path);
+	if (fstat(fd, &st) < 0)
+	{
+		close(fd);
+		return 0;
+	}
 	if (S_ISLNK(st.st_mode))
 	{
-		n = readlink(src, target, sizeof(target) - 1);
+		n = readlinkat(fd, "", target, sizeof(target) - 1);
+		close(fd);
 		if (n < 0)
 			return 0;
 		target[n] = '\0';
@@ -259,9 +273,22 @@ gvisor_system_path(Spec *s, const char *path, char *err)
 		}
 		return 0;
 	}
-	if (S_ISDIR(st.st_mode) ? mkdirs(dst, err) < 0 : touch(dst, err) < 0)
+	snprintf(staged, sizeof(staged), GVISOR_DIR "/src/%d", nstaged++);
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	if ((S_ISDIR(st.st_mode) ? mkdirs(dst, err) < 0 || mkdirs(staged, err) < 0 :
+		 touch(dst, err) < 0 || touch(staged, err) < 0))
+	{
+		close(fd);
 		return -1;
-	spec_mount(s, path, "bind", src, "rbind,ro,nosuid,nodev");
+	}
+	if (mount(self, staged, NULL, MS_BIND | MS_REC, NULL) < 0)
+	{
+		jail_seterr(err, "bind %s: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	close(fd);
+	spec_mount(s, path, "bind", staged, "rbind,ro,nosuid,nodev");
 	return 0;
 }
 
@@ -272,11 +299,13 @@ static Spec *installer_spec;
 static int
 gvisor_hide_installer(const char *path, char *err)
 {
-	char		src[PATH_MAX];
 	struct stat st;
+	int			fd = jail_image_open(path, O_NOFOLLOW);
+	int			rc = fd < 0 ? -1 : fstat(fd, &st);
 
-	snprintf(src, sizeof(src), "%s%s", jail_image_prefix(), path);
-	if (lstat(src, &st) < 0 || S_ISLNK(st.st_mode))
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0 || S_ISLNK(st.st_mode))
 		return 0;
 	if (S_ISDIR(st.st_mode))
 		spec_mount(installer_spec, path, "tmpfs", "tmpfs", "ro,nosuid,nodev,noexec,size=4k,mode=0555");
@@ -477,7 +506,8 @@ gvisor_bundle(const JailChildArgs *a, char *err)
 	}
 	if (mkdir(GVISOR_DIR "/rootfs", 0755) < 0 || mkdir(GVISOR_DIR "/sandbox", 0755) < 0 ||
 		mkdir(GVISOR_DIR "/status", 0700) < 0 || mkdir(GVISOR_DIR "/state", 0700) < 0 ||
-		mkdir(GVISOR_DIR "/ws", 0755) < 0 || mkdir(GVISOR_DIR "/rootfs/workspace", 0755) < 0 ||
+		mkdir(GVISOR_DIR "/ws", 0755) < 0 || mkdir(GVISOR_DIR "/src", 0700) < 0 ||
+		mkdir(GVISOR_DIR "/rootfs/workspace", 0755) < 0 ||
 		mkdir(GVISOR_DIR "/rootfs/tmp", 01777) < 0 || mkdir(GVISOR_DIR "/rootfs/sandbox", 0755) < 0 ||
 		mkdir(GVISOR_DIR "/rootfs/run", 0755) < 0 || mkdir(GVISOR_DIR "/rootfs" GVISOR_STATUS, 0700) < 0 ||
 		mkdir(GVISOR_DIR "/rootfs/proc", 0555) < 0)
@@ -635,6 +665,87 @@ gvisor_close_inherited(const JailChildArgs *a)
 }
 
 /*
+ * A workspace root owns (a runner host that runs as root, as the gvisor
+ * class needs) is given to the payload's uid (nobody, as jail_outer_ids
+ * decides for a namespaced run): gVisor checks permissions against the
+ * host's owners, and the payload must write its workspace.  Everything
+ * root owns in it is chowned, walked by descriptors (O_NOFOLLOW: a symlink
+ * is chowned itself, never followed; no run is in the workspace now).
+ * Bounded by depth and by the entry cap.
+ */
+static int
+gvisor_give_tree(int dirfd, uid_t uid, gid_t gid, int depth, uint64_t *left, char *err)
+{
+	DIR		   *dir;
+	struct dirent *e;
+	int			rc = 0;
+
+	if (depth > 64)
+	{
+		jail_seterr(err, "the workspace is deeper than 64 directories");
+		return -1;
+	}
+	dir = fdopendir(dirfd);
+	if (!dir)
+	{
+		close(dirfd);
+		jail_seterr(err, "read the workspace: %s", strerror(errno));
+		return -1;
+	}
+	while (rc == 0 && (e = readdir(dir)) != NULL)
+	{
+		struct stat st;
+		int			sub;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (*left == 0)
+		{
+			jail_seterr(err, "the workspace has too many entries to give to the payload");
+			rc = -1;
+			break;
+		}
+		(*left)--;
+		if (fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (st.st_uid == 0 &&
+			fchownat(dirfd, e->d_name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+		{
+			jail_seterr(err, "chown %s in the workspace: %s", e->d_name, strerror(errno));
+			rc = -1;
+			break;
+		}
+		if (!S_ISDIR(st.st_mode))
+			continue;
+		sub = openat(dirfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub >= 0)
+			rc = gvisor_give_tree(sub, uid, gid, depth + 1, left, err);
+	}
+	closedir(dir);
+	return rc;
+}
+
+static int
+gvisor_give_workspace(const JailOptions *o, uid_t uid, gid_t gid, char *err)
+{
+	int			fd = open(o->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	uint64_t	left = o->workspace_entries;
+
+	if (fd < 0)
+	{
+		jail_seterr(err, "workspace %s: %s", o->workspace, strerror(errno));
+		return -1;
+	}
+	if (fchown(fd, uid, gid) < 0)
+	{
+		jail_seterr(err, "chown the workspace: %s", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return gvisor_give_tree(fd, uid, gid, 0, &left, err);
+}
+
+/*
  * The cloned child (see the header): go bytes, bundle, runsc, report.
  * Returns only into _exit.
  */
@@ -655,6 +766,8 @@ jail_gvisor_child_main(void *arg)
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	gvisor_close_inherited(a);
+	/* the bundle's modes are its own, whatever the caller's umask (077: a runner's) */
+	umask(022);
 	/* should the memory limit strike, the kernel picks us or runsc: never the jail */
 	(void) jail_write_file("/proc/self/oom_score_adj", "1000");
 
@@ -664,11 +777,13 @@ jail_gvisor_child_main(void *arg)
 		gvisor_fail(a, "the gvisor class needs a cgroup (runsc runs inside the run's; docs/jail.md)");
 
 	/* the workspace's owner is the payload's uid, as jail_outer_ids decides */
-	if (stat(a->opts->workspace, &st) == 0 && st.st_uid != 0)
+	if (lstat(a->opts->workspace, &st) == 0 && st.st_uid != 0)
 	{
 		uid = st.st_uid;
 		gid = st.st_gid != 0 ? st.st_gid : 65534;
 	}
+	else if (gvisor_give_workspace(a->opts, uid, gid, err) < 0)
+		gvisor_fail(a, err);
 	if (jail_loopback_up(err) < 0)
 		gvisor_fail(a, err);
 	if (a->egress_fd >= 0)
@@ -678,7 +793,9 @@ jail_gvisor_child_main(void *arg)
 		close(a->egress_fd);
 		a->egress_fd = -1;
 	}
-	if (init_path(init, sizeof(init), err) < 0 || gvisor_bundle(a, err) < 0 ||
+	/* the image's root opened again in our mount namespace (bind sources) */
+	if (init_path(init, sizeof(init), err) < 0 || jail_image_enter(err) < 0 ||
+		gvisor_bundle(a, err) < 0 ||
 		gvisor_write_spec(a, uid, gid, init, err) < 0)
 		gvisor_fail(a, err);
 

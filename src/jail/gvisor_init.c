@@ -18,6 +18,9 @@
  * the sandbox and everything the payload left behind (as the namespaced
  * sandbox's init does).
  *
+ * It also relays the payload's stdout and stderr from pipes of gVisor's
+ * own to the run's (see main).
+ *
  * Why a process of our own: `runsc run` exits with the container's exit
  * code, or 128+N for a signal N, and cannot tell exit 137 from SIGKILL;
  * the verdict must.  The payload cannot forge STATUS: it runs under
@@ -33,6 +36,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +83,55 @@ payload(uid_t uid, gid_t gid, char **argv)
 	_exit(127);
 }
 
+/* All of buf to fd (a host descriptor: gVisor may write it in parts). */
+static void
+write_all(int fd, const char *buf, size_t len)
+{
+	while (len > 0)
+	{
+		ssize_t		n = write(fd, buf, len);
+
+		if (n > 0)
+		{
+			buf += n;
+			len -= n;
+		}
+		else if (n < 0 && errno == EAGAIN)
+		{
+			struct pollfd p = {.fd = fd,.events = POLLOUT};
+
+			(void) poll(&p, 1, 1000);
+		}
+		else if (n < 0 && errno == EINTR)
+			continue;
+		else
+			return;				/* the jail is gone: nothing to keep */
+	}
+}
+
+/* What is in the pipe now (all of it when drain), on to fd; false at EOF. */
+static bool
+relay(int from, int to, bool drain)
+{
+	static char buf[65536];
+
+	for (;;)
+	{
+		ssize_t		n = read(from, buf, sizeof(buf));
+
+		if (n > 0)
+		{
+			write_all(to, buf, n);
+			if (!drain)
+				return true;
+		}
+		else if (n < 0 && errno == EINTR)
+			continue;
+		else
+			return n < 0 && errno == EAGAIN;
+	}
+}
+
 int
 main(int argc, char **argv)
 {
@@ -85,8 +139,13 @@ main(int argc, char **argv)
 	unsigned long uid,
 				gid;
 	int			statusfd;
+	int			outp[2],
+				errp[2];
+	bool		open_out = true,
+				open_err = true;
 	pid_t		pid;
 	int			st = 0;
+	bool		done = false;
 	char		line[32];
 	int			n;
 
@@ -112,26 +171,60 @@ main(int argc, char **argv)
 	if (statusfd < 0)
 		fail(argv[3]);
 
+	/*
+	 * The payload writes into pipes of gVisor's own, which this process
+	 * relays to the run's (the host's): a write to a host pipe inside
+	 * gVisor may return after part of it, and a program that does not
+	 * retry (Python -u) would lose the rest; a pipe of gVisor's blocks
+	 * until all of it is written, as on the host.
+	 */
+	if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0)
+		fail("pipe");
 	pid = fork();
 	if (pid < 0)
 		fail("fork");
 	if (pid == 0)
-		payload((uid_t) uid, (gid_t) gid, argv + 4);
-
-	/* reap everything until the payload itself ends */
-	for (;;)
 	{
-		int			s;
-		pid_t		w = wait(&s);
+		if (dup2(outp[1], 1) < 0 || dup2(errp[1], 2) < 0)
+			fail("dup2");
+		payload((uid_t) uid, (gid_t) gid, argv + 4);
+	}
+	close(outp[1]);
+	close(errp[1]);
+	fcntl(outp[0], F_SETFL, O_NONBLOCK);
+	fcntl(errp[0], F_SETFL, O_NONBLOCK);
 
-		if (w == pid)
-		{
-			st = s;
-			break;
-		}
-		if (w < 0 && errno != EINTR)
+	/*
+	 * Relay and reap everything until the payload itself ends; then what
+	 * its pipes still hold (whatever it left behind may hold them open:
+	 * the run ends with the payload, as a namespaced one does).
+	 */
+	while (!done)
+	{
+		struct pollfd p[2] = {{.fd = open_out ? outp[0] : -1,.events = POLLIN},
+		{.fd = open_err ? errp[0] : -1,.events = POLLIN}};
+		int			s;
+		pid_t		w;
+
+		(void) poll(p, 2, 50);
+		if (open_out && (p[0].revents & (POLLIN | POLLHUP)))
+			open_out = relay(outp[0], 1, false);
+		if (open_err && (p[1].revents & (POLLIN | POLLHUP)))
+			open_err = relay(errp[0], 2, false);
+		while ((w = waitpid(-1, &s, WNOHANG)) > 0)
+			if (w == pid)
+			{
+				st = s;
+				done = true;
+			}
+		if (w < 0 && errno == ECHILD && !done)
 			fail("wait");
 	}
+	if (open_out)
+		(void) relay(outp[0], 1, true);
+	if (open_err)
+		(void) relay(errp[0], 2, true);
+
 	n = snprintf(line, sizeof(line), "%d\n", st);
 	if (write(statusfd, line, n) != n || fsync(statusfd) < 0)
 		fail("write the status");

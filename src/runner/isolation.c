@@ -103,9 +103,15 @@ probe_gvisor(char *problem, size_t len)
 	{
 		const char *e = strstr(verdict, "\"setup_error\":\"");
 
-		snprintf(problem, len, "gvisor: a probe through the jail did not run: %.300s",
-				 e ? e + 15 : verdict[0] ? verdict : "no verdict");
-		problem[strcspn(problem, "\"")] = '\0';
+		/* its setup error (to its closing quote), else the whole verdict */
+		if (e)
+		{
+			snprintf(problem, len, "gvisor: a probe through the jail did not run: %.300s", e + 15);
+			problem[strcspn(problem + 8, "\"") + 8] = '\0';
+		}
+		else
+			snprintf(problem, len, "gvisor: a probe through the jail did not run: %.300s",
+					 verdict[0] ? verdict : "no verdict");
 	}
 	return ok;
 }

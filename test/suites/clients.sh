@@ -48,13 +48,15 @@ client_tenant() {		# name → "org ws model"
 	echo "$org $ws $model"
 }
 
-# Run a test program for tenants A and B, as the backend would.
+# Run a test program for tenants A and B, as the backend would (in a
+# subshell: it execs the program).
 as_backend() {			# tenantA tenantB cmd...
 	local org ws model orgb wsb rest
 	read -r org ws model <<<"$1"
 	read -r orgb wsb rest <<<"$2"
 	shift 2
-	env PGHOST="$CLUSTER_DIR" PGPORT="$PORT" PGDATABASE="$DB" PGUSER=clients_backend \
+	# exec: started with &, $! is the program itself (t_approver stops it by it)
+	exec env PGHOST="$CLUSTER_DIR" PGPORT="$PORT" PGDATABASE="$DB" PGUSER=clients_backend \
 		DATABASE_URL="postgresql://clients_backend@$(sed 's|/|%2F|g' <<<"$CLUSTER_DIR"):$PORT/$DB" \
 		SANDBOX_ORG="$org" SANDBOX_WORKSPACE="$ws" SANDBOX_MODEL="$model" \
 		SANDBOX_ORG_B="$orgb" SANDBOX_WORKSPACE_B="$wsb" "$@"
@@ -73,7 +75,7 @@ relay() {			# what min cmd...
 		"relay-exit-status="*) rc=${line#relay-exit-status=} ;;
 		*) echo "#   $line" ;;
 		esac
-	done < <("$@" 2>&1; echo "relay-exit-status=$?")
+	done < <(("$@") 2>&1; echo "relay-exit-status=$?")
 	check "$what: the program ended well, after at least $min checks" "0 1" "$rc $([ "$n" -ge "$min" ] && echo 1)"
 }
 
@@ -140,6 +142,7 @@ t_approver() {
 	relay approver 24 as_backend "$a" "$a" env APPROVER_URL="$url" node "$top/test/clients/approver.js"
 	kill "$approver_pid"
 	wait "$approver_pid" 2>/dev/null
+	check "the approver's server stops on SIGTERM" "" "$(ps -o pid= -p "$approver_pid")"
 	approver_pid=
 	sed -n '/sandbox-approver: [^h]/p' "$work/approver.log" | sed 's/^/#   /'
 }

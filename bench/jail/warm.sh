@@ -27,7 +27,12 @@
 # WARM_BENCH_BASE=/path/to/another/sandbox-jail runs a second launcher of
 # that binary beside the first, its samples interleaved with the first's
 # (each row alternates between the two), and adds its p50 and the ratio
-# base / this: a before/after in one run.
+# base / this: a before/after in one run.  WARM_BENCH_BASE_ARGS adds
+# options to that second launcher only: with WARM_BENCH_BASE set to the
+# same binary and WARM_BENCH_BASE_ARGS="--image /var/lib/sandbox-images/
+# data@..." (given to that launcher and to each request sent to it) the
+# base column is the same runs on the image's root and base/this is
+# image/host (docs/images.md, "Performance").
 set -u
 
 N=${1:-30}
@@ -71,10 +76,10 @@ df = pd.DataFrame({"k": ["a", "b", "a", "b"], "v": [1, 2, 3, 4]})
 print(df.groupby("k").sum())
 EOF
 
-# launch BINARY SOCKET: a launcher, its pid in LAUNCHED
+# launch BINARY SOCKET [EXTRA]: a launcher, its pid in LAUNCHED
 launch() {
 	# shellcheck disable=SC2086
-	"$1" --serve "$2" --pool 2 --warm-python 2 --warm-node 1 --quiet ${WARM_BENCH_LAUNCHER_ARGS:-} &
+	"$1" --serve "$2" --pool 2 --warm-python 2 --warm-node 1 --quiet ${WARM_BENCH_LAUNCHER_ARGS:-} ${3:-} &
 	LAUNCHED=$!
 	for _ in $(seq 1200); do [ -S "$2" ] && [ -f "$2.warm" ] && break; sleep 0.05; done
 	[ -f "$2.warm" ] || { echo "bench/jail/warm.sh: the launcher $1 did not start" >&2; exit 1; }
@@ -83,7 +88,7 @@ launch "$BIN" "$WORK/jail.sock"
 LAUNCHER=$LAUNCHED
 SIDES="$WORK/jail.sock"
 if [ -n "$BASE" ]; then
-	launch "$BASE" "$WORK/base.sock"
+	launch "$BASE" "$WORK/base.sock" "${WARM_BENCH_BASE_ARGS:-}"
 	LAUNCHER="$LAUNCHER $LAUNCHED"
 	SIDES="$SIDES $WORK/base.sock"
 fi
@@ -110,7 +115,10 @@ sample() {
 		[ "$other" = "$2" ] && continue
 		echo | SERVED_SETTLE_POOL=1 SERVED_SETTLE_ONLY=1 "$WORK/served-client" "$other" /bin/true - "$WORK/ws" >/dev/null
 	done
-	echo | SERVED_WARM=$warm SERVED_SETTLE_POOL=1 "$WORK/served-client" "$2" "$lang" "$file" "$WORK/ws"
+	local extra=
+	[ "$2" = "$WORK/base.sock" ] && extra=${WARM_BENCH_BASE_ARGS:-}
+	# shellcheck disable=SC2086
+	echo | SERVED_WARM=$warm SERVED_SETTLE_POOL=1 "$WORK/served-client" "$2" "$lang" "$file" "$WORK/ws" $extra
 }
 
 declare -A S
@@ -129,7 +137,7 @@ for ((i = 0; i < N; i++)); do
 done
 
 echo "# warm interpreters, request -> verdict through the launcher: N=$N, user $(id -un), kernel $(uname -r), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# this: $BIN${BASE:+; base: $BASE}"
+echo "# this: $BIN${BASE:+; base: $BASE ${WARM_BENCH_BASE_ARGS:-}}"
 if [ -n "$BASE" ]; then
 	printf '%-13s %8s %8s %8s %10s %9s %9s %10s\n' row p50 p90 p99 p50-shell p50/shell base_p50 base/this
 else

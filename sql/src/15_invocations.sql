@@ -283,11 +283,19 @@ CREATE TABLE agent.approval_requests (
 	created_at		timestamptz NOT NULL DEFAULT now(),
 	approved_egress_sha256 text,	-- the egress policy approved (47_egress.sql)
 	approved_image_digest text,		-- the image approved (46_images.sql)
+	-- An approval no person made (26_policies.sql): the policy
+	-- that made it and the conversation's allowance it used (the foreign
+	-- keys are added there); else why a person decides (a reason code).
+	approval_policy_id uuid,
+	allowance_id	uuid,
+	person_reason	text,
 	approved_isolation text,		-- the isolation class approved (49_isolation.sql)
 	FOREIGN KEY (invocation_id) REFERENCES agent.invocations (id),
 	CHECK ((status = 'approved') = (approved_code_sha256 IS NOT NULL)),
 	CHECK (approved_code_sha256 IS NULL OR approved_code_sha256 = code_sha256),
-	CHECK ((status = 'pending') = (decided_at IS NULL))
+	CHECK ((status = 'pending') = (decided_at IS NULL)),
+	CONSTRAINT approval_requests_policy_check
+		CHECK (approval_policy_id IS NULL OR (status = 'approved' AND person_reason IS NULL))
 );
 COMMENT ON TABLE agent.approval_requests IS 'the approval card of an invocation and its decision';
 CREATE INDEX approval_requests_pending_idx ON agent.approval_requests (expires_at)

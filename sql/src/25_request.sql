@@ -25,7 +25,7 @@
 CREATE TYPE agent.execution_request AS (
 	invocation_id	uuid,		-- NULL when denied
 	approval_id		uuid,		-- NULL when denied
-	status			text,		-- 'pending_approval', 'denied', or on a replay the invocation's state
+	status			text,		-- 'pending_approval', 'approved' (by the org's approval policy), 'denied', or on a replay the invocation's state
 	reason			text,		-- refusal reason code, NULL when allowed
 	sqlstate		text,		-- the SQLSTATE matching the refusal, NULL when allowed
 	replayed		boolean		-- true when an earlier request with the same idempotency key was returned
@@ -71,6 +71,16 @@ DECLARE
 	v_max_stored bigint;
 	v_pending	integer;
 	v_image		record;
+	v_policy	boolean := false;	-- the org has an approval policy beyond every_run
+	-- its decision (26_policies.sql): why a person decides (NULL:
+	-- the policy approves), the policy, the allowance, the egress hash it
+	-- judged and the approval.auto event's details
+	v_person	text := 'every_run';
+	v_auto_policy uuid;
+	v_auto_allowance uuid;
+	v_auto_egress text;
+	v_auto_event jsonb;
+	v_status	text := 'pending_approval';
 	v_isolation text;			-- the run's isolation class (49_isolation.sql)
 	r			agent.execution_request;
 BEGIN
@@ -263,18 +273,38 @@ BEGIN
 		-- the org's previous holder committed), then the usage row, read
 		-- with the org's pending cards.  (Inline: the request path's
 		-- cost, docs/control-plane.md "Performance notes".)
+		-- The same statement reads whether the org has an approval policy
+		-- beyond every_run: read under the head, which every change of a
+		-- policy or an allowance takes first, so a revocation committed
+		-- before is seen and one after waits for this request's commit.
 		PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = v_org FOR UPDATE;
 		SELECT u.stored_bytes,
 			   (SELECT count(*)::integer FROM agent.approval_requests a
-				 WHERE a.org_id = v_org AND a.status = 'pending' AND a.expires_at > now())
-		  INTO v_stored, v_pending
+				 WHERE a.org_id = v_org AND a.status = 'pending' AND a.expires_at > now()),
+			   EXISTS (SELECT 1 FROM agent.approval_policies p
+						WHERE p.org_id = v_org AND p.ended_at IS NULL AND p.mode <> 'every_run')
+		  INTO v_stored, v_pending, v_policy
 		  FROM agent.org_usage u WHERE u.org_id = v_org
 		   FOR NO KEY UPDATE OF u;
 		IF NOT FOUND THEN		-- an old org without its usage row
 			SELECT l.stored_bytes INTO v_stored FROM agent._lock_storage(v_org) l;
-			SELECT count(*)::integer INTO v_pending
+			SELECT count(*)::integer,
+				   EXISTS (SELECT 1 FROM agent.approval_policies p
+							WHERE p.org_id = v_org AND p.ended_at IS NULL AND p.mode <> 'every_run')
+			  INTO v_pending, v_policy
 			  FROM agent.approval_requests a
 			 WHERE a.org_id = v_org AND a.status = 'pending' AND a.expires_at > now();
+		END IF;
+		-- The approval policy's decision (26_policies.sql): a
+		-- request it approves stores its approval.auto event too.
+		IF v_policy THEN
+			SELECT d.person_reason, d.policy_id, d.allowance_id, d.egress_sha256, d.event
+			  INTO v_person, v_auto_policy, v_auto_allowance, v_auto_egress, v_auto_event
+			  FROM agent._approval_decision(v_org, agent, conversation, language, v_image.name,
+											v_image.digest, wall_time_s, memory_mb, v_appr, v_sha) d;
+			IF v_person IS NULL THEN
+				v_need := v_need + agent._audit_event_bytes(v_auto_event, 'policy');
+			END IF;
 		END IF;
 		v_max_stored := v_ctx.max_stored;
 		IF v_pending >= v_ctx.max_pending THEN
@@ -336,16 +366,19 @@ BEGIN
 			RETURNING invocations.code_sha256)	-- set by the trigger
 	INSERT INTO agent.approval_requests (id, invocation_id, org_id, workspace_id, status,
 										 code_sha256, language, runtime, risk_level,
-										 requested_by, expires_at)
+										 requested_by, expires_at, person_reason)
 		SELECT v_appr, v_inv, v_org, workspace, 'pending', inv.code_sha256, language,
-			   v_runtime, 'high', requested_by, now() + v_ctx.approval_timeout
+			   v_runtime, 'high', requested_by, now() + v_ctx.approval_timeout,
+			   v_person
 		  FROM inv
 		RETURNING approval_requests.code_sha256 INTO v_sha;
 	-- Its bytes (the event's are counted by the append itself), then the
 	-- event with the hash the card holds (the one computed above: the
 	-- trigger derives the same) and, in the same query, the approvers of
 	-- the workspace learn of the card at commit (on the workspace's
-	-- channel, 28_approvals.sql; the payload is the card's id).
+	-- channel, 28_approvals.sql; the payload is the card's id), unless
+	-- the approval policy approves it: then it does, here (its event
+	-- after this one, and the runners' wake-up at commit).
 	UPDATE agent.org_usage u
 	   SET stored_bytes = u.stored_bytes + agent._request_bytes(code, description, idempotency_key),
 		   updated_at = now()
@@ -355,12 +388,18 @@ BEGIN
 		(SELECT pg_catalog.pg_notify('sandbox_approvals_' || pg_catalog.replace(c.token::text, '-', ''),
 									 v_appr::text)
 		   FROM agent.workspace_channels c
-		  WHERE c.workspace_id = request_execution.workspace);
+		  WHERE c.workspace_id = request_execution.workspace
+			AND v_person IS NOT NULL);
+	IF v_person IS NULL
+	   AND agent._approve_by_policy(v_inv, v_appr, v_auto_policy, v_auto_allowance,
+									v_auto_egress, v_auto_event) THEN
+		v_status := 'approved';
+	END IF;
 	IF NOT agent.supervisor_available() THEN
 		RAISE NOTICE 'no supervisor is running in this cluster'
 			USING HINT = 'Nothing will run until sandbox_ext is in shared_preload_libraries.';
 	END IF;
-	r := ROW(v_inv, v_appr, 'pending_approval', NULL, NULL, false);
+	r := ROW(v_inv, v_appr, v_status, NULL, NULL, false);
 	RETURN r;
 END
 $$;

@@ -431,7 +431,8 @@ BEGIN
 		BEGIN
 			-- The row, with what its code is checked against below, in one
 			-- statement: the hash its approval card holds and the hash the
-			-- audit trail recorded at approval (a change of the card and
+			-- audit trail recorded at approval (a person's approval.approved
+			-- or an approval policy's approval.auto; a change of the card and
 			-- the code together, bypassing every trigger, still disagrees
 			-- with the chain, which is anchored outside the database).
 			-- Both were written by the approval's transaction, committed
@@ -443,7 +444,8 @@ BEGIN
 					   AND a.status = 'approved') AS approved,
 				   (SELECT e.details ->> 'code_sha256'
 					  FROM agent.audit_events e
-					 WHERE e.invocation_id = i.id AND e.event_type = 'approval.approved'
+					 WHERE e.invocation_id = i.id
+					   AND e.event_type IN ('approval.approved', 'approval.auto')
 					 ORDER BY e.id DESC LIMIT 1) AS audited
 			  INTO v_row
 			  FROM agent.invocations i
@@ -486,8 +488,10 @@ BEGIN
 
 			-- A run on an image goes only to a runner holding the digest its
 			-- approval covers (46_images.sql; a digest the approval does
-			-- not cover raises: the row fails below, uncharged).
+			-- not cover raises: the row fails below, uncharged); one with
+			-- secrets only to a runner holding their keys (48_secrets.sql).
 			CONTINUE WHEN NOT agent._image_claimable(r, runner);
+			CONTINUE WHEN NOT agent._secrets_claimable(r, runner);
 			-- ... and in its isolation class, only to a runner that runs it
 			-- (49_isolation.sql; a class the approval does not cover raises).
 			CONTINUE WHEN NOT agent._isolation_claimable(r, runner);

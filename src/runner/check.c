@@ -363,6 +363,30 @@ check_images(void)
 	files_remove_dir(dir);
 }
 
+/*
+ * The secrets key file, when one is set: readable by us and holding keys
+ * (docs/secrets.md).  Unset is fine: runs with secrets go to other runners.
+ */
+static void
+check_secrets(void)
+{
+	const char *why;
+	int			n;
+
+	if (runner_conf.secrets_key_file[0] == '\0')
+	{
+		report("ok", "secrets keys", psprintf("none (%s is not set): runs with secrets go to other runners",
+											   runner_setting_name("secrets_key_file")), NULL);
+		return;
+	}
+	why = secrets_check(&n);
+	if (why != NULL)
+		report("FAIL", "secrets keys", psprintf("\"%s\": %s", runner_conf.secrets_key_file, why),
+			   "Create one with sandbox-secret keygen, readable only by the runner's user (docs/secrets.md).");
+	else
+		report("ok", "secrets keys", psprintf("%d in \"%s\"", n, runner_conf.secrets_key_file), NULL);
+}
+
 static void
 check_work_dir(void)
 {
@@ -536,6 +560,7 @@ runner_check(void)
 	check_jail_and_cgroups();
 	check_isolation();
 	check_images();
+	check_secrets();
 	check_work_dir();
 	check_run_dir();
 	check_name();

@@ -408,6 +408,9 @@ extern void jail_close(Run *run);
 extern bool secrets_add(Run *run, const char *name, const char *content, size_t len, char **err);
 extern int	secrets_memfd(Run *run, char **err);
 extern void secrets_wipe(Run *run);
+extern void secrets_registered(void);
+extern bool secrets_report(void);
+extern const char *secrets_check(int *nkeys);
 
 /* ---- output.c ---- */
 extern void output_read(Run *run, int stream);

@@ -159,6 +159,7 @@ step_register(void)
 		me.registered = true;
 		me.refused[0] = '\0';
 		images_registered();	/* a new registration hears our images anew */
+		secrets_registered();
 		isolation_registered(); /* ... and our isolation classes */
 		me.renewed_at = sent;
 		me.next_heartbeat = runner_now_ms() + me.heartbeat_ms;

@@ -27,14 +27,15 @@ if [ "$(id -u)" != 0 ] || [ ! -x "$BIN" ] || [ ! -x "$RUNSC" ]; then
 fi
 
 WORK=$(mktemp -d /tmp/gvbench.XXXXXX)
+chmod 0755 "$WORK"		# the namespaced sandbox opens the workspace as its own uid
 trap 'rm -rf "$WORK"' EXIT
-mkdir "$WORK/ws"
+mkdir "$WORK/ws" "$WORK/bare"
 chown 65534:65534 "$WORK/ws"
-cat > "$WORK/pandas.py" <<'PY'
+cat > "$WORK/job.py" <<'PY'
 import pandas as pd, numpy as np
 df = pd.DataFrame({"k": np.arange(100000) % 97, "v": np.arange(100000, dtype=float)})
 g = df.groupby("k")["v"].agg(["sum", "mean", "count"])
-g.to_csv("/workspace/out.csv" if __import__("os").path.isdir("/workspace") else "out.csv")
+g.to_csv("out.csv")		# the working directory: /workspace in a sandbox
 print(len(g), round(g["sum"].sum()))
 PY
 
@@ -46,7 +47,7 @@ now_ms() { echo $(( ${EPOCHREALTIME/./} / 1000 )); }
 timed() {
 	local t0 t1
 	t0=$(now_ms)
-	if "$@" >/dev/null 2>&1; then
+	if "$@" >/dev/null 2>"$WORK/last.err"; then
 		t1=$(now_ms)
 		echo $((t1 - t0))
 	else
@@ -64,12 +65,12 @@ row() {		# name bare-cmd... -- jail-args...
 	shift
 	args=("$@")
 	for i in $(seq 1 "$N"); do
-		b+=("$(cd "$WORK" && timed "${bare[@]}")")
+		b+=("$(cd "$WORK/bare" && timed "${bare[@]}")")
 		ns+=("$(timed jail "${args[@]}")")
 		gv+=("$(timed jail --isolation gvisor "${args[@]}")")
 	done
 	for x in "${b[@]}" "${ns[@]}" "${gv[@]}"; do
-		[ "$x" = FAIL ] && { echo "$name: a run failed (bare: ${b[*]}; namespaces: ${ns[*]}; gvisor: ${gv[*]})"; return; }
+		[ "$x" = FAIL ] && { echo "$name: a run failed (bare: ${b[*]}; namespaces: ${ns[*]}; gvisor: ${gv[*]}): $(tail -c 300 "$WORK/last.err")"; return; }
 	done
 	local mb mn mg
 	mb=$(echo "${b[*]}" | median)
@@ -80,4 +81,4 @@ row() {		# name bare-cmd... -- jail-args...
 }
 
 row start /bin/true -- --exec /bin/true
-row pandas /usr/bin/python3 "$WORK/pandas.py" -- --language python --code-file "$WORK/pandas.py"
+row pandas /usr/bin/python3 "$WORK/job.py" -- --language python --code-file "$WORK/job.py"

@@ -158,6 +158,24 @@ l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(1)
 c = socket.create_connection(l.getsockname(), timeout=3); a, _ = l.accept()
 c.sendall(b"ping"); print("loopback", a.recv(4).decode())' "${GV[@]}"
 	t "no network: 1.1.1.1, the host's unix and abstract sockets fail; loopback works" 'out_has "inet failed" && out_has "unix failed" && out_has "abstract failed" && ! out_has CONNECTED && out_has "loopback ping"'
+	# egress: the proxy at 127.0.0.1:3128 as in a namespaced run, and nothing else
+	if [ -x "$ROOT/src/egress/sandbox-egress" ]; then
+		printf 'sandbox-egress/1\nrule exact host allowed.test 443\n' > "$WORK/gv-policy"
+		rm -f "$WORK/gv-egress.log"
+		jr root python 'import os, socket
+print("proxy", os.environ.get("HTTPS_PROXY"))
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(b"CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n")
+print("said", s.recv(200).split(b"\r\n")[0].decode())
+try:
+    socket.create_connection(("1.1.1.1", 80), timeout=3); print("direct CONNECTED")
+except OSError as e:
+    print("direct failed", e.errno)' --egress-policy "$WORK/gv-policy" --egress-log "$WORK/gv-egress.log" \
+			--egress-proxy "$ROOT/src/egress/sandbox-egress" "${GV[@]}"
+		t "egress: the proxy on 127.0.0.1:3128 refuses a host off the list and logs it; no other way out" 'out_has "^proxy http://127.0.0.1:3128" && out_has "said HTTP/1.1 403" && out_has "direct failed" && ! out_has CONNECTED && grep -q "\"host\":\"evil.test\".*\"decision\":\"denied\"" "$WORK/gv-egress.log" && [ "$(v egress_denied)" = 1 ]'
+	else
+		echo "# gvisor: skip: egress (no src/egress/sandbox-egress built)"
+	fi
 	SECRET_TOKEN=hunter2 jr root python 'import os; print(sorted(os.listdir("/proc/self/fd"))); print(sum("hunter2" in v for v in os.environ.values())); print("PATH" in os.environ)' "${GV[@]}" 7</etc/hostname
 	t "environment scrubbed, no inherited descriptors" '[ "$(sed -n 1p "$WORK/out")" = "['"'0', '1', '2', '3'"']" ] && [ "$(sed -n 2p "$WORK/out")" = 0 ] && [ "$(sed -n 3p "$WORK/out")" = True ]'
 

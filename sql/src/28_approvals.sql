@@ -138,7 +138,7 @@ BEGIN
 													  'egress_sha256', v_egress,
 													  'image', v_inv.image_name,
 													  'image_digest', v_inv.image_digest))),
-			agent._wake_supervisor();
+			agent._wake_runners(v_card.invocation_id);
 	-- The approval's event counts against the org's storage: past the
 	-- quota the approval is refused (53400) and rolled back (the claim
 	-- would refuse to start the run anyway).  A denial, an expiry, a

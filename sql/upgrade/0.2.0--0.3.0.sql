@@ -167,3 +167,9 @@ CREATE TABLE agent.secrets (
 	CONSTRAINT secrets_org_name UNIQUE (org_id, name)
 );
 CREATE INDEX secrets_rule_idx ON agent.secrets (rule_id);
+
+-- Branch heart (issue 29), 40_supervisor.sql: the finish's locks after the
+-- invocation's own row, which its caller locks (one locking order).
+DROP FUNCTION agent._lock_for_finish(uuid);
+-- 42_claim.sql: the claim's refusals are agent._claim_refuse's.
+DROP FUNCTION agent._refuse_unfunded(agent.invocations);

@@ -167,7 +167,7 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
 				 ORDER BY 1),
 		  ARRAY['agent.runner_append_output(uuid,uuid,uuid,text,text)',
 				'agent.runner_cancel_requested(uuid,uuid[])',
-				'agent.runner_claim(uuid,uuid,integer)',
+				'agent.runner_claim(uuid,uuid,integer,uuid)',
 				'agent.runner_finish(uuid,uuid,uuid,text,integer,text,boolean,boolean,bigint,integer,text)',
 				'agent.runner_heartbeat(uuid,uuid,integer,uuid[],integer)',
 				'agent.runner_live_sessions(uuid)',
@@ -380,7 +380,7 @@ SELECT is(pg_temp.claim('tap-a', 1), 'x1', 'runner a claims one run');
 SET SESSION AUTHORIZATION tap_runner_b;
 SELECT is(pg_temp.claim('tap-b', 5), 'x2', 'runner b claims the other (never the same row)');
 RESET SESSION AUTHORIZATION;
-SELECT is((SELECT string_agg(format('%s:%s:%s', i.idempotency_key, r.name, i.lease_token = c.token), ',' ORDER BY 1)
+SELECT is((SELECT string_agg(format('%s:%s:%s', i.idempotency_key, r.name, i.lease_token = c.token), ',' ORDER BY i.idempotency_key)
 			 FROM agent.invocations i JOIN agent.runners r ON r.id = i.runner_id JOIN cl c ON c.id = i.id
 			WHERE i.org_id = 'e1000000-0000-4000-8000-00000000000a'),
 		  'x1:tap-a:t,x2:tap-b:t', 'each claimed row carries its runner and the token it returned');

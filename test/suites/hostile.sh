@@ -423,6 +423,8 @@ t_delete_files() {
 	s1=$(field "$inv" session_id)
 	stored0=$(($(stored) - 13))
 	check "a conversation's file is in its session's workspace" "succeeded|secret2" "$(field "$inv" state)|$(output "$inv")"
+	# (so that "deleted" below is about a workspace that was there)
+	check "... which is on disk" present "$([ -d "$WORK/sessions/$s1" ] && echo present || echo gone)"
 	last=$(q -c "SELECT max(id) FROM agent.audit_events WHERE org_id = '$org'")
 	freed=$(tq "$org" "$ws" "SELECT agent.delete_file('$conv', 'gone.txt', 'requester');" | tail -n 1)
 	# (less the audit events of the deletion, which count: issue 27)
@@ -492,6 +494,7 @@ t_session_disk_budget() {
 	s1=$(field "$inv" session_id)
 	check "a session workspace records what it holds" t \
 		"$(q -c "SELECT disk_bytes >= 300000 FROM agent.sessions WHERE id = '$s1'")"
+	check "... and its workspace is on disk" present "$([ -d "$WORK/sessions/$s1" ] && echo present || echo gone)"
 	run "$A" shell 'echo other' "$c2" >/dev/null
 	check "past the org's session disk budget, the least recently used session ends" "ended|disk_budget" \
 		"$(q -c "SELECT state || '|' || end_reason FROM agent.sessions WHERE id = '$s1'")"

@@ -110,18 +110,20 @@ GRANT SELECT ON agent.invocation_output TO agent_backend, agent_auditor;
 -- A run's life in the database, one named function per step, each fenced
 -- on the state it expects:
 --
---   _claim_invocations(n)    approved -> provisioning, charged (fair across
---                            orgs, within each org's limits)
+--   _claim_invocations(runner, n)  approved -> provisioning, charged and
+--                            leased (42_claim.sql: fair across orgs, within
+--                            each org's limits, through agent._claim_gate)
 --   _prepare_invocation(id)  what to put in the workspace before the start
 --   _mark_running(id, pid)   provisioning -> running
 --   _append_output(id, ...)  one chunk of output
 --   _store_produced_file(..) one file the run left behind (staged)
---   _finish_invocation(id, verdict, ...)
---                            stage the result, then apply it: -> a final
---                            state by the one billing rule
+--   _apply_run_result(..)    a result applied: -> a final state by the one
+--                            billing rule (agent.runner_finish; or a staged
+--                            one, agent._apply_result)
 --   _finish_pending(n)       apply results staged earlier (a lock was held)
---   _supervisor_recover()    after a restart: every row still in flight
---                            gets a result ("ours failed") and is applied
+--   _supervisor_recover()    at the supervisor's start: the rows an
+--                            in-database supervisor of 0.2.0 left in flight
+--                            (no runner) get a result ("ours failed")
 --
 -- Locks.  A backend acting for one tenant can hold row locks through the
 -- API for as long as its transaction lasts (an approval holds the org's
@@ -372,15 +374,6 @@ BEGIN
 						 'supervisor', jsonb_build_object('language', r.language));
 	RETURN true;
 END
-$$;
-
--- Of these invocations, the ones someone asked to cancel.
-CREATE FUNCTION agent._cancel_requested(invocations uuid[]) RETURNS SETOF uuid
-	LANGUAGE sql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
-AS $$
-	SELECT i.id FROM agent.invocations i
-	 WHERE i.id = ANY (invocations) AND i.cancel_requested_at IS NOT NULL
 $$;
 
 -- Append one chunk of output and announce it.  Fenced: nothing (NULL) once
@@ -785,35 +778,6 @@ BEGIN
 END
 $$;
 
--- Finish an invocation from the jail's verdict: stage the result (first
--- result wins; written without touching tenant rows, so this part never
--- waits) and apply it at once if it can be.  `error` (or a verdict with
--- setup_error, or no verdict at all) is a failure of ours: refunded.
--- Files the run produced were staged before with agent._store_produced_file().
--- Returns the final state, or NULL when the result stays staged.
-CREATE FUNCTION agent._finish_invocation(invocation uuid, verdict text, jail_status integer,
-										 error text, spawned boolean,
-										 truncated boolean DEFAULT false,
-										 workspace_bytes bigint DEFAULT NULL,
-										 workspace_entries integer DEFAULT NULL,
-										 workspace_reset text DEFAULT NULL)
-	RETURNS text
-	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent, pg_temp
-AS $$
-BEGIN
-	IF invocation IS NULL THEN
-		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	INSERT INTO agent.run_results (invocation_id, verdict, jail_status, error, spawned, truncated,
-								   workspace_bytes, workspace_entries, workspace_reset)
-	VALUES (invocation, verdict, jail_status, error, coalesce(spawned, false),
-			coalesce(truncated, false), workspace_bytes, workspace_entries, workspace_reset)
-	ON CONFLICT (invocation_id) DO NOTHING;
-	RETURN agent._try_apply(invocation);
-END
-$$;
-
 -- Apply results staged earlier, oldest first, at most max_rows (NULL: all).
 -- Returns how many are still staged.
 CREATE FUNCTION agent._finish_pending(max_rows integer DEFAULT NULL) RETURNS integer
@@ -1093,13 +1057,11 @@ COMMENT ON FUNCTION agent._supervisor_status() IS
 
 REVOKE ALL ON FUNCTION agent._mark_running(uuid, integer),
 	agent._append_output(uuid, text, text),
-	agent._finish_invocation(uuid, text, integer, text, boolean, boolean, bigint, integer, text),
 	agent._finish_pending(integer), agent._try_apply(uuid), agent._apply_result(uuid),
 	agent._apply_run_result(agent.invocations, agent.run_results, boolean),
 	agent._apply_failure(uuid, text), agent._lock_for_finish(agent.invocations),
 	agent._lock_invocation(uuid),
 	agent._prepare_invocation(uuid, boolean), agent._skill_files(uuid), agent._produced_caps(),
-	agent._cancel_requested(uuid[]),
 	agent._supervisor_recover(), agent._record_tool_call(agent.invocations),
 	agent._write_tool_call(agent.invocations, text), agent._output_preview(text, integer),
 	agent._refund_and_audit(agent.invocations, text),

@@ -66,10 +66,8 @@ $$;
 --                         would be kept past it): the claim ends the row,
 --                         nothing ran, nothing charged
 --   image_not_held        it runs on an image whose digest this runner does
---                         not hold (a digest its approval does not cover
---                         raises: the claim fails the row, uncharged); for
---                         the fleet, no live active runner with slots holds
---                         it (46_images.sql)
+--                         not hold; for the fleet, no live active runner
+--                         with slots holds it (46_images.sql)
 --   conversation_busy     a run of its conversation is in flight, or an
 --                         earlier one is approved (runs of a conversation
 --                         are serial, in approval order)
@@ -102,7 +100,10 @@ BEGIN
 		WHEN coalesce(b.balance, 0) < p.credits_per_invocation THEN 'insufficient_credits'
 		WHEN (agent._storage_exhausted(r.org_id)).exhausted THEN 'storage_quota_exhausted'
 		WHEN (r.image_digest IS NOT NULL OR r.image_name IS NOT NULL)
-			 AND CASE WHEN runner IS NOT NULL THEN NOT agent._image_claimable(r, runner)
+			 AND CASE WHEN runner IS NOT NULL
+					  THEN NOT EXISTS (SELECT 1 FROM agent.runner_images ri
+										WHERE ri.runner_id = runner AND ri.name = r.image_name
+										  AND ri.digest = r.image_digest)
 					  ELSE agent._image_wait(r.image_name, r.image_digest) IS NOT NULL END
 			THEN 'image_not_held'
 		WHEN r.conversation_id IS NOT NULL
@@ -209,7 +210,7 @@ END
 $$;
 
 -- Move the claimable invocation r (approved, locked with its org's audit
--- head and conversation) to provisioning for `runner` (NULL: no lease):
+-- head and conversation) to provisioning for `runner`:
 -- charged, its session attached (fresh: its workspace is new), leased.
 -- claimed is its id, or NULL when the balance does not cover it after all
 -- (a charge of another claim committed meanwhile): then it is refused.
@@ -235,10 +236,8 @@ BEGIN
 	UPDATE agent.invocations i
 	   SET state = 'provisioning', provisioned_at = now(), credits_charged = v_price,
 		   session_id = v_session, session_generation = v_gen,
-		   runner_id = runner,
-		   lease_token = CASE WHEN runner IS NOT NULL THEN gen_random_uuid() END,
-		   lease_expires_at = CASE WHEN runner IS NOT NULL
-								   THEN clock_timestamp() + agent._runner_lease() END
+		   runner_id = runner, lease_token = gen_random_uuid(),
+		   lease_expires_at = clock_timestamp() + agent._runner_lease()
 	 WHERE i.id = r.id
 	RETURNING i.id,
 			  EXISTS (SELECT 1 FROM agent.agent_skills s WHERE s.agent_id = i.agent_id)
@@ -246,10 +245,7 @@ BEGIN
 	PERFORM agent._audit(r.org_id, r.workspace_id, 'credits.charged', r.id, 'supervisor',
 						 jsonb_build_object('amount', v_price));
 	PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provisioned', r.id, 'supervisor',
-						 jsonb_build_object('credits_charged', v_price)
-						 || CASE WHEN runner IS NOT NULL
-								 THEN jsonb_build_object('runner_id', runner)
-								 ELSE '{}'::jsonb END);
+						 jsonb_build_object('credits_charged', v_price, 'runner_id', runner));
 END
 $$;
 
@@ -336,6 +332,9 @@ BEGIN
 				RETURN;
 			END IF;
 		END IF;
+		-- An image digest its approval does not cover raises (46_images.sql):
+		-- the row fails below, uncharged.
+		PERFORM agent._image_claimable(r, runner);
 		reason := agent._claim_gate(r, runner);
 		IF reason IS NULL AND NOT may_take THEN
 			reason := 'claimable';
@@ -374,12 +373,12 @@ $$;
 
 -- ---- the claim ---------------------------------------------------------------
 
--- Claim up to max_rows approved invocations: each one the gate lets
--- through is charged and moved to provisioning, in the runner's short
--- claim transaction, which commits before any jail starts.  With `runner`
--- (agent.runner_claim passes it), each claimed row is leased to that
--- runner: runner_id, a fresh lease_token and lease_expires_at, returned
--- with the row.
+-- Claim up to max_rows approved invocations for `runner` (agent.runner_claim
+-- checked its identity and counted its free slots): each one the gate lets
+-- through is charged, moved to provisioning and leased to the runner
+-- (runner_id, a fresh lease_token and lease_expires_at, returned with the
+-- row), in the runner's short claim transaction, which commits before any
+-- jail starts.
 --
 -- Fairness.  Each org has at most its limit (agent._org_run_limit, and a
 -- workspace its own) in flight, counted on every host together, and the
@@ -401,8 +400,7 @@ $$;
 -- a call, without taking a slot, each on the balance as it is, under the
 -- balance row's lock (a grant may be committing right now: funded after
 -- all, a later claim takes it).
-CREATE FUNCTION agent._claim_invocations(max_rows integer, runner uuid DEFAULT NULL,
-										 notified uuid DEFAULT NULL)
+CREATE FUNCTION agent._claim_invocations(max_rows integer, runner uuid, notified uuid)
 	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
 				   fresh_session boolean, has_skills boolean, lease_token uuid,
@@ -421,6 +419,8 @@ BEGIN
 	IF max_rows IS NULL OR max_rows < 0 THEN
 		RAISE EXCEPTION 'max_rows must be a non-negative number' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
+	-- (runs are claimed by runners only: agent.runner_claim passes its own)
+	ASSERT runner IS NOT NULL, 'agent._claim_invocations needs the claiming runner';
 	v_live_since := now() - agent._runner_lease();
 
 	IF notified IS NOT NULL AND max_rows > 0 THEN
@@ -498,7 +498,7 @@ BEGIN
 										  JOIN agent.runners rn ON rn.id = s.runner_id
 										 WHERE s.conversation_id = u.conversation_id
 										   AND s.state = 'active'
-										   AND s.runner_id IS DISTINCT FROM runner
+										   AND s.runner_id <> runner
 										   AND rn.state = 'active'
 										   AND rn.last_heartbeat >= v_live_since))))
 		SELECT k.id, k.org_id

@@ -1122,7 +1122,7 @@ END
 $$;
 
 -- Of these invocations, the ones this runner holds that someone asked to
--- cancel (agent._cancel_requested, for this runner's only).
+-- cancel (its own runs only).
 CREATE FUNCTION agent.runner_cancel_requested(runner uuid, invocations uuid[]) RETURNS SETOF uuid
 	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER
@@ -1139,7 +1139,7 @@ END
 $$;
 
 -- The sessions whose workspace this runner keeps: every other workspace
--- directory on its host may go (agent._live_session_ids, for one runner).
+-- directory on its host may go.
 CREATE FUNCTION agent.runner_live_sessions(runner uuid) RETURNS SETOF uuid
 	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER
@@ -1156,7 +1156,7 @@ $$;
 
 -- The skill versions this runner may keep materialised: those of the
 -- agents of its runs in flight and of its live sessions (its own work
--- only; agent._skill_ids_in_use, for one runner).
+-- only).
 CREATE FUNCTION agent.runner_skills_in_use(runner uuid) RETURNS SETOF uuid
 	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER

@@ -364,7 +364,7 @@ BEGIN
 		RAISE EXCEPTION 'invocation % has no card its approval policy approved', invocation;	-- a bug of ours
 	END IF;
 	PERFORM agent._audit(v.org_id, v.workspace_id, 'approval.auto', invocation, 'policy', event),
-			agent._wake_supervisor();
+			agent._wake_runners(invocation);
 END
 $$;
 

@@ -164,6 +164,9 @@ CREATE TABLE agent.invocations (
 	-- bound to the approval, claimed only by a runner holding the digest)
 	image_name		text,
 	image_digest	text,
+	-- its isolation class (49_isolation.sql: set when it is requested,
+	-- frozen, bound to the approval, claimed only by a runner that runs it)
+	isolation		text NOT NULL DEFAULT 'namespaces' CHECK (isolation IN ('namespaces', 'gvisor')),
 	CONSTRAINT invocations_image_check CHECK ((image_name IS NULL) = (image_digest IS NULL)),
 	FOREIGN KEY (org_id, workspace_id, agent_id)
 		REFERENCES agent.agents (org_id, workspace_id, id),
@@ -286,6 +289,7 @@ CREATE TABLE agent.approval_requests (
 	approval_policy_id uuid,
 	allowance_id	uuid,
 	person_reason	text,
+	approved_isolation text,		-- the isolation class approved (49_isolation.sql)
 	FOREIGN KEY (invocation_id) REFERENCES agent.invocations (id),
 	CHECK ((status = 'approved') = (approved_code_sha256 IS NOT NULL)),
 	CHECK (approved_code_sha256 IS NULL OR approved_code_sha256 = code_sha256),

@@ -82,6 +82,7 @@ DECLARE
 	v_auto_event jsonb;
 	v_auto		boolean;	-- the card was written approved by the policy
 	v_status	text := 'pending_approval';
+	v_isolation text;			-- the run's isolation class (49_isolation.sql)
 	r			agent.execution_request;
 BEGIN
 	---- Arguments: errors, nothing written ----
@@ -184,6 +185,9 @@ BEGIN
 	-- The image (46_images.sql): the request's, else the agent's, else
 	-- host (NULLs); a refusal is decided below, in the IAM order.
 	SELECT * INTO v_image FROM agent._image_choose(v_org, agent, image);
+	-- The isolation class: the strictest of the plan's, the org's and the
+	-- agent's (49_isolation.sql).
+	v_isolation := agent._isolation_choose(v_org, agent);
 
 	---- Idempotency: the same key returns the same invocation ----
 	IF idempotency_key IS NOT NULL THEN
@@ -259,7 +263,9 @@ BEGIN
 										'approval_id', v_appr)
 			|| CASE WHEN v_image.name IS NOT NULL
 					THEN jsonb_build_object('image', v_image.name, 'image_digest', v_image.digest)
-					ELSE '{}'::jsonb END;
+					ELSE '{}'::jsonb END
+			|| CASE WHEN v_isolation <> 'namespaces'
+					THEN jsonb_build_object('isolation', v_isolation) ELSE '{}'::jsonb END;
 		v_need := agent._request_bytes(code, description, idempotency_key)
 				  + agent._audit_event_bytes(v_details, requested_by);
 		-- The two counts, exact under the org's storage locks (header),
@@ -352,8 +358,8 @@ BEGIN
 	-- with the invocation; the card holds the hash the trigger derived.
 	-- When the approval policy approves the request (v_person NULL), the
 	-- card is written approved by it, exactly as approve() leaves a card
-	-- (the code's hash, the invocation's egress hash and image digest
-	-- bound), fenced on the egress hash the decision judged: a run whose
+	-- (the code's hash, the invocation's egress hash, image digest and
+	-- isolation class bound), fenced on the egress hash the decision judged: a run whose
 	-- frozen egress policy is another one (it cannot be while the request
 	-- holds the org's audit head; should it be) is left pending for a
 	-- person (egress_changed).  agent._approve_by_policy then approves
@@ -362,25 +368,27 @@ BEGIN
 		INSERT INTO agent.invocations (id, org_id, workspace_id, agent_id, conversation_id,
 									   requested_by, language, code, code_sha256, description,
 									   idempotency_key, state, approval_id, wall_time_s, memory_mb,
-									   image_name, image_digest)
+									   image_name, image_digest, isolation)
 			VALUES (v_inv, v_org, workspace, agent, conversation, requested_by, language, code,
 					NULL, description, idempotency_key, 'pending_approval', v_appr,
-					wall_time_s, memory_mb, v_image.name, v_image.digest)
+					wall_time_s, memory_mb, v_image.name, v_image.digest, v_isolation)
 			RETURNING invocations.code_sha256, invocations.egress_sha256,	-- set by the triggers
-					  invocations.image_digest,
+					  invocations.image_digest, invocations.isolation,
 					  v_person IS NULL AND invocations.egress_sha256 IS NOT DISTINCT FROM v_auto_egress AS auto)
 	INSERT INTO agent.approval_requests (id, invocation_id, org_id, workspace_id, status,
 										 code_sha256, language, runtime, risk_level,
 										 requested_by, expires_at, person_reason, decided_by,
 										 decided_at, approved_code_sha256, approved_egress_sha256,
-										 approved_image_digest, approval_policy_id, allowance_id)
+										 approved_image_digest, approved_isolation, approval_policy_id,
+										 allowance_id)
 		SELECT v_appr, v_inv, v_org, workspace, CASE WHEN inv.auto THEN 'approved' ELSE 'pending' END,
 			   inv.code_sha256, language, v_runtime, 'high', requested_by,
 			   now() + v_ctx.approval_timeout,
 			   CASE WHEN inv.auto THEN NULL ELSE coalesce(v_person, 'egress_changed') END,
 			   CASE WHEN inv.auto THEN 'policy' END, CASE WHEN inv.auto THEN now() END,
 			   CASE WHEN inv.auto THEN inv.code_sha256 END, CASE WHEN inv.auto THEN inv.egress_sha256 END,
-			   CASE WHEN inv.auto THEN inv.image_digest END, CASE WHEN inv.auto THEN v_auto_policy END,
+			   CASE WHEN inv.auto THEN inv.image_digest END, CASE WHEN inv.auto THEN inv.isolation END,
+			   CASE WHEN inv.auto THEN v_auto_policy END,
 			   CASE WHEN inv.auto THEN v_auto_allowance END
 		  FROM inv
 		RETURNING approval_requests.code_sha256, approval_requests.status = 'approved'

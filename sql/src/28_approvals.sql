@@ -123,9 +123,10 @@ BEGIN
 
 	-- The card and its invocation in one statement.
 	-- The approval is bound to the egress policy the card showed too
-	-- (47_egress.sql): the invocation's frozen copy, by its hash; and to
-	-- its image's digest (46_images.sql).
-	SELECT i.egress_sha256, i.image_name, i.image_digest INTO v_inv
+	-- (47_egress.sql): the invocation's frozen copy, by its hash; to its
+	-- image's digest (46_images.sql); and to its isolation class
+	-- (49_isolation.sql).
+	SELECT i.egress_sha256, i.image_name, i.image_digest, i.isolation INTO v_inv
 	  FROM agent.invocations i WHERE i.id = v_card.invocation_id;
 	v_egress := v_inv.egress_sha256;
 	WITH decided AS (
@@ -133,7 +134,8 @@ BEGIN
 		   SET status = 'approved', decided_by = approver, decided_at = now(),
 			   approved_code_sha256 = v_card.code_sha256,
 			   approved_egress_sha256 = v_egress,
-			   approved_image_digest = v_inv.image_digest
+			   approved_image_digest = v_inv.image_digest,
+			   approved_isolation = v_inv.isolation
 		 WHERE a.id = v_card.id)
 	UPDATE agent.invocations i
 	   SET state = 'approved', approved_at = now()
@@ -149,7 +151,9 @@ BEGIN
 													  'egress_sha256', v_egress,
 													  'image', v_inv.image_name,
 													  'image_digest', v_inv.image_digest,
-													  'allowance_id', v_allowance))),
+													  'allowance_id', v_allowance,
+													  'isolation', CASE WHEN v_inv.isolation <> 'namespaces'
+																		THEN v_inv.isolation END))),
 			agent._wake_supervisor();
 	-- The approval's event counts against the org's storage: past the
 	-- quota the approval is refused (53400) and rolled back (the claim
@@ -277,7 +281,10 @@ CREATE TYPE agent.approval_card AS (
 	approval_policy_id uuid,
 	allowance_id	uuid,
 	approved_by_policy text,
-	person_needed	text
+	person_needed	text,
+	-- the isolation class it runs in (49_isolation.sql): "namespaces" or
+	-- "gvisor", which the approval binds
+	isolation		text
 );
 
 -- Every card the caller may see (row-level security decides: a backend
@@ -305,7 +312,8 @@ SELECT a.id AS approval_id, a.invocation_id, a.status,
 			|| CASE WHEN al.id IS NOT NULL
 					THEN format('; further runs allowed here by %s with approval %s', al.granted_by, al.approval_id)
 					ELSE '' END END AS approved_by_policy,
-	   agent._person_reason_text(a.person_reason) AS person_needed
+	   agent._person_reason_text(a.person_reason) AS person_needed,
+	   i.isolation
   FROM agent.approval_requests a
   JOIN agent.invocations i ON i.id = a.invocation_id
   LEFT JOIN agent.agents g ON g.id = i.agent_id
@@ -332,7 +340,7 @@ BEGIN
 		   c.code_lines, c.requested_by, c.created_at, c.expires_at, c.decided_by,
 		   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance,
 		   c.egress_may_reach, c.egress_sha256, c.image, c.image_digest,
-		   c.approval_policy_id, c.allowance_id, c.approved_by_policy, c.person_needed
+		   c.approval_policy_id, c.allowance_id, c.approved_by_policy, c.person_needed, c.isolation
 	  INTO v
 	  FROM agent.approval_cards c
 	 WHERE c.approval_id = approval;
@@ -359,7 +367,7 @@ BEGIN
 			   c.code_lines, c.requested_by, c.created_at, c.expires_at, c.decided_by,
 			   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance,
 			   c.egress_may_reach, c.egress_sha256, c.image, c.image_digest,
-			   c.approval_policy_id, c.allowance_id, c.approved_by_policy, c.person_needed
+			   c.approval_policy_id, c.allowance_id, c.approved_by_policy, c.person_needed, c.isolation
 		  FROM agent.approval_cards c
 		 WHERE c.status = 'pending' AND c.expires_at > now()
 		   AND c.org_id = agent.current_org() AND c.workspace_id = agent.current_workspace()

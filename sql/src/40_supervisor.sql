@@ -488,8 +488,13 @@ BEGIN
 
 			-- A run on an image goes only to a runner holding the digest its
 			-- approval covers (46_images.sql; a digest the approval does
-			-- not cover raises: the row fails below, uncharged).
+			-- not cover raises: the row fails below, uncharged); one with
+			-- secrets only to a runner holding their keys (48_secrets.sql).
 			CONTINUE WHEN NOT agent._image_claimable(r, runner);
+			CONTINUE WHEN NOT agent._secrets_claimable(r, runner);
+			-- ... and in its isolation class, only to a runner that runs it
+			-- (49_isolation.sql; a class the approval does not cover raises).
+			CONTINUE WHEN NOT agent._isolation_claimable(r, runner);
 
 			-- The code about to run must be, byte for byte, the code approved
 			-- (no code at all, pruned behind the triggers' back, is not).

@@ -33,6 +33,11 @@ COMMENT ON VIEW agent.run_slots IS
 --   storage_quota_exhausted  the org is at its storage quota: the next claim refuses it
 --   image_not_held        it runs on an image whose digest no live active runner
 --                         with slots holds (46_images.sql)
+--   secrets_key_not_held  its secrets are sealed to a key no live active runner
+--                         with slots holds (48_secrets.sql)
+--   isolation_unavailable  its isolation class is one no live active runner with
+--                         slots runs (49_isolation.sql; the detail has the reasons
+--                         the runners reported)
 --   conversation_busy     a run of its conversation is in flight or queued before it
 --   session_elsewhere     its conversation's session is on a live runner host
 --                         with no free slot (its runs are that host's)
@@ -63,8 +68,9 @@ DECLARE
 	v_limit		integer;
 	v_holder	uuid;			-- the live runner holding its session, or NULL
 	v_paused	text;			-- why the local runner has no slot, when none has
-
 	v_image		text;			-- why its image waits, or NULL
+	v_secrets	text;			-- why its secrets wait, or NULL
+	v_isolation text;			-- why its isolation class waits, or NULL
 BEGIN
 	IF v_all AND NOT (pg_catalog.pg_has_role(v_caller, 'agent_auditor', 'USAGE')
 					  OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = v_caller)) THEN
@@ -119,6 +125,9 @@ BEGIN
 						 THEN agent._session_runner(x.conversation_id) END;
 		v_image := CASE WHEN x.image_digest IS NOT NULL
 						THEN agent._image_wait(x.image_name, x.image_digest) END;
+		v_secrets := agent._secrets_wait(x.egress_policy);
+		v_isolation := CASE WHEN x.isolation <> 'namespaces'
+							THEN agent._isolation_wait(x.isolation) END;
 		IF v_runners = 0 THEN
 			waiting_for := 'supervisor_paused';
 			detail := v_paused;
@@ -131,6 +140,12 @@ BEGIN
 		ELSIF v_image IS NOT NULL THEN
 			waiting_for := 'image_not_held';
 			detail := v_image;
+		ELSIF v_secrets IS NOT NULL THEN
+			waiting_for := 'secrets_key_not_held';
+			detail := v_secrets;
+		ELSIF v_isolation IS NOT NULL THEN
+			waiting_for := 'isolation_unavailable';
+			detail := v_isolation;
 		ELSIF x.conversation_id IS NOT NULL AND EXISTS (
 				SELECT 1 FROM agent.invocations j
 				 WHERE j.conversation_id = x.conversation_id

@@ -22,6 +22,9 @@
 -- (agent._write_tool_call, agent._output_preview) keep or add signatures
 -- and are replayed below like every definition of sql/src.
 
+-- Branch clients (issue 33), 80_clients.sql: agent.is_terminal() and
+-- agent.latency() are new functions, replayed below; no state.
+
 -- branch reqcost (issue 13, the request path's cost), 28_approvals.sql:
 -- request_execution() sends the new card's notification itself; the helper
 -- that did is gone.
@@ -209,6 +212,48 @@ DROP FUNCTION agent.approve(uuid, text, text);
 ALTER TYPE agent.approval_card
 	ADD ATTRIBUTE approval_policy_id uuid, ADD ATTRIBUTE allowance_id uuid,
 	ADD ATTRIBUTE approved_by_policy text, ADD ATTRIBUTE person_needed text;
+-- Branch gvisor (issue 32, isolation classes; docs/security.md, "The two
+-- isolation classes").  15_invocations.sql: an invocation's class (every
+-- run before this upgrade ran namespaced: the default) and the class its
+-- approval covers (NULL for an approval from before: the claim reads it as
+-- namespaces, 49_isolation.sql).
+ALTER TABLE agent.invocations
+	ADD COLUMN isolation text NOT NULL DEFAULT 'namespaces' CHECK (isolation IN ('namespaces', 'gvisor'));
+ALTER TABLE agent.approval_requests ADD COLUMN approved_isolation text;
+-- 28_approvals.sql: the card shows the class the approval binds.
+ALTER TYPE agent.approval_card ADD ATTRIBUTE isolation text;
+-- 45_runners.sql: the claim returns each run's class (its new result
+-- type: the images branch's DROP above already makes way for it).
+-- 49_isolation.sql: the plans' and orgs' classes, agents' narrowing, what
+-- the runners run.
+CREATE TABLE agent.isolation_settings (
+	plan			text REFERENCES agent.plans (plan),
+	org_id			uuid REFERENCES agent.orgs (id),
+	isolation		text NOT NULL CHECK (isolation IN ('namespaces', 'gvisor')),
+	set_by			text NOT NULL,
+	set_at			timestamptz NOT NULL DEFAULT now(),
+	CHECK ((plan IS NULL) <> (org_id IS NULL)),
+	UNIQUE NULLS NOT DISTINCT (plan, org_id)
+);
+CREATE TABLE agent.agent_isolation (
+	agent_id		uuid PRIMARY KEY,
+	org_id			uuid NOT NULL,
+	workspace_id	uuid NOT NULL,
+	isolation		text NOT NULL CHECK (isolation IN ('namespaces', 'gvisor')),
+	set_by			text NOT NULL,
+	set_at			timestamptz NOT NULL DEFAULT now(),
+	FOREIGN KEY (org_id, workspace_id, agent_id) REFERENCES agent.agents (org_id, workspace_id, id)
+);
+CREATE TABLE agent.runner_isolation (
+	runner_id		uuid PRIMARY KEY REFERENCES agent.runners (id),
+	classes			text[] NOT NULL CHECK (classes <@ ARRAY['namespaces', 'gvisor']
+										   AND 'namespaces' = ANY (classes)),
+	problems		text,
+	reported_at		timestamptz NOT NULL DEFAULT now()
+);
+ALTER TABLE agent.isolation_settings ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.agent_isolation ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.runner_isolation ENABLE ROW LEVEL SECURITY;
 
 -- Branch secrets (issue 31), 47_egress.sql: a connection row names the
 -- secret the proxy put in, or whose placeholder it blocked.
@@ -238,3 +283,13 @@ CREATE TABLE agent.secrets (
 	CONSTRAINT secrets_org_name UNIQUE (org_id, name)
 );
 CREATE INDEX secrets_rule_idx ON agent.secrets (rule_id);
+-- Which runner holds which secrets key (its reports: the claim routes runs
+-- with secrets by them).
+CREATE TABLE agent.runner_secret_keys (
+	runner_id		uuid NOT NULL REFERENCES agent.runners (id),
+	key_id			text NOT NULL CHECK (key_id ~ '^[0-9a-f]{16}$'),
+	reported_at		timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (runner_id, key_id)
+);
+CREATE INDEX runner_secret_keys_key_idx ON agent.runner_secret_keys (key_id);
+ALTER TABLE agent.runner_secret_keys ENABLE ROW LEVEL SECURITY;

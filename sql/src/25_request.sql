@@ -379,17 +379,17 @@ BEGIN
 										 code_sha256, language, runtime, risk_level,
 										 requested_by, expires_at, person_reason, decided_by,
 										 decided_at, approved_code_sha256, approved_egress_sha256,
-										 approved_image_digest, approval_policy_id, allowance_id,
-										 approved_isolation)
+										 approved_image_digest, approved_isolation, approval_policy_id,
+										 allowance_id)
 		SELECT v_appr, v_inv, v_org, workspace, CASE WHEN inv.auto THEN 'approved' ELSE 'pending' END,
 			   inv.code_sha256, language, v_runtime, 'high', requested_by,
 			   now() + v_ctx.approval_timeout,
 			   CASE WHEN inv.auto THEN NULL ELSE coalesce(v_person, 'egress_changed') END,
 			   CASE WHEN inv.auto THEN 'policy' END, CASE WHEN inv.auto THEN now() END,
 			   CASE WHEN inv.auto THEN inv.code_sha256 END, CASE WHEN inv.auto THEN inv.egress_sha256 END,
-			   CASE WHEN inv.auto THEN inv.image_digest END, CASE WHEN inv.auto THEN v_auto_policy END,
-			   CASE WHEN inv.auto THEN v_auto_allowance END,
-			   CASE WHEN inv.auto THEN inv.isolation END
+			   CASE WHEN inv.auto THEN inv.image_digest END, CASE WHEN inv.auto THEN inv.isolation END,
+			   CASE WHEN inv.auto THEN v_auto_policy END,
+			   CASE WHEN inv.auto THEN v_auto_allowance END
 		  FROM inv
 		RETURNING approval_requests.code_sha256, approval_requests.status = 'approved'
 		  INTO v_sha, v_auto;

@@ -336,7 +336,8 @@ CREATE FUNCTION agent._person_reason_text(code text) RETURNS text
 
 -- The approval a policy makes, in request_execution's transaction: the
 -- card is already written approved by the policy (25_request.sql: the
--- code's hash, the invocation's egress hash and image digest bound,
+-- code's hash, the invocation's egress hash, image digest and isolation
+-- class bound,
 -- decided_by 'policy', a reserved name no person can be called, the policy
 -- and allowance that made it, fenced on the egress hash the decision
 -- judged); this approves its invocation exactly as agent.approve() does
@@ -358,12 +359,15 @@ BEGIN
 					WHERE a.id = approval AND a.invocation_id = i.id AND a.status = 'approved'
 					  AND a.decided_by = 'policy' AND a.approved_code_sha256 = i.code_sha256
 					  AND a.approved_egress_sha256 IS NOT DISTINCT FROM i.egress_sha256
-					  AND a.approved_isolation IS NOT DISTINCT FROM i.isolation)
-	RETURNING i.org_id, i.workspace_id INTO v;
+					  AND a.approved_isolation = i.isolation)
+	RETURNING i.org_id, i.workspace_id, i.isolation INTO v;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'invocation % has no card its approval policy approved', invocation;	-- a bug of ours
 	END IF;
-	PERFORM agent._audit(v.org_id, v.workspace_id, 'approval.auto', invocation, 'policy', event),
+	-- (the class, as approval.approved has it: only when not the default)
+	PERFORM agent._audit(v.org_id, v.workspace_id, 'approval.auto', invocation, 'policy',
+						 CASE WHEN v.isolation <> 'namespaces'
+							  THEN event || jsonb_build_object('isolation', v.isolation) ELSE event END),
 			agent._wake_runners(invocation);
 END
 $$;

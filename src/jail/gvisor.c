@@ -790,8 +790,16 @@ jail_gvisor_child_main(void *arg)
 	{
 		if (jail_egress_listen(a->egress_fd, err) < 0)
 			gvisor_fail(a, err);
-		close(a->egress_fd);
-		a->egress_fd = -1;
+		/*
+		 * With secrets the proxy's CA and the placeholders come on the same
+		 * socket (the bundle's egress files take them, egress.c), as to a
+		 * namespaced init; runsc never sees the socket.
+		 */
+		if (!a->egress_intercept)
+		{
+			close(a->egress_fd);
+			a->egress_fd = -1;
+		}
 	}
 	/* the image's root opened again in our mount namespace (bind sources) */
 	if (init_path(init, sizeof(init), err) < 0 || jail_image_enter(err) < 0 ||

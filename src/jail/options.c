@@ -452,8 +452,6 @@ check_options(JailOptions *o, bool have_lang, bool have_cpu)
 		BAD("--egress-secrets-fd and --verdict-fd must differ");
 	if (o->runsc && o->isolation != JAIL_ISOLATION_GVISOR)
 		BAD("--runsc needs --isolation gvisor");
-	if (o->isolation == JAIL_ISOLATION_GVISOR && o->egress_secrets_fd >= 0)
-		BAD("--egress-secrets-fd is not available with --isolation gvisor (docs/jail.md, \"The gvisor class\")");
 	if (!have_cpu)
 		o->cpu_ms = o->wall_ms;
 	return 0;

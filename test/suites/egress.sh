@@ -1102,6 +1102,32 @@ echo "B $(curl -sS --http2 -H "Authorization: Bearer $API_TOKEN" -o /dev/null -w
 	no_value_left shell
 }
 
+# The same under --isolation gvisor (docs/jail.md, "The gvisor class"): the
+# proxy stays outside, the placeholders and its CA reach the bundle over
+# the listening socket's pair; gVisor's kernel holds the placeholder only.
+t_secret_gvisor() {
+	if ! [ -x /usr/bin/runsc ] || [ "$(id -u)" != 0 ]; then
+		echo "# skip t_secret_gvisor: needs root and /usr/bin/runsc (Debian's runsc)"
+		return
+	fi
+	sjrun python '
+import os, requests
+tok = os.environ["API_TOKEN"]
+print("KERNEL", "gVisor" if os.uname().release != "'"$(uname -r)"'" else "host")
+print("PH", tok.startswith("sbxph_"), len(tok))
+print("A", requests.get("https://allowed.test/auth", headers={"Authorization": "Bearer " + tok}).text.strip())
+print("D", requests.get("https://allowed.test/auth").status_code)
+env = open("/proc/self/environ", "rb").read()
+print("ENV", env.count(b"sbxph_"), b"tok-" in env)' "$POLICY_S" --isolation gvisor
+	has "gvisor: the payload runs on gVisor's kernel" "KERNEL gVisor"
+	has "gvisor: the sandbox holds a placeholder, not the value" "PH True 38"
+	has "gvisor: requests authenticates with the real value through the proxy outside" "A authenticated"
+	has "gvisor: without the placeholder nothing is added" "D 401"
+	has "gvisor: the environment holds the two placeholders only" "ENV 2 False"
+	check "gvisor: the use logged with the secret's name" 1 "$(grep -c '"decision":"allowed".*"secret":"API_TOKEN"' "$log")"
+	no_value_left gvisor
+}
+
 t_secret_echo() {
 	: >"$EGR_DIR/echo.log"
 	sjrun python '
@@ -1826,7 +1852,7 @@ run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_refusa
 	t_wrong_port t_ip_literal t_forbidden_names t_rebinding t_dns_cache t_sni_and_host t_ipv6 \
 	t_ca_bundle t_no_route_no_dns t_proxy_own_ports t_host_own_addresses t_flood_and_slow t_caps t_runtime_installs \
 	t_hostile_inputs t_malformed_heads t_served t_no_policy_no_proxy t_proxy_seccomp \
-	t_secret_clients t_secret_echo t_secret_placeholder_elsewhere t_secret_tls_checks \
+	t_secret_clients t_secret_gvisor t_secret_echo t_secret_placeholder_elsewhere t_secret_tls_checks \
 	t_secret_upstream_verified t_secret_ca t_secret_proxy_memory t_secret_bad_secrets t_sanitizers
 if [ -n "${EPG_UP:-}" ]; then
 	run_tests t_db_default_deny t_db_allowed_run t_db_egress_not_warm t_db_policy_changed_after_request \

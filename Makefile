@@ -88,6 +88,8 @@ jail-install: jail
 	install -d '$(DESTDIR)$(bindir)'
 	@if [ -f src/jail/sandbox-jail ]; then \
 		install -m 0755 src/jail/sandbox-jail '$(DESTDIR)$(bindir)/sandbox-jail'; fi
+	@if [ -f src/jail/sandbox-gvisor-init ]; then \
+		install -m 0755 src/jail/sandbox-gvisor-init '$(DESTDIR)$(bindir)/sandbox-gvisor-init'; fi
 	install -m 0755 src/egress/sandbox-egress '$(DESTDIR)$(bindir)/sandbox-egress'
 	# the operator's image tool (docs/images.md)
 	install -m 0755 scripts/sandbox-image '$(DESTDIR)$(bindir)/sandbox-image'

@@ -30,8 +30,17 @@ PACKAGES=(
 	python3-numpy
 	python3-pandas
 	python3-requests
-	# examples/python (suite examples): psycopg 3
+	# examples/python (suite examples) and clients/python (suite clients):
+	# psycopg 3; the clients suite checks the package with mypy and
+	# installs it into a venv
 	python3-psycopg
+	python3-mypy
+	python3-venv
+	# the approver's page (suite clients) in a headless browser
+	chromium
+	# the gvisor isolation class (docs/security.md; the jail and gvisor
+	# suites): Debian's gVisor
+	runsc
 	bash
 	procps
 	util-linux
@@ -91,6 +100,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 # package-lock.json names.
 if [ ! -d "$here/../examples/node/node_modules/pg" ]; then
 	(cd "$here/../examples/node" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# clients/node (suite clients): node-postgres, and for its tests TypeScript
+# (the type check) and playwright-core (drives Debian's chromium), at the
+# versions its package-lock.json names.
+if [ ! -d "$here/../clients/node/node_modules/pg" ] || [ ! -d "$here/../clients/node/node_modules/playwright-core" ]; then
+	(cd "$here/../clients/node" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 # The cgroup-v2 guest's kernel: Debian's, unpacked into a cache (not

@@ -31,6 +31,7 @@
 #                          the settings, the roles); safe to call twice, and after
 #                          a setup that failed half-way
 #   rh_start H [SLOTS]     start the runner of host H (its own config, log, work dir;
+#                          as root for the hosts RH_ROOT_HOSTS lists, else postgres;
 #                          RH_JAIL_LAUNCHER=off: one-shot jails instead of the launcher)
 
 #                          RH_CONF_EXTRA: more lines for its configuration)
@@ -62,10 +63,15 @@ rh_conninfo() {
 	echo "host=$(rh_addr "$1") port=$PORT dbname=$DB user=$(rh_role "$1") sslmode=verify-full sslrootcert=$RH_DIR/ca.crt passfile=$RH_DIR/h$1/pgpass"
 }
 
-rh_in() {			# host cmd...: run in host H's namespace as the postgres OS user
-	local h=$1
+# The OS user host H's runner runs as: postgres, or root for the hosts
+# RH_ROOT_HOSTS lists (" 1 2 "): the gvisor class needs a root runner.
+rh_user() { if [[ " ${RH_ROOT_HOSTS:-} " == *" $1 "* ]]; then echo root; else echo postgres; fi; }
+
+rh_in() {			# host cmd...: run in host H's namespace as rh_user H
+	local h=$1 u
 	shift
-	nsenter --net="/run/netns/$(rh_ns "$h")" -- setpriv --reuid=postgres --regid=postgres --init-groups -- \
+	u=$(rh_user "$h")
+	nsenter --net="/run/netns/$(rh_ns "$h")" -- setpriv --reuid="$u" --regid="$u" --init-groups -- \
 		env HOME="$RH_DIR/h$h" "$@"
 }
 
@@ -177,7 +183,7 @@ CONF
 	chmod 0600 "$RH_DIR/h$h/runner.conf"
 }
 
-rh_pid() { pgrep -o -u postgres -f -- "$(basename "$RH_RUNNER") --config $RH_DIR/h$1/runner.conf\$"; }
+rh_pid() { pgrep -o -u "$(rh_user "$1")" -f -- "$(basename "$RH_RUNNER") --config $RH_DIR/h$1/runner.conf\$"; }
 
 rh_start() {			# host [slots]
 	local h=$1
@@ -218,7 +224,7 @@ rh_cleanup() {
 		[ -n "$(rh_pid "$h")" ] && rh_kill "$h"
 	done
 	# Launchers that outlived their runner (one killed with -9), by pid.
-	for pid in $(pgrep -u postgres -f -- "--serve $RH_DIR/"); do kill -KILL "$pid" 2>/dev/null; done
+	for pid in $(pgrep -f -- "--serve $RH_DIR/"); do kill -KILL "$pid" 2>/dev/null; done
 	for h in $(seq 1 "$RH_N"); do
 		q -c "SELECT agent.remove_runner(name) FROM agent.runners WHERE login_role = '$(rh_role "$h")' AND state <> 'removed'" \
 			>/dev/null 2>&1

@@ -24,8 +24,14 @@
  *
  *	client throughput CONNINFO ORG WS AGENT LANGUAGE CODE CLIENTS SECONDS
  *		CLIENTS processes, each looping request+approve+agent.wait() for
- *		SECONDS (a fraction is allowed).  Prints "completed per_second
- *		seconds" (the time from the first fork to the last client's end).
+ *		SECONDS (a fraction is allowed); a request the org's approval
+ *		policy approved is not approved again.  Prints "completed
+ *		per_second seconds" (the time from the first fork to the last
+ *		client's end).
+ *
+ *	client policy CONNINFO ORG WS AGENT AUTO_AGENT LANGUAGE CODE N ROUNDS
+ *		Approval policies (policy_rows below): today's approve path
+ *		against runs the org's policy approves, interleaved.
  *
  * What the client relies on exists in every version since the supervisor's
  * first (b80ecf0): agent.request_execution, agent.approve, agent.wait(uuid,
@@ -87,15 +93,20 @@ connect_tenant(const char *conninfo, const char *org, const char *ws)
 	return conn;
 }
 
-/* request_execution; fills inv and approval (37 bytes each). */
-static void
+/*
+ * request_execution; fills inv and approval (37 bytes each).  Returns
+ * whether the org's approval policy approved it (status 'approved': no
+ * person, no approve call; docs/control-plane.md, "Approval policies").
+ */
+static int
 request(PGconn *conn, const char *ws, const char *agent, const char *lang,
 		const char *code, char *inv, char *approval)
 {
 	const char *p[4] = {ws, agent, lang, code};
 	PGresult   *res = exec_ok(conn,
-							  "SELECT invocation_id, approval_id FROM agent.request_execution("
+							  "SELECT invocation_id, approval_id, status FROM agent.request_execution("
 							  "$1::uuid, $2::uuid, NULL, $3, $4, 'bench-user')", 4, p);
+	int			automatic;
 
 	if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0))
 	{
@@ -104,7 +115,9 @@ request(PGconn *conn, const char *ws, const char *agent, const char *lang,
 	}
 	snprintf(inv, 37, "%s", PQgetvalue(res, 0, 0));
 	snprintf(approval, 37, "%s", PQgetvalue(res, 0, 1));
+	automatic = strcmp(PQgetvalue(res, 0, 2), "approved") == 0;
 	PQclear(res);
+	return automatic;
 }
 
 static void
@@ -412,6 +425,181 @@ latency(int argc, char **argv)
 	return 0;
 }
 
+/*
+ * Until a "done" hint on the channel the caller LISTENs on says the run
+ * ended (or, without one, the once-a-second look says so).  0, or 1 when
+ * no result came within 60 s.
+ */
+static int
+await_done(PGconn *conn, const char *inv, const char *label)
+{
+	for (int waited = 0;;)
+	{
+		PGnotify   *note;
+		fd_set		r;
+		int			sock = PQsocket(conn);
+		struct timeval tv = {1, 0};
+		int			rc;
+
+		while ((note = PQnotifies(conn)) != NULL)
+		{
+			int			hint = done_hint(note->extra);
+
+			PQfreemem(note);
+			if (hint && finished(conn, inv))
+				return 0;
+		}
+		FD_ZERO(&r);
+		FD_SET(sock, &r);
+		rc = select(sock + 1, &r, NULL, NULL, &tv);
+		if (rc < 0)
+		{
+			perror("client: select");
+			return 1;
+		}
+		if (rc > 0)
+		{
+			PQconsumeInput(conn);
+			continue;
+		}
+		if (finished(conn, inv))
+		{
+			fprintf(stderr, "client: %s: %s ended without a done notification seen\n", label, inv);
+			return 0;
+		}
+		if (++waited >= 60)
+		{
+			fprintf(stderr, "client: %s: no result within 60 s for %s\n", label, inv);
+			return 1;
+		}
+	}
+}
+
+/*
+ * One run of the approval-policy rows.  auto: the agent's policy approves
+ * it in the request's transaction, whose commit wakes the runners; then,
+ * while it runs, LISTEN on its channel and look at its state once (as
+ * agent.wait() does), then the done hint; timed from before the request.
+ * Else today's path: request, LISTEN,
+ * approve, done; timed from before the request (req_ms: request ->
+ * finished with an immediate approval) and from approve's return
+ * (appr_ms: approve -> finished, the existing rows' interval).  The warm
+ * pool is waited for, untimed, before the request.
+ */
+static int
+policy_run(PGconn *conn, const char *ws, const char *agent, const char *lang,
+		   const char *code, int automatic, double *req_ms, double *appr_ms)
+{
+	char		inv[37],
+				appr[37];
+	char	   *channel;
+	double		t0,
+				t1;
+
+	wait_warm();
+	t0 = now_ms();
+	if (automatic)
+	{
+		if (!request(conn, ws, agent, lang, code, inv, appr))
+		{
+			fprintf(stderr, "client: the policy did not approve the request of agent %s\n", agent);
+			return 1;
+		}
+		/*
+		 * The run started at the request's commit: LISTEN now (while it
+		 * runs), then look once, as agent.wait() does, in case it ended
+		 * before the LISTEN took effect.
+		 */
+		channel = listen_channel(conn, inv);
+		t1 = t0;
+		if (finished(conn, inv))
+			goto done;
+	}
+	else
+	{
+		if (request(conn, ws, agent, lang, code, inv, appr))
+		{
+			fprintf(stderr, "client: agent %s's request was approved by a policy: not the approve path\n", agent);
+			return 1;
+		}
+		channel = listen_channel(conn, inv);
+		approve(conn, appr);
+		t1 = now_ms();
+	}
+	if (await_done(conn, inv, automatic ? "auto" : "approve") != 0)
+		return 1;
+done:
+	*req_ms = now_ms() - t0;
+	*appr_ms = now_ms() - t1;
+	listen_verb(conn, "UNLISTEN", channel);
+	PQfreemem(channel);
+	return succeeded(conn, inv) ? 0 : 1;
+}
+
+static void
+print_samples(double *ms, int n, const char *sep)
+{
+	qsort(ms, n, sizeof(double), cmp_double);
+	printf("%.2f %.2f%s", ms[n / 2], ms[(int) (n * 0.99) < n ? (int) (n * 0.99) : n - 1], sep);
+}
+
+/*
+ * client policy CONNINFO ORG WS AGENT AUTO_AGENT LANGUAGE CODE N ROUNDS:
+ * N runs through AGENT (a person approves: today's path) and N through
+ * AUTO_AGENT (the org's approval policy approves them), both of one org,
+ * after 3 uncounted runs of each, in ROUNDS blocks that alternate (the
+ * one that goes first alternates too).  Prints "approve_p50 approve_p99
+ * reqappr_p50 reqappr_p99 auto_p50 auto_p99": approve -> finished,
+ * request -> finished with the approval right after the request, and
+ * request -> finished approved by the policy.
+ */
+static int
+policy_rows(char **argv)
+{
+	const char *ws = argv[4],
+			   *agents[2] = {argv[5], argv[6]},
+			   *lang = argv[7],
+			   *code = argv[8];
+	int			n = atoi(argv[9]),
+				rounds = atoi(argv[10]);
+	PGconn	   *conn;
+	double	   *appr = calloc(n, sizeof(double)),
+			   *reqappr = calloc(n, sizeof(double)),
+			   *automatic = calloc(n, sizeof(double)),
+				unused;
+	int			taken[2] = {0, 0};
+
+	if (n < 1 || rounds < 1 || rounds > n || !appr || !reqappr || !automatic)
+	{
+		fprintf(stderr, "client: N must be at least 1 and ROUNDS between 1 and N\n");
+		return 2;
+	}
+	conn = connect_tenant(argv[2], argv[3], ws);
+	for (int a = 0; a < 2; a++)
+		for (int i = 0; i < 3; i++)
+			if (policy_run(conn, ws, agents[a], lang, code, a, &unused, &unused) != 0)
+				return 1;
+	for (int r = 0; r < rounds; r++)
+	{
+		int			block = n * (r + 1) / rounds - n * r / rounds;
+
+		for (int k = 0; k < 2; k++)
+		{
+			int			a = r % 2 == 0 ? k : 1 - k;
+
+			for (int i = 0; i < block; i++, taken[a]++)
+				if (a == 0 ? policy_run(conn, ws, agents[0], lang, code, 0, &reqappr[taken[0]], &appr[taken[0]])
+					: policy_run(conn, ws, agents[1], lang, code, 1, &automatic[taken[1]], &unused))
+					return 1;
+		}
+	}
+	print_samples(appr, n, " ");
+	print_samples(reqappr, n, " ");
+	print_samples(automatic, n, "\n");
+	PQfinish(conn);
+	return 0;
+}
+
 static int
 throughput(char **argv)
 {
@@ -446,8 +634,8 @@ throughput(char **argv)
 				const char *p[1] = {inv};
 				PGresult   *res;
 
-				request(conn, ws, agent, lang, code, inv, appr);
-				approve(conn, appr);
+				if (!request(conn, ws, agent, lang, code, inv, appr))
+					approve(conn, appr);
 				res = exec_ok(conn, "SELECT agent.wait($1::uuid, '60 s')", 1, p);
 				if (strcmp(PQgetvalue(res, 0, 0), "succeeded") == 0)
 					count++;
@@ -481,9 +669,12 @@ main(int argc, char **argv)
 		return latency(argc, argv);
 	if (argc == 10 && strcmp(argv[1], "throughput") == 0)
 		return throughput(argv);
+	if (argc == 11 && strcmp(argv[1], "policy") == 0)
+		return policy_rows(argv);
 	fprintf(stderr,
 			"usage: client latency CONNINFO ORG WS AGENT LANGUAGE CODE N\n"
 			"                      [ROUNDS BASE_CONNINFO BASE_ORG BASE_WS BASE_AGENT]\n"
-			"       client throughput CONNINFO ORG WS AGENT LANGUAGE CODE CLIENTS SECONDS\n");
+			"       client throughput CONNINFO ORG WS AGENT LANGUAGE CODE CLIENTS SECONDS\n"
+			"       client policy CONNINFO ORG WS AGENT AUTO_AGENT LANGUAGE CODE N ROUNDS\n");
 	return 2;
 }

@@ -18,6 +18,18 @@
 #
 #   BASE_PG_CONFIG=$(bench/baseline.sh 3777718 base9) bench/e2e/run.sh
 #
+# Approval policies (docs/control-plane.md, "Approval policies"): when
+# this install has them, a second agent of the org whose runs the org's
+# policy (automatic) approves, the first narrowed to every_run; rows for
+# shell `true` and the pandas program (warm): request -> finished approved
+# by the policy, against today's approve -> finished and request ->
+# finished with an immediate approval of the same code (N runs each, in
+# ROUNDS alternating blocks, one connection), and against the served jail
+# alone (a launcher of its own, sandbox-jail --serve, and
+# bench/jail/served-client.c); then the throughput of automatic runs
+# against the approve path (CLIENTS clients, four parts of SECONDS_/2:
+# approve, automatic, automatic, approve).  PART=policies runs only these.
+#
 # Sandbox images (docs/images.md): when the local runner's image store
 # (sandbox.image_store) holds the image IMAGE (default data; IMAGE= skips
 # it), one more row: the pandas program, warm, through an agent on that
@@ -40,6 +52,8 @@ BASE_CLUSTER_DIR=${BASE_CLUSTER_DIR:-/tmp/sandbox_ext_bench_base}
 BASE_PGPORT=${BASE_PGPORT:-55435}
 ROUNDS=${ROUNDS:-4}
 IMAGE=${IMAGE-data}
+PART=${PART:-all}
+case $PART in all | policies) ;; *) echo "bench: PART is all or policies" >&2; exit 1 ;; esac
 
 # shellcheck source=../lib.sh
 . "$top/bench/lib.sh"
@@ -221,7 +235,9 @@ rows=("shell:true:/bin/true:$tmp/true.sh"
 declare -A res
 # the same rows with the pool (the default) and without it (warm off: what
 # every run was before), in this one run
-for mode in warm cold; do
+modes="warm cold"
+[ "$PART" = all ] || modes=
+for mode in $modes; do
 	if [ $mode = cold ]; then
 		q -c "ALTER SYSTEM SET sandbox.warm_python = 0" -c "ALTER SYSTEM SET sandbox.warm_node = 0" \
 			-c "SELECT pg_reload_conf()" >/dev/null
@@ -245,7 +261,7 @@ q -c "ALTER SYSTEM RESET sandbox.warm_python" -c "ALTER SYSTEM RESET sandbox.war
 # warm, on both agents in alternating blocks; both launchers' pools full
 # before each run (WARM_PAGE, WARM_PAGE2).
 image_row=
-if [ -n "$IMAGE" ]; then
+if [ -n "$IMAGE" ] && [ "$PART" = all ]; then
 	warm=$(q -c "SELECT coalesce(warm_ready, -1) FROM agent.worker_status()")
 	wait_for_images() {
 		for _ in $(seq 1 150); do
@@ -279,7 +295,9 @@ if [ -n "$IMAGE" ]; then
 	fi
 fi
 
+[ "$PART" = all ] &&
 printf '%-8s %9s %9s %10s %10s %10s %10s %10s %10s\n' program bare_ms jail_ms warm_p50 warm_p99 cold_p50 cold_p99 bare/warm cold/warm
+[ "$PART" = all ] &&
 for spec in "${rows[@]}"; do
 	IFS=: read -r lang code bare file <<<"$spec"
 	name=$lang
@@ -294,6 +312,7 @@ for spec in "${rows[@]}"; do
 		"$(awk -v a="$bare_ms" -v b="$wp50" 'BEGIN { printf "%.2fx", a / b }')" \
 		"$(awk -v a="$cp50" -v b="$wp50" 'BEGIN { printf "%.2fx", a / b }')"
 done
+[ "$PART" = all ] &&
 echo "(warm_*: approve -> finished with the warm pool (sandbox.warm_python/warm_node; shell is never warm), cold_*: the pool off, both in this run; jail_ms: the one-shot jail; bare_ms: the interpreter alone)"
 
 if [ -n "$image_row" ]; then
@@ -324,6 +343,76 @@ if [ -n "$BASE_PG_CONFIG" ]; then
 	echo "(ms, approve -> finished, the same interval and client on both; this: sandbox_ext $this_version of $PGBIN, mode warm with its warm pool, cold with the pool off; base: sandbox_ext $base_version of $(dirname "$BASE_PG_CONFIG") as it is configured by default in both modes: a baseline without a warm pool runs cold there, so a warm row's ratio is what the pool and everything since bought, a cold row's what everything but the pool did; base/this > 1: this install is faster)"
 fi
 
+# ---- approval policies ----------------------------------------------------------
+# AAGENT: a second agent of the org, approved by the org's policy
+# (automatic); AGENT narrowed to every_run, so that every row above and
+# the approve path below are today's (their requests also read the policy).
+AAGENT=
+if [ "$(q -c "SELECT EXISTS (SELECT FROM pg_proc WHERE pronamespace = 'agent'::regnamespace AND proname = 'set_approval_policy')")" = t ]; then
+	AAGENT=$(q -c "INSERT INTO agent.agents (org_id, workspace_id, name, kind, model_id, code_execution_enabled)
+					SELECT org_id, workspace_id, 'bench-automatic', kind, model_id, true FROM agent.agents
+					 WHERE id = '$AGENT' RETURNING id" | head -n 1)
+	q <<SQL >/dev/null
+BEGIN;
+SET LOCAL ROLE agent_admin;
+SELECT agent.set_tenant('$ORG', NULL);
+SELECT agent.set_approval_policy('automatic', 'bench-admin');
+SELECT agent.set_approval_policy('every_run', 'bench-admin', '$AGENT');
+COMMIT;
+SQL
+	[ "$(tenant_sql "$ORG" "$WS" "SELECT status FROM agent.request_execution('$WS', '$AAGENT', NULL, 'shell', 'true', 'bench-requester');")" = approved ] ||
+		bench_die "the org's approval policy did not approve a request of the automatic agent"
+elif [ "$PART" = policies ]; then
+	bench_die "this install has no approval policies (agent.set_approval_policy)"
+fi
+declare -A pol served
+if [ -n "$AAGENT" ]; then
+	# The served jail alone: a launcher of this benchmark's own (one
+	# interpreter of python warm, as the supervisor's pool keeps them), a
+	# resident caller, N runs each; the pandas runs take a warm interpreter.
+	sdir="$tmp/served"
+	mkdir -p "$sdir" && chown postgres: "$sdir"
+	cc -O2 -Wall -Wextra -o "$tmp/served-client" "$top/bench/jail/served-client.c" ||
+		bench_die "could not build bench/jail/served-client.c"
+	# (its pid, the launcher's own, for the kill below: not runuser's)
+	# shellcheck disable=SC2016
+	as_pg bash -c 'echo $$ >"$1/launcher.pid"; exec "$2" --serve "$1/jail.sock" --pool 2 --warm-python 1 --quiet' _ "$sdir" "$JAIL" &
+	for _ in $(seq 100); do [ -S "$sdir/jail.sock" ] && break; sleep 0.05; done
+	for spec in "shell:$tmp/true.sh:0" "pandas:$tmp/pandas.py:1"; do
+		IFS=: read -r name file w <<<"$spec"
+		lang=$name
+		[ "$name" = pandas ] && lang=python
+		served[$name]=$(seq 1 "$((N + 3))" | sed 's/.*//' |
+			as_pg env SERVED_WARM="$w" "$tmp/served-client" "$sdir/jail.sock" "$lang" "$file" "$ws" 2>/dev/null |
+			tail -n "$N" | awk '$2 == "exited" { print $1 / 1000 }' | sort -n |
+			awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; printf "%.2f", v[int((NR + 1) / 2)] }') ||
+			served[$name]=n/a
+	done
+	[ -s "$sdir/launcher.pid" ] && kill "$(cat "$sdir/launcher.pid")" 2>/dev/null
+	wait 2>/dev/null || true
+	for spec in "shell:true:" "pandas:@:0"; do
+		IFS=: read -r name code wl <<<"$spec"
+		lang=$name
+		[ "$name" = pandas ] && lang=python code=$(cat "$tmp/pandas.py")
+		pool_full
+		if [ -n "$wl" ] && [ "$warm" -ge 0 ]; then
+			pol[$name]=$(WARM_PAGE=$page WARM_LANG=$wl "$tmp/client" policy "$conninfo" "$ORG" "$WS" "$AGENT" "$AAGENT" "$lang" "$code" "$N" "$ROUNDS")
+		else
+			pol[$name]=$("$tmp/client" policy "$conninfo" "$ORG" "$WS" "$AGENT" "$AAGENT" "$lang" "$code" "$N" "$ROUNDS")
+		fi || bench_die "the $name approval-policy client failed (above)"
+	done
+	echo
+	printf '%-8s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n' program served_ms appr_p50 appr_p99 reqappr_p50 auto_p50 auto_p99 auto/appr auto/reqap auto/served
+	for name in shell pandas; do
+		read -r ap50 ap99 rp50 _ up50 up99 <<<"${pol[$name]}"
+		printf '%-8s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n' "$name" "${served[$name]}" "$ap50" "$ap99" "$rp50" "$up50" "$up99" \
+			"$(awk -v a="$up50" -v b="$ap50" 'BEGIN { printf "%.2fx", a / b }')" \
+			"$(awk -v a="$up50" -v b="$rp50" 'BEGIN { printf "%.2fx", a / b }')" \
+			"$(awk -v a="$up50" -v b="${served[$name]}" 'BEGIN { if (b + 0 > 0) printf "%.2fx", a / b; else print "n/a" }')"
+	done
+	echo "(ms; appr: approve -> finished (today's rows' interval), reqappr: request -> finished with the approval right after the request, auto: request -> finished approved by the org's policy in the request's transaction, N=$N each in $ROUNDS alternating blocks on one connection; served: the served jail alone, a launcher and a resident caller of the benchmark's own, median of $N; pandas warm everywhere; the target is auto_p50 <= appr_p50)"
+fi
+
 # Throughput: CLIENTS clients through the whole control plane, next to the
 # jail run directly by 2 parallel loops (one per core) for the same time.
 # With a baseline, four parts of DURATION/2 each, baseline, this, this,
@@ -335,6 +424,27 @@ throughput() {
 	read -r n _ s < <("$tmp/client" throughput "$1" "$2" "$3" "$4" shell true "$CLIENTS" "$5")
 	[ "${n:-0}" -gt 0 ] || bench_die "no run succeeded in the throughput test: nothing to time"
 }
+if [ -n "$AAGENT" ]; then
+	# approve path and automatic runs, in four parts of DURATION/2
+	half=$(awk -v d="$DURATION" 'BEGIN { print d / 2 }')
+	adone=0 asecs=0 udone=0 usecs=0
+	for side in approve auto auto approve; do
+		if [ $side = approve ]; then
+			throughput "$conninfo" "$ORG" "$WS" "$AGENT" "$half"
+			adone=$((adone + n)) asecs=$(awk -v a="$asecs" -v b="$s" 'BEGIN { print a + b }')
+		else
+			throughput "$conninfo" "$ORG" "$WS" "$AAGENT" "$half"
+			udone=$((udone + n)) usecs=$(awk -v a="$usecs" -v b="$s" 'BEGIN { print a + b }')
+		fi
+	done
+	arate=$(awk -v n="$adone" -v s="$asecs" 'BEGIN { printf "%.1f", n / s }')
+	urate=$(awk -v n="$udone" -v s="$usecs" 'BEGIN { printf "%.1f", n / s }')
+	echo
+	printf 'throughput, shell true, %s clients: automatic %s/s (%s runs), approve path %s/s (%s runs), in halves of %ss alternated; automatic/approve %s\n' \
+		"$CLIENTS" "$urate" "$udone" "$arate" "$adone" "$half" \
+		"$(awk -v a="$urate" -v b="$arate" 'BEGIN { printf "%.2f", a / b }')"
+fi
+[ "$PART" = all ] || exit 0
 if [ -z "$BASE_PG_CONFIG" ]; then
 	throughput "$conninfo" "$ORG" "$WS" "$AGENT" "$DURATION"
 	completed=$n secs=$s

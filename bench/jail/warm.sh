@@ -27,7 +27,14 @@
 # WARM_BENCH_BASE=/path/to/another/sandbox-jail runs a second launcher of
 # that binary beside the first, its samples interleaved with the first's
 # (each row alternates between the two), and adds its p50 and the ratio
-# base / this: a before/after in one run.
+# base / this: a before/after in one run.  WARM_BENCH_BASE_ARGS adds
+# options to that second launcher only: with WARM_BENCH_BASE set to the
+# same binary and WARM_BENCH_BASE_ARGS="--image /var/lib/sandbox-images/
+# data@..." (given to that launcher and to each request sent to it) the
+# base column is the same runs on the image's root and base/this is
+# image/host (docs/images.md, "Performance").  WARM_BENCH_CPU=1 adds the
+# runs' CPU time (the verdict's cpu_ms, p50) beside the wall time: what a
+# loaded machine's scheduling adds to the wall time it does not add there.
 set -u
 
 N=${1:-30}
@@ -71,10 +78,10 @@ df = pd.DataFrame({"k": ["a", "b", "a", "b"], "v": [1, 2, 3, 4]})
 print(df.groupby("k").sum())
 EOF
 
-# launch BINARY SOCKET: a launcher, its pid in LAUNCHED
+# launch BINARY SOCKET [EXTRA]: a launcher, its pid in LAUNCHED
 launch() {
 	# shellcheck disable=SC2086
-	"$1" --serve "$2" --pool 2 --warm-python 2 --warm-node 1 --quiet ${WARM_BENCH_LAUNCHER_ARGS:-} &
+	"$1" --serve "$2" --pool 2 --warm-python 2 --warm-node 1 --quiet ${WARM_BENCH_LAUNCHER_ARGS:-} ${3:-} &
 	LAUNCHED=$!
 	for _ in $(seq 1200); do [ -S "$2" ] && [ -f "$2.warm" ] && break; sleep 0.05; done
 	[ -f "$2.warm" ] || { echo "bench/jail/warm.sh: the launcher $1 did not start" >&2; exit 1; }
@@ -83,7 +90,7 @@ launch "$BIN" "$WORK/jail.sock"
 LAUNCHER=$LAUNCHED
 SIDES="$WORK/jail.sock"
 if [ -n "$BASE" ]; then
-	launch "$BASE" "$WORK/base.sock"
+	launch "$BASE" "$WORK/base.sock" "${WARM_BENCH_BASE_ARGS:-}"
 	LAUNCHER="$LAUNCHER $LAUNCHED"
 	SIDES="$SIDES $WORK/base.sock"
 fi
@@ -110,31 +117,40 @@ sample() {
 		[ "$other" = "$2" ] && continue
 		echo | SERVED_SETTLE_POOL=1 SERVED_SETTLE_ONLY=1 "$WORK/served-client" "$other" /bin/true - "$WORK/ws" >/dev/null
 	done
-	echo | SERVED_WARM=$warm SERVED_SETTLE_POOL=1 "$WORK/served-client" "$2" "$lang" "$file" "$WORK/ws"
+	local extra=
+	[ "$2" = "$WORK/base.sock" ] && extra=${WARM_BENCH_BASE_ARGS:-}
+	# shellcheck disable=SC2086
+	echo | SERVED_PRINT_CPU=1 SERVED_WARM=$warm SERVED_SETTLE_POOL=1 "$WORK/served-client" "$2" "$lang" "$file" "$WORK/ws" $extra
 }
 
-declare -A S
+declare -A S C
 for r in $ROWS; do spec "$r" >/dev/null || exit 1; for side in $SIDES; do sample "$r" "$side" >/dev/null; done; done	# warm-up
 for ((i = 0; i < N; i++)); do
 	for r in $ROWS; do
 		for side in $SIDES; do
-			read -r us st < <(sample "$r" "$side")
+			read -r us st cpu < <(sample "$r" "$side")
 			if [ "${st:-}" != exited ]; then
 				echo "bench/jail/warm.sh: a $r run through $side ended ${st:-without a verdict}: not a sample" >&2
 				exit 1
 			fi
 			S[$r$side]+="$us "
+			C[$r$side]+="$((${cpu:-0} * 1000)) "
 		done
 	done
 done
 
 echo "# warm interpreters, request -> verdict through the launcher: N=$N, user $(id -un), kernel $(uname -r), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# this: $BIN${BASE:+; base: $BASE}"
+echo "# this: $BIN${BASE:+; base: $BASE ${WARM_BENCH_BASE_ARGS:-}}"
 if [ -n "$BASE" ]; then
-	printf '%-13s %8s %8s %8s %10s %9s %9s %10s\n' row p50 p90 p99 p50-shell p50/shell base_p50 base/this
+	printf '%-13s %8s %8s %8s %10s %9s %9s %10s' row p50 p90 p99 p50-shell p50/shell base_p50 base/this
 else
-	printf '%-13s %8s %8s %8s %10s %9s\n' row p50 p90 p99 p50-shell p50/shell
+	printf '%-13s %8s %8s %8s %10s %9s' row p50 p90 p99 p50-shell p50/shell
 fi
+if [ -n "${WARM_BENCH_CPU:-}" ]; then
+	printf ' %8s' cpu_p50
+	[ -n "$BASE" ] && printf ' %9s %10s' base_cpu base/this
+fi
+echo
 # pct "samples" P: the P-th percentile (nearest rank), in ms
 pct() { tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -n | awk -v p="$2" '{ v[NR] = $1 } END { i = int((NR * p + 99) / 100); if (i < 1) i = 1; printf "%.2f", v[i] / 1000 }'; }
 base=
@@ -152,6 +168,14 @@ for r in $ROWS; do
 		b50=$(pct "${S[$r$WORK/base.sock]}" 50)
 		awk -v a="$b50" -v b="$p50" 'BEGIN { printf " %9.2f %9.2fx", a, a / b }'
 	fi
+	if [ -n "${WARM_BENCH_CPU:-}" ]; then
+		c50=$(pct "${C[$r$this]}" 50)
+		printf ' %8s' "$c50"
+		if [ -n "$BASE" ]; then
+			bc50=$(pct "${C[$r$WORK/base.sock]}" 50)
+			awk -v a="$bc50" -v b="$c50" 'BEGIN { if (b > 0) printf " %9.2f %9.2fx", a, a / b; else printf " %9.2f %10s", a, "-" }'
+		fi
+	fi
 	echo
 done
-echo "# ms; each sample after both launchers are idle again; rows (and launchers) round-robin in one run"
+echo "# ms; each sample after both launchers are idle again; rows (and launchers) round-robin in one run${WARM_BENCH_CPU:+; cpu: the cpu_ms of each verdict (whole ms)}"

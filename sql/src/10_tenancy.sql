@@ -209,7 +209,8 @@ CREATE FUNCTION agent._person_key(name text) RETURNS text
 -- The check of every argument that names a person (requested_by, approver,
 -- actor, uploaded_by, created_by, owner): not null, not empty, and not a
 -- name the product records for itself: the actors of its own audit events
--- ('system', 'supervisor', 'runner', 'exporter'), the owner's role
+-- ('system', 'supervisor', 'runner', 'exporter'; 'policy', who decides an
+-- approval an approval policy makes: 26_policies.sql), the owner's role
 -- (current_user here, as the SECURITY DEFINER API runs as the owner;
 -- owner-run functions record it), and every role of the product: its
 -- group roles (agent_backend, agent_admin, agent_auditor, agent_runner),
@@ -230,7 +231,7 @@ BEGIN
 	IF v_key = '' THEN
 		RAISE EXCEPTION '% must not be empty', argument USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	IF v_key IN ('system', 'supervisor', 'runner', 'exporter', 'sandbox_ext',
+	IF v_key IN ('system', 'supervisor', 'runner', 'exporter', 'sandbox_ext', 'policy',
 				 'agent_backend', 'agent_admin', 'agent_auditor', 'agent_runner',
 				 'sandbox_runner_local')
 	   OR v_key = agent._person_key(current_user::text)

@@ -164,6 +164,9 @@ CREATE TABLE agent.invocations (
 	-- bound to the approval, claimed only by a runner holding the digest)
 	image_name		text,
 	image_digest	text,
+	-- its isolation class (49_isolation.sql: set when it is requested,
+	-- frozen, bound to the approval, claimed only by a runner that runs it)
+	isolation		text NOT NULL DEFAULT 'namespaces' CHECK (isolation IN ('namespaces', 'gvisor')),
 	CONSTRAINT invocations_image_check CHECK ((image_name IS NULL) = (image_digest IS NULL)),
 	FOREIGN KEY (org_id, workspace_id, agent_id)
 		REFERENCES agent.agents (org_id, workspace_id, id),
@@ -280,10 +283,19 @@ CREATE TABLE agent.approval_requests (
 	created_at		timestamptz NOT NULL DEFAULT now(),
 	approved_egress_sha256 text,	-- the egress policy approved (47_egress.sql)
 	approved_image_digest text,		-- the image approved (46_images.sql)
+	-- An approval no person made (26_policies.sql): the policy
+	-- that made it and the conversation's allowance it used (the foreign
+	-- keys are added there); else why a person decides (a reason code).
+	approval_policy_id uuid,
+	allowance_id	uuid,
+	person_reason	text,
+	approved_isolation text,		-- the isolation class approved (49_isolation.sql)
 	FOREIGN KEY (invocation_id) REFERENCES agent.invocations (id),
 	CHECK ((status = 'approved') = (approved_code_sha256 IS NOT NULL)),
 	CHECK (approved_code_sha256 IS NULL OR approved_code_sha256 = code_sha256),
-	CHECK ((status = 'pending') = (decided_at IS NULL))
+	CHECK ((status = 'pending') = (decided_at IS NULL)),
+	CONSTRAINT approval_requests_policy_check
+		CHECK (approval_policy_id IS NULL OR (status = 'approved' AND person_reason IS NULL))
 );
 COMMENT ON TABLE agent.approval_requests IS 'the approval card of an invocation and its decision';
 CREATE INDEX approval_requests_pending_idx ON agent.approval_requests (expires_at)

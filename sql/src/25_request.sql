@@ -25,7 +25,7 @@
 CREATE TYPE agent.execution_request AS (
 	invocation_id	uuid,		-- NULL when denied
 	approval_id		uuid,		-- NULL when denied
-	status			text,		-- 'pending_approval', 'denied', or on a replay the invocation's state
+	status			text,		-- 'pending_approval', 'approved' (by the org's approval policy), 'denied', or on a replay the invocation's state
 	reason			text,		-- refusal reason code, NULL when allowed
 	sqlstate		text,		-- the SQLSTATE matching the refusal, NULL when allowed
 	replayed		boolean		-- true when an earlier request with the same idempotency key was returned
@@ -71,6 +71,18 @@ DECLARE
 	v_max_stored bigint;
 	v_pending	integer;
 	v_image		record;
+	v_policy	boolean := false;	-- the org has an approval policy beyond every_run
+	-- its decision (26_policies.sql): why a person decides (NULL:
+	-- the policy approves), the policy, the allowance, the egress hash it
+	-- judged and the approval.auto event's details
+	v_person	text := 'every_run';
+	v_auto_policy uuid;
+	v_auto_allowance uuid;
+	v_auto_egress text;
+	v_auto_event jsonb;
+	v_auto		boolean;	-- the card was written approved by the policy
+	v_status	text := 'pending_approval';
+	v_isolation text;			-- the run's isolation class (49_isolation.sql)
 	r			agent.execution_request;
 BEGIN
 	---- Arguments: errors, nothing written ----
@@ -173,6 +185,9 @@ BEGIN
 	-- The image (46_images.sql): the request's, else the agent's, else
 	-- host (NULLs); a refusal is decided below, in the IAM order.
 	SELECT * INTO v_image FROM agent._image_choose(v_org, agent, image);
+	-- The isolation class: the strictest of the plan's, the org's and the
+	-- agent's (49_isolation.sql).
+	v_isolation := agent._isolation_choose(v_org, agent);
 
 	---- Idempotency: the same key returns the same invocation ----
 	IF idempotency_key IS NOT NULL THEN
@@ -248,7 +263,9 @@ BEGIN
 										'approval_id', v_appr)
 			|| CASE WHEN v_image.name IS NOT NULL
 					THEN jsonb_build_object('image', v_image.name, 'image_digest', v_image.digest)
-					ELSE '{}'::jsonb END;
+					ELSE '{}'::jsonb END
+			|| CASE WHEN v_isolation <> 'namespaces'
+					THEN jsonb_build_object('isolation', v_isolation) ELSE '{}'::jsonb END;
 		v_need := agent._request_bytes(code, description, idempotency_key)
 				  + agent._audit_event_bytes(v_details, requested_by);
 		-- The two counts, exact under the org's storage locks (header),
@@ -257,18 +274,38 @@ BEGIN
 		-- the org's previous holder committed), then the usage row, read
 		-- with the org's pending cards.  (Inline: the request path's
 		-- cost, docs/control-plane.md "Performance notes".)
+		-- The same statement reads whether the org has an approval policy
+		-- beyond every_run: read under the head, which every change of a
+		-- policy or an allowance takes first, so a revocation committed
+		-- before is seen and one after waits for this request's commit.
 		PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = v_org FOR UPDATE;
 		SELECT u.stored_bytes,
 			   (SELECT count(*)::integer FROM agent.approval_requests a
-				 WHERE a.org_id = v_org AND a.status = 'pending' AND a.expires_at > now())
-		  INTO v_stored, v_pending
+				 WHERE a.org_id = v_org AND a.status = 'pending' AND a.expires_at > now()),
+			   EXISTS (SELECT 1 FROM agent.approval_policies p
+						WHERE p.org_id = v_org AND p.ended_at IS NULL AND p.mode <> 'every_run')
+		  INTO v_stored, v_pending, v_policy
 		  FROM agent.org_usage u WHERE u.org_id = v_org
 		   FOR NO KEY UPDATE OF u;
 		IF NOT FOUND THEN		-- an old org without its usage row
 			SELECT l.stored_bytes INTO v_stored FROM agent._lock_storage(v_org) l;
-			SELECT count(*)::integer INTO v_pending
+			SELECT count(*)::integer,
+				   EXISTS (SELECT 1 FROM agent.approval_policies p
+							WHERE p.org_id = v_org AND p.ended_at IS NULL AND p.mode <> 'every_run')
+			  INTO v_pending, v_policy
 			  FROM agent.approval_requests a
 			 WHERE a.org_id = v_org AND a.status = 'pending' AND a.expires_at > now();
+		END IF;
+		-- The approval policy's decision (26_policies.sql): a
+		-- request it approves stores its approval.auto event too.
+		IF v_policy THEN
+			SELECT d.person_reason, d.policy_id, d.allowance_id, d.egress_sha256, d.event
+			  INTO v_person, v_auto_policy, v_auto_allowance, v_auto_egress, v_auto_event
+			  FROM agent._approval_decision(v_org, agent, conversation, language, v_image.name,
+											v_image.digest, wall_time_s, memory_mb, v_appr, v_sha) d;
+			IF v_person IS NULL THEN
+				v_need := v_need + agent._audit_event_bytes(v_auto_event, 'policy');
+			END IF;
 		END IF;
 		v_max_stored := v_ctx.max_stored;
 		IF v_pending >= v_ctx.max_pending THEN
@@ -319,27 +356,50 @@ BEGIN
 	-- The invocation and its card in one statement (the card's foreign key
 	-- is checked at its end).  The code and description are stored once,
 	-- with the invocation; the card holds the hash the trigger derived.
+	-- When the approval policy approves the request (v_person NULL), the
+	-- card is written approved by it, exactly as approve() leaves a card
+	-- (the code's hash, the invocation's egress hash, image digest and
+	-- isolation class bound), fenced on the egress hash the decision judged: a run whose
+	-- frozen egress policy is another one (it cannot be while the request
+	-- holds the org's audit head; should it be) is left pending for a
+	-- person (egress_changed).  agent._approve_by_policy then approves
+	-- the invocation (26_policies.sql).
 	WITH inv AS (
 		INSERT INTO agent.invocations (id, org_id, workspace_id, agent_id, conversation_id,
 									   requested_by, language, code, code_sha256, description,
 									   idempotency_key, state, approval_id, wall_time_s, memory_mb,
-									   image_name, image_digest)
+									   image_name, image_digest, isolation)
 			VALUES (v_inv, v_org, workspace, agent, conversation, requested_by, language, code,
 					NULL, description, idempotency_key, 'pending_approval', v_appr,
-					wall_time_s, memory_mb, v_image.name, v_image.digest)
-			RETURNING invocations.code_sha256)	-- set by the trigger
+					wall_time_s, memory_mb, v_image.name, v_image.digest, v_isolation)
+			RETURNING invocations.code_sha256, invocations.egress_sha256,	-- set by the triggers
+					  invocations.image_digest, invocations.isolation,
+					  v_person IS NULL AND invocations.egress_sha256 IS NOT DISTINCT FROM v_auto_egress AS auto)
 	INSERT INTO agent.approval_requests (id, invocation_id, org_id, workspace_id, status,
 										 code_sha256, language, runtime, risk_level,
-										 requested_by, expires_at)
-		SELECT v_appr, v_inv, v_org, workspace, 'pending', inv.code_sha256, language,
-			   v_runtime, 'high', requested_by, now() + v_ctx.approval_timeout
+										 requested_by, expires_at, person_reason, decided_by,
+										 decided_at, approved_code_sha256, approved_egress_sha256,
+										 approved_image_digest, approval_policy_id, allowance_id,
+										 approved_isolation)
+		SELECT v_appr, v_inv, v_org, workspace, CASE WHEN inv.auto THEN 'approved' ELSE 'pending' END,
+			   inv.code_sha256, language, v_runtime, 'high', requested_by,
+			   now() + v_ctx.approval_timeout,
+			   CASE WHEN inv.auto THEN NULL ELSE coalesce(v_person, 'egress_changed') END,
+			   CASE WHEN inv.auto THEN 'policy' END, CASE WHEN inv.auto THEN now() END,
+			   CASE WHEN inv.auto THEN inv.code_sha256 END, CASE WHEN inv.auto THEN inv.egress_sha256 END,
+			   CASE WHEN inv.auto THEN inv.image_digest END, CASE WHEN inv.auto THEN v_auto_policy END,
+			   CASE WHEN inv.auto THEN v_auto_allowance END,
+			   CASE WHEN inv.auto THEN inv.isolation END
 		  FROM inv
-		RETURNING approval_requests.code_sha256 INTO v_sha;
+		RETURNING approval_requests.code_sha256, approval_requests.status = 'approved'
+		  INTO v_sha, v_auto;
 	-- Its bytes (the event's are counted by the append itself), then the
 	-- event with the hash the card holds (the one computed above: the
 	-- trigger derives the same) and, in the same query, the approvers of
 	-- the workspace learn of the card at commit (on the workspace's
-	-- channel, 28_approvals.sql; the payload is the card's id).
+	-- channel, 28_approvals.sql; the payload is the card's id), unless
+	-- the approval policy approved it: then the invocation is approved
+	-- here (its event after this one, and the runners' wake-up at commit).
 	UPDATE agent.org_usage u
 	   SET stored_bytes = u.stored_bytes + agent._request_bytes(code, description, idempotency_key),
 		   updated_at = now()
@@ -349,12 +409,17 @@ BEGIN
 		(SELECT pg_catalog.pg_notify('sandbox_approvals_' || pg_catalog.replace(c.token::text, '-', ''),
 									 v_appr::text)
 		   FROM agent.workspace_channels c
-		  WHERE c.workspace_id = request_execution.workspace);
+		  WHERE c.workspace_id = request_execution.workspace
+			AND NOT v_auto);
+	IF v_auto THEN
+		PERFORM agent._approve_by_policy(v_inv, v_appr, v_auto_event);
+		v_status := 'approved';
+	END IF;
 	IF NOT agent.supervisor_available() THEN
 		RAISE NOTICE 'no supervisor is running in this cluster'
 			USING HINT = 'Nothing will run until sandbox_ext is in shared_preload_libraries.';
 	END IF;
-	r := ROW(v_inv, v_appr, 'pending_approval', NULL, NULL, false);
+	r := ROW(v_inv, v_appr, v_status, NULL, NULL, false);
 	RETURN r;
 END
 $$;

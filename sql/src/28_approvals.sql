@@ -82,8 +82,12 @@ $$;
 
 -- Approve the card.  code_sha256, when given, is the hash of the code the
 -- approver was shown; a different hash is refused, so an approval can never
--- cover code its approver did not see.  Returns the invocation's id.
-CREATE FUNCTION agent.approve(approval uuid, approver text, code_sha256 text DEFAULT NULL)
+-- cover code its approver did not see.  allow_further_runs: the approver
+-- also allows further runs of the conversation, approved then by the
+-- org's policy (once_per_conversation; agent._allow_further_runs,
+-- 26_policies.sql).  Returns the invocation's id.
+CREATE FUNCTION agent.approve(approval uuid, approver text, code_sha256 text DEFAULT NULL,
+							  allow_further_runs boolean DEFAULT false)
 	RETURNS uuid
 	LANGUAGE plpgsql
 	SECURITY DEFINER
@@ -94,8 +98,12 @@ DECLARE
 	v_card	record;
 	v_egress text;
 	v_inv	record;
+	v_allowance uuid;
 BEGIN
 	PERFORM agent._require_person(approver, 'approver');
+	IF allow_further_runs IS NULL THEN
+		RAISE EXCEPTION 'allow_further_runs must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
 	v_card := agent._lock_pending_approval(approval);
 	-- Four eyes: unless the org's policy says otherwise, the person who
 	-- asked for the run cannot also let it run.
@@ -115,9 +123,10 @@ BEGIN
 
 	-- The card and its invocation in one statement.
 	-- The approval is bound to the egress policy the card showed too
-	-- (47_egress.sql): the invocation's frozen copy, by its hash; and to
-	-- its image's digest (46_images.sql).
-	SELECT i.egress_sha256, i.image_name, i.image_digest INTO v_inv
+	-- (47_egress.sql): the invocation's frozen copy, by its hash; to its
+	-- image's digest (46_images.sql); and to its isolation class
+	-- (49_isolation.sql).
+	SELECT i.egress_sha256, i.image_name, i.image_digest, i.isolation INTO v_inv
 	  FROM agent.invocations i WHERE i.id = v_card.invocation_id;
 	v_egress := v_inv.egress_sha256;
 	WITH decided AS (
@@ -125,11 +134,15 @@ BEGIN
 		   SET status = 'approved', decided_by = approver, decided_at = now(),
 			   approved_code_sha256 = v_card.code_sha256,
 			   approved_egress_sha256 = v_egress,
-			   approved_image_digest = v_inv.image_digest
+			   approved_image_digest = v_inv.image_digest,
+			   approved_isolation = v_inv.isolation
 		 WHERE a.id = v_card.id)
 	UPDATE agent.invocations i
 	   SET state = 'approved', approved_at = now()
 	 WHERE i.id = v_card.invocation_id;
+	IF allow_further_runs THEN
+		v_allowance := agent._allow_further_runs(v_card.invocation_id, v_card.id, approver);
+	END IF;
 	-- The event, then the wake-up (the supervisor claims approved work when
 	-- this transaction commits): one query, in that order.
 	PERFORM agent._audit(v_card.org_id, v_card.workspace_id, 'approval.approved', v_card.invocation_id,
@@ -137,7 +150,10 @@ BEGIN
 													  'code_sha256', v_card.code_sha256,
 													  'egress_sha256', v_egress,
 													  'image', v_inv.image_name,
-													  'image_digest', v_inv.image_digest))),
+													  'image_digest', v_inv.image_digest,
+													  'allowance_id', v_allowance,
+													  'isolation', CASE WHEN v_inv.isolation <> 'namespaces'
+																		THEN v_inv.isolation END))),
 			agent._wake_runners(v_card.invocation_id);
 	-- The approval's event counts against the org's storage: past the
 	-- quota the approval is refused (53400) and rolled back (the claim
@@ -257,7 +273,18 @@ CREATE TYPE agent.approval_card AS (
 	-- or its name and short digest ("data@1a2b3c4d5e6f"; runtime then is
 	-- the interpreter its manifest lists), and the digest the approval binds
 	image			text,
-	image_digest	text
+	image_digest	text,
+	-- the approval policy (26_policies.sql): the policy that
+	-- approved the run and the conversation's allowance it used (NULL: a
+	-- person decides or decided), what the card says of them, and why a
+	-- person is needed (NULL once a policy approved it)
+	approval_policy_id uuid,
+	allowance_id	uuid,
+	approved_by_policy text,
+	person_needed	text,
+	-- the isolation class it runs in (49_isolation.sql): "namespaces" or
+	-- "gvisor", which the approval binds
+	isolation		text
 );
 
 -- Every card the caller may see (row-level security decides: a backend
@@ -277,13 +304,24 @@ SELECT a.id AS approval_id, a.invocation_id, a.status,
 	   agent.egress_may_reach(i.egress_policy) AS egress_may_reach, i.egress_sha256,
 	   CASE WHEN i.image_name IS NULL THEN 'host'
 			ELSE i.image_name || '@' || left(i.image_digest, 12) END AS image,
-	   i.image_digest
+	   i.image_digest,
+	   a.approval_policy_id, a.allowance_id,
+	   CASE WHEN ap.id IS NOT NULL THEN
+			format('policy %s (%s), set by %s at %s', ap.id, ap.mode, ap.set_by,
+				   to_char(ap.set_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'))
+			|| CASE WHEN al.id IS NOT NULL
+					THEN format('; further runs allowed here by %s with approval %s', al.granted_by, al.approval_id)
+					ELSE '' END END AS approved_by_policy,
+	   agent._person_reason_text(a.person_reason) AS person_needed,
+	   i.isolation
   FROM agent.approval_requests a
   JOIN agent.invocations i ON i.id = a.invocation_id
   LEFT JOIN agent.agents g ON g.id = i.agent_id
   LEFT JOIN agent.orgs o ON o.id = a.org_id
   LEFT JOIN agent.plans p ON p.plan = o.plan
-  LEFT JOIN agent.credit_balances b ON b.org_id = a.org_id;
+  LEFT JOIN agent.credit_balances b ON b.org_id = a.org_id
+  LEFT JOIN agent.approval_policies ap ON ap.id = a.approval_policy_id
+  LEFT JOIN agent.conversation_allowances al ON al.id = a.allowance_id;
 COMMENT ON VIEW agent.approval_cards IS
 	'approval cards as the UI renders them, with the run''s cost and the org''s balance';
 
@@ -301,7 +339,8 @@ BEGIN
 		   c.language, c.runtime, c.risk_level, c.description, c.code, c.code_sha256,
 		   c.code_lines, c.requested_by, c.created_at, c.expires_at, c.decided_by,
 		   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance,
-		   c.egress_may_reach, c.egress_sha256, c.image, c.image_digest
+		   c.egress_may_reach, c.egress_sha256, c.image, c.image_digest,
+		   c.approval_policy_id, c.allowance_id, c.approved_by_policy, c.person_needed, c.isolation
 	  INTO v
 	  FROM agent.approval_cards c
 	 WHERE c.approval_id = approval;
@@ -327,7 +366,8 @@ BEGIN
 			   c.language, c.runtime, c.risk_level, c.description, c.code, c.code_sha256,
 			   c.code_lines, c.requested_by, c.created_at, c.expires_at, c.decided_by,
 			   c.decided_at, c.decision_reason, c.credits_cost, c.org_balance,
-			   c.egress_may_reach, c.egress_sha256, c.image, c.image_digest
+			   c.egress_may_reach, c.egress_sha256, c.image, c.image_digest,
+			   c.approval_policy_id, c.allowance_id, c.approved_by_policy, c.person_needed, c.isolation
 		  FROM agent.approval_cards c
 		 WHERE c.status = 'pending' AND c.expires_at > now()
 		   AND c.org_id = agent.current_org() AND c.workspace_id = agent.current_workspace()

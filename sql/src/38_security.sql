@@ -97,7 +97,7 @@ GRANT EXECUTE ON FUNCTION agent.current_org(), agent.current_workspace(),
 GRANT EXECUTE ON FUNCTION
 	agent.set_tenant(uuid, uuid),
 	agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer, text),
-	agent.approve(uuid, text, text),
+	agent.approve(uuid, text, text, boolean),
 	agent.deny(uuid, text, text),
 	agent.approval_card(uuid),
 	agent.invocation_transition_allowed(text, text),

@@ -68,6 +68,12 @@ $$;
 --   image_not_held        it runs on an image whose digest this runner does
 --                         not hold; for the fleet, no live active runner
 --                         with slots holds it (46_images.sql)
+--   secrets_key_not_held  its secrets are sealed to a key this runner does
+--                         not hold; for the fleet, no live active runner
+--                         with slots holds them all (48_secrets.sql)
+--   isolation_unavailable its isolation class is one this runner does not
+--                         run; for the fleet, no live active runner with
+--                         slots runs it (49_isolation.sql)
 --   conversation_busy     a run of its conversation is in flight, or an
 --                         earlier one is approved (runs of a conversation
 --                         are serial, in approval order)
@@ -106,6 +112,13 @@ BEGIN
 										  AND ri.digest = r.image_digest)
 					  ELSE agent._image_wait(r.image_name, r.image_digest) IS NOT NULL END
 			THEN 'image_not_held'
+		WHEN CASE WHEN runner IS NOT NULL THEN NOT agent._secrets_claimable(r, runner)
+				  ELSE agent._secrets_wait(r.egress_policy) IS NOT NULL END
+			THEN 'secrets_key_not_held'
+		WHEN r.isolation <> 'namespaces'
+			 AND CASE WHEN runner IS NOT NULL THEN NOT agent._runner_runs_class(runner, r.isolation)
+					  ELSE agent._isolation_wait(r.isolation) IS NOT NULL END
+			THEN 'isolation_unavailable'
 		WHEN r.conversation_id IS NOT NULL
 			 AND EXISTS (SELECT 1 FROM agent.invocations j
 						  WHERE j.conversation_id = r.conversation_id AND j.id <> r.id
@@ -139,11 +152,12 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION agent._claim_gate(agent.invocations, uuid) IS
-	'why an approved invocation cannot be claimed now (not_approved, insufficient_credits, storage_quota_exhausted, image_not_held, conversation_busy, session_elsewhere, org_at_limit, workspace_at_limit), or NULL';
+	'why an approved invocation cannot be claimed now (not_approved, insufficient_credits, storage_quota_exhausted, image_not_held, secrets_key_not_held, isolation_unavailable, conversation_busy, session_elsewhere, org_at_limit, workspace_at_limit), or NULL';
 
 -- What the code of invocation r is checked against: the hash its approval
 -- card holds (NULL: no card approved it) and the hash the audit trail
--- recorded at the approval.  Both were written by the approval's
+-- recorded at the approval (a person's approval.approved or an approval
+-- policy's approval.auto).  Both were written by the approval's
 -- transaction, committed before the row read approved.
 CREATE FUNCTION agent._approved_hashes(r agent.invocations, OUT approved text, OUT audited text)
 	LANGUAGE sql STABLE
@@ -152,7 +166,8 @@ AS $$
 	SELECT (SELECT a.approved_code_sha256 FROM agent.approval_requests a
 			 WHERE a.id = r.approval_id AND a.invocation_id = r.id AND a.status = 'approved'),
 		   (SELECT e.details ->> 'code_sha256' FROM agent.audit_events e
-			 WHERE e.invocation_id = r.id AND e.event_type = 'approval.approved'
+			 WHERE e.invocation_id = r.id
+			   AND e.event_type IN ('approval.approved', 'approval.auto')
 			 ORDER BY e.id DESC LIMIT 1)
 $$;
 
@@ -332,9 +347,11 @@ BEGIN
 				RETURN;
 			END IF;
 		END IF;
-		-- An image digest its approval does not cover raises (46_images.sql):
-		-- the row fails below, uncharged.
+		-- An image digest or an isolation class its approval does not
+		-- cover raises (46_images.sql, 49_isolation.sql): the row fails
+		-- below, uncharged.
 		PERFORM agent._image_claimable(r, runner);
+		PERFORM agent._isolation_claimable(r, runner);
 		reason := agent._claim_gate(r, runner);
 		IF reason IS NULL AND NOT may_take THEN
 			reason := 'claimable';
@@ -404,7 +421,7 @@ CREATE FUNCTION agent._claim_invocations(max_rows integer, runner uuid, notified
 	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
 				   fresh_session boolean, has_skills boolean, lease_token uuid,
-				   has_egress boolean, image_name text, image_digest text)
+				   has_egress boolean, image_name text, image_digest text, isolation text)
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
@@ -553,14 +570,14 @@ CREATE FUNCTION agent._claimed_row(r agent.invocations, fresh boolean, skills bo
 	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
 				   fresh_session boolean, has_skills boolean, lease_token uuid,
-				   has_egress boolean, image_name text, image_digest text)
+				   has_egress boolean, image_name text, image_digest text, isolation text)
 	LANGUAGE sql IMMUTABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 	-- (its egress policy file comes with the prepare step, 47_egress.sql)
 	SELECT r.id, r.language, r.code, r.wall_time_s, r.memory_mb, r.conversation_id,
 		   r.session_id, fresh, skills, r.lease_token, r.egress_policy IS NOT NULL,
-		   r.image_name, r.image_digest
+		   r.image_name, r.image_digest, r.isolation
 $$;
 
 REVOKE ALL ON FUNCTION agent._orgs_with_approved(), agent._try_audit_head(uuid),

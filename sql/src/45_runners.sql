@@ -19,7 +19,8 @@
 --           wall_time_s integer, memory_mb integer, conversation_id uuid,
 --           session_id uuid, fresh_session boolean, has_skills boolean,
 --           max_files integer, max_bytes bigint, max_file_bytes bigint,
---           output_limit_bytes bigint, has_egress boolean)
+--           output_limit_bytes bigint, has_egress boolean, image_name text,
+--           image_digest text, isolation text)
 --   agent.runner_prepare(runner uuid, token uuid, invocation uuid,
 --       workspace_is_new boolean)
 --       RETURNS TABLE (kind text, name text, content bytea, skill_id uuid)
@@ -41,6 +42,10 @@
 --   agent.runner_cancel_requested(runner uuid, invocations uuid[]) RETURNS SETOF uuid
 --   agent.runner_live_sessions(runner uuid) RETURNS SETOF uuid
 --   agent.runner_skills_in_use(runner uuid) RETURNS SETOF uuid
+--   agent.runner_report_images(runner uuid, incarnation uuid, images jsonb)
+--       RETURNS integer (46_images.sql)
+--   agent.runner_report_isolation(runner uuid, incarnation uuid, classes text[],
+--       problems text DEFAULT NULL) RETURNS text[] (49_isolation.sql)
 --
 -- The operator's (the owner's; granted to no role):
 --
@@ -764,7 +769,7 @@ CREATE FUNCTION agent.runner_claim(runner uuid, incarnation uuid, max_rows integ
 				   memory_mb integer, conversation_id uuid, session_id uuid,
 				   fresh_session boolean, has_skills boolean, max_files integer,
 				   max_bytes bigint, max_file_bytes bigint, output_limit_bytes bigint,
-				   has_egress boolean, image_name text, image_digest text)
+				   has_egress boolean, image_name text, image_digest text, isolation text)
 	LANGUAGE plpgsql VOLATILE
 	SECURITY DEFINER
 	SET search_path = pg_catalog, agent, pg_temp
@@ -816,6 +821,8 @@ BEGIN
 		-- NULL: the host's root; else the runner's NAME@DIGEST image
 		image_name := c.image_name;
 		image_digest := c.image_digest;
+		-- the class the claim matched (49_isolation.sql), frozen
+		isolation := c.isolation;
 		RETURN NEXT;
 	END LOOP;
 END

@@ -24,6 +24,13 @@
 -- every blocked placeholder is a connection-log row (egress_connections.
 -- secret) and an audit event (secret.used, secret.blocked) in the finish's
 -- transaction.
+--
+-- Which runner runs it: each runner reports the ids of the keys its key
+-- file holds (agent.runner_report_secret_keys, at registration and
+-- whenever the file changed); a run with secrets is claimed only by a
+-- runner that reported every key its secrets are sealed to
+-- (agent._secrets_claimable, the claim's one call), and while none live
+-- does, agent.queue_status() says so (agent._secrets_wait).
 
 -- ---- the runner hosts' keys (the operator's) ------------------------------------
 
@@ -59,6 +66,18 @@ CREATE TABLE agent.secrets (
 	CONSTRAINT secrets_org_name UNIQUE (org_id, name)
 );
 CREATE INDEX secrets_rule_idx ON agent.secrets (rule_id);
+
+-- The keys each runner holds, as it last reported them (ids only; any
+-- well-formed id: a key may be deployed before it is added).
+CREATE TABLE agent.runner_secret_keys (
+	runner_id		uuid NOT NULL REFERENCES agent.runners (id),
+	key_id			text NOT NULL CHECK (key_id ~ '^[0-9a-f]{16}$'),
+	reported_at		timestamptz NOT NULL DEFAULT now(),	-- first, by this runner
+	PRIMARY KEY (runner_id, key_id)
+);
+COMMENT ON TABLE agent.runner_secret_keys IS
+	'the secrets keys each runner holds (their ids), as it last reported them';
+CREATE INDEX runner_secret_keys_key_idx ON agent.runner_secret_keys (key_id);
 COMMENT ON TABLE agent.secrets IS
 	'an org''s secrets, sealed to the runner hosts'' key, each bound to a host rule and a header (docs/secrets.md)';
 
@@ -214,10 +233,13 @@ SELECT k.key_id, translate(encode(k.public_key, 'base64'), E'\n', '') AS public_
 	   k.added_by, k.added_at, k.retired_at,
 	   k.key_id = (SELECT c.key_id FROM agent.secret_keys c WHERE c.retired_at IS NULL
 				   ORDER BY c.added_at DESC, c.key_id LIMIT 1) AS current,
-	   (SELECT count(*) FROM agent.secrets s WHERE s.key_id = k.key_id) AS secrets
+	   (SELECT count(*) FROM agent.secrets s WHERE s.key_id = k.key_id) AS secrets,
+	   (SELECT count(*) FROM agent.runner_secret_keys rk JOIN agent.runners rn ON rn.id = rk.runner_id
+		 WHERE rk.key_id = k.key_id AND rn.state = 'active'
+		   AND rn.last_heartbeat >= now() - agent._runner_lease()) AS live_runners
   FROM agent.secret_keys k;
 COMMENT ON VIEW agent.secret_key_status IS
-	'the runner hosts'' keys for secrets: which one is current, how many secrets each seals';
+	'the runner hosts'' keys for secrets: which one is current, how many secrets each seals, how many live runners hold it';
 
 -- ---- the admin's API --------------------------------------------------------------
 
@@ -496,6 +518,103 @@ BEGIN
 END
 $$;
 
+-- ---- runners: which keys they hold ----------------------------------------------
+
+-- The calling runner's secrets keys (agent_runner), all of them: the ids
+-- of the keys in its secrets_key_file ('{}': none).  What it no longer
+-- lists, it no longer holds (runs sealed to it are claimed by others).
+-- Returns how many it holds now.
+CREATE FUNCTION agent.runner_report_secret_keys(runner uuid, incarnation uuid, key_ids text[])
+	RETURNS integer
+	LANGUAGE plpgsql VOLATILE
+	SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	rn		agent.runners := agent._runner_current(runner, incarnation);
+	k		text;
+BEGIN
+	IF key_ids IS NULL THEN
+		RAISE EXCEPTION 'key_ids must not be null'
+			USING ERRCODE = 'null_value_not_allowed', HINT = 'Report no keys as ''{}''.';
+	END IF;
+	IF cardinality(key_ids) > 8 THEN
+		RAISE EXCEPTION 'a runner may report at most 8 secrets keys' USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	FOREACH k IN ARRAY key_ids LOOP
+		IF k IS NULL OR k !~ '^[0-9a-f]{16}$' THEN
+			RAISE EXCEPTION 'invalid secrets key id "%"', agent._shown(k)
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = 'A key id is the first 16 hex digits of the sha256 of its public key.';
+		END IF;
+	END LOOP;
+	DELETE FROM agent.runner_secret_keys rk
+	 WHERE rk.runner_id = rn.id AND NOT rk.key_id = ANY (key_ids);
+	INSERT INTO agent.runner_secret_keys (runner_id, key_id)
+	SELECT DISTINCT rn.id, x FROM unnest(key_ids) x
+	ON CONFLICT (runner_id, key_id) DO NOTHING;
+	RETURN (SELECT count(*)::integer FROM agent.runner_secret_keys rk WHERE rk.runner_id = rn.id);
+END
+$$;
+COMMENT ON FUNCTION agent.runner_report_secret_keys(uuid, uuid, text[]) IS
+	'the secrets keys the calling runner holds (all of their ids); returns how many';
+
+-- The keys a run's secrets are sealed to ('{}': it has none).  From its
+-- frozen egress policy's secrets, as the prepare step will place them.
+CREATE FUNCTION agent._secret_keys_of(policy jsonb) RETURNS text[]
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+	RETURN coalesce((SELECT array_agg(DISTINCT s.key_id ORDER BY s.key_id)
+					   FROM jsonb_array_elements(policy->'rules') e,
+							jsonb_array_elements(e->'secrets') x
+					   JOIN agent.secrets s ON s.id = (x->>'id')::uuid
+					  WHERE e ? 'secrets'), '{}');
+
+-- May this runner claim this run (called by the claim for each candidate,
+-- 40_supervisor.sql)?  One without secrets: any runner.  One with: only a
+-- runner that reported every key they are sealed to.
+CREATE FUNCTION agent._secrets_claimable(r agent.invocations, runner uuid) RETURNS boolean
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_keys	text[];
+BEGIN
+	IF r.egress_policy IS NULL OR NOT jsonb_path_exists(r.egress_policy, '$.rules[*].secrets') THEN
+		RETURN true;
+	END IF;
+	v_keys := agent._secret_keys_of(r.egress_policy);
+	RETURN runner IS NOT NULL
+		AND v_keys <@ coalesce((SELECT array_agg(rk.key_id) FROM agent.runner_secret_keys rk
+								 WHERE rk.runner_id = runner), '{}');
+END
+$$;
+
+-- Why an approved run with secrets waits, for agent.queue_status(): no
+-- live active runner with slots holds every key they are sealed to.
+-- NULL: its secrets do not hold it back.
+CREATE FUNCTION agent._secrets_wait(policy jsonb) RETURNS text
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	v_keys	text[];
+BEGIN
+	IF policy IS NULL OR NOT jsonb_path_exists(policy, '$.rules[*].secrets') THEN
+		RETURN NULL;
+	END IF;
+	v_keys := agent._secret_keys_of(policy);
+	IF EXISTS (SELECT 1 FROM agent.runners rn
+				WHERE rn.state = 'active' AND agent._runner_slots(rn) > 0
+				  AND rn.last_heartbeat >= now() - agent._runner_lease()
+				  AND v_keys <@ coalesce((SELECT array_agg(rk.key_id) FROM agent.runner_secret_keys rk
+										   WHERE rk.runner_id = rn.id), '{}')) THEN
+		RETURN NULL;
+	END IF;
+	RETURN format('no live runner holds the secrets key %s', array_to_string(v_keys, ', '));
+END
+$$;
+
 -- Every use of a secret and every blocked placeholder of the run (the
 -- connection rows with a secret, agent._record_egress) is an audit event,
 -- in the transaction that writes the tool call, after the run's
@@ -536,7 +655,9 @@ SELECT pg_catalog.pg_extension_config_dump('agent.secrets', '');
 -- ---- privileges and row-level security ---------------------------------------------
 ALTER TABLE agent.secret_keys ENABLE ROW LEVEL SECURITY;
 ALTER TABLE agent.secrets ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.runner_secret_keys ENABLE ROW LEVEL SECURITY;
 CREATE POLICY auditor_read ON agent.secret_keys FOR SELECT TO agent_auditor USING (true);
+CREATE POLICY auditor_read ON agent.runner_secret_keys FOR SELECT TO agent_auditor USING (true);
 CREATE POLICY tenant_org ON agent.secrets FOR SELECT TO agent_backend, agent_admin
 	USING (org_id = agent.current_org());
 CREATE POLICY auditor_read ON agent.secrets FOR SELECT TO agent_auditor USING (true);
@@ -551,3 +672,4 @@ GRANT EXECUTE ON FUNCTION
 	agent.set_secret_agents(text, uuid[], text),
 	agent.remove_secret(text, text)
 	TO agent_admin;
+GRANT EXECUTE ON FUNCTION agent.runner_report_secret_keys(uuid, uuid, text[]) TO agent_runner;

@@ -36,6 +36,11 @@ COMMENT ON VIEW agent.run_slots IS
 --   storage_quota_exhausted  the org is at its storage quota: the next claim refuses it
 --   image_not_held        it runs on an image whose digest no live active runner
 --                         with slots holds (46_images.sql)
+--   secrets_key_not_held  its secrets are sealed to a key no live active runner
+--                         with slots holds (48_secrets.sql)
+--   isolation_unavailable  its isolation class is one no live active runner with
+--                         slots runs (49_isolation.sql; the detail has the reasons
+--                         the runners reported)
 --   conversation_busy     a run of its conversation is in flight or queued before it
 --   session_elsewhere     its conversation's session is on a live runner host
 --                         with no free slot (its runs are that host's)
@@ -134,6 +139,8 @@ BEGIN
 			  WHERE o.id = r.org_id)
 		WHEN 'storage_quota_exhausted' THEN 'the org is at its storage quota'
 		WHEN 'image_not_held' THEN agent._image_wait(r.image_name, r.image_digest)
+		WHEN 'secrets_key_not_held' THEN agent._secrets_wait(r.egress_policy)
+		WHEN 'isolation_unavailable' THEN agent._isolation_wait(r.isolation)
 		WHEN 'conversation_busy' THEN 'runs of a conversation are serial'
 		WHEN 'session_elsewhere' THEN 'its session''s runner host has no free slot'
 		WHEN 'org_at_limit' THEN

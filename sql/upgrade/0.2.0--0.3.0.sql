@@ -22,6 +22,9 @@
 -- (agent._write_tool_call, agent._output_preview) keep or add signatures
 -- and are replayed below like every definition of sql/src.
 
+-- Branch clients (issue 33), 80_clients.sql: agent.is_terminal() and
+-- agent.latency() are new functions, replayed below; no state.
+
 -- branch reqcost (issue 13, the request path's cost), 28_approvals.sql:
 -- request_execution() sends the new card's notification itself; the helper
 -- that did is gone.
@@ -139,6 +142,119 @@ ALTER TABLE agent.runner_images ENABLE ROW LEVEL SECURITY;
 ALTER TABLE agent.image_grants ENABLE ROW LEVEL SECURITY;
 ALTER TABLE agent.agent_images ENABLE ROW LEVEL SECURITY;
 
+-- Branch policies (issue 28, approval policies; docs/control-plane.md,
+-- "Approval policies").
+-- 15_invocations.sql: a card an approval policy approved names the policy
+-- and the conversation's allowance it used; a card a person decides says
+-- why (the cards of 0.2.0 keep NULL: the card shows no reason for them).
+ALTER TABLE agent.approval_requests
+	ADD COLUMN approval_policy_id uuid,
+	ADD COLUMN allowance_id uuid,
+	ADD COLUMN person_reason text,
+	ADD CONSTRAINT approval_requests_policy_check
+		CHECK (approval_policy_id IS NULL OR (status = 'approved' AND person_reason IS NULL));
+-- 26_policies.sql: the policies and the allowances.
+CREATE TABLE agent.approval_policies (
+	id				uuid PRIMARY KEY DEFAULT pg_catalog.gen_random_uuid(),
+	org_id			uuid NOT NULL REFERENCES agent.orgs (id),
+	workspace_id	uuid,
+	agent_id		uuid,
+	mode			text NOT NULL CHECK (mode IN ('every_run', 'once_per_conversation', 'automatic')),
+	languages		text[] CHECK (languages <@ ARRAY['python', 'node', 'shell']
+								  AND cardinality(languages) BETWEEN 1 AND 3),
+	no_network		boolean NOT NULL DEFAULT false,
+	max_wall_time_s integer CHECK (max_wall_time_s > 0),
+	max_memory_mb	integer CHECK (max_memory_mb > 0),
+	set_by			text NOT NULL,
+	set_at			timestamptz NOT NULL DEFAULT now(),
+	ended_at		timestamptz,
+	ended_by		text,
+	FOREIGN KEY (org_id, workspace_id, agent_id) REFERENCES agent.agents (org_id, workspace_id, id),
+	CHECK ((agent_id IS NULL) = (workspace_id IS NULL)),
+	CHECK ((ended_at IS NULL) = (ended_by IS NULL))
+);
+CREATE UNIQUE INDEX approval_policies_current_idx ON agent.approval_policies (org_id, agent_id)
+	NULLS NOT DISTINCT WHERE ended_at IS NULL;
+CREATE TABLE agent.conversation_allowances (
+	id				uuid PRIMARY KEY DEFAULT pg_catalog.gen_random_uuid(),
+	org_id			uuid NOT NULL,
+	workspace_id	uuid NOT NULL,
+	agent_id		uuid NOT NULL,
+	conversation_id uuid NOT NULL,
+	approval_id		uuid NOT NULL UNIQUE REFERENCES agent.approval_requests (id),
+	policy_id		uuid NOT NULL REFERENCES agent.approval_policies (id),
+	language		text NOT NULL,
+	image_digest	text,
+	egress_policy	jsonb,
+	egress_sha256	text,
+	granted_by		text NOT NULL,
+	granted_at		timestamptz NOT NULL DEFAULT now(),
+	revoked_at		timestamptz,
+	revoked_by		text,
+	FOREIGN KEY (org_id, workspace_id, conversation_id)
+		REFERENCES agent.conversations (org_id, workspace_id, id),
+	FOREIGN KEY (org_id, workspace_id, agent_id) REFERENCES agent.agents (org_id, workspace_id, id),
+	CHECK ((revoked_at IS NULL) = (revoked_by IS NULL))
+);
+CREATE INDEX conversation_allowances_live_idx ON agent.conversation_allowances (conversation_id)
+	WHERE revoked_at IS NULL;
+ALTER TABLE agent.approval_requests
+	ADD CONSTRAINT approval_requests_policy_fkey FOREIGN KEY (approval_policy_id)
+		REFERENCES agent.approval_policies (id),
+	ADD CONSTRAINT approval_requests_allowance_fkey FOREIGN KEY (allowance_id)
+		REFERENCES agent.conversation_allowances (id);
+ALTER TABLE agent.approval_policies ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.conversation_allowances ENABLE ROW LEVEL SECURITY;
+-- 28_approvals.sql: approve takes allow_further_runs; the card says which
+-- policy approved a run or why a person is needed (the view, replayed,
+-- gains the columns at its end).
+DROP FUNCTION agent.approve(uuid, text, text);
+ALTER TYPE agent.approval_card
+	ADD ATTRIBUTE approval_policy_id uuid, ADD ATTRIBUTE allowance_id uuid,
+	ADD ATTRIBUTE approved_by_policy text, ADD ATTRIBUTE person_needed text;
+-- Branch gvisor (issue 32, isolation classes; docs/security.md, "The two
+-- isolation classes").  15_invocations.sql: an invocation's class (every
+-- run before this upgrade ran namespaced: the default) and the class its
+-- approval covers (NULL for an approval from before: the claim reads it as
+-- namespaces, 49_isolation.sql).
+ALTER TABLE agent.invocations
+	ADD COLUMN isolation text NOT NULL DEFAULT 'namespaces' CHECK (isolation IN ('namespaces', 'gvisor'));
+ALTER TABLE agent.approval_requests ADD COLUMN approved_isolation text;
+-- 28_approvals.sql: the card shows the class the approval binds.
+ALTER TYPE agent.approval_card ADD ATTRIBUTE isolation text;
+-- 45_runners.sql: the claim returns each run's class (its new result
+-- type: the images branch's DROP above already makes way for it).
+-- 49_isolation.sql: the plans' and orgs' classes, agents' narrowing, what
+-- the runners run.
+CREATE TABLE agent.isolation_settings (
+	plan			text REFERENCES agent.plans (plan),
+	org_id			uuid REFERENCES agent.orgs (id),
+	isolation		text NOT NULL CHECK (isolation IN ('namespaces', 'gvisor')),
+	set_by			text NOT NULL,
+	set_at			timestamptz NOT NULL DEFAULT now(),
+	CHECK ((plan IS NULL) <> (org_id IS NULL)),
+	UNIQUE NULLS NOT DISTINCT (plan, org_id)
+);
+CREATE TABLE agent.agent_isolation (
+	agent_id		uuid PRIMARY KEY,
+	org_id			uuid NOT NULL,
+	workspace_id	uuid NOT NULL,
+	isolation		text NOT NULL CHECK (isolation IN ('namespaces', 'gvisor')),
+	set_by			text NOT NULL,
+	set_at			timestamptz NOT NULL DEFAULT now(),
+	FOREIGN KEY (org_id, workspace_id, agent_id) REFERENCES agent.agents (org_id, workspace_id, id)
+);
+CREATE TABLE agent.runner_isolation (
+	runner_id		uuid PRIMARY KEY REFERENCES agent.runners (id),
+	classes			text[] NOT NULL CHECK (classes <@ ARRAY['namespaces', 'gvisor']
+										   AND 'namespaces' = ANY (classes)),
+	problems		text,
+	reported_at		timestamptz NOT NULL DEFAULT now()
+);
+ALTER TABLE agent.isolation_settings ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.agent_isolation ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agent.runner_isolation ENABLE ROW LEVEL SECURITY;
+
 -- Branch secrets (issue 31), 47_egress.sql: a connection row names the
 -- secret the proxy put in, or whose placeholder it blocked.
 ALTER TABLE agent.egress_connections ADD COLUMN secret text;
@@ -167,6 +283,16 @@ CREATE TABLE agent.secrets (
 	CONSTRAINT secrets_org_name UNIQUE (org_id, name)
 );
 CREATE INDEX secrets_rule_idx ON agent.secrets (rule_id);
+-- Which runner holds which secrets key (its reports: the claim routes runs
+-- with secrets by them).
+CREATE TABLE agent.runner_secret_keys (
+	runner_id		uuid NOT NULL REFERENCES agent.runners (id),
+	key_id			text NOT NULL CHECK (key_id ~ '^[0-9a-f]{16}$'),
+	reported_at		timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (runner_id, key_id)
+);
+CREATE INDEX runner_secret_keys_key_idx ON agent.runner_secret_keys (key_id);
+ALTER TABLE agent.runner_secret_keys ENABLE ROW LEVEL SECURITY;
 
 -- Branch heart (issue 29), 40_supervisor.sql: the finish's locks after the
 -- invocation's own row, which its caller locks (one locking order).

@@ -104,6 +104,10 @@ build_request(const JailOptions *o, const char *workspace, JailWireRequest *r)
 		ok = put(r, "--egress-proxy") && put(r, "%s", o->egress_proxy);
 	if (ok && o->image)
 		ok = put(r, "--image") && put(r, "%s", o->image);
+	if (ok && o->isolation == JAIL_ISOLATION_GVISOR)
+		ok = put(r, "--isolation") && put(r, "gvisor");
+	if (ok && o->runsc)
+		ok = put(r, "--runsc") && put(r, "%s", o->runsc);
 	/* the secrets travel as the request's fourth descriptor */
 	if (ok && o->egress_secrets_fd >= 0)
 		ok = put(r, JAIL_WIRE_SECRETS_OPTION) && put(r, JAIL_WIRE_SECRETS_INDEX);

@@ -9,6 +9,8 @@
  *	  main.c		the one-shot command line: parse, read the code, run,
  *					write the verdict, the exit code
  *	  options.c		the command line into a JailOptions (no side effects)
+ *	  gvisor.c		the gvisor class: the bundle, runsc, the report (and
+ *					gvisor_init.c, sandbox-gvisor-init, inside gVisor)
  *	  lifecycle.c	one run, host side (jail_run): prepare, start, go,
  *					monitor, end, collect, finish (JailRun, JailRunPhase)
  *	  spawn.c		a sandbox's birth: its pipes (JailPipes), the clone, the
@@ -93,6 +95,13 @@ typedef enum JailLanguage
 	LANG_EXEC					/* --exec: a program of the sandbox, no code */
 } JailLanguage;
 
+/* What stands between the payload and the host's kernel (docs/jail.md). */
+typedef enum JailIsolation
+{
+	JAIL_ISOLATION_NAMESPACES,	/* namespaces, seccomp, capabilities (default) */
+	JAIL_ISOLATION_GVISOR		/* the same limits around runsc (gvisor.c) */
+} JailIsolation;
+
 typedef struct JailBind
 {
 	const char *src;			/* host path, opened in the child */
@@ -130,6 +139,8 @@ typedef struct JailOptions
 	const char *image;			/* --image DIR (image.c); NULL: the host's */
 	int			egress_secrets_fd;	/* the run's secrets for the proxy, passed
 									 * on unread (docs/secrets.md); -1: none */
+	JailIsolation isolation;	/* --isolation */
+	const char *runsc;			/* --runsc; NULL: JAIL_RUNSC_DEFAULT */
 } JailOptions;
 
 typedef enum JailStatus
@@ -195,6 +206,8 @@ typedef struct JailEnd
 	int			payload_status;
 	int			init_status;	/* init's own wait status, for the message */
 	bool		over_workspace; /* killed for the workspace's total size */
+	bool		runtime_at_limit;	/* gvisor: runsc died at the run's pids
+									 * limit (its sentry cannot fork) */
 	uint64_t	cpu_limit_ms;
 } JailEnd;
 
@@ -601,6 +614,11 @@ extern void jail_image_forget(void);
 extern int	jail_image_hold(int *fd, char *err);
 
 /* rootfs.c */
+#define JAIL_INSTALLER_STUB "/etc/sandbox-no-install"
+extern const char *const jail_rootfs_sysdirs[];
+extern const char *const jail_rootfs_etc_files[];
+extern const char jail_rootfs_installer_stub[];
+extern int	jail_rootfs_write_etc(const char *etc, char *err);
 extern int	jail_rootfs_setup(const JailChildArgs *args, char *err);
 extern int	jail_rootfs_prepare(char *err);
 extern int	jail_rootfs_complete(const JailChildArgs *args, pid_t payload, char *err);
@@ -642,6 +660,8 @@ extern int	jail_drop_held(char *err);
 extern int	jail_set_rlimits(const JailChildArgs *a, int which, char *err);
 extern void jail_payload_confine(const JailChildArgs *a, bool rlimits);
 extern void jail_payload_execve(const JailChildArgs *a) __attribute__((noreturn));
+extern char *const *jail_payload_argv(const JailOptions *o);
+extern char *const *jail_payload_env(const JailChildArgs *a);
 extern int	jail_confine_init(const JailFilter *filter, int keep_sock, char *err);
 extern void jail_init_reap(const JailChildArgs *a, pid_t payload, bool confined,
 						   const JailInitState *st) __attribute__((noreturn));
@@ -668,6 +688,14 @@ extern bool jail_prespawn_stale(const JailPrespawn *p);
 extern bool jail_prespawn_covers(const JailPrespawn *p, const JailOptions *o);
 extern void jail_prespawn_discard(JailPrespawn *p);
 extern void jail_prespawn_discard_reason(JailPrespawn *p, char *buf, size_t len);
+
+/* gvisor.c: the gvisor class (docs/jail.md, "The gvisor class") */
+#define JAIL_RUNSC_DEFAULT	"/usr/bin/runsc"
+#define JAIL_GVISOR_MEMORY_OVERHEAD (64ULL * 1024 * 1024)	/* the cgroup's room
+															 * for runsc itself */
+#define JAIL_GVISOR_PIDS_OVERHEAD 192	/* runsc's, the sentry's and the
+										 * gofer's threads */
+extern pid_t jail_gvisor_spawn(JailChildArgs *args, int *pidfd, int cgroup_fd, bool *born_in);
 
 /* lifecycle.c */
 extern int	jail_run(const JailOptions *opts, const char *code, size_t code_len,

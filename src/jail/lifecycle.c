@@ -97,7 +97,9 @@ run_abort(JailRun *run, bool take_child_error)
 static bool
 slot_serves(const JailOptions *opts, const JailRunEnv *env)
 {
-	return env->slot && env->slot->mode != CGROUP_NONE &&
+	/* a gvisor run's cgroup holds runsc too: always one of its own */
+	return opts->isolation != JAIL_ISOLATION_GVISOR &&
+		env->slot && env->slot->mode != CGROUP_NONE &&
 		(!opts->cgroup_parent || !env->slot_parent ||
 		 strcmp(opts->cgroup_parent, env->slot_parent) == 0);
 }
@@ -197,6 +199,28 @@ run_choose_cgroup(JailRun *run)
 		run->cg = *run->env->slot;	/* counters reset by the worker (worker.c) */
 		run->cg_borrowed = true;
 	}
+	else if (opts->isolation == JAIL_ISOLATION_GVISOR)
+	{
+		/*
+		 * runsc, its sentry and gofer live in the run's cgroup with the
+		 * payload: its limits get their room on top of the payload's
+		 * (docs/jail.md, "The gvisor class").  No cgroup, no run: rlimits
+		 * cannot hold runsc.
+		 */
+		JailOptions with_runsc = *opts;
+
+		with_runsc.memory_bytes += JAIL_GVISOR_MEMORY_OVERHEAD;
+		with_runsc.pids += JAIL_GVISOR_PIDS_OVERHEAD;
+		if (jail_cgroup_create(&with_runsc, &run->cg, run->err) < 0)
+		{
+			char		why[JAIL_ERRLEN];
+
+			jail_cgroup_destroy(&run->cg);
+			snprintf(why, sizeof(why), "%s", run->err);
+			jail_seterr(run->err, "the gvisor class needs a cgroup: %s", why);
+			return -1;
+		}
+	}
 	else if (jail_cgroup_create(opts, &run->cg, run->err) < 0)
 	{
 		jail_cgroup_destroy(&run->cg);
@@ -248,6 +272,9 @@ run_prepare(JailRun *run)
 	 * prepared sandbox could be told to go.
 	 */
 	if (run->opts->egress_policy && run->pre)
+		run_drop_prespawn(run);
+	/* a gvisor run is runsc's, never a namespaced sandbox's (gvisor.c) */
+	if (run->opts->isolation == JAIL_ISOLATION_GVISOR && run->pre)
 		run_drop_prespawn(run);
 	/* a warm interpreter runs only code of its own language */
 	if (run->pre && run->pre->warm && run->pre->warm_language != run->opts->language)
@@ -321,9 +348,9 @@ run_clone(JailRun *run)
 	args.egress_intercept = run->egress.intercept;
 
 	run->start = jail_now_ms();
-	run->pid = jail_spawn(&args, &run->pidfd,
-						  run->cg.mode == CGROUP_V2 ? run->cg.v2_dirfd : -1,
-						  &run->born_in_cg);
+	run->pid = (run->opts->isolation == JAIL_ISOLATION_GVISOR ? jail_gvisor_spawn : jail_spawn)
+		(&args, &run->pidfd, run->cg.mode == CGROUP_V2 ? run->cg.v2_dirfd : -1,
+		 &run->born_in_cg);
 	if (run->pid < 0)
 	{
 		jail_seterr(run->err, "clone: %s", strerror(errno));
@@ -362,7 +389,8 @@ run_first_go(JailRun *run)
 			!jail_send_go(run->pipes.go[1], nocg ? JAIL_GO_NOCGROUP : JAIL_GO_REQUEST))
 			return -1;
 	}
-	else if (jail_write_id_maps(run->pid, run->ouid, run->ogid, run->err) < 0 ||
+	else if ((run->opts->isolation != JAIL_ISOLATION_GVISOR &&	/* no user ns */
+			  jail_write_id_maps(run->pid, run->ouid, run->ogid, run->err) < 0) ||
 			 !jail_send_go(run->pipes.go[1], nocg ? JAIL_GO_NOCGROUP : JAIL_GO_MAPPED))
 		return -1;
 	if (!run->cg_borrowed && !run->born_in_cg &&
@@ -518,6 +546,16 @@ run_collect(JailRun *run)
 	jail_egress_stop(&run->egress, res);
 	run_rescan_workspace(run);
 	JAIL_TRACE("workspace rescanned");
+	/*
+	 * A gvisor run whose sentry the memory limit killed, or that could not
+	 * fork at the pids limit (a fork bomb: gVisor's tasks are host
+	 * processes under ptrace), ends without the payload's status, and its
+	 * child says why runsc failed: that is the payload's doing, not a
+	 * setup error (jail_verdict_decide: signaled, SIGKILL).
+	 */
+	if (run->opts->isolation == JAIL_ISOLATION_GVISOR && !run->have_report &&
+		(res->oom_killed || res->pids_limit_hit))
+		run->child_err_len = 0;
 	if (run->child_err_len > 0)
 	{
 		run->child_err[run->child_err_len] = '\0';
@@ -546,6 +584,8 @@ run_finish(JailRun *run)
 			.payload_status = run->rep.status,
 			.init_status = run->wstatus,
 			.over_workspace = run->over_workspace,
+			.runtime_at_limit = run->opts->isolation == JAIL_ISOLATION_GVISOR &&
+				!run->have_report && res->pids_limit_hit,
 			.cpu_limit_ms = run->opts->cpu_ms,
 		};
 

@@ -47,6 +47,8 @@ enum
 	OPT_EGRESS_PROXY,
 	OPT_IMAGE,
 	OPT_EGRESS_SECRETS_FD,
+	OPT_ISOLATION,
+	OPT_RUNSC,
 	OPT_QUIET,
 	OPT_HELP
 };
@@ -77,6 +79,8 @@ static const struct option long_opts[] = {
 	{"egress-proxy", required_argument, NULL, OPT_EGRESS_PROXY},
 	{"image", required_argument, NULL, OPT_IMAGE},
 	{"egress-secrets-fd", required_argument, NULL, OPT_EGRESS_SECRETS_FD},
+	{"isolation", required_argument, NULL, OPT_ISOLATION},
+	{"runsc", required_argument, NULL, OPT_RUNSC},
 	{"quiet", no_argument, NULL, OPT_QUIET},
 	{"help", no_argument, NULL, OPT_HELP},
 	{NULL, 0, NULL, 0}
@@ -99,6 +103,7 @@ jail_usage(FILE *out)
 			"          [--egress-ca PEM] [--egress-proxy PATH] [--egress-secrets-fd N]]\n"
 			"         (docs/egress.md, docs/secrets.md)\n"
 			"         [--image DIR]  (an image's NAME@DIGEST directory: docs/images.md)\n"
+			"         [--isolation namespaces|gvisor [--runsc PATH]]  (docs/jail.md)\n"
 			"       sandbox-jail --serve SOCKET [--pool N] [--cgroup-parent DIR]\n"
 			"         [--image DIR]\n"
 			"         [--require-cgroup] [--keep-running] [--quiet]\n"
@@ -406,6 +411,19 @@ parse_host(int c, char *arg, JailOptions *o)
 				BAD("bad --egress-secrets-fd \"%s\"", arg);
 			o->egress_secrets_fd = (int) fd;
 			return 0;
+		case OPT_ISOLATION:
+			if (strcmp(arg, "namespaces") == 0)
+				o->isolation = JAIL_ISOLATION_NAMESPACES;
+			else if (strcmp(arg, "gvisor") == 0)
+				o->isolation = JAIL_ISOLATION_GVISOR;
+			else
+				BAD("--isolation is namespaces or gvisor, got \"%s\"", arg);
+			return 0;
+		case OPT_RUNSC:
+			if (arg[0] != '/')
+				BAD("--runsc must be an absolute path");
+			o->runsc = arg;
+			return 0;
 		case OPT_QUIET:
 			o->quiet = true;
 			return 0;
@@ -432,6 +450,10 @@ check_options(JailOptions *o, bool have_lang, bool have_cpu)
 		BAD("--egress-log, --egress-resolver, --egress-ca, --egress-proxy and --egress-secrets-fd need --egress-policy");
 	if (o->egress_secrets_fd >= 0 && o->egress_secrets_fd == o->verdict_fd)
 		BAD("--egress-secrets-fd and --verdict-fd must differ");
+	if (o->runsc && o->isolation != JAIL_ISOLATION_GVISOR)
+		BAD("--runsc needs --isolation gvisor");
+	if (o->isolation == JAIL_ISOLATION_GVISOR && o->egress_secrets_fd >= 0)
+		BAD("--egress-secrets-fd is not available with --isolation gvisor (docs/jail.md, \"The gvisor class\")");
 	if (!have_cpu)
 		o->cpu_ms = o->wall_ms;
 	return 0;

@@ -302,7 +302,12 @@ tmpfs_at(const char *path, const char *opts, unsigned long flags, char *err)
  * image's with --image (never a mix: the loader cache describes the
  * libraries of its own /usr).
  */
-static const char *const etc_files[] = {
+/* The system directories, bound read-only (gvisor.c binds the same). */
+const char *const jail_rootfs_sysdirs[] = {
+	"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", NULL
+};
+
+const char *const jail_rootfs_etc_files[] = {
 	"/etc/ld.so.cache", "/etc/ssl/certs", "/etc/ssl/openssl.cnf",
 	"/etc/alternatives", "/etc/localtime", "/etc/timezone",
 	"/etc/python3", "/etc/python3.11", "/etc/protocols", "/etc/services",
@@ -310,8 +315,13 @@ static const char *const etc_files[] = {
 	NULL
 };
 
-static int
-setup_etc(char *err)
+/*
+ * The generated files of the sandbox's /etc, written into the directory
+ * etc (which must not exist yet): the namespaced root's, and a gvisor
+ * run's (gvisor.c), the same bytes.
+ */
+int
+jail_rootfs_write_etc(const char *etc, char *err)
 {
 	static const char passwd[] =
 		"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
@@ -338,22 +348,38 @@ setup_etc(char *err)
 		"# sandbox-jail: runtime package installs are disabled\n"
 		"[global]\nno-index = true\ndisable-pip-version-check = true\n"
 		"[install]\nno-index = true\n";
-
-	if (mkdir(NEWROOT "/etc", 0755) < 0)
+	static const struct
 	{
-		jail_seterr(err, "mkdir /etc: %s", strerror(errno));
+		const char *name;
+		const char *data;
+	}			files[] = {
+		{"passwd", passwd}, {"group", group}, {"hosts", hosts},
+		{"hostname", "sandbox\n"}, {"nsswitch.conf", nsswitch},
+		{"resolv.conf", ""}, {"pip.conf", pipconf},
+	};
+	char		path[512];
+
+	if (mkdir(etc, 0755) < 0)
+	{
+		jail_seterr(err, "mkdir %s: %s", etc, strerror(errno));
 		return -1;
 	}
-	if (write_new(NEWROOT "/etc/passwd", passwd, 0644, err) < 0 ||
-		write_new(NEWROOT "/etc/group", group, 0644, err) < 0 ||
-		write_new(NEWROOT "/etc/hosts", hosts, 0644, err) < 0 ||
-		write_new(NEWROOT "/etc/hostname", "sandbox\n", 0644, err) < 0 ||
-		write_new(NEWROOT "/etc/nsswitch.conf", nsswitch, 0644, err) < 0 ||
-		write_new(NEWROOT "/etc/resolv.conf", "", 0644, err) < 0 ||
-		write_new(NEWROOT "/etc/pip.conf", pipconf, 0644, err) < 0)
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+	{
+		snprintf(path, sizeof(path), "%s/%s", etc, files[i].name);
+		if (write_new(path, files[i].data, 0644, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int
+setup_etc(char *err)
+{
+	if (jail_rootfs_write_etc(NEWROOT "/etc", err) < 0)
 		return -1;
-	for (int i = 0; etc_files[i]; i++)
-		if (bind_system(etc_files[i], false, err) < 0)
+	for (int i = 0; jail_rootfs_etc_files[i]; i++)
+		if (bind_system(jail_rootfs_etc_files[i], false, err) < 0)
 			return -1;
 	return 0;
 }
@@ -373,7 +399,14 @@ setup_etc(char *err)
  * sandboxes take its cached result).
  */
 
-#define INSTALLER_STUB "/etc/sandbox-no-install"
+#define INSTALLER_STUB JAIL_INSTALLER_STUB
+
+/* What a masked installer command runs instead (gvisor.c writes it too). */
+const char jail_rootfs_installer_stub[] =
+	"#!/bin/sh\n"
+	"# sandbox-jail: runtime package installs are disabled\n"
+	"echo \"${0##*/}: not available in the sandbox (runtime package installs are disabled)\" >&2\n"
+	"exit 127\n";
 
 static int
 hide_one_installer(const char *path, char *err)
@@ -409,13 +442,7 @@ hide_one_installer(const char *path, char *err)
 static int
 hide_installers(char *err)
 {
-	static const char stub[] =
-		"#!/bin/sh\n"
-		"# sandbox-jail: runtime package installs are disabled\n"
-		"echo \"${0##*/}: not available in the sandbox (runtime package installs are disabled)\" >&2\n"
-		"exit 127\n";
-
-	if (write_new(NEWROOT INSTALLER_STUB, stub, 0555, err) < 0)
+	if (write_new(NEWROOT INSTALLER_STUB, jail_rootfs_installer_stub, 0555, err) < 0)
 		return -1;
 	return jail_installers_each(hide_one_installer, err);
 }
@@ -571,9 +598,6 @@ setup_code(const JailChildArgs *args, const char *root, char *err)
 static int
 rootfs_common(uint64_t root_size, char *err)
 {
-	static const char *const sysdirs[] = {
-		"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", NULL
-	};
 	char		buf[128];
 
 	snprintf(buf, sizeof(buf), "mode=0755,size=%llu,nr_inodes=4096",
@@ -581,8 +605,8 @@ rootfs_common(uint64_t root_size, char *err)
 	if (jail_image_enter(err) < 0 ||
 		tmpfs_at(NEWROOT, buf, MS_NOSUID | MS_NODEV, err) < 0)
 		return -1;
-	for (int i = 0; sysdirs[i]; i++)
-		if (bind_system(sysdirs[i], strcmp(sysdirs[i], "/usr") == 0, err) < 0)
+	for (int i = 0; jail_rootfs_sysdirs[i]; i++)
+		if (bind_system(jail_rootfs_sysdirs[i], strcmp(jail_rootfs_sysdirs[i], "/usr") == 0, err) < 0)
 			return -1;
 	if (setup_etc(err) < 0 || hide_installers(err) < 0 || setup_dev(NULL, err) < 0 ||
 		setup_proc(err) < 0)

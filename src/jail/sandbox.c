@@ -357,8 +357,8 @@ static char *const payload_env_fixed[] = {
  * its own copy of this memory, just before execve).  NULL when it does not
  * fit.
  */
-static char *const *
-payload_env(const JailChildArgs *a)
+char *const *
+jail_payload_env(const JailChildArgs *a)
 {
 	static char *env[PAYLOAD_ENV_MAX];
 	int			n = 0;
@@ -377,15 +377,31 @@ payload_env(const JailChildArgs *a)
 	return env;
 }
 
-void
-jail_payload_execve(const JailChildArgs *a)
+/*
+ * The payload's command line (a process's own copy: --exec's is built in
+ * static memory): the interpreter and the code's file under /sandbox.
+ * --exec: the program alone; its argv[0] is its path, nothing more.
+ */
+char *const *
+jail_payload_argv(const JailOptions *o)
 {
 	static char *const argv_py[] = {"/usr/bin/python3", "-I", "-u", "/sandbox/main.py", NULL};
 	static char *const argv_js[] = {"/usr/bin/node", "/sandbox/main.js", NULL};
 	static char *const argv_sh[] = {"/bin/bash", "--noprofile", "--norc", "/sandbox/main.sh", NULL};
-	char	   *argv_exec[] = {(char *) a->opts->exec_path, NULL};
-	char *const *argv;
-	char *const *env = payload_env(a);
+	static char *argv_exec[2];
+
+	argv_exec[0] = (char *) o->exec_path;
+	argv_exec[1] = NULL;
+	return o->language == LANG_PYTHON ? argv_py :
+		o->language == LANG_NODE ? argv_js :
+		o->language == LANG_EXEC ? argv_exec : argv_sh;
+}
+
+void
+jail_payload_execve(const JailChildArgs *a)
+{
+	char *const *argv = jail_payload_argv(a->opts);
+	char *const *env = jail_payload_env(a);
 	char		err[JAIL_ERRLEN] = "";
 
 	if (!env)
@@ -394,10 +410,6 @@ jail_payload_execve(const JailChildArgs *a)
 					PAYLOAD_ENV_MAX - 1);
 		jail_child_fail(a, err);
 	}
-	/* --exec: the program alone; its argv[0] is its path, nothing more */
-	argv = a->opts->language == LANG_PYTHON ? argv_py :
-		a->opts->language == LANG_NODE ? argv_js :
-		a->opts->language == LANG_EXEC ? argv_exec : argv_sh;
 	execve(argv[0], argv, env);
 	jail_seterr(err, "execve %s: %s", argv[0], strerror(errno));
 	jail_child_fail(a, err);

@@ -71,9 +71,9 @@ jail_verdict_decide(JailResult *res, const JailEnd *end)
 		if (res->signal == SIGXFSZ)
 			res->file_too_large = true;
 	}
-	else if (res->oom_killed || end->over_workspace)
+	else if (res->oom_killed || end->over_workspace || end->runtime_at_limit)
 	{
-		/* a limit killed the sandbox's init itself */
+		/* a limit killed the sandbox's init itself (or gVisor's kernel) */
 		res->status = STATUS_SIGNALED;
 		res->have_signal = true;
 		res->signal = SIGKILL;

@@ -43,7 +43,7 @@ static const char *const run_options[] = {
 	"--memory", "--pids", "--output-limit", "--file-size",
 	"--workspace-size", "--workspace-entries", "--tmp-size", "--cgroup-parent", "--require-cgroup",
 	"--egress-policy", "--egress-log", "--egress-resolver", "--egress-ca", "--egress-proxy",
-	"--image",
+	"--image", "--isolation", "--runsc",
 	JAIL_WIRE_SECRETS_OPTION,
 	NULL
 };

@@ -10,6 +10,8 @@
  *	interpreters		the ones the jail runs: python3, node, bash
  *	cgroups				a payload gets a cgroup of its own (delegation), as
  *						require_cgroup demands
+ *	isolation			the gvisor class: runsc runs /bin/true through the jail
+ *						(isolation.c; a warn when not: namespaced runs only)
  *	images				each image of image_store (images.c): its
  *						interpreters, and a payload run on it
  *	the work dir		usable (exists, writable, not on a protected
@@ -277,6 +279,31 @@ check_jail_and_cgroups(void)
  * interpreters from its manifest, and a payload run on it (Python where
  * it has one, else bash), as the runner would report and run them.
  */
+/*
+ * The gvisor class (isolation.c's probe, the one the runner reports): a
+ * warn, not a failure, when it cannot run here; the runner then runs
+ * namespaced runs only and the claim never gives it a gvisor run.
+ */
+static void
+check_isolation(void)
+{
+	const char *problem;
+
+	if (workdir_problem() != NULL)
+	{
+		report("warn", "the gvisor isolation class", "skipped: the work directory is unusable", NULL);
+		return;
+	}
+	if (isolation_gvisor(&problem))
+		report("ok", "the gvisor isolation class", psprintf("%s runs a program", isolation_runsc()),
+			   NULL);
+	else
+		report("warn", "the gvisor isolation class", problem,
+			   "Runs of orgs, plans or agents set to gvisor go only to runners that run it "
+			   "(install Debian's runsc package, run the runner as root; docs/runners.md, "
+			   "\"Isolation classes\"). This runner runs namespaced runs.");
+}
+
 static void
 check_images(void)
 {
@@ -334,6 +361,30 @@ check_images(void)
 				   NULL);
 	}
 	files_remove_dir(dir);
+}
+
+/*
+ * The secrets key file, when one is set: readable by us and holding keys
+ * (docs/secrets.md).  Unset is fine: runs with secrets go to other runners.
+ */
+static void
+check_secrets(void)
+{
+	const char *why;
+	int			n;
+
+	if (runner_conf.secrets_key_file[0] == '\0')
+	{
+		report("ok", "secrets keys", psprintf("none (%s is not set): runs with secrets go to other runners",
+											   runner_setting_name("secrets_key_file")), NULL);
+		return;
+	}
+	why = secrets_check(&n);
+	if (why != NULL)
+		report("FAIL", "secrets keys", psprintf("\"%s\": %s", runner_conf.secrets_key_file, why),
+			   "Create one with sandbox-secret keygen, readable only by the runner's user (docs/secrets.md).");
+	else
+		report("ok", "secrets keys", psprintf("%d in \"%s\"", n, runner_conf.secrets_key_file), NULL);
 }
 
 static void
@@ -507,7 +558,9 @@ runner_check(void)
 		   RUNNER_VERSION, runner_conf.name, runner_conf.slots);
 	(void) workdir_usable(true);
 	check_jail_and_cgroups();
+	check_isolation();
 	check_images();
+	check_secrets();
 	check_work_dir();
 	check_run_dir();
 	check_name();

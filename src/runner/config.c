@@ -80,6 +80,7 @@ static const ConfVar conf_vars[] = {
 	{"egress_resolver", "sandbox.egress_resolver", CONF_STRING, UNIT_NONE, 0, 0, OFF(egress_resolver)},
 	{"egress_ca_file", "sandbox.egress_ca_file", CONF_STRING, UNIT_NONE, 0, 0, OFF(egress_ca_file)},
 	{"image_store", "sandbox.image_store", CONF_STRING, UNIT_NONE, 0, 0, OFF(image_store)},
+	{"runsc_path", "sandbox.runsc_path", CONF_STRING, UNIT_NONE, 0, 0, OFF(runsc_path)},
 	{"secrets_key_file", "sandbox.secrets_key_file", CONF_STRING, UNIT_NONE, 0, 0, OFF(secrets_key_file)},
 };
 
@@ -141,6 +142,7 @@ runner_config_defaults(RunnerConfig *c)
 	c->egress_resolver = pg_strdup("");
 	c->egress_ca_file = pg_strdup("");
 	c->image_store = pg_strdup("/var/lib/sandbox-images");
+	c->runsc_path = pg_strdup("");
 	c->secrets_key_file = pg_strdup("");
 }
 
@@ -155,6 +157,7 @@ runner_config_free(RunnerConfig *c)
 	free(c->egress_resolver);
 	free(c->egress_ca_file);
 	free(c->image_store);
+	free(c->runsc_path);
 	free(c->secrets_key_file);
 	strlist_free(&c->protect);
 	free(c->warm_modules);
@@ -408,6 +411,11 @@ runner_config_load(const char *path, RunnerConfig *out, char **err)
 	if (ok && c.egress_ca_file[0] && c.egress_ca_file[0] != '/')
 	{
 		*err = psprintf("egress_ca_file must be an absolute path");
+		ok = false;
+	}
+	if (ok && c.runsc_path[0] && c.runsc_path[0] != '/')
+	{
+		*err = psprintf("runsc_path must be an absolute path");
 		ok = false;
 	}
 	if (ok && c.image_store[0] != '/')

@@ -67,7 +67,7 @@ static Launcher launchers[1 + RUNNER_MAX_IMAGES];
  * pairs, value NULL for a flag.  The code travels as a descriptor to the
  * launcher and as --code-file on a command line.
  */
-#define MAX_JAIL_OPTIONS	(22 + RUNNER_MAX_SKILLS)
+#define MAX_JAIL_OPTIONS	(24 + RUNNER_MAX_SKILLS)
 
 typedef struct JailRequest
 {
@@ -114,6 +114,11 @@ request_build(JailRequest *req, Run *run, const RunnerImage *image, int wall_s, 
 		request_add(req, "--require-cgroup", NULL);
 	if (image)
 		request_add(req, "--image", image->dir);
+	if (run->gvisor)
+	{
+		request_add(req, "--isolation", "gvisor");
+		request_add(req, "--runsc", isolation_runsc());
+	}
 	if (run->disk.egress)
 	{
 		/* the policy the prepare step placed (egress_place_policy) */

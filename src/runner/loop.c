@@ -304,15 +304,20 @@ wait_read(const WaitSet *ws, int e, bool *connected_now)
 }
 
 /*
- * The heartbeat (steps.c), and then which images we hold if that changed
- * since we last said (images.c: the store is read again, one stat).
+ * The heartbeat (steps.c), and then which images and secrets keys we hold
+ * if that changed since we last said (images.c, secrets.c: one stat each).
+ * A key newly held may make a waiting run with secrets ours: claim.
  */
 static void
 heartbeat(void)
 {
 	(void) step_heartbeat();
 	if (me.registered && db_connected())
+	{
 		images_report();
+		if (secrets_report())
+			claim_wanted = true;
+	}
 }
 
 /*
@@ -335,6 +340,8 @@ connection_made(void)
 	db_accepted();
 	runner_log(RLOG_LOG, "%s", db_status());
 	images_report();			/* what it holds, before it claims */
+	(void) secrets_report();
+	isolation_report();			/* what it runs, too */
 	claim_wanted = cancel_wanted = sweep_wanted = true;
 	status_dirty = true;
 	return true;

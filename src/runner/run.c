@@ -145,6 +145,7 @@ run_claim(const ClaimedRun *c)
 	run->leased_at = c->leased_at;
 	strlcpy(run->language, c->language, sizeof(run->language));
 	strlcpy(run->image, c->image, sizeof(run->image));
+	run->gvisor = c->gvisor;
 	run->disk.caps = c->caps;
 	if (c->output_limit > 0)
 		run->out.limit = Min(run->out.limit, c->output_limit);

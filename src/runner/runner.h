@@ -157,6 +157,8 @@ typedef struct RunnerConfig
 	char	   *warm_modules;
 	int			warm_memory_mb;
 	char	   *image_store;	/* the images it holds (images.c) */
+	char	   *runsc_path;		/* the gvisor class's runsc, or "": the
+								 * jail's default (isolation.c) */
 } RunnerConfig;
 
 extern RunnerConfig runner_conf;
@@ -337,6 +339,7 @@ typedef struct Run
 	msec		leased_at;		/* when the claim that leased it was sent */
 	char		language[16];
 	char		image[RUNNER_IMAGE_REF_LEN];	/* NAME@DIGEST, or "": the host's */
+	bool		gvisor;			/* runs in the gvisor class (the jail's --isolation) */
 	bool		marked;			/* the mark-running step was tried */
 	int			mark_skips;		/* ... and skipped (locks held elsewhere) */
 	msec		mark_retry_at;	/* the mark is due then (a skipped one:
@@ -368,6 +371,7 @@ typedef struct ClaimedRun
 	bool		has_skills;
 	bool		has_egress;		/* the prepare step gives its policy file */
 	char		image[RUNNER_IMAGE_REF_LEN];	/* NAME@DIGEST, or "": the host's */
+	bool		gvisor;			/* its isolation class is gvisor (isolation.c) */
 	ProducedCaps caps;			/* what it may return (agent._produced_caps) */
 	int64		output_limit;	/* the server's per stream, or 0 */
 } ClaimedRun;
@@ -404,6 +408,9 @@ extern void jail_close(Run *run);
 extern bool secrets_add(Run *run, const char *name, const char *content, size_t len, char **err);
 extern int	secrets_memfd(Run *run, char **err);
 extern void secrets_wipe(Run *run);
+extern void secrets_registered(void);
+extern bool secrets_report(void);
+extern const char *secrets_check(int *nkeys);
 
 /* ---- output.c ---- */
 extern void output_read(Run *run, int stream);
@@ -595,5 +602,11 @@ extern int	images_count(void);
 extern const RunnerImage *images_get(int i);
 extern void images_registered(void);
 extern void images_report(void);
+
+/* isolation.c */
+extern const char *isolation_runsc(void);
+extern bool isolation_gvisor(const char **problem);
+extern void isolation_registered(void);
+extern void isolation_report(void);
 
 #endif							/* SANDBOX_RUNNER_H */

@@ -18,12 +18,19 @@
  *		a log line or the database; an error names the secret, never its
  *		value.
  *
+ *		Which runner gets a run with secrets: the ids of the keys in
+ *		secrets_key_file are reported (agent.runner_report_secret_keys) at
+ *		registration and whenever the file changed (one stat a heartbeat),
+ *		and the claim gives such a run only to a runner that reported every
+ *		key its secrets are sealed to.
+ *
  *-------------------------------------------------------------------------
  */
 #include "runner.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "secret_box.h"
@@ -182,4 +189,137 @@ secrets_wipe(Run *run)
 		run->secrets[i].value = NULL;
 	}
 	run->nsecrets = 0;
+}
+
+/* ---- which keys we hold, as reported ---- */
+
+static const char SQL_REPORT_KEYS[] =
+"SELECT agent.runner_report_secret_keys($1, $2, $3)";
+
+static bool keys_report_due = true;	/* a registration hears them anew */
+static struct stat keys_seen;	/* the key file when last read, or zeros */
+static bool keys_seen_valid = false;
+
+/* A new registration: report the keys we hold before claiming. */
+void
+secrets_registered(void)
+{
+	keys_report_due = true;
+}
+
+/* Did the key file change (or appear, or vanish) since we last read it? */
+static bool
+keys_file_changed(void)
+{
+	struct stat st;
+	bool		exists = runner_conf.secrets_key_file[0] != '\0' &&
+		stat(runner_conf.secrets_key_file, &st) == 0;
+
+	if (exists != keys_seen_valid ||
+		(exists && (st.st_ino != keys_seen.st_ino || st.st_dev != keys_seen.st_dev ||
+					st.st_size != keys_seen.st_size ||
+					st.st_mtim.tv_sec != keys_seen.st_mtim.tv_sec ||
+					st.st_mtim.tv_nsec != keys_seen.st_mtim.tv_nsec ||
+					st.st_ctim.tv_sec != keys_seen.st_ctim.tv_sec ||
+					st.st_ctim.tv_nsec != keys_seen.st_ctim.tv_nsec)))
+	{
+		keys_seen_valid = exists;
+		if (exists)
+			keys_seen = st;
+		return true;
+	}
+	return false;
+}
+
+/*
+ * The ids of the keys in secrets_key_file as a text[] literal ("{}": none,
+ * or the file unset).  NULL with *why when the file is set but unusable.
+ */
+static char *
+keys_literal(int *nkeys, char *why)
+{
+	SecretKey	keys[SECRET_MAX_KEYS];
+	StringInfoData buf;
+
+	*nkeys = 0;
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	if (runner_conf.secrets_key_file[0] != '\0')
+	{
+		if (secret_box_init(why) < 0 ||
+			secret_keys_load(runner_conf.secrets_key_file, keys, nkeys, why) < 0)
+		{
+			pfree(buf.data);
+			return NULL;
+		}
+		for (int i = 0; i < *nkeys; i++)
+			appendStringInfo(&buf, "%s%s", i ? "," : "", keys[i].id);
+		secret_keys_wipe(keys, *nkeys);
+	}
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
+/*
+ * Tell the database which keys we hold when we registered or the key file
+ * changed.  True when a report was accepted just now (runs that waited
+ * for a key we now hold may be claimable: the caller claims).
+ */
+bool
+secrets_report(void)
+{
+	DbParam		p[3];
+	DbResult	r;
+	char		why[SECRET_ERRLEN];
+	char	   *ids;
+	int			n;
+	bool		ok;
+
+	if (keys_file_changed())
+		keys_report_due = true;
+	if (!keys_report_due || !me.registered)
+		return false;
+	ids = keys_literal(&n, why);
+	if (ids == NULL)
+	{
+		/*
+		 * An unreadable key file holds no key we can use: say so (runs sealed
+		 * to it go to other runners) and warn, once per change.
+		 */
+		runner_log(RLOG_WARNING, "could not read the secrets keys in \"%s\": %s",
+				   runner_conf.secrets_key_file, why);
+		ids = pstrdup("{}");
+		n = 0;
+	}
+	p[0] = step_param(me.id);
+	p[1] = step_param(me.incarnation);
+	p[2] = step_param(ids);
+	r = db_call(SQL_REPORT_KEYS, 3, p);
+	ok = r.outcome == DB_OK;
+	if (ok)
+	{
+		keys_report_due = false;
+		runner_log(RLOG_LOG, "runner \"%s\" holds %d secrets key(s)", runner_conf.name, n);
+	}
+	else if (r.outcome == DB_FAILED)
+		runner_log(RLOG_WARNING, "could not report the secrets keys: %s", r.message ? r.message : "");
+	db_result_free(&r);
+	pfree(ids);
+	return ok;
+}
+
+/*
+ * For --check: the key file, when one is set, is readable and holds keys.
+ * NULL when it is fine (*nkeys says how many), else why not.
+ */
+const char *
+secrets_check(int *nkeys)
+{
+	char		why[SECRET_ERRLEN];
+	char	   *ids = keys_literal(nkeys, why);
+
+	if (ids == NULL)
+		return pstrdup(why);
+	pfree(ids);
+	return NULL;
 }

@@ -52,7 +52,7 @@ static const char SQL_HEARTBEAT[] =
 "SELECT state, renewed, lost, lease_seconds, heartbeat_seconds "
 "FROM agent.runner_heartbeat($1, $2, $3, $4, $5)";
 /*
- * has_egress came with 0.2.0, image_name and image_digest with 0.3.0:
+ * has_egress came with 0.2.0, image_name, image_digest and isolation with 0.3.0:
  * read by name, so that this runner still claims from an older catalog
  * until ALTER EXTENSION ... UPDATE (no run has egress or an image there).
  * notified (0.3.0) is passed only when a wake-up named an invocation,
@@ -62,7 +62,8 @@ static const char SQL_HEARTBEAT[] =
 "SELECT c.id, c.lease_token, c.language, c.code, c.wall_time_s, c.memory_mb, c.session_id, " \
 "c.fresh_session, c.has_skills, c.max_files, c.max_bytes, c.max_file_bytes, " \
 "c.output_limit_bytes, coalesce((pg_catalog.to_jsonb(c) ->> 'has_egress')::boolean, false), " \
-"(pg_catalog.to_jsonb(c) ->> 'image_name') || '@' || (pg_catalog.to_jsonb(c) ->> 'image_digest') "
+"(pg_catalog.to_jsonb(c) ->> 'image_name') || '@' || (pg_catalog.to_jsonb(c) ->> 'image_digest'), " \
+"coalesce(pg_catalog.to_jsonb(c) ->> 'isolation', 'namespaces') "
 static const char SQL_CLAIM[] = SQL_CLAIM_COLUMNS "FROM agent.runner_claim($1, $2, $3) c";
 static const char SQL_CLAIM_NOTIFIED[] = SQL_CLAIM_COLUMNS "FROM agent.runner_claim($1, $2, $3, $4) c";
 static const char SQL_PREPARE[] =
@@ -161,6 +162,8 @@ step_register(void)
 		me.registered = true;
 		me.refused[0] = '\0';
 		images_registered();	/* a new registration hears our images anew */
+		secrets_registered();
+		isolation_registered(); /* ... and our isolation classes */
 		me.renewed_at = sent;
 		me.next_heartbeat = runner_now_ms() + me.heartbeat_ms;
 		runner_log(RLOG_LOG, "registered as runner \"%s\" (%s, incarnation %s, %s); lease %d s%s",
@@ -363,6 +366,8 @@ read_claimed(const DbResult *r, int row, ClaimedRun *c)
 	c->has_egress = is_true(db_value(r, row, 13));
 	/* NULL for a run on the host's root */
 	strlcpy(c->image, or_empty(db_value(r, row, 14)), sizeof(c->image));
+	/* the claim matched it to us: we said we run it (isolation.c) */
+	c->gvisor = strcmp(or_empty(db_value(r, row, 15)), "gvisor") == 0;
 }
 
 /*

@@ -13,7 +13,8 @@
 # (by default only a handful of runs use it); JAIL_SKIP_SERVED=1 skips the
 # served-mode half (test/jail/served.sh: the same suite through
 # `--client` against a `--serve` launcher, plus cross-run checks).
-# test/jail/image.sh: runs on an image's root (--image).
+# test/jail/image.sh: runs on an image's root (--image); test/jail/gvisor.sh:
+# the escape cases under --isolation gvisor (JAIL_SKIP_GVISOR=1 skips them).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -506,6 +507,9 @@ fi
 # --image: a root built from an image (test/jail/image.sh)
 LAUNCHER_EXTRA=()
 . "$ROOT/test/jail/image.sh"
+
+# --isolation gvisor: the escape cases on gVisor's kernel (test/jail/gvisor.sh)
+. "$ROOT/test/jail/gvisor.sh"
 
 # --- usage errors (user-independent) ---------------------------------------------
 fresh_ws root

@@ -114,7 +114,8 @@ SELECT is(ARRAY(SELECT c.relname::text FROM pg_class c
 				   AND NOT c.relrowsecurity
 				   AND c.relname IN ('orgs', 'workspaces', 'agents', 'conversations', 'invocations',
 									 'approval_requests', 'agent_tool_calls', 'tool_invocations',
-									 'credit_balances', 'credit_ledger', 'audit_events', 'audit_heads')),
+									 'credit_balances', 'credit_ledger', 'audit_events', 'audit_heads',
+									 'approval_policies', 'conversation_allowances')),
 		  '{}'::text[], 'row-level security is on for every tenant table');
 
 SELECT is_definer('agent', 'request_execution', 'request_execution is SECURITY DEFINER');
@@ -128,7 +129,7 @@ SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
 		  '{}'::text[], 'every SECURITY DEFINER function pins search_path (44_search_path.sql attacks it)');
 SELECT is(ARRAY(SELECT f FROM unnest(ARRAY[
 			'agent.request_execution(uuid, uuid, uuid, text, text, text, text, text, integer, integer, text)',
-			'agent.approve(uuid, text, text)', 'agent.deny(uuid, text, text)',
+			'agent.approve(uuid, text, text, boolean)', 'agent.deny(uuid, text, text)',
 			'agent.expire_pending_approvals(timestamptz)', 'agent.grant_credits(uuid, bigint, text)',
 			'agent.charge_invocation(uuid)', 'agent.refund_invocation(uuid, text)',
 			'agent._audit(uuid, uuid, text, uuid, text, jsonb)', 'agent.verify_audit_chain(uuid)',
@@ -140,7 +141,7 @@ SELECT is(ARRAY(SELECT f FROM unnest(ARRAY[
 SELECT function_privs_are('agent', 'request_execution',
 	ARRAY['uuid', 'uuid', 'uuid', 'text', 'text', 'text', 'text', 'text', 'integer', 'integer', 'text'],
 	'agent_backend', ARRAY['EXECUTE'], 'agent_backend may request executions');
-SELECT function_privs_are('agent', 'approve', ARRAY['uuid', 'text', 'text'],
+SELECT function_privs_are('agent', 'approve', ARRAY['uuid', 'text', 'text', 'boolean'],
 	'agent_backend', ARRAY['EXECUTE'], 'agent_backend may approve');
 SELECT function_privs_are('agent', 'charge_invocation', ARRAY['uuid'],
 	'agent_backend', '{}'::text[], 'agent_backend may not charge');

@@ -176,11 +176,13 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
 				'agent.runner_record_egress(uuid,uuid,uuid,text,jsonb)',
 				'agent.runner_register(text,text,text,integer)',
 				'agent.runner_report_images(uuid,uuid,jsonb)',
+				'agent.runner_report_isolation(uuid,uuid,text[],text)',
+				'agent.runner_report_secret_keys(uuid,uuid,text[])',
 				'agent.runner_skill_files(uuid,uuid,uuid,uuid)',
 				'agent.runner_skills_in_use(uuid)',
 				'agent.runner_store_produced_file(uuid,uuid,uuid,text,text,text,bytea)',
 				'agent.runner_store_skipped_files(uuid,uuid,uuid,text[],text[],text[])'],
-		  'a runner executes the fifteen runner steps (egress''s and images'' included) and no other function of schema agent (beyond PUBLIC''s)');
+		  'a runner executes the seventeen runner steps (egress'', images'', secrets'' and isolation''s included) and no other function of schema agent (beyond PUBLIC''s)');
 SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
 				 WHERE p.pronamespace = 'agent'::regnamespace AND p.proname LIKE 'runner\_%'
 				   AND NOT (p.prosecdef AND has_function_privilege('agent_runner', p.oid, 'EXECUTE'))

@@ -1765,6 +1765,59 @@ t_db_secret_changed() {
 		"secrets_key_file = '$RUNNER_KEY'" "$(grep '^secrets_key_file' "$EPG_DIR/data/sandbox_runner/runner.conf")"
 }
 
+# A run with secrets goes only to a runner holding the key they are sealed
+# to: sealed to a second key no runner holds, it waits (queue_status says
+# why, nothing charged); once the runner's key file holds that key too
+# (the runner sees the file change at its next heartbeat and reports it),
+# the run is claimed and authenticates.
+t_db_secret_routing() {
+	local T org ws agent conv rule inv appr k2file k2pub k2id orig
+	T=$(new_tenant 100)
+	read -r org ws agent conv <<<"$T"
+	register_key
+	printf '%s\n' "$DB_VALUE" >"$EGR_DIR/expected_token"
+	k2file=$EGR_DIR/runner-k2.key
+	rm -f "$k2file"
+	k2pub=$("$SECRET_TOOL" keygen "$k2file")
+	k2id=$(q -c "SELECT agent.add_secret_key('$k2pub', 'operator')")
+	check "the second key is the current one (new secrets are sealed to it)" "$k2id" \
+		"$(aq "$org" "SELECT key_id FROM agent.secrets_public_key();" | tail -n 1)"
+	check "no live runner holds it" 0 "$(q -c "SELECT live_runners FROM agent.secret_key_status WHERE key_id = '$k2id'")"
+	check "the runner reported the key it holds" 1 \
+		"$(q -c "SELECT live_runners FROM agent.secret_key_status WHERE key_id <> '$k2id' AND retired_at IS NULL ORDER BY added_at LIMIT 1")"
+	rule=$(aq "$org" "SELECT agent.add_egress_rule('allowed.test', '{443}', 'admin');" | tail -n 1)
+	set_secret "$org" API_TOKEN "$rule" 'Authorization: Bearer {}' "$DB_VALUE" >/dev/null
+	read -r inv appr < <(req "$T" python "$AUTH_CODE")
+	approve "$T" "$appr"
+	wait_for 30 '[ "$(q -c "SELECT waiting_for FROM agent.queue_status() WHERE invocation_id = '"'$inv'"'")" = secrets_key_not_held ]'
+	check "approved, it waits: no live runner holds the key its secret is sealed to" \
+		"approved|secrets_key_not_held|no live runner holds the secrets key $k2id" \
+		"$(field "$inv" state)|$(q -c "SELECT waiting_for || '|' || detail FROM agent.queue_status() WHERE invocation_id = '$inv'")"
+	check "nothing is charged while it waits" "" "$(ledger "$inv")"
+	orig=$(cat "$RUNNER_KEY")
+	cat "$k2file" >>"$RUNNER_KEY"
+	check "once the runner holds the key, it runs" succeeded "$(await "$T" "$inv" 90)"
+	out=$(output "$inv")
+	has "and authenticates with the value sealed to the second key" "AUTH 200 authenticated"
+	check "the runner reported both keys" 1 "$(q -c "SELECT live_runners FROM agent.secret_key_status WHERE key_id = '$k2id'")"
+	# the runner's own role, its id and incarnation (only it may report)
+	local role id incn
+	read -r role id incn <<<"$(q -c "SELECT login_role || ' ' || id || ' ' || incarnation FROM agent.runners WHERE state = 'active' ORDER BY last_heartbeat DESC LIMIT 1")"
+	check "a runner reports only well-formed key ids" "22023 invalid secrets key id \"nope\"" \
+		"$(q_error "SET ROLE $role; SELECT agent.runner_report_secret_keys('$id', '$incn', '{nope}');")"
+	check "and at most 8" "54000 a runner may report at most 8 secrets keys" \
+		"$(q_error "SET ROLE $role; SELECT agent.runner_report_secret_keys('$id', '$incn', array_fill('0123456789abcdef'::text, ARRAY[9]));")"
+	check "never NULL" "22004 key_ids must not be null" \
+		"$(q_error "SET ROLE $role; SELECT agent.runner_report_secret_keys('$id', '$incn', NULL);")"
+	check "nor for another runner" "42501 permission denied for runner 00000000-0000-0000-0000-000000000000" \
+		"$(q_error "SET ROLE $role; SELECT agent.runner_report_secret_keys('00000000-0000-0000-0000-000000000000', '$incn', '{}');")"
+	check "a refused report changed nothing" 1 "$(q -c "SELECT live_runners FROM agent.secret_key_status WHERE key_id = '$k2id'")"
+	# back as it was: the secret removed, the second key retired, the file restored
+	aq "$org" "SELECT agent.remove_secret('API_TOKEN', 'admin');" >/dev/null
+	q -c "SELECT agent.retire_secret_key('$k2id', 'operator')" >/dev/null
+	printf '%s\n' "$orig" >"$RUNNER_KEY"
+}
+
 if [ -z "${T:-}" ] || [[ t_db_ =~ $T ]] || [[ $T == *t_db* ]]; then
 	db_up && EPG_UP=1
 fi
@@ -1778,6 +1831,6 @@ run_tests t_python_allowed t_node_allowed t_shell_allowed t_denied_host t_refusa
 if [ -n "${EPG_UP:-}" ]; then
 	run_tests t_db_default_deny t_db_allowed_run t_db_egress_not_warm t_db_policy_changed_after_request \
 		t_db_narrowing t_db_roles_and_rls t_db_limits t_db_runner_without_conversation \
-		t_db_runner_config t_db_bad_log_keeps_no_slot t_db_secret_run t_db_secret_scope t_db_secret_changed
+		t_db_runner_config t_db_bad_log_keeps_no_slot t_db_secret_run t_db_secret_scope t_db_secret_changed t_db_secret_routing
 fi
 finish_suite

@@ -4,6 +4,8 @@
 #   t_readme   the README's SQL block ("A run, in SQL"), through psql
 #   t_python   examples/python/run_once.py (psycopg 3, Debian's python3-psycopg)
 #   t_node     examples/node/run_once.js (node-postgres, installed by scripts/deps.sh)
+#   t_python_client, t_node_client  examples/*/with_client.*: the same flow
+#              through the client libraries (clients/, docs/clients.md)
 #   t_cluster_env  scripts/cluster.sh env reaches the cluster
 #   t_runtimes the versions cards show are those of the interpreters the jail runs
 # The examples connect as a login role of their own granted agent_backend,
@@ -58,6 +60,8 @@ t_readme() {
 	check "... and its run succeeds with the CSV's total" 1 \
 		"$(grep -cE '^ succeeded \| t +\| +0 \| 200 ' <<<"$out")"
 	check "... and the audit chain is intact" 1 "$(grep -cE '^ t +\| +[0-9]+$' <<<"$out")"
+	check "... and its automatic run (the approval policy) succeeds, approved by the policy" "1|1" \
+		"$(grep -cE '^ succeeded \| 2 rows' <<<"$out")|$(grep -cE '^ policy +\| policy [0-9a-f-]{36} \(automatic\), set by root@example.com at ' <<<"$out")"
 }
 
 t_python() {
@@ -81,6 +85,30 @@ t_node() {
 	echo "$out" | sed 's/^/#   /'
 	check "the Node example ends well" 0 "$rc"
 	check "... every step of it" 0 "$(grep -c '^not ok' <<<"$out")"
+	check "... and it streamed the output" 3 "$(grep -c '^  | region ' <<<"$out")"
+}
+
+t_python_client() {
+	local out rc
+	out=$(run_example "$(example_tenant python-client-example)" /usr/bin/python3 "$top/examples/python/with_client.py" 2>&1)
+	rc=$?
+	echo "$out" | sed 's/^/#   /'
+	check "the Python client example ends well" 0 "$rc"
+	check "... every step of it (3)" "3 0" "$(grep -c '^ok' <<<"$out") $(grep -c '^not ok' <<<"$out")"
+	check "... and it streamed the output" 3 "$(grep -c '^  | region ' <<<"$out")"
+}
+
+t_node_client() {
+	local out rc
+	if [ ! -d "$top/clients/node/node_modules/pg" ]; then
+		nok "clients/node's packages are installed (scripts/deps.sh runs npm ci in clients/node)"
+		return
+	fi
+	out=$(run_example "$(example_tenant node-client-example)" node "$top/examples/node/with_client.js" 2>&1)
+	rc=$?
+	echo "$out" | sed 's/^/#   /'
+	check "the Node client example ends well" 0 "$rc"
+	check "... every step of it (3)" "3 0" "$(grep -c '^ok' <<<"$out") $(grep -c '^not ok' <<<"$out")"
 	check "... and it streamed the output" 3 "$(grep -c '^  | region ' <<<"$out")"
 }
 
@@ -116,6 +144,6 @@ t_runtimes() {
 		"node=$node:true python=$py:true shell=$sh:true" "$out"
 }
 
-run_tests t_readme t_python t_node t_cluster_env t_runtimes
+run_tests t_readme t_python t_node t_python_client t_node_client t_cluster_env t_runtimes
 check_invariants
 finish_suite

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# bench/jail/gvisor.sh [N] [BINARY]
+#
+# The isolation classes side by side (docs/jail.md, "The gvisor class"),
+# measured in one run on this machine, contenders interleaved round-robin
+# (a benchmark: it prints figures, it asserts nothing).  Rows:
+#   start    /bin/true: bare, the jail (--exec /bin/true), the jail with
+#            --isolation gvisor
+#   pandas   a small pandas script (a frame of 100k rows, a groupby, a
+#            CSV into the workspace): python3 bare, --language python in
+#            the jail, the same with --isolation gvisor
+# Each: the median wall ms over N runs (default 5: a gvisor start costs
+# about a second under ptrace), and the ratios to bare and to namespaces.
+# The platform is printed first (runsc's version and platform, the
+# kernel, the CPUs).  Runs as root (runsc needs it).  One-shot jails: the
+# warm pool does not serve gvisor runs (docs/jail.md).
+set -u
+
+N=${1:-5}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${2:-$ROOT/src/jail/sandbox-jail}
+RUNSC=${RUNSC:-/usr/bin/runsc}
+
+if [ "$(id -u)" != 0 ] || [ ! -x "$BIN" ] || [ ! -x "$RUNSC" ]; then
+	echo "bench/jail/gvisor.sh: needs root, the jail ($BIN) and runsc ($RUNSC)" >&2
+	exit 1
+fi
+
+WORK=$(mktemp -d /tmp/gvbench.XXXXXX)
+chmod 0755 "$WORK"		# the namespaced sandbox opens the workspace as its own uid
+trap 'rm -rf "$WORK"' EXIT
+mkdir "$WORK/ws" "$WORK/bare"
+chown 65534:65534 "$WORK/ws"
+cat > "$WORK/job.py" <<'PY'
+import pandas as pd, numpy as np
+df = pd.DataFrame({"k": np.arange(100000) % 97, "v": np.arange(100000, dtype=float)})
+g = df.groupby("k")["v"].agg(["sum", "mean", "count"])
+g.to_csv("out.csv")		# the working directory: /workspace in a sandbox
+print(len(g), round(g["sum"].sum()))
+PY
+
+echo "# platform: $($RUNSC --version | head -n 1), --platform=ptrace; kernel $(uname -r); $(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "# N=$N, median wall ms per run, contenders interleaved"
+
+now_ms() { echo $(( ${EPOCHREALTIME/./} / 1000 )); }
+# one timed run of a contender; its ms to stdout (a failed run: FAIL)
+timed() {
+	local t0 t1
+	t0=$(now_ms)
+	if "$@" >/dev/null 2>"$WORK/last.err"; then
+		t1=$(now_ms)
+		echo $((t1 - t0))
+	else
+		echo FAIL
+	fi
+}
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+jail() { "$BIN" --workspace "$WORK/ws" --verdict-file /dev/null --quiet --wall-time 120 --memory 1G "$@"; }
+
+row() {		# name bare-cmd... -- jail-args...
+	local name=$1 bare=() args=() b=() ns=() gv=() i x
+	shift
+	while [ "$1" != -- ]; do bare+=("$1"); shift; done
+	shift
+	args=("$@")
+	for i in $(seq 1 "$N"); do
+		b+=("$(cd "$WORK/bare" && timed "${bare[@]}")")
+		ns+=("$(timed jail "${args[@]}")")
+		gv+=("$(timed jail --isolation gvisor "${args[@]}")")
+	done
+	for x in "${b[@]}" "${ns[@]}" "${gv[@]}"; do
+		[ "$x" = FAIL ] && { echo "$name: a run failed (bare: ${b[*]}; namespaces: ${ns[*]}; gvisor: ${gv[*]}): $(tail -c 300 "$WORK/last.err")"; return; }
+	done
+	local mb mn mg
+	mb=$(echo "${b[*]}" | median)
+	mn=$(echo "${ns[*]}" | median)
+	mg=$(echo "${gv[*]}" | median)
+	printf '%-7s bare %7s ms   namespaces %7s ms   gvisor %7s ms   gvisor/namespaces %5.1fx   namespaces/bare %5.1fx   gvisor/bare %5.1fx\n' \
+		"$name" "$mb" "$mn" "$mg" "$(echo "$mg / $mn" | bc -l)" "$(echo "$mn / $mb" | bc -l)" "$(echo "$mg / $mb" | bc -l)"
+}
+
+row start /bin/true -- --exec /bin/true
+row pandas /usr/bin/python3 "$WORK/job.py" -- --language python --code-file "$WORK/job.py"

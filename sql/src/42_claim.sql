@@ -68,9 +68,9 @@ $$;
 --   image_not_held        it runs on an image whose digest this runner does
 --                         not hold; for the fleet, no live active runner
 --                         with slots holds it (46_images.sql)
---   secrets_key_not_held  its secrets are sealed to a key this runner did not
---                         report holding; for the fleet, no live active
---                         runner with slots holds it (48_secrets.sql)
+--   secrets_key_not_held  its secrets are sealed to a key this runner does
+--                         not hold; for the fleet, no live active runner
+--                         with slots holds them all (48_secrets.sql)
 --   isolation_unavailable its isolation class is one this runner does not
 --                         run; for the fleet, no live active runner with
 --                         slots runs it (49_isolation.sql)
@@ -112,9 +112,8 @@ BEGIN
 										  AND ri.digest = r.image_digest)
 					  ELSE agent._image_wait(r.image_name, r.image_digest) IS NOT NULL END
 			THEN 'image_not_held'
-		WHEN r.egress_policy IS NOT NULL AND jsonb_path_exists(r.egress_policy, '$.rules[*].secrets')
-			 AND CASE WHEN runner IS NOT NULL THEN NOT agent._secrets_claimable(r, runner)
-					  ELSE agent._secrets_wait(r.egress_policy) IS NOT NULL END
+		WHEN CASE WHEN runner IS NOT NULL THEN NOT agent._secrets_claimable(r, runner)
+				  ELSE agent._secrets_wait(r.egress_policy) IS NOT NULL END
 			THEN 'secrets_key_not_held'
 		WHEN r.isolation <> 'namespaces'
 			 AND CASE WHEN runner IS NOT NULL THEN NOT agent._runner_runs_class(runner, r.isolation)
@@ -348,10 +347,11 @@ BEGIN
 				RETURN;
 			END IF;
 		END IF;
-		-- An image digest or an isolation class its approval does not cover
-		-- raises (46_images.sql, 49_isolation.sql): the row fails below,
-		-- uncharged.
-		PERFORM agent._image_claimable(r, runner), agent._isolation_claimable(r, runner);
+		-- An image digest or an isolation class its approval does not
+		-- cover raises (46_images.sql, 49_isolation.sql): the row fails
+		-- below, uncharged.
+		PERFORM agent._image_claimable(r, runner);
+		PERFORM agent._isolation_claimable(r, runner);
 		reason := agent._claim_gate(r, runner);
 		IF reason IS NULL AND NOT may_take THEN
 			reason := 'claimable';
@@ -421,7 +421,7 @@ CREATE FUNCTION agent._claim_invocations(max_rows integer, runner uuid, notified
 	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
 				   fresh_session boolean, has_skills boolean, lease_token uuid,
-				   has_egress boolean, image_name text, image_digest text)
+				   has_egress boolean, image_name text, image_digest text, isolation text)
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
@@ -570,14 +570,14 @@ CREATE FUNCTION agent._claimed_row(r agent.invocations, fresh boolean, skills bo
 	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
 				   fresh_session boolean, has_skills boolean, lease_token uuid,
-				   has_egress boolean, image_name text, image_digest text)
+				   has_egress boolean, image_name text, image_digest text, isolation text)
 	LANGUAGE sql IMMUTABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 	-- (its egress policy file comes with the prepare step, 47_egress.sql)
 	SELECT r.id, r.language, r.code, r.wall_time_s, r.memory_mb, r.conversation_id,
 		   r.session_id, fresh, skills, r.lease_token, r.egress_policy IS NOT NULL,
-		   r.image_name, r.image_digest
+		   r.image_name, r.image_digest, r.isolation
 $$;
 
 REVOKE ALL ON FUNCTION agent._orgs_with_approved(), agent._try_audit_head(uuid),

@@ -822,7 +822,7 @@ BEGIN
 		image_name := c.image_name;
 		image_digest := c.image_digest;
 		-- the class the claim matched (49_isolation.sql), frozen
-		isolation := (SELECT i.isolation FROM agent.invocations i WHERE i.id = c.id);
+		isolation := c.isolation;
 		RETURN NEXT;
 	END LOOP;
 END

@@ -37,6 +37,8 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "utils/builtins.h"
+#include "utils/uuid.h"
 
 #include "channels.h"
 #include "sandbox_ext.h"
@@ -145,6 +147,23 @@ Datum
 sandbox_wake_supervisor(PG_FUNCTION_ARGS)
 {
 	Async_Notify(SANDBOX_CHANNEL_WORK, NULL);
+	PG_RETURN_BOOL(sandbox_shared != NULL);
+}
+
+PG_FUNCTION_INFO_V1(sandbox_wake_runners);
+
+/*
+ * agent._wake_runners(invocation): as agent._wake_supervisor(), naming the
+ * invocation that became claimable (the payload: its id), which a runner
+ * tries first (agent.runner_claim's notified).  A hint only: any role may
+ * NOTIFY any channel, and the claim never lets a name jump the queue.
+ */
+Datum
+sandbox_wake_runners(PG_FUNCTION_ARGS)
+{
+	char	   *id = DatumGetCString(DirectFunctionCall1(uuid_out, PG_GETARG_DATUM(0)));
+
+	Async_Notify(SANDBOX_CHANNEL_WORK, id);
 	PG_RETURN_BOOL(sandbox_shared != NULL);
 }
 

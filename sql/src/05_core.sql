@@ -6,6 +6,12 @@ CREATE FUNCTION agent._wake_supervisor() RETURNS boolean
 	AS 'MODULE_PATHNAME', 'sandbox_wake_supervisor'
 	LANGUAGE C VOLATILE STRICT;
 
+-- The same, naming the invocation that became claimable: a runner tries
+-- it first (agent.runner_claim's notified; a hint only).
+CREATE FUNCTION agent._wake_runners(invocation uuid) RETURNS boolean
+	AS 'MODULE_PATHNAME', 'sandbox_wake_runners'
+	LANGUAGE C VOLATILE STRICT;
+
 -- The same, for a cancel request: the supervisor then looks for cancelled
 -- runs (it does not on other wake-ups).
 CREATE FUNCTION agent._wake_supervisor_cancel() RETURNS boolean

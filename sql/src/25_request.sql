@@ -80,6 +80,7 @@ DECLARE
 	v_auto_allowance uuid;
 	v_auto_egress text;
 	v_auto_event jsonb;
+	v_auto		boolean;	-- the card was written approved by the policy
 	v_status	text := 'pending_approval';
 	v_isolation text;			-- the run's isolation class (49_isolation.sql)
 	r			agent.execution_request;
@@ -355,6 +356,14 @@ BEGIN
 	-- The invocation and its card in one statement (the card's foreign key
 	-- is checked at its end).  The code and description are stored once,
 	-- with the invocation; the card holds the hash the trigger derived.
+	-- When the approval policy approves the request (v_person NULL), the
+	-- card is written approved by it, exactly as approve() leaves a card
+	-- (the code's hash, the invocation's egress hash, image digest and
+	-- isolation class bound), fenced on the egress hash the decision judged: a run whose
+	-- frozen egress policy is another one (it cannot be while the request
+	-- holds the org's audit head; should it be) is left pending for a
+	-- person (egress_changed).  agent._approve_by_policy then approves
+	-- the invocation (26_policies.sql).
 	WITH inv AS (
 		INSERT INTO agent.invocations (id, org_id, workspace_id, agent_id, conversation_id,
 									   requested_by, language, code, code_sha256, description,
@@ -363,22 +372,34 @@ BEGIN
 			VALUES (v_inv, v_org, workspace, agent, conversation, requested_by, language, code,
 					NULL, description, idempotency_key, 'pending_approval', v_appr,
 					wall_time_s, memory_mb, v_image.name, v_image.digest, v_isolation)
-			RETURNING invocations.code_sha256)	-- set by the trigger
+			RETURNING invocations.code_sha256, invocations.egress_sha256,	-- set by the triggers
+					  invocations.image_digest, invocations.isolation,
+					  v_person IS NULL AND invocations.egress_sha256 IS NOT DISTINCT FROM v_auto_egress AS auto)
 	INSERT INTO agent.approval_requests (id, invocation_id, org_id, workspace_id, status,
 										 code_sha256, language, runtime, risk_level,
-										 requested_by, expires_at, person_reason)
-		SELECT v_appr, v_inv, v_org, workspace, 'pending', inv.code_sha256, language,
-			   v_runtime, 'high', requested_by, now() + v_ctx.approval_timeout,
-			   v_person
+										 requested_by, expires_at, person_reason, decided_by,
+										 decided_at, approved_code_sha256, approved_egress_sha256,
+										 approved_image_digest, approved_isolation, approval_policy_id,
+										 allowance_id)
+		SELECT v_appr, v_inv, v_org, workspace, CASE WHEN inv.auto THEN 'approved' ELSE 'pending' END,
+			   inv.code_sha256, language, v_runtime, 'high', requested_by,
+			   now() + v_ctx.approval_timeout,
+			   CASE WHEN inv.auto THEN NULL ELSE coalesce(v_person, 'egress_changed') END,
+			   CASE WHEN inv.auto THEN 'policy' END, CASE WHEN inv.auto THEN now() END,
+			   CASE WHEN inv.auto THEN inv.code_sha256 END, CASE WHEN inv.auto THEN inv.egress_sha256 END,
+			   CASE WHEN inv.auto THEN inv.image_digest END, CASE WHEN inv.auto THEN inv.isolation END,
+			   CASE WHEN inv.auto THEN v_auto_policy END,
+			   CASE WHEN inv.auto THEN v_auto_allowance END
 		  FROM inv
-		RETURNING approval_requests.code_sha256 INTO v_sha;
+		RETURNING approval_requests.code_sha256, approval_requests.status = 'approved'
+		  INTO v_sha, v_auto;
 	-- Its bytes (the event's are counted by the append itself), then the
 	-- event with the hash the card holds (the one computed above: the
 	-- trigger derives the same) and, in the same query, the approvers of
 	-- the workspace learn of the card at commit (on the workspace's
 	-- channel, 28_approvals.sql; the payload is the card's id), unless
-	-- the approval policy approves it: then it does, here (its event
-	-- after this one, and the runners' wake-up at commit).
+	-- the approval policy approved it: then the invocation is approved
+	-- here (its event after this one, and the runners' wake-up at commit).
 	UPDATE agent.org_usage u
 	   SET stored_bytes = u.stored_bytes + agent._request_bytes(code, description, idempotency_key),
 		   updated_at = now()
@@ -389,10 +410,9 @@ BEGIN
 									 v_appr::text)
 		   FROM agent.workspace_channels c
 		  WHERE c.workspace_id = request_execution.workspace
-			AND v_person IS NOT NULL);
-	IF v_person IS NULL
-	   AND agent._approve_by_policy(v_inv, v_appr, v_auto_policy, v_auto_allowance,
-									v_auto_egress, v_auto_event) THEN
+			AND NOT v_auto);
+	IF v_auto THEN
+		PERFORM agent._approve_by_policy(v_inv, v_appr, v_auto_event);
 		v_status := 'approved';
 	END IF;
 	IF NOT agent.supervisor_available() THEN

@@ -334,21 +334,17 @@ CREATE FUNCTION agent._person_reason_text(code text) RETURNS text
 		WHEN 'egress_changed' THEN 'the network reach changed while the run was requested'
 	END;
 
--- The approval a policy makes, in request_execution's transaction, of
--- the card and invocation it has just written (pending): both become
--- approved exactly as agent.approve() leaves them (the code's hash, the
--- invocation's egress hash and image digest bound, approved_at), with
--- decided_by 'policy' (a reserved name: no person can be called that) and
--- the policy and allowance that made it; then its event, approval.auto
--- (actor 'policy', `event` as the decision made it), and the runners'
--- wake-up at commit.  Fenced on the egress hash the decision judged: a
--- run whose frozen egress policy is another one (it cannot be while the
--- request holds the org's audit head; should it be) is left pending for a
--- person (egress_changed), announced on the approvals channel.  Returns
--- whether it approved.
-CREATE FUNCTION agent._approve_by_policy(invocation uuid, approval uuid, policy_id uuid,
-										 allowance_id uuid, egress_sha256 text, event jsonb)
-	RETURNS boolean
+-- The approval a policy makes, in request_execution's transaction: the
+-- card is already written approved by the policy (25_request.sql: the
+-- code's hash, the invocation's egress hash, image digest and isolation
+-- class bound,
+-- decided_by 'policy', a reserved name no person can be called, the policy
+-- and allowance that made it, fenced on the egress hash the decision
+-- judged); this approves its invocation exactly as agent.approve() does
+-- (approved_at), then writes its event, approval.auto (actor 'policy',
+-- `event` as the decision made it), and the runners' wake-up at commit.
+CREATE FUNCTION agent._approve_by_policy(invocation uuid, approval uuid, event jsonb)
+	RETURNS void
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
@@ -356,38 +352,23 @@ AS $$
 DECLARE
 	v	record;
 BEGIN
-	WITH inv AS (
-		UPDATE agent.invocations i
-		   SET state = 'approved', approved_at = now()
-		 WHERE i.id = invocation AND i.approval_id = approval AND i.state = 'pending_approval'
-		   AND i.egress_sha256 IS NOT DISTINCT FROM egress_sha256
-		RETURNING i.id, i.org_id, i.workspace_id, i.code_sha256, i.egress_sha256, i.image_digest)
-	UPDATE agent.approval_requests a
-	   SET status = 'approved', decided_by = 'policy', decided_at = now(),
-		   approved_code_sha256 = a.code_sha256, approved_egress_sha256 = inv.egress_sha256,
-		   approved_image_digest = inv.image_digest,
-		   approval_policy_id = policy_id, allowance_id = allowance_id, person_reason = NULL
-	  FROM inv
-	 WHERE a.id = approval AND a.invocation_id = inv.id AND a.status = 'pending'
-	   AND a.code_sha256 = inv.code_sha256
-	RETURNING inv.org_id, inv.workspace_id INTO v;
+	UPDATE agent.invocations i
+	   SET state = 'approved', approved_at = now()
+	 WHERE i.id = invocation AND i.approval_id = approval AND i.state = 'pending_approval'
+	   AND EXISTS (SELECT 1 FROM agent.approval_requests a
+					WHERE a.id = approval AND a.invocation_id = i.id AND a.status = 'approved'
+					  AND a.decided_by = 'policy' AND a.approved_code_sha256 = i.code_sha256
+					  AND a.approved_egress_sha256 IS NOT DISTINCT FROM i.egress_sha256
+					  AND a.approved_isolation = i.isolation)
+	RETURNING i.org_id, i.workspace_id, i.isolation INTO v;
 	IF NOT FOUND THEN
-		-- (the invocation's update, if any, goes with the error below)
-		IF EXISTS (SELECT 1 FROM agent.invocations i WHERE i.id = invocation AND i.state <> 'pending_approval') THEN
-			RAISE EXCEPTION 'invocation % was approved without its card', invocation;	-- a bug of ours
-		END IF;
-		UPDATE agent.approval_requests a SET person_reason = 'egress_changed'
-		 WHERE a.id = approval AND a.status = 'pending';
-		PERFORM pg_catalog.pg_notify('sandbox_approvals_' || pg_catalog.replace(c.token::text, '-', ''),
-									 approval::text)
-		   FROM agent.workspace_channels c
-		   JOIN agent.invocations i ON i.workspace_id = c.workspace_id
-		  WHERE i.id = invocation;
-		RETURN false;
+		RAISE EXCEPTION 'invocation % has no card its approval policy approved', invocation;	-- a bug of ours
 	END IF;
-	PERFORM agent._audit(v.org_id, v.workspace_id, 'approval.auto', invocation, 'policy', event),
-			agent._wake_supervisor();
-	RETURN true;
+	-- (the class, as approval.approved has it: only when not the default)
+	PERFORM agent._audit(v.org_id, v.workspace_id, 'approval.auto', invocation, 'policy',
+						 CASE WHEN v.isolation <> 'namespaces'
+							  THEN event || jsonb_build_object('isolation', v.isolation) ELSE event END),
+			agent._wake_runners(invocation);
 END
 $$;
 

@@ -154,7 +154,7 @@ BEGIN
 													  'allowance_id', v_allowance,
 													  'isolation', CASE WHEN v_inv.isolation <> 'namespaces'
 																		THEN v_inv.isolation END))),
-			agent._wake_supervisor();
+			agent._wake_runners(v_card.invocation_id);
 	-- The approval's event counts against the org's storage: past the
 	-- quota the approval is refused (53400) and rolled back (the claim
 	-- would refuse to start the run anyway).  A denial, an expiry, a

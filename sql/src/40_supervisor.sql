@@ -110,18 +110,20 @@ GRANT SELECT ON agent.invocation_output TO agent_backend, agent_auditor;
 -- A run's life in the database, one named function per step, each fenced
 -- on the state it expects:
 --
---   _claim_invocations(n)    approved -> provisioning, charged (fair across
---                            orgs, within each org's limits)
+--   _claim_invocations(runner, n)  approved -> provisioning, charged and
+--                            leased (42_claim.sql: fair across orgs, within
+--                            each org's limits, through agent._claim_gate)
 --   _prepare_invocation(id)  what to put in the workspace before the start
 --   _mark_running(id, pid)   provisioning -> running
 --   _append_output(id, ...)  one chunk of output
 --   _store_produced_file(..) one file the run left behind (staged)
---   _finish_invocation(id, verdict, ...)
---                            stage the result, then apply it: -> a final
---                            state by the one billing rule
+--   _apply_run_result(..)    a result applied: -> a final state by the one
+--                            billing rule (agent.runner_finish; or a staged
+--                            one, agent._apply_result)
 --   _finish_pending(n)       apply results staged earlier (a lock was held)
---   _supervisor_recover()    after a restart: every row still in flight
---                            gets a result ("ours failed") and is applied
+--   _supervisor_recover()    at the supervisor's start: the rows an
+--                            in-database supervisor of 0.2.0 left in flight
+--                            (no runner) get a result ("ours failed")
 --
 -- Locks.  A backend acting for one tenant can hold row locks through the
 -- API for as long as its transaction lasts (an approval holds the org's
@@ -237,464 +239,7 @@ $$;
 COMMENT ON FUNCTION agent._run_outcome(jsonb, text, boolean, text) IS
 	'the billing rule: final state, reason and whether the run is charged, from a verdict or a failure of ours';
 
--- ---- claim ---------------------------------------------------------------
-
--- The orgs that have approved work, each once, in a loose index scan of
--- invocations_approved_org_idx (one probe per org, not one per row).
--- SQL without a SET clause so that the claim's queries inline it.
-CREATE FUNCTION agent._orgs_with_approved() RETURNS SETOF uuid
-	LANGUAGE sql STABLE
-AS $$
-	WITH RECURSIVE orgs AS (
-		(SELECT i.org_id FROM agent.invocations i WHERE i.state = 'approved'
-		  ORDER BY i.org_id LIMIT 1)
-		UNION ALL
-		SELECT (SELECT i.org_id FROM agent.invocations i
-				 WHERE i.state = 'approved' AND i.org_id > o.org_id
-				 ORDER BY i.org_id LIMIT 1)
-		  FROM orgs o WHERE o.org_id IS NOT NULL)
-	SELECT o.org_id FROM orgs o WHERE o.org_id IS NOT NULL
-$$;
-
--- Lock what an org's appends to come take, without waiting, in the
--- caller's (sub)transaction: its audit head, then its usage row (each
--- append counts against the org's storage: 21_audit_usage.sql).  False
--- when either is held elsewhere (a backend's open transaction after an
--- audited call); an org without a head (or usage row) yet has nothing to
--- lock (its first append makes it).
--- (No SET clause, as agent._setting: names and operators are qualified.)
-CREATE FUNCTION agent._try_audit_head(org uuid) RETURNS boolean
-	LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-	PERFORM 1 FROM agent.audit_heads h WHERE h.org_id OPERATOR(pg_catalog.=) org FOR UPDATE SKIP LOCKED;
-	IF NOT FOUND AND EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id OPERATOR(pg_catalog.=) org) THEN
-		RETURN false;
-	END IF;
-	PERFORM 1 FROM agent.org_usage u WHERE u.org_id OPERATOR(pg_catalog.=) org FOR NO KEY UPDATE SKIP LOCKED;
-	RETURN FOUND OR NOT EXISTS (SELECT 1 FROM agent.org_usage u WHERE u.org_id OPERATOR(pg_catalog.=) org);
-END
-$$;
-
--- Claim up to max_rows approved invocations: check that the code is the
--- code that was approved, charge the credits, move to provisioning.  Runs
--- in the supervisor's short claim transaction, which commits before any
--- jail starts.
---
--- Fairness.  Each org has at most its limit (agent._org_run_limit, and a
--- workspace its own) in flight, counted on every host together, and the
--- free slots go first to the orgs with the fewest runs in flight, then in
--- approval order: a backlog of one org never delays another org's run
--- beyond the next free slot.  An org's queue is looked at 64 deep per
--- claim.  Within a conversation runs are serial and in approval order.
---
--- An invocation of an org that cannot pay is refused (insufficient_credits)
--- without taking a slot: such rows are resolved apart from the claim, at
--- most 100 per call, after the funded ones.
---
--- Nothing here waits for a lock a backend may hold: rows, orgs and audit
--- heads locked elsewhere are skipped until a later claim.
---
--- Runners (45_runners.sql).  With `runner` (agent.runner_claim() passes
--- it), each claimed row is leased to that runner: runner_id, a fresh
--- lease_token and lease_expires_at, returned with the row.  Without
--- (NULL: the in-database supervisor), no lease.  Session affinity: a
--- conversation whose active session is on another live runner is that
--- runner's, and is skipped here (also by the in-database supervisor); a
--- session on a runner that is gone, draining or removed is rebuilt on the
--- claimer (agent._session_for, reason runner_gone).  The per-org and
--- per-workspace limits count the runs in flight on every host.
-CREATE FUNCTION agent._claim_invocations(max_rows integer, runner uuid DEFAULT NULL)
-	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
-				   memory_mb integer, conversation_id uuid, session_id uuid,
-				   fresh_session boolean, has_skills boolean, lease_token uuid,
-				   has_egress boolean, image_name text, image_digest text)
-	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent, pg_temp
-AS $$
-DECLARE
-	c			record;
-	r			agent.invocations;
-	approved	text;
-	audited		text;
-	err			text;
-	v_session	uuid;
-	v_gen		integer;
-	v_fresh		boolean;
-	v_load		bigint;
-	v_balance	bigint;
-	v_token		uuid;
-	v_price		integer;
-	v_lease		interval;
-	v_live_since timestamptz;	-- a runner heartbeating since is live
-	v_store		record;
-	v_skills	boolean;
-	v_row		record;
-	claimed		integer := 0;
-	taken		uuid[] := '{}'::uuid[];		-- conversations claimed in this call
-	locked_orgs uuid[] := '{}'::uuid[];		-- orgs whose lock this call holds
-	head_orgs	uuid[] := '{}'::uuid[];		-- orgs whose audit head it holds
-	v_new_head	boolean;
-	skip_orgs	uuid[] := '{}'::uuid[];		-- orgs locked elsewhere: next time
-BEGIN
-	IF max_rows IS NULL OR max_rows < 0 THEN
-		RAISE EXCEPTION 'max_rows must be a non-negative number' USING ERRCODE = 'invalid_parameter_value';
-	END IF;
-	v_lease := agent._runner_lease();
-	v_live_since := now() - v_lease;
-
-	FOR c IN
-		WITH orgs AS (SELECT x AS org_id FROM agent._orgs_with_approved() x),
-		org_info AS MATERIALIZED (	-- once per org: funded, its limit, its runs in flight
-			SELECT o.org_id, agent._org_run_limit(o.org_id) AS org_limit,
-				   (SELECT count(*) FROM agent.invocations j
-					 WHERE j.org_id = o.org_id AND j.state IN ('provisioning', 'running')) AS org_load
-			  FROM orgs o
-			  JOIN agent.orgs og ON og.id = o.org_id
-			  JOIN agent.plans p ON p.plan = og.plan
-			  LEFT JOIN agent.credit_balances b ON b.org_id = o.org_id
-			 WHERE coalesce(b.balance, 0) >= p.credits_per_invocation),
-		queue AS (					-- the oldest approved rows of each org below its limit
-			SELECT q.*, oi.org_limit, oi.org_load
-			  FROM org_info oi
-			  CROSS JOIN LATERAL (
-					SELECT i.id, i.org_id, i.workspace_id, i.conversation_id, i.approved_at, i.request_seq
-					  FROM agent.invocations i
-					 WHERE i.state = 'approved' AND i.org_id = oi.org_id
-					 ORDER BY i.approved_at, i.request_seq
-					 LIMIT 64) q
-			 WHERE oi.org_load < oi.org_limit),
-		ws_load AS (				-- runs in flight per workspace of those orgs
-			SELECT j.workspace_id, count(*) AS n
-			  FROM agent.invocations j
-			 WHERE j.state IN ('provisioning', 'running')
-			   AND j.org_id IN (SELECT oi.org_id FROM org_info oi)
-			 GROUP BY j.workspace_id),
-		runnable AS (				-- first of its conversation, conversation idle
-			SELECT q.*,
-				   row_number() OVER (PARTITION BY q.conversation_id
-									  ORDER BY q.approved_at, q.request_seq) AS conv_rank
-			  FROM queue q),
-		ranked AS (
-			SELECT u.*,
-				   row_number() OVER (PARTITION BY u.org_id ORDER BY u.approved_at, u.request_seq) AS org_rank,
-				   row_number() OVER (PARTITION BY u.workspace_id ORDER BY u.approved_at, u.request_seq) AS ws_rank,
-				   w.max_concurrent_runs AS ws_limit,
-				   coalesce(l.n, 0) AS ws_load
-			  FROM runnable u
-			  JOIN agent.workspaces w ON w.id = u.workspace_id
-			  LEFT JOIN ws_load l ON l.workspace_id = u.workspace_id
-			 WHERE (u.conversation_id IS NULL
-					OR (u.conv_rank = 1
-						AND NOT EXISTS (SELECT 1 FROM agent.invocations j
-										 WHERE j.conversation_id = u.conversation_id
-										   AND j.state IN ('provisioning', 'running'))
-						-- affinity (see agent._session_elsewhere, checked again below)
-						AND NOT EXISTS (SELECT 1 FROM agent.sessions s
-										  JOIN agent.runners rn ON rn.id = s.runner_id
-										 WHERE s.conversation_id = u.conversation_id
-										   AND s.state = 'active'
-										   AND s.runner_id IS DISTINCT FROM runner
-										   AND rn.state = 'active'
-										   AND rn.last_heartbeat >= v_live_since))))
-		SELECT k.id, k.org_id, k.org_limit, k.ws_limit
-		  FROM ranked k
-		 WHERE k.org_load + k.org_rank <= k.org_limit
-		   AND (k.ws_limit IS NULL OR k.ws_load + k.ws_rank <= k.ws_limit)
-		 ORDER BY k.org_load + k.org_rank, k.approved_at, k.request_seq
-	LOOP
-		EXIT WHEN claimed >= max_rows;
-		CONTINUE WHEN c.org_id = ANY (skip_orgs);
-
-		-- One claimer per org at a time, so its limit holds with several
-		-- claimers (runner hosts): the org row, skipped if locked.
-		IF NOT c.org_id = ANY (locked_orgs) THEN
-			PERFORM 1 FROM agent.orgs o WHERE o.id = c.org_id FOR NO KEY UPDATE SKIP LOCKED;
-			IF NOT FOUND THEN
-				skip_orgs := skip_orgs || c.org_id;
-				CONTINUE;
-			END IF;
-			locked_orgs := locked_orgs || c.org_id;
-		END IF;
-		-- Under the org's lock, the in-flight count is exact (it includes
-		-- this call's claims).
-		SELECT count(*) INTO v_load FROM agent.invocations j
-		 WHERE j.org_id = c.org_id AND j.state IN ('provisioning', 'running');
-		CONTINUE WHEN v_load >= c.org_limit;
-
-		-- The row is locked, checked and written in one subtransaction:
-		-- the rows it updates (the invocation, the org's audit head) are
-		-- then locked by the subtransaction that updates them, which
-		-- needs no multixact (a lock of the parent's would).
-		r := NULL;
-		v_new_head := false;
-		BEGIN
-			-- The row, with what its code is checked against below, in one
-			-- statement: the hash its approval card holds and the hash the
-			-- audit trail recorded at approval (a person's approval.approved
-			-- or an approval policy's approval.auto; a change of the card and
-			-- the code together, bypassing every trigger, still disagrees
-			-- with the chain, which is anchored outside the database).
-			-- Both were written by the approval's transaction, committed
-			-- before the row read approved.
-			SELECT i AS inv,
-				   (SELECT a.approved_code_sha256
-					  FROM agent.approval_requests a
-					 WHERE a.id = i.approval_id AND a.invocation_id = i.id
-					   AND a.status = 'approved') AS approved,
-				   (SELECT e.details ->> 'code_sha256'
-					  FROM agent.audit_events e
-					 WHERE e.invocation_id = i.id
-					   AND e.event_type IN ('approval.approved', 'approval.auto')
-					 ORDER BY e.id DESC LIMIT 1) AS audited
-			  INTO v_row
-			  FROM agent.invocations i
-			 WHERE i.id = c.id AND i.state = 'approved'
-			   FOR NO KEY UPDATE OF i SKIP LOCKED;
-			CONTINUE WHEN NOT FOUND;
-			r := v_row.inv;
-			approved := v_row.approved;
-			audited := v_row.audited;
-			-- The audit head is appended to below: skip an org whose head
-			-- is held (by a backend's open transaction).
-			IF NOT c.org_id = ANY (head_orgs) THEN
-				IF NOT agent._try_audit_head(c.org_id) THEN
-					skip_orgs := skip_orgs || c.org_id;
-					CONTINUE;
-				END IF;
-				head_orgs := head_orgs || c.org_id;
-				v_new_head := true;
-			END IF;
-			IF c.ws_limit IS NOT NULL THEN
-				SELECT count(*) INTO v_load FROM agent.invocations j
-				 WHERE j.org_id = r.org_id AND j.workspace_id = r.workspace_id
-				   AND j.state IN ('provisioning', 'running');
-				CONTINUE WHEN v_load >= c.ws_limit;
-			END IF;
-			-- Another claimer may be starting this conversation: its lock on
-			-- the conversation row says so.
-			IF r.conversation_id IS NOT NULL THEN
-				CONTINUE WHEN r.conversation_id = ANY (taken);
-				PERFORM 1 FROM agent.conversations cv WHERE cv.id = r.conversation_id
-				   FOR NO KEY UPDATE SKIP LOCKED;
-				CONTINUE WHEN NOT FOUND;
-				CONTINUE WHEN EXISTS (SELECT 1 FROM agent.invocations j
-									   WHERE j.conversation_id = r.conversation_id
-										 AND j.state IN ('provisioning', 'running'));
-				-- Its session may have moved to another live runner since the
-				-- queue was read (that runner's last run of it has ended).
-				CONTINUE WHEN agent._session_elsewhere(r.conversation_id, runner);
-			END IF;
-
-			-- A run on an image goes only to a runner holding the digest its
-			-- approval covers (46_images.sql; a digest the approval does
-			-- not cover raises: the row fails below, uncharged); one with
-			-- secrets only to a runner holding their keys (48_secrets.sql).
-			CONTINUE WHEN NOT agent._image_claimable(r, runner);
-			CONTINUE WHEN NOT agent._secrets_claimable(r, runner);
-			-- ... and in its isolation class, only to a runner that runs it
-			-- (49_isolation.sql; a class the approval does not cover raises).
-			CONTINUE WHEN NOT agent._isolation_claimable(r, runner);
-
-			-- The code about to run must be, byte for byte, the code approved
-			-- (no code at all, pruned behind the triggers' back, is not).
-			IF approved IS NULL OR audited IS DISTINCT FROM approved
-			   OR approved IS DISTINCT FROM agent.code_sha256(r.code)
-			   OR approved <> r.code_sha256 THEN
-				UPDATE agent.invocations i
-				   SET state = 'provision_failed',
-					   state_reason = 'the code does not match the approved code (sha256 mismatch); nothing ran',
-					   finished_at = now()
-				 WHERE i.id = r.id;
-				PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.hash_mismatch', r.id,
-									 'supervisor',
-									 jsonb_build_object('approved_sha256', approved,
-														'audited_sha256', audited,
-														'code_sha256', agent.code_sha256(r.code)));
-				PERFORM agent._notify_invocation(r.id, '{"done":true}');
-				CONTINUE;
-			END IF;
-
-			-- An org at its storage quota starts no new run: its output
-			-- would be kept past the quota (agent._storage_exhausted).
-			-- Nothing ran, nothing is charged.
-			-- (An expression, not a query: PL/pgSQL evaluates it without
-			-- starting an executor.)
-			v_store := agent._storage_exhausted(r.org_id);
-			IF v_store.exhausted THEN
-				UPDATE agent.invocations i
-				   SET state = 'provision_failed',
-					   state_reason = format('the organization''s storage quota is exhausted (%s of %s bytes); nothing ran',
-											 v_store.stored_bytes, v_store.max_stored_bytes),
-					   finished_at = now()
-				 WHERE i.id = r.id;
-				PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
-									 'supervisor',
-									 jsonb_build_object('reason', 'storage_quota_exhausted',
-														'stored_bytes', v_store.stored_bytes,
-														'max_stored_bytes', v_store.max_stored_bytes));
-				PERFORM agent._notify_invocation(r.id, '{"done":true}');
-				CONTINUE;
-			END IF;
-
-			v_price := agent._charge(r.id);
-			IF v_price IS NULL THEN
-				PERFORM agent._refuse_unfunded(r);
-				CONTINUE;
-			END IF;
-
-			v_session := NULL;
-			v_gen := NULL;
-			v_fresh := NULL;
-			IF r.conversation_id IS NOT NULL THEN
-				SELECT x.session_id, x.generation, x.fresh INTO v_session, v_gen, v_fresh
-				  FROM agent._session_for(r, runner) x;
-				taken := taken || r.conversation_id;
-			END IF;
-			v_token := CASE WHEN runner IS NOT NULL THEN gen_random_uuid() END;
-			UPDATE agent.invocations i
-			   SET state = 'provisioning', provisioned_at = now(), credits_charged = v_price,
-				   session_id = v_session, session_generation = v_gen,
-				   runner_id = runner, lease_token = v_token,
-				   lease_expires_at = CASE WHEN runner IS NOT NULL
-										   THEN clock_timestamp() + v_lease END
-			 WHERE i.id = r.id
-			RETURNING i AS inv,
-					  EXISTS (SELECT 1 FROM agent.agent_skills s WHERE s.agent_id = i.agent_id) AS skills
-			  INTO v_row;
-			r := v_row.inv;
-			v_skills := v_row.skills;
-			PERFORM agent._audit(r.org_id, r.workspace_id, 'credits.charged', r.id, 'supervisor',
-								 jsonb_build_object('amount', r.credits_charged));
-			PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provisioned', r.id,
-								 'supervisor',
-								 jsonb_build_object('credits_charged', r.credits_charged)
-								 || CASE WHEN runner IS NOT NULL
-										 THEN jsonb_build_object('runner_id', runner)
-										 ELSE '{}'::jsonb END);
-		EXCEPTION
-			WHEN lock_not_available THEN
-				-- a lock not foreseen above: not this row's fault; next time
-				-- (what the subtransaction locked is free again)
-				IF v_new_head THEN
-					head_orgs := array_remove(head_orgs, c.org_id);
-				END IF;
-				skip_orgs := skip_orgs || c.org_id;
-				CONTINUE;
-			WHEN others THEN
-				-- One row that cannot be claimed (a bug, a broken catalog
-				-- row) must not block the queue: everything above for this
-				-- row is rolled back (uncharged) and the row fails with the
-				-- reason, under its locks taken again without waiting (held
-				-- elsewhere meanwhile: next time).
-				GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
-				IF v_new_head THEN
-					head_orgs := array_remove(head_orgs, c.org_id);
-				END IF;
-				IF r.id IS DISTINCT FROM c.id THEN
-					skip_orgs := skip_orgs || c.org_id;
-					CONTINUE;
-				END IF;
-				BEGIN
-					PERFORM 1 FROM agent.invocations i
-					 WHERE i.id = r.id AND i.state = 'approved' FOR NO KEY UPDATE NOWAIT;
-					IF FOUND THEN
-						PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = r.org_id FOR UPDATE NOWAIT;
-						PERFORM 1 FROM agent.org_usage u WHERE u.org_id = r.org_id FOR NO KEY UPDATE NOWAIT;
-						UPDATE agent.invocations i
-						   SET state = 'provision_failed',
-							   state_reason = 'could not provision: ' || err,
-							   finished_at = now()
-						 WHERE i.id = r.id;
-						PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.provision_failed', r.id,
-											 'supervisor', jsonb_build_object('reason', 'could not provision: ' || err));
-						PERFORM agent._notify_invocation(r.id, '{"done":true}');
-					END IF;
-				EXCEPTION
-					WHEN lock_not_available THEN
-						skip_orgs := skip_orgs || c.org_id;
-				END;
-				CONTINUE;
-		END;
-
-		claimed := claimed + 1;
-		id := r.id;
-		language := r.language;
-		code := r.code;
-		wall_time_s := r.wall_time_s;
-		memory_mb := r.memory_mb;
-		conversation_id := r.conversation_id;
-		session_id := v_session;
-		fresh_session := v_fresh;
-		has_skills := v_skills;		-- (read with the row's last UPDATE)
-		lease_token := v_token;
-		-- its policy file comes with the prepare step (47_egress.sql)
-		has_egress := r.egress_policy IS NOT NULL;
-		image_name := r.image_name;
-		image_digest := r.image_digest;
-		RETURN NEXT;
-	END LOOP;
-
-	-- Refuse the approved rows of orgs that cannot pay: no slot, no wait.
-	-- (The orgs with approved work, then the rows of those that cannot
-	-- pay: not every approved row of every org.)
-	FOR c IN
-		WITH orgs AS (SELECT x AS org_id FROM agent._orgs_with_approved() x),
-		unfunded AS MATERIALIZED (
-			SELECT o.org_id, p.credits_per_invocation AS price
-			  FROM orgs o
-			  JOIN agent.orgs og ON og.id = o.org_id
-			  JOIN agent.plans p ON p.plan = og.plan
-			  LEFT JOIN agent.credit_balances b ON b.org_id = o.org_id
-			 WHERE coalesce(b.balance, 0) < p.credits_per_invocation)
-		SELECT i.id, i.org_id, u.price
-		  FROM unfunded u
-		  JOIN agent.invocations i ON i.org_id = u.org_id AND i.state = 'approved'
-		 ORDER BY i.approved_at, i.request_seq
-		 LIMIT 100
-	LOOP
-		CONTINUE WHEN c.org_id = ANY (skip_orgs);
-		IF NOT c.org_id = ANY (head_orgs) THEN
-			IF NOT agent._try_audit_head(c.org_id) THEN
-				skip_orgs := skip_orgs || c.org_id;
-				CONTINUE;
-			END IF;
-			head_orgs := head_orgs || c.org_id;
-		END IF;
-		-- Decide on the balance as it is, under its lock (a grant may be
-		-- committing right now): funded after all, a later claim takes it.
-		SELECT b.balance INTO v_balance FROM agent.credit_balances b
-		 WHERE b.org_id = c.org_id FOR UPDATE SKIP LOCKED;
-		IF NOT FOUND AND EXISTS (SELECT 1 FROM agent.credit_balances b WHERE b.org_id = c.org_id) THEN
-			skip_orgs := skip_orgs || c.org_id;
-			CONTINUE;
-		END IF;
-		CONTINUE WHEN coalesce(v_balance, 0) >= c.price;
-		SELECT * INTO r FROM agent.invocations i
-		 WHERE i.id = c.id AND i.state = 'approved'
-		   FOR NO KEY UPDATE SKIP LOCKED;
-		CONTINUE WHEN NOT FOUND;
-		PERFORM agent._refuse_unfunded(r);
-	END LOOP;
-END
-$$;
-
--- An approved invocation its org cannot pay for ends, uncharged.
-CREATE FUNCTION agent._refuse_unfunded(r agent.invocations) RETURNS void
-	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent, pg_temp
-AS $$
-BEGIN
-	UPDATE agent.invocations i
-	   SET state = 'insufficient_credits',
-		   state_reason = 'the organization does not have enough credits',
-		   finished_at = now()
-	 WHERE i.id = r.id AND i.state = 'approved';
-	PERFORM agent._audit(r.org_id, r.workspace_id, 'invocation.insufficient_credits',
-						 r.id, 'supervisor', '{}'::jsonb);
-	PERFORM agent._notify_invocation(r.id, '{"done":true}');
-END
-$$;
+-- (the claim: 42_claim.sql)
 
 -- ---- start ---------------------------------------------------------------
 
@@ -831,15 +376,6 @@ BEGIN
 END
 $$;
 
--- Of these invocations, the ones someone asked to cancel.
-CREATE FUNCTION agent._cancel_requested(invocations uuid[]) RETURNS SETOF uuid
-	LANGUAGE sql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
-AS $$
-	SELECT i.id FROM agent.invocations i
-	 WHERE i.id = ANY (invocations) AND i.cancel_requested_at IS NOT NULL
-$$;
-
 -- Append one chunk of output and announce it.  Fenced: nothing (NULL) once
 -- the invocation is no longer in flight.
 CREATE FUNCTION agent._append_output(invocation uuid, stream text, data text)
@@ -959,28 +495,28 @@ BEGIN
 END
 $$;
 
--- Lock what ending an invocation writes, without waiting: the invocation,
--- its org's audit head and usage row, its conversation and session.
--- Raises lock_not_available (55P03) when any is held elsewhere; returns
--- the invocation, or NULL when it does not exist.
-CREATE FUNCTION agent._lock_for_finish(invocation uuid) RETURNS agent.invocations
+-- The finish's one locking order.  The invocation's own row comes first,
+-- locked by the caller (FOR NO KEY UPDATE NOWAIT, in the read that checks
+-- its lease or its staged result); then, here, what ending it writes
+-- besides: its org's audit head and usage row (one statement), its
+-- conversation (FOR KEY SHARE: the tool call's foreign key) and its
+-- session, each NOWAIT.  Raises lock_not_available (55P03) when any is
+-- held elsewhere.  (An org without a usage row, an old one, gets it here:
+-- the finish counts its output there.)
+CREATE FUNCTION agent._lock_for_finish(r agent.invocations) RETURNS void
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
-DECLARE
-	r agent.invocations;
 BEGIN
-	SELECT * INTO r FROM agent.invocations i WHERE i.id = invocation FOR NO KEY UPDATE NOWAIT;
-	IF NOT FOUND THEN
-		RETURN NULL;
-	END IF;
-	IF r.state NOT IN ('provisioning', 'running') THEN
-		RETURN r;
-	END IF;
-	PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = r.org_id FOR UPDATE NOWAIT;
-	PERFORM 1 FROM agent.org_usage u WHERE u.org_id = r.org_id FOR NO KEY UPDATE NOWAIT;
-	IF NOT FOUND THEN		-- made with the org; only an old row lacks it
-		INSERT INTO agent.org_usage (org_id) VALUES (r.org_id) ON CONFLICT (org_id) DO NOTHING;
+	PERFORM 1 FROM agent.audit_heads h, agent.org_usage u
+	 WHERE h.org_id = r.org_id AND u.org_id = r.org_id
+	   FOR UPDATE OF h NOWAIT FOR NO KEY UPDATE OF u NOWAIT;
+	IF NOT FOUND THEN		-- (no head or no usage row yet)
+		PERFORM 1 FROM agent.audit_heads h WHERE h.org_id = r.org_id FOR UPDATE NOWAIT;
+		PERFORM 1 FROM agent.org_usage u WHERE u.org_id = r.org_id FOR NO KEY UPDATE NOWAIT;
+		IF NOT FOUND THEN
+			INSERT INTO agent.org_usage (org_id) VALUES (r.org_id) ON CONFLICT (org_id) DO NOTHING;
+		END IF;
 	END IF;
 	IF r.conversation_id IS NOT NULL THEN
 		PERFORM 1 FROM agent.conversations c WHERE c.id = r.conversation_id FOR KEY SHARE NOWAIT;
@@ -988,16 +524,23 @@ BEGIN
 	IF r.session_id IS NOT NULL THEN
 		PERFORM 1 FROM agent.sessions s WHERE s.id = r.session_id FOR NO KEY UPDATE NOWAIT;
 	END IF;
+END
+$$;
+
+-- The invocation, locked first in the finish's order (NOWAIT: 55P03 when
+-- held elsewhere), or NULL when it does not exist.
+CREATE FUNCTION agent._lock_invocation(invocation uuid) RETURNS agent.invocations
+	LANGUAGE plpgsql VOLATILE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+DECLARE
+	r agent.invocations;
+BEGIN
+	SELECT * INTO r FROM agent.invocations i WHERE i.id = invocation FOR NO KEY UPDATE NOWAIT;
 	RETURN r;
 END
 $$;
 
--- Apply a staged result: the invocation's final state by the billing rule,
--- its verdict fields, the files it returned, refund or not, tool call,
--- analytics row, audit event, the session's bookkeeping, the org's stored
--- bytes, and the final notification.  Returns the final state, or NULL
--- when nothing is staged.  Raises lock_not_available when a lock is held
--- elsewhere (nothing is written; the result stays staged).
 -- A run of the org ended: its slot (and its conversation) is free, so wake
 -- the runners if the org has approved work waiting, which its limits may
 -- have held back.  (Runners claim at a wake-up, not after each of their
@@ -1013,6 +556,13 @@ BEGIN
 END
 $$;
 
+-- Apply a staged result: the invocation's final state by the billing rule,
+-- its verdict fields, the files it returned, refund or not, tool call,
+-- analytics row, audit event, the session's bookkeeping, the org's stored
+-- bytes, and the final notification.  Returns the final state, or NULL
+-- when nothing is staged.  Raises lock_not_available when a lock is held
+-- elsewhere (nothing is written; the result stays staged).  The
+-- staged row first, then the finish's order.
 CREATE FUNCTION agent._apply_result(invocation uuid) RETURNS text
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
@@ -1025,22 +575,23 @@ BEGIN
 	IF NOT FOUND THEN
 		RETURN NULL;
 	END IF;
-	r := agent._lock_for_finish(invocation);
+	r := agent._lock_invocation(invocation);
 	IF r.id IS NULL OR r.state NOT IN ('provisioning', 'running') THEN
 		-- Already resolved (or gone): the staged result is moot.
 		DELETE FROM agent.run_result_files x WHERE x.invocation_id = invocation;
 		DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;
 		RETURN r.state;
 	END IF;
+	PERFORM agent._lock_for_finish(r);
 	RETURN agent._apply_run_result(r, res, true);
 END
 $$;
 
--- Apply a result to its invocation r, in flight and locked by
--- agent._lock_for_finish(): the body of agent._apply_result(), also called
--- by a runner's finish with its result before it is staged
--- (agent.runner_finish: staged, false, is applied at once or staged
--- then).  Returns the final state.
+-- Apply a result to its invocation r, in flight and locked in the
+-- finish's order (the row, then agent._lock_for_finish): the one apply,
+-- for a staged result (agent._apply_result: staged true, the row of
+-- agent.run_results is deleted here) and for a runner's finish
+-- (agent.runner_finish: staged false).  Returns the final state.
 CREATE FUNCTION agent._apply_run_result(r agent.invocations, res agent.run_results,
 										staged boolean)
 	RETURNS text
@@ -1056,9 +607,10 @@ DECLARE
 	v_output text;
 	v_started boolean;
 BEGIN
+	-- A verdict jsonb does not accept is no verdict (a failure of ours).
 	BEGIN
 		v := res.verdict::jsonb;
-	EXCEPTION WHEN others THEN
+	EXCEPTION WHEN data_exception THEN
 		v := NULL;
 	END;
 	o := agent._run_outcome(v, res.error, r.cancel_requested_at IS NOT NULL, r.cancel_requested_by);
@@ -1170,8 +722,9 @@ AS $$
 DECLARE
 	r agent.invocations;
 BEGIN
-	r := agent._lock_for_finish(invocation);
+	r := agent._lock_invocation(invocation);
 	IF r.id IS NOT NULL AND r.state IN ('provisioning', 'running') THEN
+		PERFORM agent._lock_for_finish(r);
 		UPDATE agent.invocations i
 		   SET state = 'provision_failed', state_reason = reason, finished_at = now()
 		 WHERE i.id = invocation
@@ -1222,35 +775,6 @@ BEGIN
 			 WHERE x.invocation_id = invocation;
 			RETURN NULL;
 	END;
-END
-$$;
-
--- Finish an invocation from the jail's verdict: stage the result (first
--- result wins; written without touching tenant rows, so this part never
--- waits) and apply it at once if it can be.  `error` (or a verdict with
--- setup_error, or no verdict at all) is a failure of ours: refunded.
--- Files the run produced were staged before with agent._store_produced_file().
--- Returns the final state, or NULL when the result stays staged.
-CREATE FUNCTION agent._finish_invocation(invocation uuid, verdict text, jail_status integer,
-										 error text, spawned boolean,
-										 truncated boolean DEFAULT false,
-										 workspace_bytes bigint DEFAULT NULL,
-										 workspace_entries integer DEFAULT NULL,
-										 workspace_reset text DEFAULT NULL)
-	RETURNS text
-	LANGUAGE plpgsql VOLATILE
-	SET search_path = pg_catalog, agent, pg_temp
-AS $$
-BEGIN
-	IF invocation IS NULL THEN
-		RAISE EXCEPTION 'invocation must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	INSERT INTO agent.run_results (invocation_id, verdict, jail_status, error, spawned, truncated,
-								   workspace_bytes, workspace_entries, workspace_reset)
-	VALUES (invocation, verdict, jail_status, error, coalesce(spawned, false),
-			coalesce(truncated, false), workspace_bytes, workspace_entries, workspace_reset)
-	ON CONFLICT (invocation_id) DO NOTHING;
-	RETURN agent._try_apply(invocation);
 END
 $$;
 
@@ -1531,15 +1055,13 @@ CREATE FUNCTION agent._supervisor_status(
 COMMENT ON FUNCTION agent._supervisor_status() IS
 	'the supervisor: whether it runs, its pid, the local runner''s slots in use and their invocations, its work directory, and why it claims nothing (problem); the local launcher''s warm interpreters: how many wait, the memory they hold, its bound, why the last did not start';
 
-REVOKE ALL ON FUNCTION agent._claim_invocations(integer, uuid), agent._try_audit_head(uuid),
-	agent._mark_running(uuid, integer),
+REVOKE ALL ON FUNCTION agent._mark_running(uuid, integer),
 	agent._append_output(uuid, text, text),
-	agent._finish_invocation(uuid, text, integer, text, boolean, boolean, bigint, integer, text),
 	agent._finish_pending(integer), agent._try_apply(uuid), agent._apply_result(uuid),
 	agent._apply_run_result(agent.invocations, agent.run_results, boolean),
-	agent._apply_failure(uuid, text), agent._lock_for_finish(uuid),
+	agent._apply_failure(uuid, text), agent._lock_for_finish(agent.invocations),
+	agent._lock_invocation(uuid),
 	agent._prepare_invocation(uuid, boolean), agent._skill_files(uuid), agent._produced_caps(),
-	agent._cancel_requested(uuid[]), agent._refuse_unfunded(agent.invocations),
 	agent._supervisor_recover(), agent._record_tool_call(agent.invocations),
 	agent._write_tool_call(agent.invocations, text), agent._output_preview(text, integer),
 	agent._refund_and_audit(agent.invocations, text),

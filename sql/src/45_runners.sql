@@ -13,7 +13,8 @@
 --       held uuid[] DEFAULT NULL, slots integer DEFAULT NULL,
 --       OUT state text, OUT renewed integer, OUT lost uuid[],
 --       OUT lease_seconds integer, OUT heartbeat_seconds integer)
---   agent.runner_claim(runner uuid, incarnation uuid, max_rows integer)
+--   agent.runner_claim(runner uuid, incarnation uuid, max_rows integer,
+--       notified uuid DEFAULT NULL)
 --       RETURNS TABLE (id uuid, lease_token uuid, language text, code text,
 --           wall_time_s integer, memory_mb integer, conversation_id uuid,
 --           session_id uuid, fresh_session boolean, has_skills boolean,
@@ -338,13 +339,25 @@ BEGIN
 	   AND (staged_ok
 			OR NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id));
 	IF NOT FOUND THEN
-		PERFORM agent._runner_self(runner);		-- not the caller's runner: 42501
-		RAISE EXCEPTION 'lease of invocation % is not held by this runner', coalesce(invocation::text, 'NULL')
-			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = 'The lease expired, was taken over, or was never this runner''s; the invocation has ended or will end without this runner.',
-				  HINT = 'Kill the sandbox and drop its result.';
+		PERFORM agent._lease_refused(runner, invocation);
 	END IF;
 	RETURN r;
+END
+$$;
+
+-- A step named an invocation whose lease `runner` does not hold: 42501
+-- when the runner is not the caller's (agent._runner_self), else 55000.
+-- Always raises.
+CREATE FUNCTION agent._lease_refused(runner uuid, invocation uuid) RETURNS void
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	PERFORM agent._runner_self(runner);		-- not the caller's runner: 42501
+	RAISE EXCEPTION 'lease of invocation % is not held by this runner', coalesce(invocation::text, 'NULL')
+		USING ERRCODE = 'object_not_in_prerequisite_state',
+			  DETAIL = 'The lease expired, was taken over, or was never this runner''s; the invocation has ended or will end without this runner.',
+			  HINT = 'Kill the sandbox and drop its result.';
 END
 $$;
 
@@ -742,13 +755,16 @@ COMMENT ON FUNCTION agent.runner_heartbeat(uuid, uuid, integer, uuid[], integer)
 	'renew the calling runner''s leases; returns its state, the leases it holds and which of held it lost';
 
 -- Claim up to max_rows approved invocations for this runner (at most its
--- free slots), each with a lease: agent._claim_invocations, fair across
--- orgs and runners, within each org's limits on every host together, with
--- session affinity.  Nothing when the runner is draining or removed.
+-- free slots), each with a lease: agent._claim_invocations (42_claim.sql),
+-- fair across orgs and runners, within each org's limits on every host
+-- together, with session affinity.  notified: the invocation the runner's
+-- wake-up named, if any (tried first when it heads the queue; a hint
+-- only).  Nothing when the runner is draining or removed.
 -- Returns what the runner needs to start each: the code, the limits (the
 -- server's defaults filled in), the caps on what it may return, and the
 -- image its root is built from (46_images.sql: one this runner holds).
-CREATE FUNCTION agent.runner_claim(runner uuid, incarnation uuid, max_rows integer)
+CREATE FUNCTION agent.runner_claim(runner uuid, incarnation uuid, max_rows integer,
+								   notified uuid DEFAULT NULL)
 	RETURNS TABLE (id uuid, lease_token uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
 				   fresh_session boolean, has_skills boolean, max_files integer,
@@ -782,7 +798,7 @@ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM agent.invocations i WHERE i.state = 'approved') THEN
 		RETURN;
 	END IF;
-	FOR c IN SELECT * FROM agent._claim_invocations(v_want, rn.id) LOOP
+	FOR c IN SELECT * FROM agent._claim_invocations(v_want, rn.id, notified) LOOP
 		IF caps IS NULL THEN
 			SELECT * INTO caps FROM agent._produced_caps();
 			SELECT * INTO lim FROM agent._run_limits();
@@ -806,12 +822,12 @@ BEGIN
 		image_name := c.image_name;
 		image_digest := c.image_digest;
 		-- the class the claim matched (49_isolation.sql), frozen
-		isolation := (SELECT i.isolation FROM agent.invocations i WHERE i.id = c.id);
+		isolation := c.isolation;
 		RETURN NEXT;
 	END LOOP;
 END
 $$;
-COMMENT ON FUNCTION agent.runner_claim(uuid, uuid, integer) IS
+COMMENT ON FUNCTION agent.runner_claim(uuid, uuid, integer, uuid) IS
 	'claim approved invocations for the calling runner, each with a lease token';
 
 -- What to put in the workspace before the start (agent._prepare_invocation),
@@ -1011,20 +1027,23 @@ BEGIN
 END
 $$;
 
--- Finish an invocation this runner holds from the jail's verdict
--- (agent._finish_invocation's contract): apply the result at once if its
--- locks are free, else stage it under the lease.  Returns the final
--- state, or NULL when it stays staged (applied later by the supervisor).
+-- Finish an invocation this runner holds from the jail's verdict.  `error`
+-- (or a verdict with setup_error, or no verdict, or one that jsonb does
+-- not accept) is a failure of ours: refunded.  Files the run produced were
+-- staged before, in the same transaction (agent.runner_store_produced_file).
 --
--- The common case takes the fast way: the lease check of
--- agent._runner_lease_of() and the locks of agent._lock_for_finish() as
--- one locked read of the invocation (NOWAIT), then its org's audit head
--- and usage row in one more, which also sees (after the invocation's lock)
--- that no other result (the reaper's) is staged.  Whatever that way does
--- not find as it expects (a lease not held, an argument too long, a lock
--- held elsewhere, a result that cannot be applied, no usage row) is rolled
--- back and decided by the way below, exactly as before: its lease check
--- raises the same errors in the same order.
+-- One way, in the finish's one locking order: the lease and the
+-- invocation's row in one locked read (agent._lease_held, and no other
+-- result staged, in its WHERE; NOWAIT), the arguments' limits (22001),
+-- the rest of the finish's locks (agent._lock_for_finish), then the one
+-- apply (agent._apply_run_result).  A lock held elsewhere (55P03), and
+-- only that, stages the result under the lease instead: NULL is returned,
+-- and the supervisor applies it once the lock is gone (agent._finish_pending).
+-- A lease not held is 42501 (another runner's id) or 55000, as for every
+-- step of a lease; every other error reaches the caller with its SQLSTATE
+-- (the runner then records the run as a failure of ours, with the error as
+-- the reason: src/runner/run.c).  Returns the final state, or NULL when
+-- staged.
 CREATE FUNCTION agent.runner_finish(runner uuid, token uuid, invocation uuid, verdict text,
 									jail_status integer, error text, spawned boolean,
 									truncated boolean DEFAULT false,
@@ -1050,63 +1069,35 @@ BEGIN
 	res.workspace_bytes := workspace_bytes;
 	res.workspace_entries := workspace_entries;
 	res.workspace_reset := workspace_reset;
-	-- The limits of agent._runner_arg_fits() below: an argument over them
-	-- takes the other way, which raises.
-	IF coalesce(octet_length(verdict) <= 65536 AND octet_length(error) <= 4096
-				AND octet_length(workspace_reset) <= 4096, true) THEN
-		BEGIN
-			SELECT i.* INTO r
-			  FROM agent.invocations i
-			  JOIN agent.runners rn ON rn.id = i.runner_id
-			 WHERE i.id = invocation
-			   AND agent._lease_held(i, rn, runner, token, false)
-			   FOR NO KEY UPDATE OF i NOWAIT;
-			IF FOUND THEN
-				PERFORM 1 FROM agent.audit_heads h, agent.org_usage u
-				 WHERE h.org_id = r.org_id AND u.org_id = r.org_id
-				   AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = invocation)
-				   FOR UPDATE OF h NOWAIT FOR NO KEY UPDATE OF u NOWAIT;
-				IF FOUND THEN
-					IF r.conversation_id IS NOT NULL THEN
-						PERFORM 1 FROM agent.conversations c WHERE c.id = r.conversation_id
-						   FOR KEY SHARE NOWAIT;
-					END IF;
-					IF r.session_id IS NOT NULL THEN
-						PERFORM 1 FROM agent.sessions s WHERE s.id = r.session_id FOR NO KEY UPDATE NOWAIT;
-					END IF;
-					RETURN agent._apply_run_result(r, res, false);
-				END IF;
-			END IF;
-		EXCEPTION
-			WHEN others THEN
-				NULL;
-		END;
-	END IF;
-
-	PERFORM agent._runner_lease_of(runner, token, invocation);
-	PERFORM agent._runner_arg_fits(verdict, 'verdict', 65536);
-	PERFORM agent._runner_arg_fits(error, 'error', 4096);
-	PERFORM agent._runner_arg_fits(workspace_reset, 'workspace_reset', 4096);
-	-- At once, without staging, when its locks are free and, under them,
-	-- the lease is still ours and no other result (the reaper's) is
-	-- staged.  Anything else (a lock held elsewhere, a result that cannot
-	-- be applied, a lease lost meanwhile) is rolled back and takes the
-	-- staged way below, which decides it as before.
 	BEGIN
-		r := agent._lock_for_finish(invocation);
-		IF r.state IN ('provisioning', 'running') AND r.runner_id = runner AND r.lease_token = token
-		   AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = invocation) THEN
-			RETURN agent._apply_run_result(r, res, false);
+		SELECT i.* INTO r
+		  FROM agent.invocations i
+		  JOIN agent.runners rn ON rn.id = i.runner_id
+		 WHERE i.id = invocation
+		   AND agent._lease_held(i, rn, runner, token, false)
+		   AND NOT EXISTS (SELECT 1 FROM agent.run_results x WHERE x.invocation_id = i.id)
+		   FOR NO KEY UPDATE OF i NOWAIT;
+		IF NOT FOUND THEN
+			PERFORM agent._lease_refused(runner, invocation);
 		END IF;
+		PERFORM agent._runner_finish_args(res);
+		PERFORM agent._lock_for_finish(r);
+		RETURN agent._apply_run_result(r, res, false);
 	EXCEPTION
-		WHEN others THEN
-			NULL;
+		WHEN lock_not_available THEN
+			NULL;		-- one of the finish's rows is held elsewhere: staged below
 	END;
+
+	-- Staged under the lease: the lease read without the row's lock (a
+	-- backend may hold it), the arguments' limits, then the result, unless
+	-- another (the reaper's) came first.
+	PERFORM agent._runner_lease_of(runner, token, invocation);
+	PERFORM agent._runner_finish_args(res);
 	INSERT INTO agent.run_results AS x (invocation_id, verdict, jail_status, error, spawned,
 										truncated, workspace_bytes, workspace_entries,
 										workspace_reset)
-	VALUES (invocation, verdict, jail_status, error, coalesce(spawned, false),
-			coalesce(truncated, false), workspace_bytes, workspace_entries, workspace_reset)
+	VALUES (invocation, res.verdict, res.jail_status, res.error, res.spawned, res.truncated,
+			res.workspace_bytes, res.workspace_entries, res.workspace_reset)
 	ON CONFLICT (invocation_id) DO NOTHING
 	RETURNING x.invocation_id INTO v;
 	IF v IS NULL THEN
@@ -1115,12 +1106,30 @@ BEGIN
 	END IF;
 	-- still in flight under this lease: the reaper did not end it meanwhile
 	PERFORM agent._runner_lease_of(runner, token, invocation, true);
-	RETURN agent._try_apply(invocation);
+	RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION agent.runner_finish(uuid, uuid, uuid, text, integer, text, boolean, boolean, bigint, integer, text) IS
+	'finish an invocation the calling runner holds: apply its result, or stage it behind a tenant''s lock';
+
+-- The limits of a runner's finish arguments (agent._runner_arg_fits:
+-- 22001 beyond them).
+CREATE FUNCTION agent._runner_finish_args(res agent.run_results) RETURNS void
+	LANGUAGE plpgsql IMMUTABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	IF NOT coalesce(octet_length(res.verdict) <= 65536 AND octet_length(res.error) <= 4096
+					AND octet_length(res.workspace_reset) <= 4096, true) THEN
+		PERFORM agent._runner_arg_fits(res.verdict, 'verdict', 65536);
+		PERFORM agent._runner_arg_fits(res.error, 'error', 4096);
+		PERFORM agent._runner_arg_fits(res.workspace_reset, 'workspace_reset', 4096);
+	END IF;
 END
 $$;
 
 -- Of these invocations, the ones this runner holds that someone asked to
--- cancel (agent._cancel_requested, for this runner's only).
+-- cancel (its own runs only).
 CREATE FUNCTION agent.runner_cancel_requested(runner uuid, invocations uuid[]) RETURNS SETOF uuid
 	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER
@@ -1137,7 +1146,7 @@ END
 $$;
 
 -- The sessions whose workspace this runner keeps: every other workspace
--- directory on its host may go (agent._live_session_ids, for one runner).
+-- directory on its host may go.
 CREATE FUNCTION agent.runner_live_sessions(runner uuid) RETURNS SETOF uuid
 	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER
@@ -1154,7 +1163,7 @@ $$;
 
 -- The skill versions this runner may keep materialised: those of the
 -- agents of its runs in flight and of its live sessions (its own work
--- only; agent._skill_ids_in_use, for one runner).
+-- only).
 CREATE FUNCTION agent.runner_skills_in_use(runner uuid) RETURNS SETOF uuid
 	LANGUAGE plpgsql STABLE
 	SECURITY DEFINER
@@ -1370,7 +1379,8 @@ $$;
 COMMENT ON FUNCTION agent.worker_status() IS
 	'the supervisor (whether it runs, its pid, the local runner''s slots and invocations, its work directory, why it claims nothing or what fails in the maintenance jobs) and every runner, local and remote (runners); the local launcher''s warm pool (warm_*)';
 REVOKE ALL ON FUNCTION agent.worker_status() FROM PUBLIC;
-REVOKE ALL ON FUNCTION agent._lease_held(agent.invocations, agent.runners, uuid, uuid, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION agent._lease_held(agent.invocations, agent.runners, uuid, uuid, boolean),
+	agent._lease_refused(uuid, uuid), agent._runner_finish_args(agent.run_results) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agent.worker_status() TO agent_auditor;
 
 -- Cap the slots of a runner (NULL: back to the setting runner_max_slots):
@@ -1418,7 +1428,7 @@ REVOKE ALL ON agent.runners, agent.runner_status FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
 	agent.runner_register(text, text, text, integer),
 	agent.runner_heartbeat(uuid, uuid, integer, uuid[], integer),
-	agent.runner_claim(uuid, uuid, integer),
+	agent.runner_claim(uuid, uuid, integer, uuid),
 	agent.runner_prepare(uuid, uuid, uuid, boolean),
 	agent.runner_skill_files(uuid, uuid, uuid, uuid),
 	agent.runner_mark_running(uuid, uuid, uuid, integer),

@@ -780,7 +780,7 @@ END
 $$;
 
 -- Stage one file a run produced (or could not return) with its result,
--- before agent._finish_invocation(); it reaches agent.files when the result
+-- before agent.runner_finish(); it reaches agent.files when the result
 -- is applied.  Fenced: nothing (NULL) once the run is no longer in flight.
 CREATE FUNCTION agent._store_produced_file(invocation uuid, name text, status text,
 										   reason text, content bytea)
@@ -920,23 +920,6 @@ $$;
 COMMENT ON FUNCTION agent.expire_idle_sessions(timestamptz) IS
 	'end idle conversation sessions; the supervisor deletes their workspaces';
 
--- Sessions whose workspace directory must be kept (for the supervisor).
-CREATE FUNCTION agent._live_session_ids() RETURNS SETOF uuid
-	LANGUAGE sql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
-AS $$
-	SELECT x.id FROM agent.sessions x WHERE x.state = 'active'
-$$;
-
--- Skill versions attached to some agent: the supervisor deletes the
--- materialised copies of all others.
-CREATE FUNCTION agent._skill_ids_in_use() RETURNS SETOF uuid
-	LANGUAGE sql STABLE
-	SET search_path = pg_catalog, agent, pg_temp
-AS $$
-	SELECT DISTINCT a.skill_id FROM agent.agent_skills a
-$$;
-
 -- ----------------------------------------------------------------------
 -- Security
 -- ----------------------------------------------------------------------
@@ -976,8 +959,7 @@ REVOKE ALL ON FUNCTION agent._session_for(agent.invocations, uuid), agent._files
 	agent._store_skipped_files(uuid, text[], text[], text[]),
 	agent._save_produced_file(agent.invocations, text, text, text, bytea),
 	agent._session_after_run(agent.invocations, bigint, integer, text),
-	agent._trim_session_disk(uuid, uuid), agent._skill_ids_in_use(),
-	agent._live_session_ids(), agent.expire_idle_sessions(timestamptz) FROM PUBLIC;
+	agent._trim_session_disk(uuid, uuid), agent.expire_idle_sessions(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agent.upload_file(uuid, text, bytea, text, text),
 	agent.list_files(uuid), agent.download_file(uuid), agent.delete_file(uuid, text, text),
 	agent.delete_skill(uuid, text), agent.create_skill(text, jsonb, text),

@@ -21,14 +21,17 @@ COMMENT ON VIEW agent.run_slots IS
 	'runs in flight (one per occupied slot): org, language, since, jail pid, runner';
 
 -- Why an approved run waits, for each approved invocation the caller may
--- see: the first reason that holds, in the claim's own order.  Every run
--- is a runner's (the local runner, whose slots are
--- sandbox.max_concurrent_runs, or a runner host: runners.md); the
--- supervisor runs none itself, so the slots are the live active runners'.
+-- see: the claim's own answer (agent._claim_gate, 42_claim.sql, asked for
+-- the fleet), after what holds every run back.  Every run is a runner's
+-- (the local runner, whose slots are sandbox.max_concurrent_runs, or a
+-- runner host: runners.md); the supervisor runs none itself, so the slots
+-- are the live active runners'.
 --   supervisor_paused     no live active runner has a slot: the detail says
 --                         what holds the local runner (draining, removed, not
 --                         running, sandbox.max_concurrent_runs 0, capped at 0),
 --                         and no runner host with slots is active
+--   not_approved          the code is not the code that was approved: the
+--                         next claim ends it, uncharged
 --   insufficient_credits  the org cannot pay: the next claim refuses it
 --   storage_quota_exhausted  the org is at its storage quota: the next claim refuses it
 --   image_not_held        it runs on an image whose digest no live active runner
@@ -63,14 +66,7 @@ DECLARE
 	v_free		integer;
 	v_runners	integer;
 	x			record;
-	v_org_load	integer;
-	v_ws_load	integer;
-	v_limit		integer;
-	v_holder	uuid;			-- the live runner holding its session, or NULL
 	v_paused	text;			-- why the local runner has no slot, when none has
-	v_image		text;			-- why its image waits, or NULL
-	v_secrets	text;			-- why its secrets wait, or NULL
-	v_isolation text;			-- why its isolation class waits, or NULL
 BEGIN
 	IF v_all AND NOT (pg_catalog.pg_has_role(v_caller, 'agent_auditor', 'USAGE')
 					  OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = v_caller)) THEN
@@ -98,82 +94,23 @@ BEGIN
 	END IF;
 
 	FOR x IN
-		SELECT i.*, p.credits_per_invocation AS price,
-			   coalesce(b.balance, 0) AS balance, w.max_concurrent_runs AS ws_limit
+		SELECT i AS inv, agent._claim_gate(i, NULL) AS gate
 		  FROM agent.invocations i
-		  JOIN agent.orgs o ON o.id = i.org_id
-		  JOIN agent.plans p ON p.plan = o.plan
-		  JOIN agent.workspaces w ON w.id = i.workspace_id
-		  LEFT JOIN agent.credit_balances b ON b.org_id = i.org_id
 		 WHERE i.state = 'approved'
 		   AND (v_all OR (i.org_id = agent.current_org() AND i.workspace_id = agent.current_workspace()))
 		 ORDER BY i.approved_at, i.request_seq
 	LOOP
-		invocation_id := x.id;
-		org_id := x.org_id;
-		workspace_id := x.workspace_id;
-		conversation_id := x.conversation_id;
-		approved_at := x.approved_at;
-		detail := NULL;
-		SELECT count(*)::integer INTO v_org_load FROM agent.invocations j
-		 WHERE j.org_id = x.org_id AND j.state IN ('provisioning', 'running');
-		SELECT count(*)::integer INTO v_ws_load FROM agent.invocations j
-		 WHERE j.org_id = x.org_id AND j.workspace_id = x.workspace_id
-		   AND j.state IN ('provisioning', 'running');
-		v_limit := agent._org_run_limit(x.org_id);
-		v_holder := CASE WHEN x.conversation_id IS NOT NULL
-						 THEN agent._session_runner(x.conversation_id) END;
-		v_image := CASE WHEN x.image_digest IS NOT NULL
-						THEN agent._image_wait(x.image_name, x.image_digest) END;
-		v_secrets := agent._secrets_wait(x.egress_policy);
-		v_isolation := CASE WHEN x.isolation <> 'namespaces'
-							THEN agent._isolation_wait(x.isolation) END;
+		invocation_id := (x.inv).id;
+		org_id := (x.inv).org_id;
+		workspace_id := (x.inv).workspace_id;
+		conversation_id := (x.inv).conversation_id;
+		approved_at := (x.inv).approved_at;
 		IF v_runners = 0 THEN
 			waiting_for := 'supervisor_paused';
 			detail := v_paused;
-		ELSIF x.balance < x.price THEN
-			waiting_for := 'insufficient_credits';
-			detail := pg_catalog.format('the org has %s credits; a run costs %s', x.balance, x.price);
-		ELSIF (SELECT q.exhausted FROM agent._storage_exhausted(x.org_id) q) THEN
-			waiting_for := 'storage_quota_exhausted';
-			detail := 'the org is at its storage quota';
-		ELSIF v_image IS NOT NULL THEN
-			waiting_for := 'image_not_held';
-			detail := v_image;
-		ELSIF v_secrets IS NOT NULL THEN
-			waiting_for := 'secrets_key_not_held';
-			detail := v_secrets;
-		ELSIF v_isolation IS NOT NULL THEN
-			waiting_for := 'isolation_unavailable';
-			detail := v_isolation;
-		ELSIF x.conversation_id IS NOT NULL AND EXISTS (
-				SELECT 1 FROM agent.invocations j
-				 WHERE j.conversation_id = x.conversation_id
-				   AND (j.state IN ('provisioning', 'running')
-						OR (j.state = 'approved' AND (j.approved_at, j.request_seq) < (x.approved_at, x.request_seq)))) THEN
-			waiting_for := 'conversation_busy';
-			detail := 'runs of a conversation are serial';
-		ELSIF v_holder IS NOT NULL
-			  AND (SELECT agent._runner_free_slots(rn) FROM agent.runners rn WHERE rn.id = v_holder) <= 0 THEN
-			-- only that host claims it, whatever the others have free
-			waiting_for := 'session_elsewhere';
-			detail := 'its session''s runner host has no free slot';
-		ELSIF v_org_load >= v_limit THEN
-			waiting_for := 'org_at_limit';
-			detail := pg_catalog.format('%s of %s runs in flight', v_org_load, v_limit);
-		ELSIF x.ws_limit IS NOT NULL AND v_ws_load >= x.ws_limit THEN
-			waiting_for := 'workspace_at_limit';
-			detail := pg_catalog.format('%s of %s runs in flight', v_ws_load, x.ws_limit);
-		ELSIF v_free = 0 THEN
-			waiting_for := 'no_free_slot';
-			-- How busy the platform is counts other orgs' runs: only the
-			-- auditor and the owner see the numbers.
-			detail := CASE WHEN v_all
-						   THEN pg_catalog.format('%s of %s run slots in use on %s active runners',
-												  v_slots - v_free, v_slots, v_runners)
-						   ELSE 'every run slot is in use' END;
 		ELSE
-			waiting_for := 'next';
+			waiting_for := coalesce(x.gate, CASE WHEN v_free = 0 THEN 'no_free_slot' ELSE 'next' END);
+			detail := agent._queue_detail(x.inv, waiting_for, v_all, v_slots, v_free, v_runners);
 		END IF;
 		RETURN NEXT;
 	END LOOP;
@@ -181,6 +118,51 @@ END
 $$;
 COMMENT ON FUNCTION agent.queue_status() IS
 	'why each approved invocation has not started yet (the current workspace''s, or every tenant''s for an auditor)';
+
+-- The detail of agent.queue_status() for invocation r waiting for `reason`:
+-- the numbers behind it.  How busy the platform is counts other orgs' runs:
+-- only the auditor and the owner (all) see those numbers.
+CREATE FUNCTION agent._queue_detail(r agent.invocations, reason text, v_all boolean,
+									slots integer, free integer, runners integer)
+	RETURNS text
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, agent, pg_temp
+AS $$
+BEGIN
+	RETURN CASE reason
+		WHEN 'not_approved' THEN 'the code is not the code that was approved; the next claim ends it'
+		WHEN 'insufficient_credits' THEN
+			(SELECT pg_catalog.format('the org has %s credits; a run costs %s',
+									  coalesce(b.balance, 0), p.credits_per_invocation)
+			   FROM agent.orgs o JOIN agent.plans p ON p.plan = o.plan
+			   LEFT JOIN agent.credit_balances b ON b.org_id = o.id
+			  WHERE o.id = r.org_id)
+		WHEN 'storage_quota_exhausted' THEN 'the org is at its storage quota'
+		WHEN 'image_not_held' THEN agent._image_wait(r.image_name, r.image_digest)
+		WHEN 'secrets_key_not_held' THEN agent._secrets_wait(r.egress_policy)
+		WHEN 'isolation_unavailable' THEN agent._isolation_wait(r.isolation)
+		WHEN 'conversation_busy' THEN 'runs of a conversation are serial'
+		WHEN 'session_elsewhere' THEN 'its session''s runner host has no free slot'
+		WHEN 'org_at_limit' THEN
+			pg_catalog.format('%s of %s runs in flight',
+							  (SELECT count(*) FROM agent.invocations j
+								WHERE j.org_id = r.org_id AND j.state IN ('provisioning', 'running')),
+							  agent._org_run_limit(r.org_id))
+		WHEN 'workspace_at_limit' THEN
+			(SELECT pg_catalog.format('%s of %s runs in flight',
+									  (SELECT count(*) FROM agent.invocations j
+										WHERE j.org_id = r.org_id AND j.workspace_id = r.workspace_id
+										  AND j.state IN ('provisioning', 'running')),
+									  w.max_concurrent_runs)
+			   FROM agent.workspaces w WHERE w.id = r.workspace_id)
+		WHEN 'no_free_slot' THEN
+			CASE WHEN v_all
+				 THEN pg_catalog.format('%s of %s run slots in use on %s active runners',
+										slots - free, slots, runners)
+				 ELSE 'every run slot is in use' END
+		END;
+END
+$$;
 
 -- What each org spent per day (UTC): runs charged, credits charged,
 -- refunded and the net.

@@ -293,3 +293,16 @@ CREATE TABLE agent.runner_secret_keys (
 );
 CREATE INDEX runner_secret_keys_key_idx ON agent.runner_secret_keys (key_id);
 ALTER TABLE agent.runner_secret_keys ENABLE ROW LEVEL SECURITY;
+
+-- Branch heart (issue 29), 40_supervisor.sql: the finish's locks after the
+-- invocation's own row, which its caller locks (one locking order).
+DROP FUNCTION agent._lock_for_finish(uuid);
+-- 42_claim.sql: the claim's refusals are agent._claim_refuse's.
+DROP FUNCTION agent._refuse_unfunded(agent.invocations);
+-- 40_supervisor.sql, 50_sessions.sql: runs are claimed and finished by
+-- runners only (agent.runner_claim, agent.runner_finish); what only the
+-- in-database supervisor used is gone.
+DROP FUNCTION agent._finish_invocation(uuid, text, integer, text, boolean, boolean, bigint, integer, text);
+DROP FUNCTION agent._cancel_requested(uuid[]);
+DROP FUNCTION agent._live_session_ids();
+DROP FUNCTION agent._skill_ids_in_use();

@@ -492,7 +492,7 @@ check_connection(void)
 	char	   *err = NULL;
 	const char *kw[64];
 	const char *val[64];
-	const char *params[1] = {"agent.runner_claim(uuid,uuid,integer)"};
+	const char *params[1] = {"agent.runner_claim(uuid,uuid,integer,uuid)"};
 	PGconn	   *c;
 	PGresult   *res;
 

@@ -73,6 +73,7 @@ static int	backoff_ms = BACKOFF_MIN_MS;
 static char status_text[512] = "not connected";
 static bool woken_work = false;
 static bool woken_cancel = false;
+static char woken_invocation[37] = "";	/* the last wake-up's invocation, or "" */
 static char last_failure[400] = "";
 static msec last_failure_at = 0;
 
@@ -270,7 +271,12 @@ take_notifies(void)
 		if (strcmp(n->relname, SANDBOX_CHANNEL_CANCEL) == 0)
 			woken_cancel = true;
 		else
+		{
 			woken_work = true;
+			/* an approval names its invocation: only a well-formed id is kept */
+			if (strlen(n->extra) == 36 && strspn(n->extra, "0123456789abcdef-") == 36)
+				strlcpy(woken_invocation, n->extra, sizeof(woken_invocation));
+		}
 		PQfreemem(n);
 	}
 }
@@ -334,6 +340,20 @@ db_progress(short revents, bool *connected_now, bool *work, bool *cancel)
 	*work |= woken_work;
 	*cancel |= woken_cancel;
 	woken_work = woken_cancel = false;
+}
+
+/*
+ * The invocation the last wake-up named (copied into buf, 37 bytes), or
+ * NULL; forgotten once taken: the claim tries it first (a hint only).
+ */
+const char *
+db_take_notified(char *buf)
+{
+	if (woken_invocation[0] == '\0')
+		return NULL;
+	strlcpy(buf, woken_invocation, 37);
+	woken_invocation[0] = '\0';
+	return buf;
 }
 
 /*

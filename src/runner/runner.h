@@ -471,6 +471,7 @@ extern int	db_socket(void);
 extern short db_poll_events(void);
 extern void db_progress(short revents, bool *connected_now, bool *work, bool *cancel);
 extern void db_take_wakeups(bool *work, bool *cancel);
+extern const char *db_take_notified(char *buf);
 extern void db_accepted(void);
 extern msec db_next_attempt(void);
 extern void db_disconnect(const char *why);

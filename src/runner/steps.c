@@ -11,7 +11,7 @@
  *
  *	register		agent.runner_register(name, host, version, slots)
  *	heartbeat		agent.runner_heartbeat(runner, incarnation, in_use, held, slots)
- *	claim			agent.runner_claim(runner, incarnation, n)
+ *	claim			agent.runner_claim(runner, incarnation, n[, notified])
  *	prepare			agent.runner_prepare(runner, token, id, workspace_is_new),
  *					agent.runner_skill_files(runner, token, id, skill)
  *	mark started	agent.runner_mark_running(runner, token, id, pid)
@@ -55,14 +55,17 @@ static const char SQL_HEARTBEAT[] =
  * has_egress came with 0.2.0, image_name, image_digest and isolation with 0.3.0:
  * read by name, so that this runner still claims from an older catalog
  * until ALTER EXTENSION ... UPDATE (no run has egress or an image there).
+ * notified (0.3.0) is passed only when a wake-up named an invocation,
+ * which only a 0.3.0 catalog's approvals do.
  */
-static const char SQL_CLAIM[] =
-"SELECT c.id, c.lease_token, c.language, c.code, c.wall_time_s, c.memory_mb, c.session_id, "
-"c.fresh_session, c.has_skills, c.max_files, c.max_bytes, c.max_file_bytes, "
-"c.output_limit_bytes, coalesce((pg_catalog.to_jsonb(c) ->> 'has_egress')::boolean, false), "
-"(pg_catalog.to_jsonb(c) ->> 'image_name') || '@' || (pg_catalog.to_jsonb(c) ->> 'image_digest'), "
+#define SQL_CLAIM_COLUMNS \
+"SELECT c.id, c.lease_token, c.language, c.code, c.wall_time_s, c.memory_mb, c.session_id, " \
+"c.fresh_session, c.has_skills, c.max_files, c.max_bytes, c.max_file_bytes, " \
+"c.output_limit_bytes, coalesce((pg_catalog.to_jsonb(c) ->> 'has_egress')::boolean, false), " \
+"(pg_catalog.to_jsonb(c) ->> 'image_name') || '@' || (pg_catalog.to_jsonb(c) ->> 'image_digest'), " \
 "coalesce(pg_catalog.to_jsonb(c) ->> 'isolation', 'namespaces') "
-"FROM agent.runner_claim($1, $2, $3) c";
+static const char SQL_CLAIM[] = SQL_CLAIM_COLUMNS "FROM agent.runner_claim($1, $2, $3) c";
+static const char SQL_CLAIM_NOTIFIED[] = SQL_CLAIM_COLUMNS "FROM agent.runner_claim($1, $2, $3, $4) c";
 static const char SQL_PREPARE[] =
 "SELECT kind, name, content, skill_id FROM agent.runner_prepare($1, $2, $3, $4)";
 static const char SQL_SKILL_FILES[] =
@@ -376,7 +379,8 @@ int
 step_claim(int want, ClaimedRun *out)
 {
 	char		nbuf[16];
-	DbParam		p[3];
+	char		notified[37];
+	DbParam		p[4];
 	DbResult	r;
 	msec		sent = runner_now_ms();
 	int			n = 0;
@@ -387,7 +391,11 @@ step_claim(int want, ClaimedRun *out)
 	p[0] = step_param(me.id);
 	p[1] = step_param(me.incarnation);
 	p[2] = step_param(nbuf);
-	r = db_call(SQL_CLAIM, 3, p);
+	p[3] = step_param(db_take_notified(notified));
+	if (p[3].value != NULL)
+		r = db_call(SQL_CLAIM_NOTIFIED, 4, p);
+	else
+		r = db_call(SQL_CLAIM, 3, p);
 	for (int i = 0; r.outcome == DB_OK && i < db_ntuples(&r) && n < want; i++)
 	{
 		read_claimed(&r, i, &out[n]);

@@ -82,8 +82,8 @@ SELECT throws_ok($$INSERT INTO agent.conversation_allowances (org_id, workspace_
 	'42501', NULL, '... nor forge an allowance');
 SELECT is(pg_temp.request('first', 1, 1, 'python', 'print(1)'), 'pending_approval|first_run',
 	'(the first run of c1 waits for a person)');
-SELECT throws_ok(format($$SELECT agent._approve_by_policy(%L, %L, %L, NULL, NULL, '{}')$$,
-						pg_temp.inv('first'), pg_temp.card('first'), :'p_once'),
+SELECT throws_ok(format($$SELECT agent._approve_by_policy(%L, %L, '{}')$$,
+						pg_temp.inv('first'), pg_temp.card('first')),
 	'42501', NULL, 'the backend cannot call the policy''s approval itself');
 SELECT throws_ok(format($$SELECT agent._allow_further_runs(%L, %L, 'mallory')$$, pg_temp.inv('first'), pg_temp.card('first')),
 	'42501', NULL, '... nor give an allowance without approving');

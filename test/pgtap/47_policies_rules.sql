@@ -66,7 +66,7 @@ CREATE FUNCTION pg_temp.says(k text) RETURNS text LANGUAGE sql AS $$
 					 coalesce(a.person_reason, '-'))
 	  FROM agent.approval_requests a WHERE a.id = pg_temp.card(k)
 $$;
-SELECT plan(49);
+SELECT plan(51);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- the admin sets the policy ----
@@ -266,6 +266,21 @@ SELECT is((SELECT string_agg(k || ':' || a.status, ',' ORDER BY k) FROM agent.ap
 			WHERE r.k IN ('auto1', 'second', 'back')),
 	'auto1:approved,back:approved,second:approved', 'runs a policy approved stay approved');
 RESET ROLE;
+
+-- ---- the isolation class is bound as a person's approval binds it ----
+SELECT agent.set_isolation('gvisor', org => '47a00000-0000-4000-8000-000000000001');
+SET ROLE agent_admin;
+SELECT agent.set_tenant('47a00000-0000-4000-8000-000000000001', NULL);
+SELECT agent.set_approval_policy('automatic', 'admin@org') AS p_auto3 \gset
+SET ROLE agent_backend;
+SELECT agent.set_tenant('47a00000-0000-4000-8000-000000000001', '47b00000-0000-4000-8000-000000000001');
+SELECT is(pg_temp.request('gvisor', 1, NULL, 'python', 'print(11)'), 'approved', '(a gvisor run, approved by the policy)');
+RESET ROLE;
+SELECT is((SELECT a.approved_isolation || '|' || i.isolation || '|' || (e.details ->> 'isolation')
+			 FROM agent.approval_requests a JOIN agent.invocations i ON i.id = a.invocation_id
+			 JOIN agent.audit_events e ON e.invocation_id = i.id AND e.event_type = 'approval.auto'
+			WHERE a.id = pg_temp.card('gvisor')),
+	'gvisor|gvisor|gvisor', 'an automatic approval binds the run''s isolation class, and its event names it');
 
 SELECT * FROM finish();
 ROLLBACK;

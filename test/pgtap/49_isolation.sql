@@ -76,7 +76,7 @@ CREATE FUNCTION pg_temp.claim(name text, n integer) RETURNS text LANGUAGE sql AS
 	  FROM agent.runner_claim(pg_temp.rid(name), pg_temp.inc(name), n) c
 $$;
 
-SELECT plan(33);
+SELECT plan(36);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- who may set a class --------------------------------------------------------
@@ -214,6 +214,27 @@ SELECT is((SELECT format('%s %s %s', state, credits_charged, state_reason) FROM 
 		  format('provision_failed 0 could not provision: the isolation class of invocation %s is not the one its approval covers',
 				 (pg_temp.inv('a-3')).id),
 		  '... it fails, uncharged, with the reason');
+
+-- an approval policy's approval binds the class too: the run is claimable
+SET ROLE agent_admin;
+SELECT agent.set_tenant('a7100000-0000-4000-8000-00000000000a', NULL);
+SELECT agent.set_approval_policy('automatic', 'admin-a');
+SELECT agent.set_tenant(NULL, NULL);
+RESET ROLE;
+SELECT is((SELECT status FROM pg_temp.request('a-auto')), 'approved',
+		  'org A''s automatic policy approves agent A''s (gvisor) run in its request');
+SELECT is((SELECT format('%s %s %s', a.decided_by, a.approved_isolation, i.isolation)
+			 FROM agent.approval_requests a JOIN agent.invocations i ON i.id = a.invocation_id
+			WHERE i.id = (pg_temp.inv('a-auto')).id),
+		  'policy gvisor gvisor', '... its card binds the gvisor class, as a person''s approval does');
+SET SESSION AUTHORIZATION tap_iso_gv;
+SELECT is(pg_temp.claim('gv', 4), 'a-auto=gvisor', '... and the gvisor runner claims it');
+RESET SESSION AUTHORIZATION;
+SET ROLE agent_admin;
+SELECT agent.set_tenant('a7100000-0000-4000-8000-00000000000a', NULL);
+SELECT agent.remove_approval_policy('admin-a');
+SELECT agent.set_tenant(NULL, NULL);
+RESET ROLE;
 
 SELECT is((SELECT count(*)::integer FROM agent.orgs o, LATERAL agent.verify_audit_chain(o.id) v
 			WHERE o.id::text LIKE 'a7100000-%' AND NOT v.ok), 0, 'every chain verifies');

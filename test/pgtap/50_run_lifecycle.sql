@@ -1,16 +1,20 @@
--- A run's life in the database, without a jail: the one billing rule, the
--- claim (fair across orgs, within each org's and workspace's limits,
--- unfunded rows refused without taking a slot), finishing (staged, then
--- applied; a result that cannot be applied still ends the row, refunded),
--- and recovery after a restart (ours failed: refunded).  The supervisor is
--- paused while this runs (test/run.sh), so only these calls claim.
+-- A run's life in the database, without a jail, through a runner's steps
+-- (the production path: test/pgtap/fixture/runner.psql): the one billing
+-- rule, the claim (fair across orgs, within each org's and workspace's
+-- limits, unfunded rows refused without taking a slot), finishing (a
+-- result the database refuses reaches the runner with its SQLSTATE, and
+-- the runner's record of the failure ends the row, refunded), and the
+-- runner's restart (ours failed: refunded; a staged result applied as it
+-- is).  The supervisor is paused while this runs (test/run.sh), so only
+-- these calls claim.
 BEGIN;
 -- The claim takes every approved row of the database: approved rows other
 -- suites left behind (the regress suite commits its own) are set aside for
 -- the length of this transaction, so the claims below see only this file's.
 UPDATE agent.invocations SET state = 'cancelled', state_reason = 'set aside by 50_run_lifecycle'
  WHERE state = 'approved';
-SELECT plan(44);
+SELECT plan(46);
+\ir fixture/runner.psql
 
 -- ---- the billing rule ----------------------------------------------------
 CREATE TEMP TABLE outcomes AS
@@ -104,10 +108,10 @@ CREATE FUNCTION pg_temp.tag(inv uuid) RETURNS text LANGUAGE sql
 CREATE FUNCTION pg_temp.state(k text) RETURNS text LANGUAGE sql
 	AS $$ SELECT state FROM agent.invocations WHERE idempotency_key = k
 		   AND org_id::text LIKE '5a000000-%' $$;
+CREATE FUNCTION pg_temp.id(k text) RETURNS uuid LANGUAGE sql
+	AS $$ SELECT id FROM agent.invocations WHERE idempotency_key = k AND org_id::text LIKE '5a000000-%' $$;
 CREATE FUNCTION pg_temp.finish(k text, verdict text, error text DEFAULT NULL) RETURNS text
-	LANGUAGE sql AS $$
-	SELECT agent._finish_invocation((SELECT id FROM agent.invocations WHERE idempotency_key = k
-									  AND org_id::text LIKE '5a000000-%'), verdict, 0, error, true) $$;
+	LANGUAGE sql AS $$ SELECT pg_temp.fx_finish(pg_temp.id(k), verdict, error) $$;
 
 SELECT pg_temp.queue('a', 6, 'a');
 SELECT pg_temp.queue('c', 30, 'c');
@@ -116,7 +120,7 @@ INSERT INTO agent.credit_ledger (org_id, kind, amount, reason)
 	VALUES ('5a000000-0000-4000-8000-00000000000c', 'adjust', -1, 'tap: less than a run');
 
 -- ---- the claim ------------------------------------------------------------
-CREATE TEMP TABLE claimed AS SELECT pg_temp.tag(id) AS tag FROM agent._claim_invocations(3);
+CREATE TEMP TABLE claimed AS SELECT pg_temp.tag(id) AS tag FROM pg_temp.fx_claim(3) id;
 SELECT results_eq('SELECT tag FROM claimed ORDER BY tag', $$VALUES ('a1'), ('a2'), ('b1')$$,
 	'three free slots: the backlogged org gets its limit (2), the other org its run');
 SELECT is((SELECT count(*) FROM agent.invocations WHERE idempotency_key LIKE 'c%'
@@ -126,7 +130,7 @@ SELECT is((SELECT count(*) FROM agent.credit_ledger WHERE org_id = '5a000000-000
 			 AND kind = 'charge'), 0::bigint, '... and charged nothing');
 SELECT is((SELECT count(*) FROM agent.audit_events WHERE org_id = '5a000000-0000-4000-8000-00000000000c'
 			 AND event_type = 'invocation.insufficient_credits'), 30::bigint, '... each audited');
-SELECT is((SELECT count(*) FROM agent._claim_invocations(10)), 0::bigint,
+SELECT is((SELECT count(*) FROM pg_temp.fx_claim(10)), 0::bigint,
 		  'the backlogged org at its limit gets no more slots, however many are free');
 SELECT is(pg_temp.state('a3'), 'approved', 'its next run waits');
 
@@ -134,19 +138,19 @@ SELECT is(pg_temp.state('a3'), 'approved', 'its next run waits');
 -- already has runs in flight, although it was approved later.
 SELECT pg_temp.finish('a1', '{"status":"exited","exit_code":0}');
 SELECT pg_temp.queue('d', 1, 'd');
-SELECT is((SELECT string_agg(pg_temp.tag(id), ',') FROM agent._claim_invocations(1)), 'd1',
+SELECT is((SELECT string_agg(pg_temp.tag(id), ',') FROM pg_temp.fx_claim(1) id), 'd1',
 		  'one free slot: the org with nothing in flight first, not the older backlog');
-SELECT is((SELECT string_agg(pg_temp.tag(id), ',') FROM agent._claim_invocations(1)), 'a3',
+SELECT is((SELECT string_agg(pg_temp.tag(id), ',') FROM pg_temp.fx_claim(1) id), 'a3',
 		  'the next free slot: the backlog, in approval order');
 
 -- Limits are the operator's data.
 SELECT agent.set_org_limits('5a000000-0000-4000-8000-00000000000a', 3, NULL);
-SELECT is((SELECT string_agg(pg_temp.tag(id), ',') FROM agent._claim_invocations(5)), 'a4',
+SELECT is((SELECT string_agg(pg_temp.tag(id), ',') FROM pg_temp.fx_claim(5) id), 'a4',
 		  'an org limit of 3: one more run of the backlog');
 SELECT agent.set_org_limits('5a000000-0000-4000-8000-00000000000a', 10, NULL);
 UPDATE agent.workspaces SET max_concurrent_runs = 1 WHERE id = '5b000000-0000-4000-8000-0000000000a2';
 SELECT pg_temp.queue('a', 3, 'w', '5b000000-0000-4000-8000-0000000000a2');
-SELECT is((SELECT string_agg(pg_temp.tag(id), ',' ORDER BY pg_temp.tag(id)) FROM agent._claim_invocations(10)),
+SELECT is((SELECT string_agg(pg_temp.tag(id), ',' ORDER BY pg_temp.tag(id)) FROM pg_temp.fx_claim(10) id),
 		  'a5,a6,w1', 'a workspace limit of 1: one run of that workspace, the org''s others still run');
 SELECT is(pg_temp.state('w2'), 'approved', 'the workspace''s next run waits');
 SELECT is((SELECT count(*) FROM agent.invocations
@@ -167,7 +171,7 @@ BEGIN
 END $$;
 CREATE TRIGGER tap_broken_row BEFORE UPDATE ON agent.invocations
 	FOR EACH ROW EXECUTE FUNCTION pg_temp.broken_row();
-SELECT is((SELECT string_agg(pg_temp.tag(id), ',') FROM agent._claim_invocations(10)), 'e1',
+SELECT is((SELECT string_agg(pg_temp.tag(id), ',') FROM pg_temp.fx_claim(10) id), 'e1',
 		  'a row whose claim fails does not stop the claim: the next org''s run is claimed');
 DROP TRIGGER tap_broken_row ON agent.invocations;
 SELECT is((SELECT state || ': ' || state_reason FROM agent.invocations WHERE idempotency_key = 'x1'
@@ -187,7 +191,7 @@ SELECT ok(agent.invocation_transition_allowed('running', 'provision_failed'),
 		  'running -> provision_failed is a legal transition (a failure of ours after the start)');
 
 -- ---- finishing ------------------------------------------------------------
-SELECT agent._mark_running(id, 4242) FROM agent.invocations WHERE idempotency_key IN ('a2', 'a3', 'b1')
+SELECT pg_temp.fx_mark_running(id, 4242) FROM agent.invocations WHERE idempotency_key IN ('a2', 'a3', 'b1')
    AND org_id::text LIKE '5a000000-%';
 SELECT is(pg_temp.state('a2'), 'running', 'marked running');
 SELECT is(pg_temp.finish('a2', '{"status":"exited","exit_code":3}'), 'failed', 'exit 3: failed');
@@ -202,8 +206,10 @@ SELECT is((SELECT string_agg(kind || ':' || amount, ',' ORDER BY id) FROM agent.
 SELECT is((SELECT count(*) FROM agent.agent_tool_calls t JOIN agent.invocations i ON i.id = t.invocation_id
 			WHERE i.idempotency_key = 'a3' AND i.org_id::text LIKE '5a000000-%'), 1::bigint,
 		  '... with its tool call');
-SELECT is(pg_temp.finish('a3', '{"status":"exited","exit_code":0}'), 'provision_failed',
-		  'a second result for a finished run changes nothing');
+SELECT is(pg_temp.fx_error_of($$SELECT pg_temp.finish('a3', '{"status":"exited","exit_code":0}')$$),
+		  '55000: lease of invocation <id> is not held by this runner',
+		  'a second result for a finished run is refused: its lease ended with it');
+SELECT is(pg_temp.state('a3'), 'provision_failed', '... and changes nothing');
 SELECT is((SELECT count(*) FROM agent.run_results), 0::bigint, 'nothing is left staged');
 
 -- Files: staged with the result, saved when it is applied, within the quota.
@@ -213,9 +219,9 @@ SELECT agent.set_org_limits('5a000000-0000-4000-8000-00000000000b', NULL, 0);
 UPDATE agent.orgs SET max_stored_bytes =
 	(SELECT stored_bytes FROM agent.org_usage WHERE org_id = '5a000000-0000-4000-8000-00000000000b') + 10
  WHERE id = '5a000000-0000-4000-8000-00000000000b';
-SELECT agent._store_produced_file(id, 'small.txt', 'saved', NULL, '\x3031323334'::bytea)
+SELECT pg_temp.fx_store_file(id, 'small.txt', 'saved', NULL, '\x3031323334'::bytea)
   FROM agent.invocations WHERE idempotency_key = 'b1' AND org_id::text LIKE '5a000000-%';
-SELECT agent._store_produced_file(id, 'big.txt', 'saved', NULL, decode(repeat('78', 100), 'hex'))
+SELECT pg_temp.fx_store_file(id, 'big.txt', 'saved', NULL, decode(repeat('78', 100), 'hex'))
   FROM agent.invocations WHERE idempotency_key = 'b1' AND org_id::text LIKE '5a000000-%';
 SELECT is((SELECT count(*) FROM agent.files WHERE org_id = '5a000000-0000-4000-8000-00000000000b'),
 		  0::bigint, 'produced files are staged, not yet in agent.files');
@@ -227,7 +233,9 @@ SELECT matches((SELECT reason FROM agent.files WHERE org_id = '5a000000-0000-400
 				 AND name = 'big.txt'), 'storage quota', '... with the reason');
 
 -- A result that cannot be applied (fault injected: agent.files refuses a
--- name) still ends the row, as a failure of ours, refunded, with the reason.
+-- name) reaches the runner with its SQLSTATE, nothing of it applied; the
+-- runner then records the failure (src/runner/run.c), which ends the row
+-- as a failure of ours, refunded, with the reason.
 CREATE FUNCTION pg_temp.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	IF NEW.name = 'poison' THEN
@@ -238,10 +246,13 @@ END
 $$;
 CREATE TRIGGER tap_refuse_poison BEFORE INSERT ON agent.files
 	FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse_poison();
-SELECT agent._store_produced_file(id, 'poison', 'saved', NULL, '\x00'::bytea)
+SELECT pg_temp.fx_store_file(id, 'poison', 'saved', NULL, '\x00'::bytea)
   FROM agent.invocations WHERE idempotency_key = 'a4' AND org_id::text LIKE '5a000000-%';
-SELECT is(pg_temp.finish('a4', '{"status":"exited","exit_code":0}'), 'provision_failed',
-		  'a result the database refuses still ends the row');
+SELECT is(pg_temp.fx_error_of($$SELECT pg_temp.finish('a4', '{"status":"exited","exit_code":0}')$$),
+		  'P0001: injected fault: this file cannot be stored',
+		  'a result the database refuses: the finish fails with its SQLSTATE (nothing staged, still in flight)');
+SELECT is(pg_temp.finish('a4', NULL, 'could not record the result: injected fault: this file cannot be stored'),
+		  'provision_failed', '... and the runner''s record of the failure ends the row');
 SELECT matches((SELECT state_reason FROM agent.invocations WHERE idempotency_key = 'a4'
 				 AND org_id::text LIKE '5a000000-%'),
 			   '^could not record the result: injected fault', '... with the reason');
@@ -249,17 +260,17 @@ SELECT is((SELECT credits_charged FROM agent.invocations WHERE idempotency_key =
 			 AND org_id::text LIKE '5a000000-%'), 0, '... refunded');
 DROP TRIGGER tap_refuse_poison ON agent.files;
 
--- ---- recovery ---------------------------------------------------------------
--- a5 finished (its result staged) before the supervisor died; a6 was
+-- ---- the runner restarts -----------------------------------------------------
+-- a5 finished (its result staged) before the runner died; a6 was
 -- running with a cancel requested; w1 never got past provisioning.
-SELECT agent._mark_running(id, 4243) FROM agent.invocations WHERE idempotency_key = 'a6'
+SELECT pg_temp.fx_mark_running(id, 4243) FROM agent.invocations WHERE idempotency_key = 'a6'
    AND org_id::text LIKE '5a000000-%';
 INSERT INTO agent.run_results (invocation_id, verdict, jail_status, spawned)
 	SELECT id, '{"status":"exited","exit_code":0}', 0, true FROM agent.invocations
 	 WHERE idempotency_key = 'a5' AND org_id::text LIKE '5a000000-%';
 UPDATE agent.invocations SET cancel_requested_at = now(), cancel_requested_by = 'bob'
  WHERE idempotency_key = 'a6' AND org_id::text LIKE '5a000000-%';
-SELECT cmp_ok(agent._supervisor_recover(), '>=', 4, 'recovery finds the rows in flight');
+SELECT cmp_ok(pg_temp.fx_restart(), '>=', 3, 'the runner''s restart ends the rows it held in flight');
 SELECT results_eq($$SELECT idempotency_key, state, credits_charged FROM agent.invocations
 					 WHERE org_id::text LIKE '5a000000-%' AND idempotency_key IN ('a5', 'a6', 'w1', 'd1')
 					 ORDER BY 1$$,

@@ -8,14 +8,16 @@
 -- (their names and operators qualified): a caller's search_path that puts
 -- a hostile `=` before pg_catalog changes none of their answers; a missing
 -- setting is still a broken install (P0001).
--- The supervisor is paused while this runs (test/run.sh); everything here
--- is rolled back.
+-- The claims go through a runner (test/pgtap/fixture/runner.psql).  The
+-- supervisor is paused while this runs (test/run.sh); everything here is
+-- rolled back.
 BEGIN;
 -- Approved rows other suites left behind are set aside for this
 -- transaction: the claims below see only this file's.
 UPDATE agent.invocations SET state = 'cancelled', state_reason = 'set aside by 52_claim_checks'
  WHERE state = 'approved';
 SELECT plan(25);
+\ir fixture/runner.psql
 
 INSERT INTO agent.models (id, name, supports_code_execution)
 	VALUES ('52e00000-0000-4000-8000-000000000001', 'tap-claim-checks', true);
@@ -101,7 +103,8 @@ UPDATE agent.approval_requests
  WHERE invocation_id = (pg_temp.inv('repending')).id;
 SET LOCAL session_replication_role = origin;
 
-CREATE TEMP TABLE claimed AS SELECT * FROM agent._claim_invocations(10);
+CREATE TEMP TABLE claimed_ids AS SELECT c AS id FROM pg_temp.fx_claim(10) c;
+CREATE TEMP TABLE claimed AS SELECT l.* FROM claimed_ids JOIN fx_lease l USING (id);
 SELECT is((SELECT string_agg(i.idempotency_key, ',' ORDER BY i.idempotency_key)
 			 FROM claimed c JOIN agent.invocations i ON i.id = c.id),
 		  'clean,skills', 'the claim takes the two rows whose code is the approved code, and only those');
@@ -135,12 +138,12 @@ SELECT pg_temp.queue('b', 'below') IS NOT NULL AS queued;
 SELECT pg_temp.queue('b', 'at') IS NOT NULL AS queued;
 -- One byte below the quota between the request and the claim: it runs.
 UPDATE agent.org_usage SET stored_bytes = 99999 WHERE org_id = '52a00000-0000-4000-8000-00000000000b';
-SELECT is((SELECT string_agg(i.idempotency_key, ',') FROM agent._claim_invocations(1) c
-			 JOIN agent.invocations i ON i.id = c.id),
+SELECT is((SELECT string_agg(i.idempotency_key, ',') FROM pg_temp.fx_claim(1) c
+			 JOIN agent.invocations i ON i.id = c),
 		  'below', 'an org one byte below its storage quota has its run claimed');
 -- At the quota: the next one is refused, nothing ran, nothing charged.
 UPDATE agent.org_usage SET stored_bytes = 100000 WHERE org_id = '52a00000-0000-4000-8000-00000000000b';
-SELECT is((SELECT count(*) FROM agent._claim_invocations(1)), 0::bigint,
+SELECT is((SELECT count(*) FROM pg_temp.fx_claim(1)), 0::bigint,
 		  'an org at its storage quota has nothing claimed');
 SELECT is((SELECT state || '|' || state_reason FROM pg_temp.inv('at')),
 		  'provision_failed|the organization''s storage quota is exhausted (100000 of 100000 bytes); nothing ran',
@@ -154,7 +157,7 @@ SELECT is(pg_temp.event('at', 'invocation.provision_failed'),
 SELECT is((SELECT count(*) FROM agent.credit_balances WHERE org_id = '52a00000-0000-4000-8000-00000000000c'),
 		  0::bigint, 'org C has no balance row');
 SELECT pg_temp.queue('c', 'free') IS NOT NULL AS queued;
-SELECT is((SELECT count(*) FROM agent._claim_invocations(1)), 1::bigint,
+SELECT is((SELECT count(*) FROM pg_temp.fx_claim(1)), 1::bigint,
 		  'a run of a plan priced 0 is claimed without a balance row');
 SELECT is((SELECT state || '|' || credits_charged FROM pg_temp.inv('free')), 'provisioning|0',
 		  '... charged the plan''s price, 0');

@@ -126,7 +126,7 @@ CREATE FUNCTION pg_temp.claim(name text, n integer) RETURNS text LANGUAGE sql AS
 	SELECT coalesce(string_agg(tag, ',' ORDER BY tag), '') FROM ins
 $$;
 
-SELECT plan(181);
+SELECT plan(180);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pg_temp TO PUBLIC;
 
@@ -167,7 +167,7 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
 				 ORDER BY 1),
 		  ARRAY['agent.runner_append_output(uuid,uuid,uuid,text,text)',
 				'agent.runner_cancel_requested(uuid,uuid[])',
-				'agent.runner_claim(uuid,uuid,integer)',
+				'agent.runner_claim(uuid,uuid,integer,uuid)',
 				'agent.runner_finish(uuid,uuid,uuid,text,integer,text,boolean,boolean,bigint,integer,text)',
 				'agent.runner_heartbeat(uuid,uuid,integer,uuid[],integer)',
 				'agent.runner_live_sessions(uuid)',
@@ -211,8 +211,8 @@ SELECT results_eq($$SELECT s, left(pg_temp.error_of(s), 5) FROM unnest(ARRAY[
 		'DELETE FROM agent.run_results',
 		'LOCK TABLE agent.runners IN SHARE MODE',
 		'LOCK TABLE agent.invocations IN ROW EXCLUSIVE MODE',
-		'SELECT agent._claim_invocations(1)',
-		'SELECT agent._finish_invocation(gen_random_uuid(), NULL, 0, ''x'', false)',
+		'SELECT agent._claim_invocations(1, gen_random_uuid(), NULL)',
+		'SELECT agent._apply_result(gen_random_uuid())',
 		'SELECT agent._append_output(gen_random_uuid(), ''stdout'', ''x'')',
 		'SELECT agent._skill_files(gen_random_uuid())',
 		'SELECT agent.grant_credits(gen_random_uuid(), 1, ''x'')',
@@ -244,8 +244,8 @@ SELECT results_eq($$SELECT s, left(pg_temp.error_of(s), 5) FROM unnest(ARRAY[
 		'DELETE FROM agent.run_results',
 		'LOCK TABLE agent.runners IN SHARE MODE',
 		'LOCK TABLE agent.invocations IN ROW EXCLUSIVE MODE',
-		'SELECT agent._claim_invocations(1)',
-		'SELECT agent._finish_invocation(gen_random_uuid(), NULL, 0, ''x'', false)',
+		'SELECT agent._claim_invocations(1, gen_random_uuid(), NULL)',
+		'SELECT agent._apply_result(gen_random_uuid())',
 		'SELECT agent._append_output(gen_random_uuid(), ''stdout'', ''x'')',
 		'SELECT agent._skill_files(gen_random_uuid())',
 		'SELECT agent.grant_credits(gen_random_uuid(), 1, ''x'')',
@@ -839,8 +839,6 @@ SET SESSION AUTHORIZATION tap_runner_b;
 SELECT is(pg_temp.claim('tap-b', 5), '', 'runner b does not take the conversation while its session''s runner lives');
 SELECT is(ARRAY(SELECT agent.runner_live_sessions(pg_temp.rid('tap-b'))), '{}'::uuid[], '... nor sees its session');
 RESET SESSION AUTHORIZATION;
-SELECT is((SELECT count(*)::integer FROM agent._claim_invocations(5) c WHERE c.conversation_id = 'e5000000-0000-4000-8000-00000000000a'),
-		  0, '... nor does the in-database supervisor');
 -- runner a goes silent for longer than a lease
 UPDATE agent.runners SET last_heartbeat = now() - 2 * agent._runner_lease() WHERE name = 'tap-a';
 SELECT is(agent.reap_expired_leases(), 0, 'the reaper ends nothing of a silent runner that holds nothing');

@@ -62,6 +62,7 @@ $$;
 CREATE TEMP TABLE inv (k text PRIMARY KEY, id uuid, approval uuid);
 
 SELECT plan(120);
+\ir fixture/runner.psql
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- set_tenant and the one-statement form --------------------------------
@@ -298,9 +299,9 @@ SELECT is((SELECT row(status, decided_by, decision_reason)::text FROM agent.appr
 SELECT is((SELECT state_reason FROM agent.invocations WHERE id = (SELECT id FROM pg_temp.inv WHERE k = 'a2')),
 	'cancelled by dora: wrong data set', '... and the reason reaches state_reason');
 RESET ROLE;
--- The approved one, claimed (the test plays the supervisor), then cancelled
+-- The approved one, claimed (the test plays a runner), then cancelled
 -- while running: the reason reaches state_reason when the run ends.
-SELECT ok((SELECT id FROM pg_temp.inv WHERE k = 'a1') IN (SELECT id FROM agent._claim_invocations(1000)),
+SELECT ok((SELECT id FROM pg_temp.inv WHERE k = 'a1') IN (SELECT pg_temp.fx_claim(64)),
 	'the approved run is claimed');
 SET ROLE agent_backend;
 SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
@@ -309,14 +310,14 @@ SELECT is(agent.cancel((SELECT id FROM pg_temp.inv WHERE k = 'a1'), 'erin', 'too
 SELECT is((SELECT count(*) FROM agent.run_slots WHERE invocation_id = (SELECT id FROM pg_temp.inv WHERE k = 'a1') AND cancelling),
 	1::bigint, 'run_slots shows the run, cancelling');
 RESET ROLE;
-SELECT is(agent._finish_invocation((SELECT id FROM pg_temp.inv WHERE k = 'a1'),
-		'{"status":"signaled","signal":9,"killed":true}', 0, NULL, true), 'cancelled', 'the run ends cancelled');
+SELECT is(pg_temp.fx_finish((SELECT id FROM pg_temp.inv WHERE k = 'a1'),
+		'{"status":"signaled","signal":9,"killed":true}'), 'cancelled', 'the run ends cancelled');
 SELECT is((SELECT state_reason FROM agent.invocations WHERE id = (SELECT id FROM pg_temp.inv WHERE k = 'a1')),
 	'cancelled by erin: took too long', '... with the cancel''s reason in state_reason');
 
 -- A failure of ours whose reason is longer than an operator's may be (a
 -- runner's setup error): still refunded (the limit is refund_invocation's,
--- not the supervisor's).
+-- not the runner's).
 SET ROLE agent_backend;
 SELECT agent.set_tenant('70a00000-0000-4000-8000-00000000000a', '70b00000-0000-4000-8000-00000000000a');
 INSERT INTO pg_temp.inv
@@ -325,9 +326,9 @@ INSERT INTO pg_temp.inv
 								   NULL, 'shell', 'echo 3', 'alice') r;
 SELECT agent.approve((SELECT approval FROM pg_temp.inv WHERE k = 'a3'), 'bob');
 RESET ROLE;
-SELECT ok((SELECT id FROM pg_temp.inv WHERE k = 'a3') IN (SELECT id FROM agent._claim_invocations(1000)),
+SELECT ok((SELECT id FROM pg_temp.inv WHERE k = 'a3') IN (SELECT pg_temp.fx_claim(64)),
 	'another approved run is claimed');
-SELECT is(agent._finish_invocation((SELECT id FROM pg_temp.inv WHERE k = 'a3'), NULL, 1, repeat('e', 3000), false),
+SELECT is(pg_temp.fx_finish((SELECT id FROM pg_temp.inv WHERE k = 'a3'), NULL, repeat('e', 3000)),
 	'provision_failed', 'it fails as ours with a 3000-byte error');
 SELECT is((SELECT sum(amount) FROM agent.credit_ledger WHERE invocation_id = (SELECT id FROM pg_temp.inv WHERE k = 'a3')),
 	0::numeric, '... and is refunded all the same');

@@ -377,12 +377,13 @@ t_output_quota() {
 	t=$(new_tenant 1000)
 	read -r org ws agent conv <<<"$t"
 	q -c "SELECT agent.set_org_limits('$org', NULL, (SELECT stored_bytes FROM agent.org_usage WHERE org_id = '$org') + 50000)" >/dev/null
-	# two runs of one conversation, both approved while the org is within
-	# its quota: the first writes 100 kB, the second waits behind it
-	read -r i1 a1 < <(req "$t" python 'import time; time.sleep(0.5); print("x" * 100000)')
+	# two runs of one conversation, both approved in one transaction while
+	# the org is within its quota (no sleep in the first to win a race with
+	# the second's approval): the first writes 100 kB, the second waits
+	# behind it (runs of a conversation are serial, in request order)
+	read -r i1 a1 < <(req "$t" python 'print("x" * 100000)')
 	read -r i2 a2 < <(req "$t" shell 'echo second')
-	approve "$t" "$a1"
-	approve "$t" "$a2"
+	tq "$org" "$ws" "SELECT agent.approve('$a1', 'approver'); SELECT agent.approve('$a2', 'approver');" >/dev/null
 	await "$t" "$i1" >/dev/null
 	await "$t" "$i2" >/dev/null
 	check "a run's output is kept past its org's storage quota" "succeeded|100001" \
@@ -423,6 +424,8 @@ t_delete_files() {
 	s1=$(field "$inv" session_id)
 	stored0=$(($(stored) - 13))
 	check "a conversation's file is in its session's workspace" "succeeded|secret2" "$(field "$inv" state)|$(output "$inv")"
+	# (so that "deleted" below is about a workspace that was there)
+	check "... which is on disk" present "$([ -d "$WORK/sessions/$s1" ] && echo present || echo gone)"
 	last=$(q -c "SELECT max(id) FROM agent.audit_events WHERE org_id = '$org'")
 	freed=$(tq "$org" "$ws" "SELECT agent.delete_file('$conv', 'gone.txt', 'requester');" | tail -n 1)
 	# (less the audit events of the deletion, which count: issue 27)
@@ -492,6 +495,7 @@ t_session_disk_budget() {
 	s1=$(field "$inv" session_id)
 	check "a session workspace records what it holds" t \
 		"$(q -c "SELECT disk_bytes >= 300000 FROM agent.sessions WHERE id = '$s1'")"
+	check "... and its workspace is on disk" present "$([ -d "$WORK/sessions/$s1" ] && echo present || echo gone)"
 	run "$A" shell 'echo other' "$c2" >/dev/null
 	check "past the org's session disk budget, the least recently used session ends" "ended|disk_budget" \
 		"$(q -c "SELECT state || '|' || end_reason FROM agent.sessions WHERE id = '$s1'")"

@@ -13,7 +13,8 @@
 # about a second under ptrace), and the ratios to bare and to namespaces.
 # The platform is printed first (runsc's version and platform, the
 # kernel, the CPUs).  Runs as root (runsc needs it).  One-shot jails: the
-# warm pool does not serve gvisor runs (docs/jail.md).
+# warm pool does not serve gvisor runs (docs/jail.md); the last row, warm,
+# measures what a pool of runsc sandboxes created ahead would save.
 set -u
 
 N=${1:-5}
@@ -82,3 +83,39 @@ row() {		# name bare-cmd... -- jail-args...
 
 row start /bin/true -- --exec /bin/true
 row pandas /usr/bin/python3 "$WORK/job.py" -- --language python --code-file "$WORK/job.py"
+
+# warm: what a sandbox created ahead (`runsc create`, a pool's part) would
+# leave on a request's path (`runsc start` to the payload's exit), against
+# the namespaced jail's one-shot start, in the same run.  A bare bundle
+# (the host's root read-only, /bin/true, no network): runsc's own split,
+# not the jail's (the exit is seen by polling `runsc state`: an upper bound); docs/jail.md, "The gvisor class", says why the launcher
+# does not pool gvisor sandboxes.
+warm_row() {
+	local i c s t0 x ns=() cr=() st=() mn mc ms
+	mkdir -p "$WORK/wb"
+	printf '%s\n' '{"ociVersion": "1.0.0", "process": {"user": {"uid": 65534, "gid": 65534}, "args": ["/bin/true"], "env": ["PATH=/usr/bin:/bin"], "cwd": "/"},' \
+		'"root": {"path": "/", "readonly": true}, "hostname": "sandbox", "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],' \
+		'"linux": {"namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}]}}' > "$WORK/wb/config.json"
+	local R=("$RUNSC" --root="$WORK/wb/state" --platform=ptrace --network=none --ignore-cgroups)
+	for i in $(seq 1 "$N"); do
+		ns+=("$(timed jail --exec /bin/true)")
+		c=$(timed "${R[@]}" create --bundle "$WORK/wb" "w$i")
+		# start returns once the payload runs; to its exit (the state says stopped)
+		t0=$(now_ms)
+		if "${R[@]}" start "w$i" 2>"$WORK/last.err"; then
+			while ! "${R[@]}" state "w$i" 2>/dev/null | grep -q '"status": "stopped"'; do sleep 0.01; done
+			s=$(( $(now_ms) - t0 ))
+		else
+			s=FAIL
+		fi
+		"${R[@]}" delete -force "w$i" >/dev/null 2>&1
+		cr+=("$c"); st+=("$s")
+	done
+	for x in "${ns[@]}" "${cr[@]}" "${st[@]}"; do
+		[ "$x" = FAIL ] && { echo "warm: a run failed (namespaces: ${ns[*]}; create: ${cr[*]}; start: ${st[*]}): $(tail -c 300 "$WORK/last.err")"; return; }
+	done
+	mn=$(echo "${ns[*]}" | median); mc=$(echo "${cr[*]}" | median); ms=$(echo "${st[*]}" | median)
+	printf '%-7s namespaces %7s ms   runsc create (ahead) %7s ms   runsc start, a created sandbox %7s ms   start/namespaces %5.1fx\n' \
+		warm "$mn" "$mc" "$ms" "$(echo "$ms / $mn" | bc -l)"
+}
+warm_row

@@ -482,19 +482,24 @@ await_done(PGconn *conn, const char *inv, const char *label)
  * agent.wait() does), then the done hint; timed from before the request.
  * Else today's path: request, LISTEN,
  * approve, done; timed from before the request (req_ms: request ->
- * finished with an immediate approval) and from approve's return
- * (appr_ms: approve -> finished, the existing rows' interval).  The warm
- * pool is waited for, untimed, before the request.
+ * finished with an immediate approval), from approve's return (appr_ms:
+ * approve -> finished, the existing rows' interval) and from before the
+ * approve call (call_ms: the approve's own transaction on the clock, as
+ * the request's is on an automatic run's: the one transaction an
+ * automatic run saves is the approve).  The warm pool is waited for,
+ * untimed, before the request.
  */
 static int
 policy_run(PGconn *conn, const char *ws, const char *agent, const char *lang,
-		   const char *code, int automatic, double *req_ms, double *appr_ms)
+		   const char *code, int automatic, double *req_ms, double *appr_ms,
+		   double *call_ms)
 {
 	char		inv[37],
 				appr[37];
 	char	   *channel;
 	double		t0,
-				t1;
+				t1,
+				tc;
 
 	wait_warm();
 	t0 = now_ms();
@@ -511,7 +516,7 @@ policy_run(PGconn *conn, const char *ws, const char *agent, const char *lang,
 		 * before the LISTEN took effect.
 		 */
 		channel = listen_channel(conn, inv);
-		t1 = t0;
+		t1 = tc = t0;
 		if (finished(conn, inv))
 			goto done;
 	}
@@ -523,6 +528,7 @@ policy_run(PGconn *conn, const char *ws, const char *agent, const char *lang,
 			return 1;
 		}
 		channel = listen_channel(conn, inv);
+		tc = now_ms();
 		approve(conn, appr);
 		t1 = now_ms();
 	}
@@ -531,6 +537,7 @@ policy_run(PGconn *conn, const char *ws, const char *agent, const char *lang,
 done:
 	*req_ms = now_ms() - t0;
 	*appr_ms = now_ms() - t1;
+	*call_ms = now_ms() - tc;
 	listen_verb(conn, "UNLISTEN", channel);
 	PQfreemem(channel);
 	return succeeded(conn, inv) ? 0 : 1;
@@ -549,9 +556,10 @@ print_samples(double *ms, int n, const char *sep)
  * AUTO_AGENT (the org's approval policy approves them), both of one org,
  * after 3 uncounted runs of each, in ROUNDS blocks that alternate (the
  * one that goes first alternates too).  Prints "approve_p50 approve_p99
- * reqappr_p50 reqappr_p99 auto_p50 auto_p99": approve -> finished,
- * request -> finished with the approval right after the request, and
- * request -> finished approved by the policy.
+ * reqappr_p50 reqappr_p99 auto_p50 auto_p99 call_p50 call_p99": approve
+ * -> finished, request -> finished with the approval right after the
+ * request, request -> finished approved by the policy, and approve call
+ * -> finished (policy_run).
  */
 static int
 policy_rows(char **argv)
@@ -566,10 +574,11 @@ policy_rows(char **argv)
 	double	   *appr = calloc(n, sizeof(double)),
 			   *reqappr = calloc(n, sizeof(double)),
 			   *automatic = calloc(n, sizeof(double)),
+			   *call = calloc(n, sizeof(double)),
 				unused;
 	int			taken[2] = {0, 0};
 
-	if (n < 1 || rounds < 1 || rounds > n || !appr || !reqappr || !automatic)
+	if (n < 1 || rounds < 1 || rounds > n || !appr || !reqappr || !automatic || !call)
 	{
 		fprintf(stderr, "client: N must be at least 1 and ROUNDS between 1 and N\n");
 		return 2;
@@ -577,7 +586,7 @@ policy_rows(char **argv)
 	conn = connect_tenant(argv[2], argv[3], ws);
 	for (int a = 0; a < 2; a++)
 		for (int i = 0; i < 3; i++)
-			if (policy_run(conn, ws, agents[a], lang, code, a, &unused, &unused) != 0)
+			if (policy_run(conn, ws, agents[a], lang, code, a, &unused, &unused, &unused) != 0)
 				return 1;
 	for (int r = 0; r < rounds; r++)
 	{
@@ -588,14 +597,16 @@ policy_rows(char **argv)
 			int			a = r % 2 == 0 ? k : 1 - k;
 
 			for (int i = 0; i < block; i++, taken[a]++)
-				if (a == 0 ? policy_run(conn, ws, agents[0], lang, code, 0, &reqappr[taken[0]], &appr[taken[0]])
-					: policy_run(conn, ws, agents[1], lang, code, 1, &automatic[taken[1]], &unused))
+				if (a == 0 ? policy_run(conn, ws, agents[0], lang, code, 0, &reqappr[taken[0]], &appr[taken[0]],
+										&call[taken[0]])
+					: policy_run(conn, ws, agents[1], lang, code, 1, &automatic[taken[1]], &unused, &unused))
 					return 1;
 		}
 	}
 	print_samples(appr, n, " ");
 	print_samples(reqappr, n, " ");
-	print_samples(automatic, n, "\n");
+	print_samples(automatic, n, " ");
+	print_samples(call, n, "\n");
 	PQfinish(conn);
 	return 0;
 }

@@ -96,24 +96,41 @@ $$;
 -- The class of an org's runs before its agents narrow it: the stricter of
 -- its plan's and its own (namespaces without either).
 CREATE FUNCTION agent._isolation_org(org uuid) RETURNS text
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
-	RETURN (SELECT coalesce((SELECT s.isolation FROM agent.isolation_settings s
-							  JOIN agent.orgs o ON o.id = _isolation_org.org
-							 WHERE s.org_id = o.id OR s.plan = o.plan
-							 ORDER BY agent._isolation_rank(s.isolation) DESC
-							 LIMIT 1), 'namespaces'));
+AS $$
+DECLARE
+	v	text;
+BEGIN
+	SELECT s.isolation INTO v
+	  FROM agent.isolation_settings s
+	  JOIN agent.orgs o ON o.id = _isolation_org.org
+	 WHERE s.org_id = o.id OR s.plan = o.plan
+	 ORDER BY agent._isolation_rank(s.isolation) DESC
+	 LIMIT 1;
+	RETURN coalesce(v, 'namespaces');
+END
+$$;
 
 -- A request's class (request_execution): its org's, narrowed by its agent's.
+-- (PL/pgSQL, as _isolation_org: its plans are kept for the session; a SQL
+-- function with a SET clause is planned again on every call, which cost
+-- the request path ~0.15 ms.)
 CREATE FUNCTION agent._isolation_choose(org uuid, agent_id uuid) RETURNS text
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
-	RETURN (SELECT c FROM (VALUES (agent._isolation_org(org)),
-								  ((SELECT ai.isolation FROM agent.agent_isolation ai
-									 WHERE ai.agent_id = _isolation_choose.agent_id))) v (c)
-			 WHERE c IS NOT NULL
-			 ORDER BY agent._isolation_rank(c) DESC
-			 LIMIT 1);
+AS $$
+DECLARE
+	v_org	text := agent._isolation_org(org);
+	v_agent	text;
+BEGIN
+	SELECT ai.isolation INTO v_agent
+	  FROM agent.agent_isolation ai
+	 WHERE ai.agent_id = _isolation_choose.agent_id;
+	RETURN CASE WHEN agent._isolation_rank(v_agent) > agent._isolation_rank(v_org)
+				THEN v_agent ELSE v_org END;
+END
+$$;
 
 -- ---- who chooses ----------------------------------------------------------------
 

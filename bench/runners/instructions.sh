@@ -10,8 +10,10 @@
 # in its own transaction as the client and the runner make them:
 #
 #   client   agent.request_execution, agent.output_channel, agent.approve
-#   runner   agent.runner_claim, agent.runner_mark_running, agent.runner_finish
-#            (shell `true`'s verdict, as sandbox-runner reports it)
+#   runner   agent.runner_claim, agent.runner_finish (shell `true`'s verdict,
+#            as sandbox-runner reports it; a run that ends within the
+#            runner's start report delay, as shell `true` does, is marked
+#            running by its finish: no agent.runner_mark_running)
 #   client   agent.wait(invocation, '0 s') (the state, once the end is notified)
 #
 # The floor is floor_rows.sh's script (six audit events per run; floor4:
@@ -69,7 +71,7 @@ as_pg "$PGBIN/pg_ctl" -D "$data" -w -m fast stop >/dev/null
 
 # The real path's statements, by step (STEPS=1 prints instructions per
 # step, each statement measured alone).
-steps="request output_channel approve set_runner runner_claim runner_mark_running runner_finish set_client wait"
+steps="request output_channel approve set_runner runner_claim runner_finish set_client wait"
 # One run of the real path (single-user syntax, -j: a statement ends with
 # ";" and an empty line; RESET SESSION AUTHORIZATION does not return to
 # a single-user backend's user, so it is named).
@@ -84,8 +86,6 @@ SELECT agent.approve(current_setting('bench.appr')::uuid, 'bench-approver');
 SET SESSION AUTHORIZATION bench_runner;
 
 SELECT set_config('bench.tok', c.lease_token::text, false) FROM agent.runner_claim('$RID', '$INC', 1, current_setting('bench.inv')::uuid) c;
-
-SELECT agent.runner_mark_running('$RID', current_setting('bench.tok')::uuid, current_setting('bench.inv')::uuid, 4242);
 
 SELECT agent.runner_finish('$RID', current_setting('bench.tok')::uuid, current_setting('bench.inv')::uuid, '{"status":"exited","exit_code":0,"signal":null,"timed_out":false,"oom_killed":false,"wall_ms":3,"cpu_ms":1,"peak_memory_bytes":1000000,"stdout_bytes":0,"stderr_bytes":0}', 0, NULL, true, false, NULL, NULL, NULL);
 
@@ -188,14 +188,14 @@ for r in $(seq "$ROUNDS"); do
 		"$(awk -v a="${per[real]}" -v b="${per[floor6]}" 'BEGIN { printf "%.2fx", a / b }')" \
 		"$(awk -v a="${per[real]}" -v b="${per[floor4]}" 'BEGIN { printf "%.2fx", a / b }')"
 done
-echo "(real: request, output_channel, approve, runner_claim, runner_mark_running, runner_finish, wait;"
+echo "(real: request, output_channel, approve, runner_claim, runner_finish, wait;"
 echo " floor6/floor4: the same rows as prepared statements in four transactions, six audit events per run or four)"
 if [ "${STEPS:-0}" = 1 ]; then
 	# (each statement's dump holds the marker statement before it, a few
 	# thousand instructions)
 	echo
 	echo "the real path by step, instructions per run:"
-	for i in $(seq "$N"); do
+	for _ in $(seq "$N"); do
 		for st in $steps; do
 			d=$((d + 1))
 			echo "$st $(ir "$tmp/cg.out.$d")"

@@ -159,16 +159,21 @@ COMMENT ON FUNCTION agent._claim_gate(agent.invocations, uuid) IS
 -- recorded at the approval (a person's approval.approved or an approval
 -- policy's approval.auto).  Both were written by the approval's
 -- transaction, committed before the row read approved.
+-- (PL/pgSQL: its plan is kept for the session, where a SQL function with a
+-- SET clause is planned on every call.)
 CREATE FUNCTION agent._approved_hashes(r agent.invocations, OUT approved text, OUT audited text)
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
+BEGIN
 	SELECT (SELECT a.approved_code_sha256 FROM agent.approval_requests a
 			 WHERE a.id = r.approval_id AND a.invocation_id = r.id AND a.status = 'approved'),
 		   (SELECT e.details ->> 'code_sha256' FROM agent.audit_events e
 			 WHERE e.invocation_id = r.id
 			   AND e.event_type IN ('approval.approved', 'approval.auto')
 			 ORDER BY e.id DESC LIMIT 1)
+	  INTO approved, audited;
+END
 $$;
 
 -- ---- one row ---------------------------------------------------------------
@@ -565,14 +570,16 @@ BEGIN
 END
 $$;
 
--- A claimed row as agent._claim_invocations returns it.
+-- A claimed row as agent._claim_invocations returns it.  (No SET clause:
+-- a SQL function with one is never inlined and is planned again on every
+-- call; this one is inlined into the claim's plan.  It names no table,
+-- function or operator a search_path could change.)
 CREATE FUNCTION agent._claimed_row(r agent.invocations, fresh boolean, skills boolean)
 	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
 				   fresh_session boolean, has_skills boolean, lease_token uuid,
 				   has_egress boolean, image_name text, image_digest text, isolation text)
 	LANGUAGE sql IMMUTABLE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 	-- (its egress policy file comes with the prepare step, 47_egress.sql)
 	SELECT r.id, r.language, r.code, r.wall_time_s, r.memory_mb, r.conversation_id,

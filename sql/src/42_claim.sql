@@ -38,6 +38,14 @@ CREATE FUNCTION agent._try_audit_head(org uuid) RETURNS boolean
 	LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
+	-- (both rows in one statement, the common case; a row missing or held
+	-- elsewhere is told apart below, one by one)
+	PERFORM 1 FROM agent.audit_heads h, agent.org_usage u
+	 WHERE h.org_id OPERATOR(pg_catalog.=) org AND u.org_id OPERATOR(pg_catalog.=) org
+	   FOR UPDATE OF h SKIP LOCKED FOR NO KEY UPDATE OF u SKIP LOCKED;
+	IF FOUND THEN
+		RETURN true;
+	END IF;
 	PERFORM 1 FROM agent.audit_heads h WHERE h.org_id OPERATOR(pg_catalog.=) org FOR UPDATE SKIP LOCKED;
 	IF NOT FOUND AND EXISTS (SELECT 1 FROM agent.audit_heads h WHERE h.org_id OPERATOR(pg_catalog.=) org) THEN
 		RETURN false;
@@ -90,7 +98,9 @@ $$;
 -- agent.queue_status() look at it first.  The counts are exact when the
 -- caller holds the org row's lock (the claim does); otherwise they are
 -- what a snapshot shows.  One statement: its CASE stops at the first
--- reason that holds.
+-- reason that holds.  (The org's limits are agent._org_run_limit's and
+-- agent._org_storage_limit's, and the hashes agent._approved_hashes',
+-- read inline: the same rules, in this one statement.)
 CREATE FUNCTION agent._claim_gate(r agent.invocations, runner uuid) RETURNS text
 	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
@@ -104,7 +114,10 @@ BEGIN
 			 OR h.approved <> r.code_sha256
 			THEN 'not_approved'
 		WHEN coalesce(b.balance, 0) < p.credits_per_invocation THEN 'insufficient_credits'
-		WHEN (agent._storage_exhausted(r.org_id)).exhausted THEN 'storage_quota_exhausted'
+		WHEN coalesce(u.stored_bytes, 0)
+			 >= coalesce(o.max_stored_bytes, st.max_stored_bytes,
+						 agent._setting('max_stored_bytes_per_org')::bigint)
+			THEN 'storage_quota_exhausted'
 		WHEN (r.image_digest IS NOT NULL OR r.image_name IS NOT NULL)
 			 AND CASE WHEN runner IS NOT NULL
 					  THEN NOT EXISTS (SELECT 1 FROM agent.runner_images ri
@@ -133,7 +146,7 @@ BEGIN
 			THEN 'session_elsewhere'
 		WHEN (SELECT count(*) FROM agent.invocations j
 			   WHERE j.org_id = r.org_id AND j.state IN ('provisioning', 'running'))
-			 >= agent._org_run_limit(r.org_id)
+			 >= coalesce(o.max_concurrent_runs, st.max_runs, agent._setting('max_runs_per_org')::integer)
 			THEN 'org_at_limit'
 		WHEN w.max_concurrent_runs IS NOT NULL
 			 AND (SELECT count(*) FROM agent.invocations j
@@ -146,7 +159,19 @@ BEGIN
 	  JOIN agent.plans p ON p.plan = o.plan
 	  JOIN agent.workspaces w ON w.id = r.workspace_id
 	  LEFT JOIN agent.credit_balances b ON b.org_id = o.id
-	 CROSS JOIN agent._approved_hashes(r) h
+	  LEFT JOIN agent.org_usage u ON u.org_id = o.id
+	 CROSS JOIN (SELECT (SELECT a.approved_code_sha256 FROM agent.approval_requests a
+						  WHERE a.id = r.approval_id AND a.invocation_id = r.id AND a.status = 'approved')
+						 AS approved,
+						(SELECT e.details ->> 'code_sha256' FROM agent.audit_events e
+						  WHERE e.invocation_id = r.id
+							AND e.event_type IN ('approval.approved', 'approval.auto')
+						  ORDER BY e.id DESC LIMIT 1) AS audited) h
+	 CROSS JOIN (SELECT (max(s.value) FILTER (WHERE s.key = 'max_stored_bytes_per_org'))::bigint
+						 AS max_stored_bytes,
+						(max(s.value) FILTER (WHERE s.key = 'max_runs_per_org'))::integer AS max_runs
+				   FROM agent.settings s
+				  WHERE s.key IN ('max_stored_bytes_per_org', 'max_runs_per_org')) st
 	 WHERE o.id = r.org_id;
 	RETURN v_reason;
 END
@@ -158,17 +183,23 @@ COMMENT ON FUNCTION agent._claim_gate(agent.invocations, uuid) IS
 -- card holds (NULL: no card approved it) and the hash the audit trail
 -- recorded at the approval (a person's approval.approved or an approval
 -- policy's approval.auto).  Both were written by the approval's
--- transaction, committed before the row read approved.
+-- transaction, committed before the row read approved.  (agent._claim_gate
+-- reads the same two inline.)
+-- (PL/pgSQL: its plan is kept for the session, where a SQL function with a
+-- SET clause is planned on every call.)
 CREATE FUNCTION agent._approved_hashes(r agent.invocations, OUT approved text, OUT audited text)
-	LANGUAGE sql STABLE
+	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
+BEGIN
 	SELECT (SELECT a.approved_code_sha256 FROM agent.approval_requests a
 			 WHERE a.id = r.approval_id AND a.invocation_id = r.id AND a.status = 'approved'),
 		   (SELECT e.details ->> 'code_sha256' FROM agent.audit_events e
 			 WHERE e.invocation_id = r.id
 			   AND e.event_type IN ('approval.approved', 'approval.auto')
 			 ORDER BY e.id DESC LIMIT 1)
+	  INTO approved, audited;
+END
 $$;
 
 -- ---- one row ---------------------------------------------------------------
@@ -230,16 +261,39 @@ $$;
 -- claimed is its id, or NULL when the balance does not cover it after all
 -- (a charge of another claim committed meanwhile): then it is refused.
 -- skills: whether its agent has skills to mount.
+-- The charge is agent._charge's rule in two statements: the org's balance
+-- locked with the plan's price, then the ledger's row.  The row is held
+-- and approved, so it was never charged: a charge there anyway (the
+-- ledger's unique index, credit_ledger_once_per_invocation), a balance
+-- that does not cover the price, or no balance row go to agent._charge,
+-- which decides them as for any charge.
 CREATE FUNCTION agent._claim_take(r agent.invocations, runner uuid,
 								  OUT claimed uuid, OUT fresh boolean, OUT skills boolean)
 	LANGUAGE plpgsql VOLATILE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	v_price		integer := agent._charge(r.id);
+	v_price		integer;
+	v_balance	bigint;
+	v_charged	bigint;
 	v_session	uuid;
 	v_gen		integer;
 BEGIN
+	SELECT b.balance, (SELECT p.credits_per_invocation
+						 FROM agent.orgs o JOIN agent.plans p ON p.plan = o.plan
+						WHERE o.id = r.org_id)
+	  INTO v_balance, v_price
+	  FROM agent.credit_balances b
+	 WHERE b.org_id = r.org_id FOR UPDATE OF b;
+	IF FOUND AND v_balance >= v_price THEN
+		INSERT INTO agent.credit_ledger (org_id, workspace_id, invocation_id, kind, amount, reason)
+			VALUES (r.org_id, r.workspace_id, r.id, 'charge', -v_price, 'code execution')
+			ON CONFLICT (invocation_id, kind) WHERE kind IN ('charge', 'refund') DO NOTHING
+			RETURNING id INTO v_charged;
+	END IF;
+	IF v_charged IS NULL THEN
+		v_price := agent._charge(r.id);
+	END IF;
 	IF v_price IS NULL THEN
 		PERFORM agent._claim_refuse(r, 'insufficient_credits');
 		RETURN;
@@ -438,7 +492,6 @@ BEGIN
 	END IF;
 	-- (runs are claimed by runners only: agent.runner_claim passes its own)
 	ASSERT runner IS NOT NULL, 'agent._claim_invocations needs the claiming runner';
-	v_live_since := now() - agent._runner_lease();
 
 	IF notified IS NOT NULL AND max_rows > 0 THEN
 		SELECT i.id, i.org_id INTO c FROM agent.invocations i
@@ -464,6 +517,7 @@ BEGIN
 		END IF;
 	END IF;
 
+	v_live_since := now() - agent._runner_lease();
 	FOR c IN
 		WITH orgs AS (SELECT x AS org_id FROM agent._orgs_with_approved() x),
 		org_info AS MATERIALIZED (	-- once per org: funded, its limit, its runs in flight
@@ -565,14 +619,16 @@ BEGIN
 END
 $$;
 
--- A claimed row as agent._claim_invocations returns it.
+-- A claimed row as agent._claim_invocations returns it.  (No SET clause:
+-- a SQL function with one is never inlined and is planned again on every
+-- call; this one is inlined into the claim's plan.  It names no table,
+-- function or operator a search_path could change.)
 CREATE FUNCTION agent._claimed_row(r agent.invocations, fresh boolean, skills boolean)
 	RETURNS TABLE (id uuid, language text, code text, wall_time_s integer,
 				   memory_mb integer, conversation_id uuid, session_id uuid,
 				   fresh_session boolean, has_skills boolean, lease_token uuid,
 				   has_egress boolean, image_name text, image_digest text, isolation text)
 	LANGUAGE sql IMMUTABLE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 	-- (its egress policy file comes with the prepare step, 47_egress.sql)
 	SELECT r.id, r.language, r.code, r.wall_time_s, r.memory_mb, r.conversation_id,

@@ -71,9 +71,11 @@ CREATE POLICY auditor_read ON agent.runner_isolation FOR SELECT TO agent_auditor
 -- ---- the classes ---------------------------------------------------------------
 
 -- How strict a class is: a setting can only raise what is above it.
+-- (No SET clause: a SQL function with one is never inlined and is planned
+-- again on every call; this one is inlined into its callers' plans.  It
+-- names nothing a search_path could change: the comparisons are of text.)
 CREATE FUNCTION agent._isolation_rank(isolation text) RETURNS integer
 	LANGUAGE sql IMMUTABLE
-	SET search_path = pg_catalog, pg_temp
 	RETURN CASE isolation WHEN 'namespaces' THEN 0 WHEN 'gvisor' THEN 1 END;
 
 -- A class name, or an error (22004 for NULL, 22023 for anything else).
@@ -95,27 +97,23 @@ $$;
 
 -- The class of an org's runs before its agents narrow it: the stricter of
 -- its plan's and its own (namespaces without either).
+-- (PL/pgSQL, as every helper on a request's path: its plan is kept for the
+-- session, where a SQL function with a SET clause is planned on every call.)
 CREATE FUNCTION agent._isolation_org(org uuid) RETURNS text
 	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
-DECLARE
-	v	text;
 BEGIN
-	SELECT s.isolation INTO v
-	  FROM agent.isolation_settings s
-	  JOIN agent.orgs o ON o.id = _isolation_org.org
-	 WHERE s.org_id = o.id OR s.plan = o.plan
-	 ORDER BY agent._isolation_rank(s.isolation) DESC
-	 LIMIT 1;
-	RETURN coalesce(v, 'namespaces');
+	RETURN coalesce((SELECT s.isolation FROM agent.isolation_settings s
+					  JOIN agent.orgs o ON o.id = _isolation_org.org
+					 WHERE s.org_id = o.id OR s.plan = o.plan
+					 ORDER BY agent._isolation_rank(s.isolation) DESC
+					 LIMIT 1), 'namespaces');
 END
 $$;
 
 -- A request's class (request_execution): its org's, narrowed by its agent's.
--- (PL/pgSQL, as _isolation_org: its plans are kept for the session; a SQL
--- function with a SET clause is planned again on every call, which cost
--- the request path ~0.15 ms.)
+-- (PL/pgSQL: see agent._isolation_org.)
 CREATE FUNCTION agent._isolation_choose(org uuid, agent_id uuid) RETURNS text
 	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
@@ -124,11 +122,12 @@ DECLARE
 	v_org	text := agent._isolation_org(org);
 	v_agent	text;
 BEGIN
-	SELECT ai.isolation INTO v_agent
-	  FROM agent.agent_isolation ai
+	SELECT ai.isolation INTO v_agent FROM agent.agent_isolation ai
 	 WHERE ai.agent_id = _isolation_choose.agent_id;
-	RETURN CASE WHEN agent._isolation_rank(v_agent) > agent._isolation_rank(v_org)
-				THEN v_agent ELSE v_org END;
+	IF v_agent IS NOT NULL AND agent._isolation_rank(v_agent) > agent._isolation_rank(v_org) THEN
+		RETURN v_agent;
+	END IF;
+	RETURN v_org;
 END
 $$;
 

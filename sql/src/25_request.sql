@@ -70,7 +70,11 @@ DECLARE
 	v_stored	bigint;
 	v_max_stored bigint;
 	v_pending	integer;
-	v_image		record;
+	v_image_name text;		-- agent._image_choose's answer (all NULL: host)
+	v_image_digest text;
+	v_image_reason text;
+	v_image_sqlstate text;
+	v_image_message text;
 	v_policy	boolean := false;	-- the org has an approval policy beyond every_run
 	-- its decision (26_policies.sql): why a person decides (NULL:
 	-- the policy approves), the policy, the allowance, the egress hash it
@@ -154,7 +158,8 @@ BEGIN
 					(SELECT s.value::bigint FROM agent.settings s
 					  WHERE s.key = 'max_stored_bytes_per_org')) AS max_stored,
 		   (SELECT s.value::integer FROM agent.settings s WHERE s.key = 'max_code_bytes') AS max_code_bytes,
-		   (SELECT s.value::interval FROM agent.settings s WHERE s.key = 'approval_timeout') AS approval_timeout
+		   (SELECT s.value::interval FROM agent.settings s WHERE s.key = 'approval_timeout') AS approval_timeout,
+		   (SELECT ai.image_name FROM agent.agent_images ai WHERE ai.agent_id = a.id) AS agent_image
 	  INTO v_ctx
 	  FROM agent.workspaces w
 	  JOIN agent.orgs o ON o.id = w.org_id
@@ -183,8 +188,13 @@ BEGIN
 		END IF;
 	END IF;
 	-- The image (46_images.sql): the request's, else the agent's, else
-	-- host (NULLs); a refusal is decided below, in the IAM order.
-	SELECT * INTO v_image FROM agent._image_choose(v_org, agent, image);
+	-- host (NULLs); a refusal is decided below, in the IAM order.  A host
+	-- run (no image asked for, none the agent's) needs no more.
+	IF coalesce(image, v_ctx.agent_image, 'host') <> 'host' THEN
+		SELECT c.name, c.digest, c.reason, c.sqlstate, c.message
+		  INTO v_image_name, v_image_digest, v_image_reason, v_image_sqlstate, v_image_message
+		  FROM agent._image_choose(v_org, agent, image) c;
+	END IF;
 	-- The isolation class: the strictest of the plan's, the org's and the
 	-- agent's (49_isolation.sql).
 	v_isolation := agent._isolation_choose(v_org, agent);
@@ -200,7 +210,7 @@ BEGIN
 			IF (v_prior.workspace_id, v_prior.agent_id, v_prior.conversation_id,
 				v_prior.language, v_prior.code_sha256, v_prior.image_name)
 			   IS DISTINCT FROM
-			   (workspace, agent, conversation, language, agent.code_sha256(code), v_image.name) THEN
+			   (workspace, agent, conversation, language, agent.code_sha256(code), v_image_name) THEN
 				RAISE EXCEPTION 'idempotency key "%" was already used for a different request', agent._shown(idempotency_key)
 					USING ERRCODE = 'unique_violation',
 						  DETAIL = format('It belongs to invocation %s.', v_prior.id);
@@ -240,9 +250,9 @@ BEGIN
 		ELSIF v_bytes > v_ctx.max_code_bytes THEN
 			v_reason := 'code_too_large'; v_sqlstate := '54000';
 			v_message := format('The code is %s bytes; the limit is %s.', v_bytes, v_ctx.max_code_bytes);
-		ELSIF v_image.reason IS NOT NULL THEN
-			v_reason := v_image.reason; v_sqlstate := v_image.sqlstate;
-			v_message := v_image.message;
+		ELSIF v_image_reason IS NOT NULL THEN
+			v_reason := v_image_reason; v_sqlstate := v_image_sqlstate;
+			v_message := v_image_message;
 		ELSIF v_ctx.balance < v_ctx.price THEN
 			-- Checked again, under the balance's lock, when the run is
 			-- provisioned (a balance may fall between now and then).
@@ -261,8 +271,8 @@ BEGIN
 										'language', language, 'code_sha256', v_sha,
 										'code_bytes', v_bytes, 'plan', v_ctx.plan,
 										'approval_id', v_appr)
-			|| CASE WHEN v_image.name IS NOT NULL
-					THEN jsonb_build_object('image', v_image.name, 'image_digest', v_image.digest)
+			|| CASE WHEN v_image_name IS NOT NULL
+					THEN jsonb_build_object('image', v_image_name, 'image_digest', v_image_digest)
 					ELSE '{}'::jsonb END
 			|| CASE WHEN v_isolation <> 'namespaces'
 					THEN jsonb_build_object('isolation', v_isolation) ELSE '{}'::jsonb END;
@@ -301,8 +311,8 @@ BEGIN
 		IF v_policy THEN
 			SELECT d.person_reason, d.policy_id, d.allowance_id, d.egress_sha256, d.event
 			  INTO v_person, v_auto_policy, v_auto_allowance, v_auto_egress, v_auto_event
-			  FROM agent._approval_decision(v_org, agent, conversation, language, v_image.name,
-											v_image.digest, wall_time_s, memory_mb, v_appr, v_sha) d;
+			  FROM agent._approval_decision(v_org, agent, conversation, language, v_image_name,
+											v_image_digest, wall_time_s, memory_mb, v_appr, v_sha) d;
 			IF v_person IS NULL THEN
 				v_need := v_need + agent._audit_event_bytes(v_auto_event, 'policy');
 			END IF;
@@ -328,8 +338,8 @@ BEGIN
 							   'language', language, 'code_sha256', v_sha,
 							   'code_bytes', v_bytes, 'plan', v_ctx.plan,
 							   'idempotency_key', idempotency_key)
-			|| CASE WHEN v_image.name IS NOT NULL
-					THEN jsonb_build_object('image', v_image.name) ELSE '{}'::jsonb END
+			|| CASE WHEN v_image_name IS NOT NULL
+					THEN jsonb_build_object('image', v_image_name) ELSE '{}'::jsonb END
 			|| CASE WHEN v_reason = 'insufficient_credits'
 					THEN jsonb_build_object('balance', v_ctx.balance, 'price', v_ctx.price)
 					WHEN v_reason = 'too_many_pending_requests'
@@ -350,8 +360,8 @@ BEGIN
 
 	---- Allowed: the invocation, its card, and the decision's event ----
 	-- On an image, the card names the interpreter its manifest lists.
-	IF v_image.digest IS NOT NULL THEN
-		v_runtime := coalesce(agent._image_runtime(v_image.name, v_image.digest, language), v_runtime);
+	IF v_image_digest IS NOT NULL THEN
+		v_runtime := coalesce(agent._image_runtime(v_image_name, v_image_digest, language), v_runtime);
 	END IF;
 	-- The invocation and its card in one statement (the card's foreign key
 	-- is checked at its end).  The code and description are stored once,
@@ -375,7 +385,7 @@ BEGIN
 			VALUES (v_inv, v_org, workspace, agent, conversation, requested_by, language, code,
 					NULL, description, idempotency_key,
 					CASE WHEN v_person IS NULL THEN 'approved' ELSE 'pending_approval' END, v_appr,
-					wall_time_s, memory_mb, v_image.name, v_image.digest, v_isolation,
+					wall_time_s, memory_mb, v_image_name, v_image_digest, v_isolation,
 					CASE WHEN v_person IS NULL THEN now() END)
 			RETURNING invocations.code_sha256, invocations.egress_sha256,	-- set by the triggers
 					  invocations.image_digest, invocations.isolation,

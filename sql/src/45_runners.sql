@@ -291,6 +291,9 @@ $$;
 -- with staged_ok, the deadline no longer matters (the caller's result was
 -- staged under the lease).  One definition for every lookup of a lease:
 -- agent._runner_lease_of() and the locked read of agent.runner_finish().
+-- The deadline is agent._lease_deadline's, computed inline with the two
+-- settings read in one query (as agent.runner_status does): every step
+-- of a run looks its lease up, some twice.
 CREATE FUNCTION agent._lease_held(i agent.invocations, rn agent.runners, runner uuid,
 								  token uuid, staged_ok boolean)
 	RETURNS boolean
@@ -304,10 +307,22 @@ BEGIN
 					AND i.state IN ('provisioning', 'running')
 					AND rn.state <> 'removed'
 					AND (staged_ok
-						 OR (agent._lease_deadline(i.lease_expires_at, rn.last_heartbeat, agent._runner_lease(),
-												   i.provisioned_at,
-												   coalesce(i.wall_time_s, (agent._run_limits()).default_wall_time_s),
-												   i.cancel_requested_at, agent._runner_grace())).deadline
+						 OR (SELECT CASE WHEN d.heartbeat IS NOT NULL
+										 THEN least(d.heartbeat, d.wall_time, d.cancel) END
+							   FROM (SELECT greatest(i.lease_expires_at, rn.last_heartbeat + x.lease) AS heartbeat,
+											i.provisioned_at
+											+ make_interval(secs => coalesce(i.wall_time_s,
+																			 (agent._run_limits()).default_wall_time_s))
+											+ x.grace AS wall_time,
+											i.cancel_requested_at + x.grace AS cancel
+									   FROM (SELECT make_interval(secs => coalesce(
+														max(s.value) FILTER (WHERE s.key = 'runner_lease_seconds'),
+														agent._setting('runner_lease_seconds'))::integer) AS lease,
+													make_interval(secs => coalesce(
+														max(s.value) FILTER (WHERE s.key = 'runner_grace_seconds'),
+														agent._setting('runner_grace_seconds'))::integer) AS grace
+											   FROM agent.settings s
+											  WHERE s.key IN ('runner_lease_seconds', 'runner_grace_seconds')) x) d)
 							> pg_catalog.clock_timestamp()),
 					false);
 END

@@ -112,22 +112,23 @@ BEGIN
 END
 $$;
 
--- A request's class (request_execution): its org's, narrowed by its agent's.
--- (PL/pgSQL: see agent._isolation_org.)
+-- A request's class (request_execution): its org's (agent._isolation_org),
+-- narrowed by its agent's: the strictest of the plan's, the org's and the
+-- agent's, in one statement.
 CREATE FUNCTION agent._isolation_choose(org uuid, agent_id uuid) RETURNS text
 	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
-DECLARE
-	v_org	text := agent._isolation_org(org);
-	v_agent	text;
 BEGIN
-	SELECT ai.isolation INTO v_agent FROM agent.agent_isolation ai
-	 WHERE ai.agent_id = _isolation_choose.agent_id;
-	IF v_agent IS NOT NULL AND agent._isolation_rank(v_agent) > agent._isolation_rank(v_org) THEN
-		RETURN v_agent;
-	END IF;
-	RETURN v_org;
+	RETURN coalesce((SELECT c.isolation
+					   FROM (SELECT s.isolation FROM agent.isolation_settings s
+							   JOIN agent.orgs o ON o.id = _isolation_choose.org
+							  WHERE s.org_id = o.id OR s.plan = o.plan
+							 UNION ALL
+							 SELECT ai.isolation FROM agent.agent_isolation ai
+							  WHERE ai.agent_id = _isolation_choose.agent_id) c
+					  ORDER BY agent._isolation_rank(c.isolation) DESC
+					  LIMIT 1), 'namespaces');
 END
 $$;
 

@@ -13,9 +13,17 @@
 # about a second under ptrace), and the ratios to bare and to namespaces.
 # The platform is printed first (runsc's version and platform, the
 # kernel, the CPUs).  Runs as root (runsc needs it).  One-shot jails: the
-# warm pool does not serve gvisor runs (docs/jail.md); the last row, warm,
-# measures what a pool of runsc sandboxes created ahead would save.
+# warm pool does not serve gvisor runs (docs/jail.md); the row warm
+# measures what a pool of runsc sandboxes created ahead would save, and
+# the row zygote a prototype of a warm gvisor run (bench/jail/
+# gvisor_zygote.py: a sandbox started ahead with pandas imported, the
+# workspace attached at the request) against the launcher's warm
+# namespaced pandas run (bench/jail/warm.sh's pandas row), in this run.
+# GVISOR_BENCH_ROWS="zygote" runs only the rows named (default: start
+# pandas warm zygote).
 set -u
+ROWS=${GVISOR_BENCH_ROWS:-"start pandas warm zygote"}
+on() { case " $ROWS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 N=${1:-5}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -81,8 +89,8 @@ row() {		# name bare-cmd... -- jail-args...
 		"$name" "$mb" "$mn" "$mg" "$(echo "$mg / $mn" | bc -l)" "$(echo "$mn / $mb" | bc -l)" "$(echo "$mg / $mb" | bc -l)"
 }
 
-row start /bin/true -- --exec /bin/true
-row pandas /usr/bin/python3 "$WORK/job.py" -- --language python --code-file "$WORK/job.py"
+on start && row start /bin/true -- --exec /bin/true
+on pandas && row pandas /usr/bin/python3 "$WORK/job.py" -- --language python --code-file "$WORK/job.py"
 
 # warm: what a sandbox created ahead (`runsc create`, a pool's part) would
 # leave on a request's path (`runsc start` to the payload's exit), against
@@ -118,4 +126,28 @@ warm_row() {
 	printf '%-7s namespaces %7s ms   runsc create (ahead) %7s ms   runsc start, a created sandbox %7s ms   start/namespaces %5.1fx\n' \
 		warm "$mn" "$mc" "$ms" "$(echo "$ms / $mn" | bc -l)"
 }
-warm_row
+on warm && warm_row
+
+# zygote: the same pandas script as bench/jail/warm.sh's pandas row, warm
+# namespaced (request -> verdict through a launcher, and its floor, a
+# served shell `true`) vs the prototype (go -> the payload's status, no
+# launcher: its floor is not in it).  N samples each; warm.sh first.
+zygote_row() {
+	local small="$WORK/small.py" ns z nsp nsf
+	printf '%s\n' 'import pandas as pd' \
+		'df = pd.DataFrame({"k": ["a", "b", "a", "b"], "v": [1, 2, 3, 4]})' \
+		'print(df.groupby("k").sum())' >"$small"
+	ns=$(WARM_BENCH_ROWS="sh-true pandas" "$ROOT/bench/jail/warm.sh" "$N" "$BIN" 2>&1)
+	nsp=$(echo "$ns" | awk '$1 == "pandas" {print $2}')
+	nsf=$(echo "$ns" | awk '$1 == "sh-true" {print $2}')
+	z=$(/usr/bin/python3 "$ROOT/bench/jail/gvisor_zygote.py" "$N" "$small" 2>&1)
+	if [ -z "$nsp" ] || ! echo "$z" | grep -q '^small.py ahead'; then
+		echo "zygote: a run failed: $ns $z"
+		return
+	fi
+	# shellcheck disable=SC2086
+	set -- $z
+	printf '%-7s warm namespaces pandas %7s ms (floor, served true: %s ms)   warm gvisor prototype: ahead %7s ms, request %7s ms   request/namespaces %5.1fx   (request+floor)/namespaces %5.1fx\n' \
+		zygote "$nsp" "$nsf" "$3" "$5" "$(echo "$5 / $nsp" | bc -l)" "$(echo "($5 + $nsf) / $nsp" | bc -l)"
+}
+on zygote && zygote_row

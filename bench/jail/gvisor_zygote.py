@@ -145,31 +145,41 @@ def sample(d, ws, code):
              "--ignore-cgroups", "--log=%s/runsc.log" % d]
     ir, iw = os.pipe()
     orr, ow = os.pipe()
-    t0 = time.monotonic()
-    subprocess.run(runsc + ["create", "--bundle", d, "z"], stdin=ir, stdout=ow, check=True)
-    subprocess.run(runsc + ["start", "z"], check=True)
-    os.close(ir)
-    os.close(ow)
-    os.set_blocking(orr, True)      # runsc makes the donated descriptors non-blocking
-    out = os.fdopen(orr, "rb")
-    if out.readline() != b"ready\n":
-        raise SystemExit("gvisor_zygote: the zygote did not start")
-    ahead = time.monotonic() - t0
-    t0 = time.monotonic()
-    subprocess.run(["mount", "--bind", ws, d + "/wsvol/w"], check=True)
-    os.set_blocking(iw, True)
-    os.write(iw, b"%d\n" % len(code) + code)
-    lines = []
-    while True:
-        line = out.readline()
-        if not line or line.startswith(b"status"):
-            break
-        lines.append(line)
-    request = time.monotonic() - t0
-    subprocess.run(runsc + ["delete", "-force", "z"], check=True)
-    subprocess.run(["umount", d + "/wsvol/w"], check=True)
-    os.close(iw)
-    out.close()
+    bound = False
+    try:
+        t0 = time.monotonic()
+        subprocess.run(runsc + ["create", "--bundle", d, "z"], stdin=ir, stdout=ow, check=True)
+        subprocess.run(runsc + ["start", "z"], check=True)
+        os.close(ir)
+        os.close(ow)
+        ir = ow = -1
+        os.set_blocking(orr, True)      # runsc makes the donated descriptors non-blocking
+        out = os.fdopen(orr, "rb")
+        orr = -1
+        if out.readline() != b"ready\n":
+            raise SystemExit("gvisor_zygote: the zygote did not start")
+        ahead = time.monotonic() - t0
+        t0 = time.monotonic()
+        subprocess.run(["mount", "--bind", ws, d + "/wsvol/w"], check=True)
+        bound = True
+        os.set_blocking(iw, True)
+        os.write(iw, b"%d\n" % len(code) + code)
+        lines = []
+        while True:
+            line = out.readline()
+            if not line or line.startswith(b"status"):
+                break
+            lines.append(line)
+        request = time.monotonic() - t0
+        out.close()
+    finally:
+        # the sandbox never outlives its sample, whatever happened
+        subprocess.run(runsc + ["delete", "-force", "z"], stderr=subprocess.DEVNULL)
+        if bound:
+            subprocess.run(["umount", d + "/wsvol/w"], check=True)
+        for fd in (ir, iw, orr, ow):
+            if fd >= 0:
+                os.close(fd)
     if line != b"status 0\n":
         raise SystemExit("gvisor_zygote: the run ended %r: %r" % (line, lines))
     return ahead, request, lines

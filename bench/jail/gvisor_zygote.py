@@ -24,8 +24,12 @@
 #            to the zygote, which chdirs to /workspace and runs it; pid 1
 #            prints the wait status.
 # The sandbox is destroyed after each sample (off the clock).  Each run's
-# output is checked: its own workspace's marker, uid 65534, /workspace as
-# its cwd, nothing under /run/wsvol.  Prints "ahead MS request MS" medians.
+# A first run checks, from the payload's side: its own workspace's marker,
+# uid 65534, /workspace as its cwd and writable, nothing under /run/wsvol
+# and no way to uncover it, pid 1 (root of gVisor) out of reach (no
+# signal, no memory), no capability.  (gVisor, unlike Linux, lets it read
+# pid 1's /proc/1/environ and maps: pid 1 must hold nothing the payload
+# may not see.)  Prints "ahead MS request MS" medians.
 import os
 import shutil
 import statistics
@@ -40,6 +44,8 @@ r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
     os.close(w)
+    for cap in range(64):
+        libc.prctl(24, cap, 0, 0, 0)                        # PR_CAPBSET_DROP
     os.setgroups([]); os.setgid(65534); os.setuid(65534)   # every capability gone
     libc.prctl(38, 1, 0, 0, 0)                              # PR_SET_NO_NEW_PRIVS
     import pandas, numpy
@@ -72,15 +78,34 @@ os.write(1, b"status %d\n" % st)
 '''
 
 CHECK = r'''
-import os
-print("check", os.getuid(), os.getcwd(), os.listdir("/run/wsvol"), open("marker").read())
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def errno_of(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return e.errno
+def umount():
+    if libc.umount2(b"/run/wsvol", 2) != 0:
+        raise OSError(ctypes.get_errno(), "umount")
+def status(key):
+    return [l.split()[1] for l in open("/proc/self/status") if l.startswith(key + ":")][0]
+def mem():
+    fd = os.open("/proc/1/mem", os.O_RDONLY)
+    os.lseek(fd, 0x400000, 0)
+    os.read(fd, 8)
+print("check", os.getuid(), os.getcwd(), os.listdir("/run/wsvol"), open("marker").read(),
+      errno_of(umount), errno_of(lambda: os.kill(1, 0)), errno_of(mem),
+      errno_of(lambda: open("/run/wsvol/x", "w")), errno_of(lambda: open("/workspace/new", "w").close()),
+      status("CapEff"), status("CapBnd"), libc.prctl(39, 0, 0, 0, 0))
 '''
 
 RUNSC = os.environ.get("RUNSC", "/usr/bin/runsc")
 
 
 def bundle(d):
-    caps = '["CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID"]'
+    caps = '["CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]'
     subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0700", "tmpfs", d], check=True)
     subprocess.run(["mount", "--make-shared", d], check=True)
     for p in ["rootfs/usr", "rootfs/etc", "rootfs/tmp", "rootfs/workspace", "rootfs/run/wsvol",
@@ -120,31 +145,41 @@ def sample(d, ws, code):
              "--ignore-cgroups", "--log=%s/runsc.log" % d]
     ir, iw = os.pipe()
     orr, ow = os.pipe()
-    t0 = time.monotonic()
-    subprocess.run(runsc + ["create", "--bundle", d, "z"], stdin=ir, stdout=ow, check=True)
-    subprocess.run(runsc + ["start", "z"], check=True)
-    os.close(ir)
-    os.close(ow)
-    os.set_blocking(orr, True)      # runsc makes the donated descriptors non-blocking
-    out = os.fdopen(orr, "rb")
-    if out.readline() != b"ready\n":
-        raise SystemExit("gvisor_zygote: the zygote did not start")
-    ahead = time.monotonic() - t0
-    t0 = time.monotonic()
-    subprocess.run(["mount", "--bind", ws, d + "/wsvol/w"], check=True)
-    os.set_blocking(iw, True)
-    os.write(iw, b"%d\n" % len(code) + code)
-    lines = []
-    while True:
-        line = out.readline()
-        if not line or line.startswith(b"status"):
-            break
-        lines.append(line)
-    request = time.monotonic() - t0
-    subprocess.run(runsc + ["delete", "-force", "z"], check=True)
-    subprocess.run(["umount", d + "/wsvol/w"], check=True)
-    os.close(iw)
-    out.close()
+    bound = False
+    try:
+        t0 = time.monotonic()
+        subprocess.run(runsc + ["create", "--bundle", d, "z"], stdin=ir, stdout=ow, check=True)
+        subprocess.run(runsc + ["start", "z"], check=True)
+        os.close(ir)
+        os.close(ow)
+        ir = ow = -1
+        os.set_blocking(orr, True)      # runsc makes the donated descriptors non-blocking
+        out = os.fdopen(orr, "rb")
+        orr = -1
+        if out.readline() != b"ready\n":
+            raise SystemExit("gvisor_zygote: the zygote did not start")
+        ahead = time.monotonic() - t0
+        t0 = time.monotonic()
+        subprocess.run(["mount", "--bind", ws, d + "/wsvol/w"], check=True)
+        bound = True
+        os.set_blocking(iw, True)
+        os.write(iw, b"%d\n" % len(code) + code)
+        lines = []
+        while True:
+            line = out.readline()
+            if not line or line.startswith(b"status"):
+                break
+            lines.append(line)
+        request = time.monotonic() - t0
+        out.close()
+    finally:
+        # the sandbox never outlives its sample, whatever happened
+        subprocess.run(runsc + ["delete", "-force", "z"], stderr=subprocess.DEVNULL)
+        if bound:
+            subprocess.run(["umount", d + "/wsvol/w"], check=True)
+        for fd in (ir, iw, orr, ow):
+            if fd >= 0:
+                os.close(fd)
     if line != b"status 0\n":
         raise SystemExit("gvisor_zygote: the run ended %r: %r" % (line, lines))
     return ahead, request, lines
@@ -167,7 +202,11 @@ def main():
         os.chown(ws, 65534, 65534)
         os.chown(ws + "/marker", 65534, 65534)
         _, _, lines = sample(work + "/b", ws, CHECK.encode())
-        if lines != [b"check 65534 /workspace [] run-0\n"]:
+        # uid, cwd, the staging path empty, this run's marker; then EPERM for
+        # uncovering the staging path and for signalling pid 1, EACCES for
+        # pid 1's memory and under the cover, the workspace writable; no
+        # capability, bounding set empty, no_new_privs
+        if lines != [b"check 65534 /workspace [] run-0 1 1 13 13 ok 0000000000000000 0000000000000000 1\n"]:
             raise SystemExit("gvisor_zygote: the check run saw %r" % lines)
         for k, script in enumerate(sys.argv[2:]):
             code = open(script, "rb").read()

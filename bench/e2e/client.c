@@ -129,33 +129,26 @@ approve(PGconn *conn, const char *approval)
 }
 
 /*
- * agent.wait() for up to 60 s: whether the state it returned is final.
- * One round trip; it sleeps on the condition variable the supervisor
- * broadcasts after each finish.
+ * agent.wait() for up to `timeout` ('0 s': a look): whether the state it
+ * returned is final, read under the tenant.  One round trip; a wait sleeps
+ * on the condition variable the supervisor broadcasts after each finish.
  */
 static int
-wait_end(PGconn *conn, const char *inv)
+wait_final(PGconn *conn, const char *inv, const char *timeout)
 {
-	const char *p[1] = {inv};
-	PGresult   *res = exec_ok(conn, "SELECT agent._state_is_terminal(agent.wait($1::uuid, '60 s'))",
-							  1, p);
+	const char *p[2] = {inv, timeout};
+	PGresult   *res = exec_ok(conn, "SELECT agent._state_is_terminal(agent.wait($1::uuid, $2::interval))",
+							  2, p);
 	int			done = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 
 	PQclear(res);
 	return done;
 }
 
-/* Whether the invocation's state is final, read under the tenant. */
 static int
 finished(PGconn *conn, const char *inv)
 {
-	const char *p[1] = {inv};
-	PGresult   *res = exec_ok(conn, "SELECT agent._state_is_terminal(agent.wait($1::uuid, '0 s'))",
-							  1, p);
-	int			done = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-
-	PQclear(res);
-	return done;
+	return wait_final(conn, inv, "0 s");
 }
 
 /*
@@ -495,7 +488,7 @@ await_done(PGconn *conn, const char *inv, const char *label)
 /*
  * One run of the approval-policy rows.  auto: the agent's policy approves
  * it in the request's transaction, whose commit wakes the runners; then
- * agent.wait() until it ends (wait_end); timed from before the request.
+ * agent.wait() until it ends (wait_final); timed from before the request.
  * Else today's path: request, LISTEN,
  * approve, done; timed from before the request (req_ms: request ->
  * finished with an immediate approval), from approve's return (appr_ms:
@@ -533,7 +526,7 @@ policy_run(PGconn *conn, const char *ws, const char *agent, const char *lang,
 		 * for a run whose id the caller has just learnt.
 		 */
 		t1 = tc = t0;
-		if (!wait_end(conn, inv))
+		if (!wait_final(conn, inv, "60 s"))
 		{
 			fprintf(stderr, "client: auto: no result within 60 s for %s\n", inv);
 			return 1;

@@ -653,12 +653,15 @@ BEGIN
 															  'reported_with_finish', true));
 	END IF;
 
-	-- The files it returned (a run of ours that failed returns none).
-	IF o.charged THEN
-		FOR f IN SELECT * FROM agent.run_result_files x WHERE x.invocation_id = invocation ORDER BY x.seq LOOP
+	-- The files it returned (a run of ours that failed returns none),
+	-- taken out of staging by the same statement.
+	FOR f IN WITH staged AS (DELETE FROM agent.run_result_files x WHERE x.invocation_id = invocation
+							 RETURNING x.*)
+			 SELECT s.* FROM staged s ORDER BY s.seq LOOP
+		IF o.charged THEN
 			PERFORM agent._save_produced_file(r, f.name, f.status, f.reason, f.content);
-		END LOOP;
-	END IF;
+		END IF;
+	END LOOP;
 
 	IF NOT o.charged THEN
 		PERFORM agent._refund_and_audit(r, o.reason);
@@ -703,7 +706,6 @@ BEGIN
 
 	PERFORM agent._notify_invocation(invocation, '{"done":true}');
 	PERFORM agent._wake_for_org(r.org_id);
-	DELETE FROM agent.run_result_files x WHERE x.invocation_id = invocation;
 	IF staged THEN
 		DELETE FROM agent.run_results x WHERE x.invocation_id = invocation;
 	END IF;

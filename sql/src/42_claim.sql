@@ -125,8 +125,9 @@ BEGIN
 										  AND ri.digest = r.image_digest)
 					  ELSE agent._image_wait(r.image_name, r.image_digest) IS NOT NULL END
 			THEN 'image_not_held'
-		WHEN CASE WHEN runner IS NOT NULL THEN NOT agent._secrets_claimable(r, runner)
-				  ELSE agent._secrets_wait(r.egress_policy) IS NOT NULL END
+		WHEN r.egress_policy IS NOT NULL	-- (no policy, no secrets)
+			 AND CASE WHEN runner IS NOT NULL THEN NOT agent._secrets_claimable(r, runner)
+					  ELSE agent._secrets_wait(r.egress_policy) IS NOT NULL END
 			THEN 'secrets_key_not_held'
 		WHEN r.isolation <> 'namespaces'
 			 AND CASE WHEN runner IS NOT NULL THEN NOT agent._runner_runs_class(runner, r.isolation)
@@ -404,7 +405,9 @@ BEGIN
 		-- An image digest or an isolation class its approval does not
 		-- cover raises (46_images.sql, 49_isolation.sql): the row fails
 		-- below, uncharged.
-		PERFORM agent._image_claimable(r, runner);
+		IF r.image_digest IS NOT NULL OR r.image_name IS NOT NULL THEN	-- (a host run: nothing to check)
+			PERFORM agent._image_claimable(r, runner);
+		END IF;
 		PERFORM agent._isolation_claimable(r, runner);
 		reason := agent._claim_gate(r, runner);
 		IF reason IS NULL AND NOT may_take THEN

@@ -26,6 +26,11 @@
  *										its hash copied in (none without rules)
  *	  agent._approval_requests_guard()	BEFORE UPDATE: the card is frozen,
  *										a decision is final
+ *	  agent._audit_events_count()		AFTER INSERT on agent.audit_events:
+ *										the event's bytes added to its org's
+ *										usage row (six times a run)
+ *	  agent._log_invocation_end()		deferred AFTER UPDATE OF state: the
+ *										end's log line, at commit
  * A PL/pgSQL trigger costs about 8 us a row (a fresh expression state per
  * transaction, NEW and OLD expanded into records); these cost about one.
  * The control plane's throughput is bounded by CPU per request+approve
@@ -52,6 +57,7 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/resowner.h"
 #include "utils/syscache.h"
 #include "utils/typcache.h"
 #include "utils/uuid.h"
@@ -551,4 +557,158 @@ sandbox_approval_requests_guard(PG_FUNCTION_ARGS)
 		}
 	}
 	return PointerGetDatum(new);
+}
+
+/*
+ * agent._audit_events_count(): AFTER INSERT FOR EACH ROW on
+ * agent.audit_events (21_audit_usage.sql).  The event's bytes
+ * (agent._audit_event_bytes of its details and actor, the one definition,
+ * inlined into the prepared statement) are added to its org's usage row;
+ * an org without one (an old org) gets it.  Never refuses.  The two
+ * statements are prepared once per backend; every name in them is
+ * schema-qualified, operators included.
+ */
+static SPIPlanPtr usage_add_plan = NULL;
+static SPIPlanPtr usage_insert_plan = NULL;
+
+PG_FUNCTION_INFO_V1(sandbox_audit_events_count);
+Datum
+sandbox_audit_events_count(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	Relation	rel;
+	TupleDesc	desc;
+	Oid			types[3] = {UUIDOID, JSONBOID, TEXTOID};
+	Datum		args[3];
+	char		argnulls[3];
+	const char *const names[3] = {"org_id", "details", "actor"};
+	bool		isnull;
+	int			rc;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event) || !TRIGGER_FIRED_BY_INSERT(td->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("_audit_events_count must be fired AFTER INSERT FOR EACH ROW")));
+	rel = td->tg_relation;
+	desc = RelationGetDescr(rel);
+	for (int i = 0; i < 3; i++)
+	{
+		args[i] = heap_getattr(td->tg_trigtuple, column(rel, names[i]), desc, &isnull);
+		argnulls[i] = isnull ? 'n' : ' ';
+	}
+	SPI_connect();
+	rc = SPI_execute_plan(sandbox_keep_plan(&usage_add_plan,
+									"UPDATE agent.org_usage u"
+									"   SET stored_bytes = u.stored_bytes OPERATOR(pg_catalog.+)"
+									"                      agent._audit_event_bytes($2, $3),"
+									"       updated_at = pg_catalog.now()"
+									" WHERE u.org_id OPERATOR(pg_catalog.=) $1",
+									3, types),
+						  args, argnulls, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "the usage update failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+	{
+		/* made with the org; an old org may lack it */
+		rc = SPI_execute_plan(sandbox_keep_plan(&usage_insert_plan,
+										"INSERT INTO agent.org_usage AS u (org_id, stored_bytes)"
+										" VALUES ($1, agent._audit_event_bytes($2, $3))"
+										" ON CONFLICT (org_id) DO UPDATE"
+										" SET stored_bytes = u.stored_bytes OPERATOR(pg_catalog.+)"
+										"                    agent._audit_event_bytes($2, $3)",
+										3, types),
+							  args, argnulls, false, 0);
+		if (rc != SPI_OK_INSERT)
+			elog(ERROR, "the usage insert failed: %s", SPI_result_code_string(rc));
+	}
+	SPI_finish();
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * agent._log_invocation_end(): the deferred constraint trigger of
+ * 41_run_log.sql (AFTER UPDATE OF state, at commit): one LOG line for an
+ * invocation that ended, read from the row as it commits (a refund in the
+ * same transaction included).  Nothing in it may fail the commit: an error
+ * becomes a WARNING, and what it did is rolled back with its
+ * subtransaction (as the PL/pgSQL version's EXCEPTION block).
+ */
+static SPIPlanPtr log_end_plan = NULL;
+
+PG_FUNCTION_INFO_V1(sandbox_log_invocation_end);
+Datum
+sandbox_log_invocation_end(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	Oid			types[1] = {UUIDOID};
+	Datum		id;
+	char		idnull;
+	bool		isnull;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event) || !TRIGGER_FIRED_BY_UPDATE(td->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("_log_invocation_end must be fired AFTER UPDATE FOR EACH ROW")));
+	id = heap_getattr(td->tg_newtuple, column(td->tg_relation, "id"),
+					  RelationGetDescr(td->tg_relation), &isnull);
+	idnull = isnull ? 'n' : ' ';
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		int			rc;
+
+		SPI_connect();
+		rc = SPI_execute_plan(sandbox_keep_plan(&log_end_plan,
+										"SELECT i.id::pg_catalog.text, i.org_id::pg_catalog.text, i.state,"
+										"       coalesce((EXTRACT(epoch FROM i.finished_at OPERATOR(pg_catalog.-) i.started_at)"
+										"                 OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8, 0)::pg_catalog.text,"
+										"       i.credits_charged::pg_catalog.text"
+										"  FROM agent.invocations i WHERE i.id OPERATOR(pg_catalog.=) $1",
+										1, types),
+							  &id, &idnull, false, 1);
+		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "the invocation's row is not there");
+		{
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			HeapTuple	row = SPI_tuptable->vals[0];
+			char	   *v[5];
+
+			for (int i = 0; i < 5; i++)
+			{
+				v[i] = SPI_getvalue(row, desc, i + 1);
+				if (v[i] == NULL)
+					v[i] = "<NULL>";
+			}
+			elog(LOG, "sandbox_ext invocation %s ended: org %s, state %s, %s ms, %s credits charged",
+				 v[0], v[1], v[2], v[3], v[4]);
+		}
+		SPI_finish();
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ereport(WARNING,
+				(errmsg("could not log the end of invocation %s: %s",
+						isnull ? "NULL" : DatumGetCString(DirectFunctionCall1(uuid_out, id)),
+						edata->message)));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	return PointerGetDatum(NULL);
 }

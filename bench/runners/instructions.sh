@@ -152,9 +152,11 @@ kinds="real floor6 floor4"
 			mark
 		done
 	done
-	# then, with STEPS=1, N real runs with a mark after each statement
+	# then, with STEPS=1, N real runs with a mark after each statement,
+	# and N of floor6 with a mark after each transaction
 	if [ "${STEPS:-0}" = 1 ]; then
 		runs real "$N" | awk '{ print } /;$/ { getline; print; print "SELECT pg_sleep(0);"; print "" }'
+		runs floor6 "$N" | awk '{ print } /^COMMIT;$/ { getline; print; print "SELECT pg_sleep(0);"; print "" }'
 	fi
 } >"$tmp/script.sql"
 chmod 0644 "$tmp/script.sql"
@@ -197,6 +199,18 @@ if [ "${STEPS:-0}" = 1 ]; then
 	echo "the real path by step, instructions per run:"
 	for _ in $(seq "$N"); do
 		for st in $steps; do
+			d=$((d + 1))
+			echo "$st $(ir "$tmp/cg.out.$d")"
+		done
+	done | awk -v n="$N" '{ t[$1] += $2; if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 }; all += $2 }
+		END { for (i = 1; i <= k; i++) printf "  %-22s %12.0f %6.1f%%\n", order[i], t[order[i]] / n, 100 * t[order[i]] / all
+			  printf "  %-22s %12.0f\n", "total", all / n }'
+	echo "floor6 by transaction, instructions per run:"
+	# (the loop above ran in a pipe's subshell: skip its dumps here)
+	set -- $steps
+	d=$((d + N * $#))
+	for _ in $(seq "$N"); do
+		for st in request approve claim finish; do
 			d=$((d + 1))
 			echo "$st $(ir "$tmp/cg.out.$d")"
 		done

@@ -166,29 +166,32 @@ CREATE FUNCTION agent._shown(value text) RETURNS text
 -- value (header => true: a content type, an idempotency key) with a
 -- control character (CR, LF, ...) is 22023.  The message names the
 -- argument and the sizes, never the value.
+-- (No SET clause, as agent._setting: a request checks five arguments, and
+-- a SET clause is a configuration save and restore per call; every name,
+-- operator and type below is schema-qualified.)
 CREATE FUNCTION agent._check_text(value text, argument text, kind text,
 								  header boolean DEFAULT false)
 	RETURNS boolean
 	LANGUAGE plpgsql IMMUTABLE
-	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	v_max	integer;
+	v_max	pg_catalog.int4;
 BEGIN
 	IF value IS NULL THEN
 		RETURN true;
 	END IF;
-	SELECT l.max_bytes INTO v_max FROM agent.text_limits() l WHERE l.kind = _check_text.kind;
+	SELECT l.max_bytes INTO v_max FROM agent.text_limits() l
+	 WHERE l.kind OPERATOR(pg_catalog.=) _check_text.kind;
 	IF v_max IS NULL THEN
 		RAISE EXCEPTION 'unknown kind of text argument "%"', kind;	-- a bug of ours
 	END IF;
-	IF pg_catalog.octet_length(value) > v_max THEN
+	IF pg_catalog.octet_length(value) OPERATOR(pg_catalog.>) v_max THEN
 		RAISE EXCEPTION '% is too long', argument
 			USING ERRCODE = 'string_data_right_truncation',
 				  DETAIL = pg_catalog.format('It is %s bytes; the limit is %s.',
 											 pg_catalog.octet_length(value), v_max);
 	END IF;
-	IF header AND value ~ '[[:cntrl:]]' THEN
+	IF header AND value OPERATOR(pg_catalog.~) '[[:cntrl:]]'::pg_catalog.text THEN
 		RAISE EXCEPTION '% must not contain control characters', argument
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = 'Line breaks and other control characters are refused where the value could end up in a header.';

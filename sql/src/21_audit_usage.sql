@@ -21,24 +21,15 @@
 -- Not fired by a restore (session_replication_role = replica,
 -- 98_backup.sql): the dump carries org_usage as it was.
 
--- (No SET clause, as agent._setting: every name and operator is
--- schema-qualified.)
+-- In C (src/guards.c), as the other per-row triggers: a PL/pgSQL trigger
+-- expands the whole event into a record and builds its expressions once
+-- per transaction, six times a run.  It adds agent._audit_event_bytes(
+-- details, actor) to the org's usage row, or makes the row (an old org
+-- may lack it), in statements whose names and operators are all
+-- schema-qualified.
 CREATE FUNCTION agent._audit_events_count() RETURNS trigger
-	LANGUAGE plpgsql
-AS $$
-DECLARE
-	v_bytes	pg_catalog.int8 := agent._audit_event_bytes(NEW.details, NEW.actor);
-BEGIN
-	UPDATE agent.org_usage u
-	   SET stored_bytes = u.stored_bytes OPERATOR(pg_catalog.+) v_bytes, updated_at = pg_catalog.now()
-	 WHERE u.org_id OPERATOR(pg_catalog.=) NEW.org_id;
-	IF NOT FOUND THEN		-- made with the org; an old org may lack it
-		INSERT INTO agent.org_usage AS u (org_id, stored_bytes) VALUES (NEW.org_id, v_bytes)
-			ON CONFLICT (org_id) DO UPDATE SET stored_bytes = u.stored_bytes OPERATOR(pg_catalog.+) v_bytes;
-	END IF;
-	RETURN NULL;
-END
-$$;
+	AS 'MODULE_PATHNAME', 'sandbox_audit_events_count'
+	LANGUAGE C;
 CREATE TRIGGER audit_events_count
 	AFTER INSERT ON agent.audit_events
 	FOR EACH ROW EXECUTE FUNCTION agent._audit_events_count();

@@ -18,25 +18,13 @@
 -- The trigger runs at commit as the session's role (agent_runner on a runner
 -- host, which may not read the table): a security definer.  Nothing in it
 -- may fail the commit of the run's end, so an error becomes a warning.
+-- In C (src/guards.c), as the other per-row triggers: once a run, and a
+-- PL/pgSQL trigger expands the whole row (its code included) into a
+-- record first.
 CREATE FUNCTION agent._log_invocation_end() RETURNS trigger
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, agent, pg_temp
-AS $$
-DECLARE
-	r	record;
-BEGIN
-	BEGIN
-		SELECT i.id, i.org_id, i.state, i.credits_charged,
-			   coalesce((extract(epoch FROM i.finished_at - i.started_at) * 1000)::bigint, 0) AS ms
-		  INTO r FROM agent.invocations i WHERE i.id = NEW.id;
-		RAISE LOG 'sandbox_ext invocation % ended: org %, state %, % ms, % credits charged',
-			r.id, r.org_id, r.state, r.ms, r.credits_charged;
-	EXCEPTION WHEN OTHERS THEN
-		RAISE WARNING 'could not log the end of invocation %: %', NEW.id, SQLERRM;
-	END;
-	RETURN NULL;
-END
-$$;
+	AS 'MODULE_PATHNAME', 'sandbox_log_invocation_end'
+	LANGUAGE C SECURITY DEFINER
+	SET search_path = pg_catalog, agent, pg_temp;
 COMMENT ON FUNCTION agent._log_invocation_end() IS
 	'log one line when an invocation reaches a terminal state (deferred to commit)';
 

@@ -97,64 +97,32 @@ $$;
 -- draining runner, no free slot) is not the row's: agent.runner_claim and
 -- agent.queue_status() look at it first.  The counts are exact when the
 -- caller holds the org row's lock (the claim does); otherwise they are
--- what a snapshot shows.  One statement: its CASE stops at the first
--- reason that holds.  (The org's limits are agent._org_run_limit's and
--- agent._org_storage_limit's, and the hashes agent._approved_hashes',
--- read inline: the same rules, in this one statement.)
+-- what a snapshot shows.  What every row is gated on (the hashes, the
+-- balance, the storage, the limits) is read in one statement; the other
+-- gates are asked only of a row they concern (an image, an egress policy,
+-- a class other than namespaces, a conversation, a workspace with a
+-- limit), each a query of its own, so that a plain run pays for none of
+-- them (a single statement with every gate in a CASE initialised all their
+-- subqueries on every call, about 0.9M instructions).  (The org's limits
+-- are agent._org_run_limit's and agent._org_storage_limit's, and the
+-- hashes agent._approved_hashes', read inline: the same rules.)
 CREATE FUNCTION agent._claim_gate(r agent.invocations, runner uuid) RETURNS text
 	LANGUAGE plpgsql STABLE
 	SET search_path = pg_catalog, agent, pg_temp
 AS $$
 DECLARE
-	v_reason	text;
+	g		record;
 BEGIN
-	SELECT CASE
-		WHEN h.approved IS NULL OR h.audited IS DISTINCT FROM h.approved
-			 OR h.approved IS DISTINCT FROM agent.code_sha256(r.code)
-			 OR h.approved <> r.code_sha256
-			THEN 'not_approved'
-		WHEN coalesce(b.balance, 0) < p.credits_per_invocation THEN 'insufficient_credits'
-		WHEN coalesce(u.stored_bytes, 0)
-			 >= coalesce(o.max_stored_bytes, st.max_stored_bytes,
-						 agent._setting('max_stored_bytes_per_org')::bigint)
-			THEN 'storage_quota_exhausted'
-		WHEN (r.image_digest IS NOT NULL OR r.image_name IS NOT NULL)
-			 AND CASE WHEN runner IS NOT NULL
-					  THEN NOT EXISTS (SELECT 1 FROM agent.runner_images ri
-										WHERE ri.runner_id = runner AND ri.name = r.image_name
-										  AND ri.digest = r.image_digest)
-					  ELSE agent._image_wait(r.image_name, r.image_digest) IS NOT NULL END
-			THEN 'image_not_held'
-		WHEN CASE WHEN runner IS NOT NULL THEN NOT agent._secrets_claimable(r, runner)
-				  ELSE agent._secrets_wait(r.egress_policy) IS NOT NULL END
-			THEN 'secrets_key_not_held'
-		WHEN r.isolation <> 'namespaces'
-			 AND CASE WHEN runner IS NOT NULL THEN NOT agent._runner_runs_class(runner, r.isolation)
-					  ELSE agent._isolation_wait(r.isolation) IS NOT NULL END
-			THEN 'isolation_unavailable'
-		WHEN r.conversation_id IS NOT NULL
-			 AND EXISTS (SELECT 1 FROM agent.invocations j
-						  WHERE j.conversation_id = r.conversation_id AND j.id <> r.id
-							AND (j.state IN ('provisioning', 'running')
-								 OR (j.state = 'approved'
-									 AND (j.approved_at, j.request_seq) < (r.approved_at, r.request_seq))))
-			THEN 'conversation_busy'
-		WHEN r.conversation_id IS NOT NULL
-			 AND CASE WHEN runner IS NOT NULL THEN agent._session_elsewhere(r.conversation_id, runner)
-					  ELSE coalesce((SELECT agent._runner_free_slots(rn) <= 0 FROM agent.runners rn
-									  WHERE rn.id = agent._session_runner(r.conversation_id)), false) END
-			THEN 'session_elsewhere'
-		WHEN (SELECT count(*) FROM agent.invocations j
-			   WHERE j.org_id = r.org_id AND j.state IN ('provisioning', 'running'))
-			 >= coalesce(o.max_concurrent_runs, st.max_runs, agent._setting('max_runs_per_org')::integer)
-			THEN 'org_at_limit'
-		WHEN w.max_concurrent_runs IS NOT NULL
-			 AND (SELECT count(*) FROM agent.invocations j
-				   WHERE j.org_id = r.org_id AND j.workspace_id = r.workspace_id
-					 AND j.state IN ('provisioning', 'running')) >= w.max_concurrent_runs
-			THEN 'workspace_at_limit'
-		END
-	  INTO v_reason
+	-- What every run is gated on, in one statement: the hashes, the org's
+	-- balance and price, its storage and its limits, the workspace's limit.
+	SELECT h.approved, h.audited, coalesce(b.balance, 0) AS balance,
+		   p.credits_per_invocation AS price, coalesce(u.stored_bytes, 0) AS stored_bytes,
+		   coalesce(o.max_stored_bytes, st.max_stored_bytes,
+					agent._setting('max_stored_bytes_per_org')::bigint) AS max_stored_bytes,
+		   coalesce(o.max_concurrent_runs, st.max_runs,
+					agent._setting('max_runs_per_org')::integer) AS max_runs,
+		   w.max_concurrent_runs AS ws_max_runs
+	  INTO g
 	  FROM agent.orgs o
 	  JOIN agent.plans p ON p.plan = o.plan
 	  JOIN agent.workspaces w ON w.id = r.workspace_id
@@ -173,7 +141,69 @@ BEGIN
 				   FROM agent.settings s
 				  WHERE s.key IN ('max_stored_bytes_per_org', 'max_runs_per_org')) st
 	 WHERE o.id = r.org_id;
-	RETURN v_reason;
+	IF NOT FOUND THEN
+		RETURN NULL;
+	END IF;
+	IF g.approved IS NULL OR g.audited IS DISTINCT FROM g.approved
+	   OR g.approved IS DISTINCT FROM agent.code_sha256(r.code)
+	   OR g.approved <> r.code_sha256 THEN
+		RETURN 'not_approved';
+	END IF;
+	IF g.balance < g.price THEN
+		RETURN 'insufficient_credits';
+	END IF;
+	IF g.stored_bytes >= g.max_stored_bytes THEN
+		RETURN 'storage_quota_exhausted';
+	END IF;
+	-- The rest only of a row they concern (each a query of its own; a
+	-- CASE in parentheses: PL/pgSQL's IF ends at the first THEN).
+	IF r.image_digest IS NOT NULL OR r.image_name IS NOT NULL THEN
+		IF (CASE WHEN runner IS NOT NULL
+				THEN NOT EXISTS (SELECT 1 FROM agent.runner_images ri
+								  WHERE ri.runner_id = runner AND ri.name = r.image_name
+									AND ri.digest = r.image_digest)
+				ELSE agent._image_wait(r.image_name, r.image_digest) IS NOT NULL END) THEN
+			RETURN 'image_not_held';
+		END IF;
+	END IF;
+	IF r.egress_policy IS NOT NULL THEN		-- (no policy, no secrets)
+		IF (CASE WHEN runner IS NOT NULL THEN NOT agent._secrets_claimable(r, runner)
+				ELSE agent._secrets_wait(r.egress_policy) IS NOT NULL END) THEN
+			RETURN 'secrets_key_not_held';
+		END IF;
+	END IF;
+	IF r.isolation <> 'namespaces' THEN
+		IF (CASE WHEN runner IS NOT NULL THEN NOT agent._runner_runs_class(runner, r.isolation)
+				ELSE agent._isolation_wait(r.isolation) IS NOT NULL END) THEN
+			RETURN 'isolation_unavailable';
+		END IF;
+	END IF;
+	IF r.conversation_id IS NOT NULL THEN
+		IF EXISTS (SELECT 1 FROM agent.invocations j
+					WHERE j.conversation_id = r.conversation_id AND j.id <> r.id
+					  AND (j.state IN ('provisioning', 'running')
+						   OR (j.state = 'approved'
+							   AND (j.approved_at, j.request_seq) < (r.approved_at, r.request_seq)))) THEN
+			RETURN 'conversation_busy';
+		END IF;
+		IF (CASE WHEN runner IS NOT NULL THEN agent._session_elsewhere(r.conversation_id, runner)
+				ELSE coalesce((SELECT agent._runner_free_slots(rn) <= 0 FROM agent.runners rn
+								WHERE rn.id = agent._session_runner(r.conversation_id)), false) END) THEN
+			RETURN 'session_elsewhere';
+		END IF;
+	END IF;
+	IF (SELECT count(*) FROM agent.invocations j
+		 WHERE j.org_id = r.org_id AND j.state IN ('provisioning', 'running')) >= g.max_runs THEN
+		RETURN 'org_at_limit';
+	END IF;
+	IF g.ws_max_runs IS NOT NULL THEN
+		IF (SELECT count(*) FROM agent.invocations j
+			 WHERE j.org_id = r.org_id AND j.workspace_id = r.workspace_id
+			   AND j.state IN ('provisioning', 'running')) >= g.ws_max_runs THEN
+			RETURN 'workspace_at_limit';
+		END IF;
+	END IF;
+	RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION agent._claim_gate(agent.invocations, uuid) IS
@@ -404,7 +434,9 @@ BEGIN
 		-- An image digest or an isolation class its approval does not
 		-- cover raises (46_images.sql, 49_isolation.sql): the row fails
 		-- below, uncharged.
-		PERFORM agent._image_claimable(r, runner);
+		IF r.image_digest IS NOT NULL OR r.image_name IS NOT NULL THEN	-- (a host run: nothing to check)
+			PERFORM agent._image_claimable(r, runner);
+		END IF;
 		PERFORM agent._isolation_claimable(r, runner);
 		reason := agent._claim_gate(r, runner);
 		IF reason IS NULL AND NOT may_take THEN

@@ -13,7 +13,7 @@
 -- can be reached from its own host (agent._maintenance_host), when they
 -- are scheduled, after a restore (agent.after_restore), by the upgrade to
 -- 0.3.0 and at each start of the supervisor (agent._supervisor_recover,
--- 40_supervisor.sql); and agent.worker_status() reports a job whose last
+-- 43_finish.sql); and agent.worker_status() reports a job whose last
 -- run failed or that has stopped running (agent._maintenance_problem),
 -- whatever the cause (pg_hba.conf, a password, a port changed since).  With
 -- cron.use_background_workers on (the README's configuration) a job

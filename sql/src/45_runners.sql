@@ -272,8 +272,14 @@ CREATE FUNCTION agent._runner_current(runner uuid, incarnation uuid) RETURNS age
 	LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-	rn agent.runners := agent._runner_self(runner);
+	rn agent.runners;
 BEGIN
+	-- (agent._runner_self's lookup inline, on every claim and heartbeat;
+	-- a runner that is not the caller's is refused by it, 42501)
+	SELECT * INTO rn FROM agent.runners x WHERE x.id OPERATOR(pg_catalog.=) runner;
+	IF NOT FOUND OR rn.login_role OPERATOR(pg_catalog.<>) agent._runner_role() THEN
+		rn := agent._runner_self(runner);		-- raises
+	END IF;
 	-- (rn.incarnation is NOT NULL: a NULL argument is distinct from it)
 	IF coalesce(incarnation OPERATOR(pg_catalog.<>) rn.incarnation, true) THEN
 		RAISE EXCEPTION 'runner "%" has registered again since this process did', rn.name

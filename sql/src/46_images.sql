@@ -477,7 +477,7 @@ CREATE TRIGGER invocations_freeze_image
 -- ---- the claim and the queue ---------------------------------------------------
 
 -- May this runner take this approved run (the claim's one call,
--- 40_supervisor.sql)?  A host run: any runner.  An image's: only a runner
+-- 42_claim.sql)?  A host run: any runner.  An image's: only a runner
 -- that holds its digest (none without a runner).  The digest must be the
 -- one its approval was bound to: otherwise the row was rewritten past the
 -- freeze, and this raises (the claim then fails the run, uncharged).

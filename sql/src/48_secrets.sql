@@ -571,7 +571,7 @@ CREATE FUNCTION agent._secret_keys_of(policy jsonb) RETURNS text[]
 					  WHERE e ? 'secrets'), '{}');
 
 -- May this runner claim this run (called by the claim for each candidate,
--- 40_supervisor.sql)?  One without secrets: any runner.  One with: only a
+-- 42_claim.sql)?  One without secrets: any runner.  One with: only a
 -- runner that reported every key they are sealed to.
 CREATE FUNCTION agent._secrets_claimable(r agent.invocations, runner uuid) RETURNS boolean
 	LANGUAGE plpgsql STABLE

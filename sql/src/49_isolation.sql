@@ -397,7 +397,7 @@ CREATE TRIGGER invocations_freeze_isolation
 -- ---- the claim and the queue ---------------------------------------------------
 
 -- May this runner take this approved run (the claim's one call,
--- 40_supervisor.sql)?  Only a runner that advertises its class.  The class
+-- 42_claim.sql)?  Only a runner that advertises its class.  The class
 -- must be the one its approval was bound to (an approval from before the
 -- classes existed covers namespaces): otherwise the row was rewritten past
 -- the freeze, and this raises (the claim then fails the run, uncharged).

@@ -908,8 +908,14 @@ time.sleep(60)" >"$EGR_DIR/code.hold"
 		--egress-resolver "$EGR_RESOLVER" --egress-proxy "$PROXY" >"$EGR_DIR/hold.out" 2>&1 &
 	cpid=$!
 	if wait_for 60 'grep -q held "$EGR_DIR/hold.out"'; then
+		# (the payload's connect is taken by the listening socket's
+		# backlog: the launcher's fork may not have reached its exec of
+		# sandbox-egress yet on a loaded machine)
+		wait_for 30 '[ -n "$(pgrep -P "$lpid" -f sandbox-egress)" ]'
 		proxy=$(pgrep -P "$lpid" -f sandbox-egress | head -n 1)
 		check "the held run's proxy is the launcher's child" t "$([ -n "$proxy" ] && echo t)"
+		# (should it not be: the launcher's tree, as it is)
+		[ -n "$proxy" ] || { echo "#   launcher $lpid"; ps -e -o pid,ppid,stat,args | grep -E 'sandbox-(jail|egress)|python3' | grep -v grep | sed 's/^/#   /'; }
 		check "in the host's network namespace" "$(readlink "/proc/$lpid/ns/net")" \
 			"$(readlink "/proc/${proxy:-0}/ns/net" 2>/dev/null)"
 		check "in the launcher's cgroups, not the run's slot" "$(cat "/proc/$lpid/cgroup")" \

@@ -128,17 +128,27 @@ approve(PGconn *conn, const char *approval)
 	PQclear(exec_ok(conn, "SELECT agent.approve($1::uuid, 'bench-approver')", 1, p));
 }
 
-/* Whether the invocation's state is final, read under the tenant. */
+/*
+ * agent.wait() for up to `timeout` ('0 s': a look): whether the state it
+ * returned is final, read under the tenant.  One round trip; a wait sleeps
+ * on the condition variable the supervisor broadcasts after each finish.
+ */
 static int
-finished(PGconn *conn, const char *inv)
+wait_final(PGconn *conn, const char *inv, const char *timeout)
 {
-	const char *p[1] = {inv};
-	PGresult   *res = exec_ok(conn, "SELECT agent._state_is_terminal(agent.wait($1::uuid, '0 s'))",
-							  1, p);
+	const char *p[2] = {inv, timeout};
+	PGresult   *res = exec_ok(conn, "SELECT agent._state_is_terminal(agent.wait($1::uuid, $2::interval))",
+							  2, p);
 	int			done = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 
 	PQclear(res);
 	return done;
+}
+
+static int
+finished(PGconn *conn, const char *inv)
+{
+	return wait_final(conn, inv, "0 s");
 }
 
 /*
@@ -477,24 +487,28 @@ await_done(PGconn *conn, const char *inv, const char *label)
 
 /*
  * One run of the approval-policy rows.  auto: the agent's policy approves
- * it in the request's transaction, whose commit wakes the runners; then,
- * while it runs, LISTEN on its channel and look at its state once (as
- * agent.wait() does), then the done hint; timed from before the request.
+ * it in the request's transaction, whose commit wakes the runners; then
+ * agent.wait() until it ends (wait_final); timed from before the request.
  * Else today's path: request, LISTEN,
  * approve, done; timed from before the request (req_ms: request ->
- * finished with an immediate approval) and from approve's return
- * (appr_ms: approve -> finished, the existing rows' interval).  The warm
- * pool is waited for, untimed, before the request.
+ * finished with an immediate approval), from approve's return (appr_ms:
+ * approve -> finished, the existing rows' interval) and from before the
+ * approve call (call_ms: the approve's own transaction on the clock, as
+ * the request's is on an automatic run's: the one transaction an
+ * automatic run saves is the approve).  The warm pool is waited for,
+ * untimed, before the request.
  */
 static int
 policy_run(PGconn *conn, const char *ws, const char *agent, const char *lang,
-		   const char *code, int automatic, double *req_ms, double *appr_ms)
+		   const char *code, int automatic, double *req_ms, double *appr_ms,
+		   double *call_ms)
 {
 	char		inv[37],
 				appr[37];
 	char	   *channel;
 	double		t0,
-				t1;
+				t1,
+				tc;
 
 	wait_warm();
 	t0 = now_ms();
@@ -506,14 +520,20 @@ policy_run(PGconn *conn, const char *ws, const char *agent, const char *lang,
 			return 1;
 		}
 		/*
-		 * The run started at the request's commit: LISTEN now (while it
-		 * runs), then look once, as agent.wait() does, in case it ended
-		 * before the LISTEN took effect.
+		 * The run started at the request's commit.  Its channel is known
+		 * only now, so a LISTEN would be one more round trip on the
+		 * clock: wait with agent.wait(), the one round trip the API has
+		 * for a run whose id the caller has just learnt.
 		 */
-		channel = listen_channel(conn, inv);
-		t1 = t0;
-		if (finished(conn, inv))
-			goto done;
+		t1 = tc = t0;
+		if (!wait_final(conn, inv, "60 s"))
+		{
+			fprintf(stderr, "client: auto: no result within 60 s for %s\n", inv);
+			return 1;
+		}
+		*req_ms = now_ms() - t0;
+		*appr_ms = *call_ms = *req_ms;
+		return succeeded(conn, inv) ? 0 : 1;
 	}
 	else
 	{
@@ -523,14 +543,15 @@ policy_run(PGconn *conn, const char *ws, const char *agent, const char *lang,
 			return 1;
 		}
 		channel = listen_channel(conn, inv);
+		tc = now_ms();
 		approve(conn, appr);
 		t1 = now_ms();
 	}
-	if (await_done(conn, inv, automatic ? "auto" : "approve") != 0)
+	if (await_done(conn, inv, "approve") != 0)
 		return 1;
-done:
 	*req_ms = now_ms() - t0;
 	*appr_ms = now_ms() - t1;
+	*call_ms = now_ms() - tc;
 	listen_verb(conn, "UNLISTEN", channel);
 	PQfreemem(channel);
 	return succeeded(conn, inv) ? 0 : 1;
@@ -549,9 +570,10 @@ print_samples(double *ms, int n, const char *sep)
  * AUTO_AGENT (the org's approval policy approves them), both of one org,
  * after 3 uncounted runs of each, in ROUNDS blocks that alternate (the
  * one that goes first alternates too).  Prints "approve_p50 approve_p99
- * reqappr_p50 reqappr_p99 auto_p50 auto_p99": approve -> finished,
- * request -> finished with the approval right after the request, and
- * request -> finished approved by the policy.
+ * reqappr_p50 reqappr_p99 auto_p50 auto_p99 call_p50 call_p99": approve
+ * -> finished, request -> finished with the approval right after the
+ * request, request -> finished approved by the policy, and approve call
+ * -> finished (policy_run).
  */
 static int
 policy_rows(char **argv)
@@ -566,10 +588,11 @@ policy_rows(char **argv)
 	double	   *appr = calloc(n, sizeof(double)),
 			   *reqappr = calloc(n, sizeof(double)),
 			   *automatic = calloc(n, sizeof(double)),
+			   *call = calloc(n, sizeof(double)),
 				unused;
 	int			taken[2] = {0, 0};
 
-	if (n < 1 || rounds < 1 || rounds > n || !appr || !reqappr || !automatic)
+	if (n < 1 || rounds < 1 || rounds > n || !appr || !reqappr || !automatic || !call)
 	{
 		fprintf(stderr, "client: N must be at least 1 and ROUNDS between 1 and N\n");
 		return 2;
@@ -577,7 +600,7 @@ policy_rows(char **argv)
 	conn = connect_tenant(argv[2], argv[3], ws);
 	for (int a = 0; a < 2; a++)
 		for (int i = 0; i < 3; i++)
-			if (policy_run(conn, ws, agents[a], lang, code, a, &unused, &unused) != 0)
+			if (policy_run(conn, ws, agents[a], lang, code, a, &unused, &unused, &unused) != 0)
 				return 1;
 	for (int r = 0; r < rounds; r++)
 	{
@@ -588,14 +611,16 @@ policy_rows(char **argv)
 			int			a = r % 2 == 0 ? k : 1 - k;
 
 			for (int i = 0; i < block; i++, taken[a]++)
-				if (a == 0 ? policy_run(conn, ws, agents[0], lang, code, 0, &reqappr[taken[0]], &appr[taken[0]])
-					: policy_run(conn, ws, agents[1], lang, code, 1, &automatic[taken[1]], &unused))
+				if (a == 0 ? policy_run(conn, ws, agents[0], lang, code, 0, &reqappr[taken[0]], &appr[taken[0]],
+										&call[taken[0]])
+					: policy_run(conn, ws, agents[1], lang, code, 1, &automatic[taken[1]], &unused, &unused))
 					return 1;
 		}
 	}
 	print_samples(appr, n, " ");
 	print_samples(reqappr, n, " ");
-	print_samples(automatic, n, "\n");
+	print_samples(automatic, n, " ");
+	print_samples(call, n, "\n");
 	PQfinish(conn);
 	return 0;
 }

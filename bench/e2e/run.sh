@@ -390,6 +390,7 @@ if [ -n "$AAGENT" ]; then
 	done
 	[ -s "$sdir/launcher.pid" ] && kill "$(cat "$sdir/launcher.pid")" 2>/dev/null
 	wait 2>/dev/null || true
+	pol_since=$(q -c "SELECT clock_timestamp()")
 	for spec in "shell:true:" "pandas:@:0"; do
 		IFS=: read -r name code wl <<<"$spec"
 		lang=$name
@@ -402,15 +403,32 @@ if [ -n "$AAGENT" ]; then
 		fi || bench_die "the $name approval-policy client failed (above)"
 	done
 	echo
-	printf '%-8s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n' program served_ms appr_p50 appr_p99 reqappr_p50 auto_p50 auto_p99 auto/appr auto/reqap auto/served
+	printf '%-8s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n' program served_ms appr_p50 appr_p99 call_p50 reqappr_p50 auto_p50 auto_p99 auto/appr auto/call auto/reqap auto/served
 	for name in shell pandas; do
-		read -r ap50 ap99 rp50 _ up50 up99 <<<"${pol[$name]}"
-		printf '%-8s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n' "$name" "${served[$name]}" "$ap50" "$ap99" "$rp50" "$up50" "$up99" \
+		read -r ap50 ap99 rp50 _ up50 up99 cp50 _ <<<"${pol[$name]}"
+		printf '%-8s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n' "$name" "${served[$name]}" "$ap50" "$ap99" "$cp50" "$rp50" "$up50" "$up99" \
 			"$(awk -v a="$up50" -v b="$ap50" 'BEGIN { printf "%.2fx", a / b }')" \
+			"$(awk -v a="$up50" -v b="$cp50" 'BEGIN { printf "%.2fx", a / b }')" \
 			"$(awk -v a="$up50" -v b="$rp50" 'BEGIN { printf "%.2fx", a / b }')" \
 			"$(awk -v a="$up50" -v b="${served[$name]}" 'BEGIN { if (b + 0 > 0) printf "%.2fx", a / b; else print "n/a" }')"
 	done
-	echo "(ms; appr: approve -> finished (today's rows' interval), reqappr: request -> finished with the approval right after the request, auto: request -> finished approved by the org's policy in the request's transaction, N=$N each in $ROUNDS alternating blocks on one connection; served: the served jail alone, a launcher and a resident caller of the benchmark's own, median of $N; pandas warm everywhere; the target is auto_p50 <= appr_p50)"
+	echo "(ms; appr: approve -> finished (today's rows' interval: from approve's return), call: the same from before the approve call (its transaction on the clock, as the request's is on auto), reqappr: request -> finished with the approval right after the request, auto: request -> finished approved by the org's policy in the request's transaction, its end awaited with agent.wait() (its channel is known only after the request: a LISTEN would be one more round trip), N=$N each in $ROUNDS alternating blocks on one connection; served: the served jail alone, a launcher and a resident caller of the benchmark's own, median of $N; pandas warm everywhere; the target is auto_p50 <= appr_p50: auto/appr and auto/call bound it from both sides)"
+	# Where the time goes, from the server's own clocks (each the start of
+	# the transaction that set it): the approval (approved_at) to the
+	# claim's commit (provisioned_at), to the start, to the finish; the
+	# medians of this part's succeeded runs, by path.
+	echo
+	q -F ' ' <<SQL | awk 'BEGIN { printf "%-8s %-8s %6s %14s %14s %14s\n", "program", "path", "runs", "appr->claim", "claim->start", "start->finish" } { printf "%-8s %-8s %6s %14.2f %14.2f %14.2f\n", $1, $2, $3, $4, $5, $6 }'
+SELECT CASE WHEN i.language = 'shell' THEN 'shell' ELSE 'pandas' END,
+	   CASE WHEN i.agent_id = '$AAGENT' THEN 'auto' ELSE 'approve' END, count(*),
+	   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM i.provisioned_at - i.approved_at) * 1000),
+	   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM i.started_at - i.provisioned_at) * 1000),
+	   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM i.finished_at - i.started_at) * 1000)
+  FROM agent.invocations i
+ WHERE i.created_at >= '$pol_since' AND i.state = 'succeeded' AND i.agent_id IN ('$AGENT', '$AAGENT')
+ GROUP BY 1, 2 ORDER BY 1 DESC, 2;
+SQL
+	echo "(ms, server clocks: each column the difference of two transactions' start times)"
 fi
 
 # Throughput: CLIENTS clients through the whole control plane, next to the

@@ -369,19 +369,24 @@ BEGIN
 	-- When the approval policy approves the request (v_person NULL), the
 	-- card is written approved by it, exactly as approve() leaves a card
 	-- (the code's hash, the invocation's egress hash, image digest and
-	-- isolation class bound), fenced on the egress hash the decision judged: a run whose
-	-- frozen egress policy is another one (it cannot be while the request
-	-- holds the org's audit head; should it be) is left pending for a
-	-- person (egress_changed).  agent._approve_by_policy then approves
-	-- the invocation (26_policies.sql).
+	-- isolation class bound), and the invocation is written approved in
+	-- the same insert (no second write of its row: the request path's
+	-- cost).  Both are fenced on the egress hash the decision judged: a
+	-- run whose frozen egress policy is another one cannot be while the
+	-- request holds the org's audit head; should it be, the request fails
+	-- with 40001 below and leaves nothing behind.
+	-- agent._approve_by_policy then records the approval.auto event and
+	-- wakes the runners (26_policies.sql).
 	WITH inv AS (
 		INSERT INTO agent.invocations (id, org_id, workspace_id, agent_id, conversation_id,
 									   requested_by, language, code, code_sha256, description,
 									   idempotency_key, state, approval_id, wall_time_s, memory_mb,
-									   image_name, image_digest, isolation)
+									   image_name, image_digest, isolation, approved_at)
 			VALUES (v_inv, v_org, workspace, agent, conversation, requested_by, language, code,
-					NULL, description, idempotency_key, 'pending_approval', v_appr,
-					wall_time_s, memory_mb, v_image_name, v_image_digest, v_isolation)
+					NULL, description, idempotency_key,
+					CASE WHEN v_person IS NULL THEN 'approved' ELSE 'pending_approval' END, v_appr,
+					wall_time_s, memory_mb, v_image_name, v_image_digest, v_isolation,
+					CASE WHEN v_person IS NULL THEN now() END)
 			RETURNING invocations.code_sha256, invocations.egress_sha256,	-- set by the triggers
 					  invocations.image_digest, invocations.isolation,
 					  v_person IS NULL AND invocations.egress_sha256 IS NOT DISTINCT FROM v_auto_egress AS auto)
@@ -403,6 +408,11 @@ BEGIN
 		  FROM inv
 		RETURNING approval_requests.code_sha256, approval_requests.status = 'approved'
 		  INTO v_sha, v_auto;
+	IF v_person IS NULL AND NOT v_auto THEN
+		RAISE EXCEPTION 'the network reach of agent % changed while its run was requested', agent
+			USING ERRCODE = 'serialization_failure',
+				  HINT = 'Request the run again: the approval policy decides on the reach it will run with.';
+	END IF;
 	-- Its bytes (the event's are counted by the append itself), then the
 	-- event with the hash the card holds (the one computed above: the
 	-- trigger derives the same) and, in the same query, the approvers of

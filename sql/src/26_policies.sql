@@ -335,14 +335,14 @@ CREATE FUNCTION agent._person_reason_text(code text) RETURNS text
 	END;
 
 -- The approval a policy makes, in request_execution's transaction: the
--- card is already written approved by the policy (25_request.sql: the
--- code's hash, the invocation's egress hash, image digest and isolation
--- class bound,
--- decided_by 'policy', a reserved name no person can be called, the policy
--- and allowance that made it, fenced on the egress hash the decision
--- judged); this approves its invocation exactly as agent.approve() does
--- (approved_at), then writes its event, approval.auto (actor 'policy',
--- `event` as the decision made it), and the runners' wake-up at commit.
+-- card and its invocation are already written approved by the policy, in
+-- one insert (25_request.sql: the code's hash, the invocation's egress
+-- hash, image digest and isolation class bound, decided_by 'policy', a
+-- reserved name no person can be called, the policy and allowance that
+-- made it, approved_at, fenced on the egress hash the decision judged).
+-- This reads them back, refusing a pair that is not exactly that (a bug
+-- of ours), then writes the event, approval.auto (actor 'policy', `event`
+-- as the decision made it), and the runners' wake-up at commit.
 CREATE FUNCTION agent._approve_by_policy(invocation uuid, approval uuid, event jsonb)
 	RETURNS void
 	LANGUAGE plpgsql VOLATILE
@@ -352,15 +352,15 @@ AS $$
 DECLARE
 	v	record;
 BEGIN
-	UPDATE agent.invocations i
-	   SET state = 'approved', approved_at = now()
-	 WHERE i.id = invocation AND i.approval_id = approval AND i.state = 'pending_approval'
-	   AND EXISTS (SELECT 1 FROM agent.approval_requests a
-					WHERE a.id = approval AND a.invocation_id = i.id AND a.status = 'approved'
-					  AND a.decided_by = 'policy' AND a.approved_code_sha256 = i.code_sha256
-					  AND a.approved_egress_sha256 IS NOT DISTINCT FROM i.egress_sha256
-					  AND a.approved_isolation = i.isolation)
-	RETURNING i.org_id, i.workspace_id, i.isolation INTO v;
+	SELECT i.org_id, i.workspace_id, i.isolation INTO v
+	  FROM agent.invocations i
+	  JOIN agent.approval_requests a ON a.id = i.approval_id AND a.invocation_id = i.id
+	 WHERE i.id = invocation AND i.approval_id = approval AND i.state = 'approved'
+	   AND i.approved_at IS NOT NULL
+	   AND a.status = 'approved' AND a.decided_by = 'policy'
+	   AND a.approved_code_sha256 = i.code_sha256
+	   AND a.approved_egress_sha256 IS NOT DISTINCT FROM i.egress_sha256
+	   AND a.approved_isolation = i.isolation;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'invocation % has no card its approval policy approved', invocation;	-- a bug of ours
 	END IF;

@@ -5,7 +5,9 @@
  *		"Isolation classes"; docs/jail.md, "The gvisor class"):
  *		namespaces always, gvisor when a probe ran a program through the
  *		jail's gvisor class here (runsc present and working).  The probe
- *		runs once, at the first report; the classes are told to the
+ *		runs at the first report and again after each SIGHUP (runsc
+ *		installed or runsc_path changed since: no restart needed,
+ *		isolation_reprobe); the classes are told to the
  *		database after each registration (agent.runner_report_isolation),
  *		with the reason gvisor is missing, which queue_status shows.  The
  *		claim then gives this runner a gvisor run only if it said gvisor;
@@ -127,6 +129,18 @@ isolation_gvisor(const char **problem)
 	}
 	*problem = gvisor_ok ? NULL : gvisor_problem;
 	return gvisor_ok;
+}
+
+/*
+ * The configuration was reloaded (SIGHUP): probe again at the next report,
+ * and report, so that runsc installed (or runsc_path changed) since the
+ * start takes effect without a restart.
+ */
+void
+isolation_reprobe(void)
+{
+	probed = false;
+	report_due = true;
 }
 
 /* A new registration: the database must hear our classes again. */

@@ -96,6 +96,7 @@ runner_reload(void)
 	if (!runner_conf.jail_launcher)
 		launcher_stop();
 	(void) workdir_usable(true);
+	isolation_reprobe();		/* runsc installed since, or runsc_path changed */
 	status_dirty = true;
 	claim_wanted = true;		/* more slots, or a usable work directory */
 }
@@ -453,7 +454,11 @@ runner_loop(void)
 		int			nevents;
 
 		if (reload_requested)
+		{
 			runner_reload();
+			if (db_connected())
+				isolation_report();	/* the new probe's classes (else at the next connect) */
+		}
 		/* renew our leases; kill our sandboxes if we could not for too long */
 		if (me.registered && db_connected() && runner_now_ms() >= me.next_heartbeat)
 			heartbeat();

@@ -607,6 +607,7 @@ extern void images_report(void);
 extern const char *isolation_runsc(void);
 extern bool isolation_gvisor(const char **problem);
 extern void isolation_registered(void);
+extern void isolation_reprobe(void);
 extern void isolation_report(void);
 
 #endif							/* SANDBOX_RUNNER_H */

@@ -191,16 +191,20 @@ except OSError as e:
 	wait $jp
 	RC=$?
 	t "SIGTERM -> killed verdict, exit 0, runsc gone" '[ $RC = 0 ] && [ "$(v status)" = killed ] && ! gv_left'
-	"$BIN" --language shell --workspace "$WS" --verdict-file /dev/null "${CGOPT[@]}" "${GV[@]}" \
-		< "$WORK/code" > "$WORK/out" 2> "$WORK/err" &
+	# The verdict goes to a file: a jail that ended before the kill (a
+	# setup error) shows it in the failure.
+	: > "$WORK/verdict"
+	"$BIN" --language shell --workspace "$WS" --verdict-fd 3 "${CGOPT[@]}" "${GV[@]}" \
+		< "$WORK/code" > "$WORK/out" 2> "$WORK/err" 3> "$WORK/verdict" &
 	jp=$!
 	n=0
-	while ! grep -q started "$WORK/out" && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
-	kill -KILL $jp
+	while ! grep -q started "$WORK/out" && kill -0 $jp 2>/dev/null && [ $n -lt 1200 ]; do sleep 0.1; n=$((n + 1)); done
+	kill -0 $jp 2>/dev/null && RC=alive || RC=ended
+	kill -KILL $jp 2>/dev/null
 	wait $jp 2>/dev/null
 	n=0
-	while gv_left && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
-	t "SIGKILL of the jail leaves no runsc process behind" 'grep -q started "$WORK/out" && ! gv_left'
+	while gv_left && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+	t "SIGKILL of the jail leaves no runsc process behind" '[ $RC = alive ] && grep -q started "$WORK/out" && ! [ -s "$WORK/verdict" ] && ! gv_left'
 	jr root shell 'echo x' --cgroup-parent /nonexistent "${GV[@]}"
 	t "no cgroup -> setup error (rlimits cannot hold runsc)" '[ $RC = 1 ] && [ "$(v status)" = setup_error ] && grep -q "needs a cgroup" <<<"$(v setup_error)"'
 	ln -s "$WORK/skill" "$WORK/ws-link"

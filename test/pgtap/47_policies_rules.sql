@@ -66,7 +66,7 @@ CREATE FUNCTION pg_temp.says(k text) RETURNS text LANGUAGE sql AS $$
 					 coalesce(a.person_reason, '-'))
 	  FROM agent.approval_requests a WHERE a.id = pg_temp.card(k)
 $$;
-SELECT plan(51);
+SELECT plan(52);
 GRANT ALL ON ALL TABLES IN SCHEMA pg_temp TO PUBLIC;
 
 -- ---- the admin sets the policy ----
@@ -281,6 +281,28 @@ SELECT is((SELECT a.approved_isolation || '|' || i.isolation || '|' || (e.detail
 			 JOIN agent.audit_events e ON e.invocation_id = i.id AND e.event_type = 'approval.auto'
 			WHERE a.id = pg_temp.card('gvisor')),
 	'gvisor|gvisor|gvisor', 'an automatic approval binds the run''s isolation class, and its event names it');
+
+-- The egress fence (a fault injected, rolled back with the file): should
+-- the reach the policy judged not be the one the run froze, which cannot
+-- happen while the request holds the org's audit head, the request fails
+-- (before, the card was left pending for a person and the invocation
+-- approved by a second write).
+ALTER FUNCTION agent._approval_decision(uuid, uuid, uuid, text, text, text, integer, integer, uuid, text)
+	RENAME TO _approval_decision_real;
+CREATE FUNCTION agent._approval_decision(org uuid, agent_id uuid, conversation_id uuid,
+	language text, image_name text, image_digest text, wall_time_s integer, memory_mb integer,
+	approval_id uuid, code_sha256 text,
+	OUT mode text, OUT policy_id uuid, OUT allowance_id uuid, OUT egress_sha256 text,
+	OUT person_reason text, OUT event jsonb)
+	LANGUAGE sql
+	AS $$ SELECT d.mode, d.policy_id, d.allowance_id, 'judged-another-reach', d.person_reason, d.event
+			FROM agent._approval_decision_real($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) d $$;
+SET ROLE agent_backend;
+SELECT agent.set_tenant('47a00000-0000-4000-8000-000000000001', '47b00000-0000-4000-8000-000000000001');
+SELECT throws_ok($$SELECT pg_temp.request('fence', 1, NULL, 'python', 'print(12)')$$,
+	'40001', 'the network reach of agent 47c00000-0000-4000-8000-000000000001 changed while its run was requested',
+	'a policy''s approval on a reach other than the run froze fails the request (40001)');
+RESET ROLE;
 
 SELECT * FROM finish();
 ROLLBACK;

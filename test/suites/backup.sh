@@ -77,10 +77,14 @@ t_dump() {
 	check "pg_dump -Fc succeeds" 0 "$rc"
 	# Tables that changed while the dump ran (heartbeats): compared by row count only.
 	LIVE=$(diff <(echo "$before") <(echo "$after") | sed -n 's/^> \([^|]*\)|.*/\1/p' | tr '\n' ' ')
-	# agent.runners holds the runners' live state: the restored cluster's
-	# own local runner registers (a new incarnation, heartbeat) before the
-	# comparison, so its rows are compared by count too.
-	case " $LIVE " in *" runners "*) ;; *) LIVE="${LIVE}runners " ;; esac
+	# agent.runners and agent.runner_isolation hold the runners' live
+	# state: the restored cluster's own local runner registers (a new
+	# incarnation, heartbeat) and reports its isolation classes again
+	# (reported_at) before the comparison, so their rows are compared by
+	# count too.
+	for t in runners runner_isolation; do
+		case " $LIVE " in *" $t "*) ;; *) LIVE="${LIVE}$t " ;; esac
+	done
 	SRC_DIGEST=$after
 	SRC_DIGEST_SQL=$sql
 	SRC_ROWS=$(q -c "SELECT (SELECT count(*) FROM agent.settings) || '|' || (SELECT count(*) FROM agent.plans) || '|' || (SELECT count(*) FROM agent.runtimes)")

@@ -6,8 +6,9 @@
 # as the class needs.  An org set to gvisor requests a run; while only the
 # runner without runsc is live the run waits, approved and uncharged, with
 # queue_status's reason (that runner's own), although that runner does take
-# a namespaced run meanwhile; once the runner with runsc is up it runs the
-# gvisor run on gVisor's kernel, its file comes back.  --check of both.
+# a namespaced run meanwhile; the root runner, started before runsc_path
+# is right, reports gvisor after a SIGHUP (no restart) and runs the gvisor
+# run on gVisor's kernel, its file comes back.  --check of both.
 # T=REGEX runs only the matching tests (test/lib.sh).  Ends with
 # "N passed, N failed".  Skipped (said) where runsc is not installed.
 set -uo pipefail
@@ -94,11 +95,22 @@ print("uid", os.getuid() != 0)')
 
 # The runner with runsc (root) reports gvisor and runs the waiting run on
 # gVisor's kernel; the result, its output and its file come back as any run's.
+# It starts with runsc_path at nothing (runsc not installed yet): a SIGHUP
+# after the fix probes again, no restart.
 t_runs_on_gvisor() {
-	local GV res out
+	local GV res out pid
 	[ -n "$GV_INV" ] || { nok "needs t_waits_without_runsc"; return; }
-	GV=$(host_up 1)
-	check "the runner with runsc reports both classes" "namespaces,gvisor|" "$(classes "$GV")"
+	GV=$(host_up 1 "runsc_path = '/nonexistent/runsc'")
+	check "the root runner, its runsc_path at nothing: namespaces only" \
+		"namespaces|gvisor: runsc not found at /nonexistent/runsc (No such file or directory)" "$(classes "$GV")"
+	check "... and it does not take the gvisor run" "approved|" \
+		"$(field "$GV_INV" "state || '|' || coalesce(runner_id::text, '')")"
+	pid=$(rh_pid 1)
+	rh_conf 1 2
+	kill -HUP "$pid"
+	wait_for 60 '[ "$(classes "$GV")" = "namespaces,gvisor|" ]'
+	check "runsc_path fixed, a SIGHUP: the same runner (no restart) reports both classes" \
+		"namespaces,gvisor||$pid" "$(classes "$GV")|$(rh_pid 1)"
 	res=$(await "$GV_TENANT" "$GV_INV" 180)
 	check "the gvisor run succeeds, on that runner, charged (served by its launcher)" "succeeded|$GV|2|" \
 		"$res|$(field "$GV_INV" runner_id)|$(field "$GV_INV" credits_charged)|$(field "$GV_INV" "coalesce(state_reason, '')")"

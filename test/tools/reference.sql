@@ -39,7 +39,8 @@ names (name, code) AS (VALUES
 	('object_in_use', '55006'), ('object_not_in_prerequisite_state', '55000'),
 	('program_limit_exceeded', '54000'), ('reserved_name', '42939'),
 	('string_data_right_truncation', '22001'), ('undefined_table', '42P01'),
-	('unique_violation', '23505'), ('lock_not_available', '55P03')
+	('unique_violation', '23505'), ('lock_not_available', '55P03'),
+	('serialization_failure', '40001')
 ),
 codes AS (
 	SELECT r.root, coalesce(n.code, '?' || m[1]) AS code

@@ -167,13 +167,20 @@ $$;
 -- its limit, so that everything the call wrote is rolled back with it.
 -- Exact without a lock of its own: the appends' trigger holds the org's
 -- usage row (21_audit_usage.sql).  (PL/pgSQL without a SET clause, as
--- agent._org_storage_limit: it is on the approval's path.)
+-- agent._org_storage_limit: it is on the approval's path.  One query: the
+-- limit is agent._org_storage_limit's, read inline.)
 CREATE FUNCTION agent._check_storage(org uuid, what text) RETURNS void
 	LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-	IF (SELECT u.stored_bytes FROM agent.org_usage u WHERE u.org_id OPERATOR(pg_catalog.=) org)
-	   OPERATOR(pg_catalog.>) agent._org_storage_limit(org) THEN
+	IF EXISTS (SELECT 1 FROM agent.org_usage u
+				 JOIN agent.orgs o ON o.id OPERATOR(pg_catalog.=) u.org_id
+				WHERE u.org_id OPERATOR(pg_catalog.=) org
+				  AND u.stored_bytes OPERATOR(pg_catalog.>)
+					  coalesce(o.max_stored_bytes,
+							   (SELECT s.value FROM agent.settings s
+								 WHERE s.key OPERATOR(pg_catalog.=) 'max_stored_bytes_per_org')::pg_catalog.int8,
+							   agent._setting('max_stored_bytes_per_org')::pg_catalog.int8)) THEN
 		PERFORM agent._use_storage(org, 0::pg_catalog.int8, what);
 	END IF;
 END

@@ -821,8 +821,8 @@ BEGIN
 	END IF;
 	FOR c IN SELECT * FROM agent._claim_invocations(v_want, rn.id, notified) LOOP
 		IF caps IS NULL THEN
-			SELECT * INTO caps FROM agent._produced_caps();
-			SELECT * INTO lim FROM agent._run_limits();
+			caps := agent._produced_caps();
+			lim := agent._run_limits();
 		END IF;
 		id := c.id;
 		lease_token := c.lease_token;
